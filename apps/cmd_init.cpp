@@ -1,0 +1,32 @@
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "hyla/model/model.h"
+#include "hyla/model/param_count.h"
+
+namespace hyla::cli {
+
+void add_init(CLI::App& app) {
+  auto* cmd = app.add_subcommand("init", "Write a freshly initialised model directory (SPEC §9)");
+  static std::string config_path, out, dtype = "f32", tokenizer;
+  static uint64_t seed = 0;
+  cmd->add_option("--config", config_path, "Model config.json")->required();
+  cmd->add_option("--out", out, "Output model directory")->required();
+  cmd->add_option("--seed", seed, "Initialisation seed");
+  cmd->add_option("--dtype", dtype, "Weight dtype in the file")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_option("--tokenizer", tokenizer, "tokenizer.json to place in the model directory")->check(CLI::ExistingFile);
+  cmd->callback([] {
+    const ModelConfig config = ModelConfig::load(config_path);
+    Model model(config);
+    model.initialize(seed);
+    const DType t = dtype == "bf16" ? DType::BF16 : dtype == "f16" ? DType::F16 : DType::F32;
+    std::vector<std::filesystem::path> extra;
+    if (!tokenizer.empty()) extra.emplace_back(tokenizer);
+    model.save(out, t, extra);
+    const ParamCounts counts = count_parameters(config);
+    fmt::print("wrote {} ({} parameters, {} active per token, seed {}, {})\n", out, counts.total_sum(),
+               counts.active_sum(), seed, dtype);
+  });
+}
+
+}  // namespace hyla::cli

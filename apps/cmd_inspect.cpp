@@ -1,0 +1,102 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+
+#include "commands.h"
+#include "hyla/core/error.h"
+#include "hyla/io/safetensors.h"
+#include "hyla/model/config.h"
+#include "hyla/model/model.h"
+#include "hyla/model/param_count.h"
+
+namespace hyla::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  return fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+std::string human_count(double n) {
+  if (n >= 1e12) return fmt::format("{:.2f}T", n / 1e12);
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{}", int64_t(n));
+}
+
+void print_config(const ModelConfig& c) {
+  int64_t kda = 0, mla = 0, swa = 0;
+  for (LayerType t : c.layer_types) (t == LayerType::Kda ? kda : t == LayerType::Mla ? mla : swa)++;
+  fmt::print("config: d={} layers={} (kda {}, mla {}, swa {}) vocab={} tied={} max_pos={}\n", c.hidden_size,
+             c.num_hidden_layers, kda, mla, swa, c.vocab_size, c.tie_word_embeddings, c.max_position_embeddings);
+  fmt::print("  kda: heads={} head_dim={} conv={} gate={} lb={} chunk={}\n", c.kda.num_heads, c.kda.head_dim,
+             c.kda.conv_kernel, to_string(c.kda.gate), c.kda.gate_lower_bound, c.kda.chunk_size);
+  fmt::print("  mla: heads={} q_lora={} kv_lora={} nope={} rope={} v={} gate={} window={}\n", c.mla.num_heads,
+             c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim, c.mla.qk_rope_head_dim, c.mla.v_head_dim,
+             c.mla.output_gate, c.mla.sliding_window);
+  fmt::print("  moe: experts={} top-k={} shared={} width={} dense layers={} (width {}) router_latent={} latent={} "
+             "act={} balancing={}\n",
+             c.moe.num_experts, c.moe.num_experts_per_tok, c.moe.num_shared_experts, c.moe.moe_intermediate_size,
+             c.moe.first_k_dense_replace, c.moe.intermediate_size, c.moe.router_latent_dim, c.moe.latent_dim,
+             to_string(c.moe.activation), to_string(c.moe.balancing));
+  fmt::print("  attn_res: {} (block {})  vision: {}\n", c.attn_res.enabled ? "on" : "off", c.attn_res.block_size,
+             c.vision.enabled ? fmt::format("patch {} channels {} grid {}", c.vision.patch_size, c.vision.channels,
+                                            c.vision.max_grid)
+                              : "off");
+}
+
+void inspect(const fs::path& dir) {
+  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+  const ModelWeights weights(dir);
+  print_config(config);
+
+  fmt::print("\n{:<60} {:>5} {:>18} {:>12}\n", "tensor", "dtype", "shape", "bytes");
+  uint64_t total_bytes = 0, total_elements = 0;
+  std::map<DType, int64_t> per_dtype;
+  for (const std::string& name : weights.names()) {
+    const SafetensorsEntry& e = weights.entry(name);
+    fmt::print("{:<60} {:>5} {:>18} {:>12}\n", name, dtype_name(e.dtype), e.shape.str(), e.end - e.begin);
+    total_bytes += e.end - e.begin;
+    total_elements += uint64_t(e.shape.numel());
+    per_dtype[e.dtype] += e.shape.numel();
+  }
+  fmt::print("\n{} tensors in {} file(s), {} elements, {}\n", weights.names().size(), weights.files().size(),
+             total_elements, human_bytes(double(total_bytes)));
+
+  // The weights must be exactly the tensors this config's model creates.
+  const Model expected(config, /*allocate=*/false);
+  for (const auto& p : expected.params().params()) {
+    HYLA_CHECK(weights.contains(p->name), "{}: missing tensor '{}' required by config.json", dir.string(), p->name);
+    const Shape& shape = weights.entry(p->name).shape;
+    HYLA_CHECK(shape == p->shape, "{}: tensor '{}' has shape {} but config.json needs {}", dir.string(), p->name,
+               shape.str(), p->shape.str());
+  }
+  for (const std::string& name : weights.names())
+    HYLA_CHECK(expected.params().find(name), "{}: tensor '{}' is not a parameter of this config", dir.string(), name);
+
+  const ParamCounts counts = count_parameters(config);
+  fmt::print("\n{:<18} {:>16} {:>16}\n", "component", "total", "active/token");
+  for (int c = 0; c < kNumComponents; ++c)
+    if (counts.total[c])
+      fmt::print("{:<18} {:>16} {:>16}\n", component_name(Component(c)), counts.total[c], counts.active[c]);
+  fmt::print("{:<18} {:>16} {:>16}   ({} total, {} active)\n", "sum", counts.total_sum(), counts.active_sum(),
+             human_count(double(counts.total_sum())), human_count(double(counts.active_sum())));
+  fmt::print("ok: weights match config.json\n");
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app) {
+  auto* cmd = app.add_subcommand("inspect", "Validate a model directory and print its config, tensors and parameter counts");
+  static std::string dir;
+  cmd->add_option("dir", dir, "Model directory (config.json + model.safetensors)")->required();
+  cmd->callback([] { inspect(dir); });
+}
+
+}  // namespace hyla::cli

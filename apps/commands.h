@@ -1,0 +1,11 @@
+#pragma once
+// Each subcommand lives in its own apps/cmd_*.cpp and registers itself on the root app.
+#include <CLI/CLI.hpp>
+
+namespace hyla::cli {
+
+void add_version(CLI::App& app);
+void add_inspect(CLI::App& app);
+void add_init(CLI::App& app);
+
+}  // namespace hyla::cli

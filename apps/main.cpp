@@ -1,0 +1,31 @@
+#include <fmt/format.h>
+
+#include <exception>
+
+#include "commands.h"
+#include "hyla/core/error.h"
+#include "hyla/core/threads.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"hyla: train, serve and evaluate hybrid linear-attention MoE language models"};
+  app.require_subcommand(1);
+  app.add_option_function<int>(
+      "--threads", [](int n) { hyla::set_threads(hyla::resolve_threads(n)); },
+      "Threads (default: $HYLA_THREADS, else physical cores)");
+  hyla::cli::add_version(app);
+  hyla::cli::add_inspect(app);
+  hyla::cli::add_init(app);
+  try {
+    hyla::set_threads(hyla::resolve_threads(0));
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const hyla::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

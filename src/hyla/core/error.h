@@ -1,0 +1,34 @@
+#pragma once
+// One exception type for every user-facing failure: bad files, bad configs, bad requests.
+// Messages are one line and name the offending thing (file, key, field) and the broken rule.
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace hyla {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace hyla
+
+// Checks a condition that depends on input (files, configs, requests); throws hyla::Error.
+#define HYLA_CHECK(cond, ...)          \
+  do {                                 \
+    if (!(cond)) ::hyla::fail(__VA_ARGS__); \
+  } while (0)
+
+// Checks an internal invariant; a failure is a bug in hyla, not bad input.
+#define HYLA_ASSERT(cond)                                                                      \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      ::hyla::fail("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__);           \
+  } while (0)

@@ -1,0 +1,69 @@
+#pragma once
+// Whole-file reads, atomic writes and read-only memory maps, with errors that name the file.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace hyla {
+
+std::string read_file(const std::filesystem::path& path);
+
+// Writes `path` atomically: bytes go to a temporary file beside it, which commit() fsyncs and
+// renames over `path`. Destroyed without commit() (an error on the way), the temporary file is
+// removed and `path` is untouched, so readers never see a half-written file.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  void commit();
+
+ private:
+  std::filesystem::path path_, temp_;
+  int fd_ = -1;
+};
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+
+// Builds a directory next to `path` and swaps it in on commit(), replacing any directory already
+// there; destroyed without commit(), the half-built directory is removed and `path` is untouched.
+class AtomicDirectory {
+ public:
+  explicit AtomicDirectory(std::filesystem::path path);
+  ~AtomicDirectory();
+  AtomicDirectory(const AtomicDirectory&) = delete;
+  AtomicDirectory& operator=(const AtomicDirectory&) = delete;
+  const std::filesystem::path& temp() const { return temp_; }  // write the contents here
+  void commit();
+
+ private:
+  std::filesystem::path path_, temp_;
+  bool committed_ = false;
+};
+
+// Fsyncs a directory so that a rename inside it survives a crash.
+void sync_directory(const std::filesystem::path& dir);
+
+// A read-only memory map of a whole file.
+class MappedFile {
+ public:
+  static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
+  ~MappedFile();
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::filesystem::path path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace hyla

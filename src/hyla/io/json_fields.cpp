@@ -1,0 +1,87 @@
+#include "hyla/io/json_fields.h"
+
+#include "hyla/io/file.h"
+
+namespace hyla {
+using json = nlohmann::json;
+
+const json JsonFields::kEmpty = json::object();
+
+JsonFields::JsonFields(const json& object, std::string source, std::string prefix)
+    : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {
+  HYLA_CHECK(object_.is_object(), "{}: {} must be a JSON object", source_, prefix_.empty() ? "the file" : prefix_);
+}
+
+const json* JsonFields::get(const std::string& key, bool (json::*is)() const noexcept, const char* type_name) {
+  seen_.insert(key);
+  auto it = object_.find(key);
+  if (it == object_.end()) return nullptr;
+  HYLA_CHECK(((*it).*is)(), "{}: {} must be {}, got {}", source_, path(key), type_name, it->dump());
+  return &*it;
+}
+
+void JsonFields::read(const std::string& key, bool& out) {
+  if (const json* v = get(key, &json::is_boolean, "true or false")) out = v->get<bool>();
+}
+
+void JsonFields::read(const std::string& key, int64_t& out) {
+  if (const json* v = get(key, &json::is_number_integer, "an integer")) out = v->get<int64_t>();
+}
+
+void JsonFields::read(const std::string& key, double& out) {
+  if (const json* v = get(key, &json::is_number, "a number")) out = v->get<double>();
+}
+
+void JsonFields::read(const std::string& key, std::string& out) {
+  if (const json* v = get(key, &json::is_string, "a string")) out = v->get<std::string>();
+}
+
+void JsonFields::read(const std::string& key, std::vector<std::string>& out) {
+  const json* v = get(key, &json::is_array, "a list of strings");
+  if (!v) return;
+  out.clear();
+  for (const json& item : *v) {
+    HYLA_CHECK(item.is_string(), "{}: {} must be a list of strings, got element {}", source_, path(key), item.dump());
+    out.push_back(item.get<std::string>());
+  }
+}
+
+void JsonFields::read(const std::string& key, std::vector<int64_t>& out) {
+  const json* v = get(key, &json::is_array, "a list of integers");
+  if (!v) return;
+  out.clear();
+  for (const json& item : *v) {
+    HYLA_CHECK(item.is_number_integer(), "{}: {} must be a list of integers, got element {}", source_, path(key),
+               item.dump());
+    out.push_back(item.get<int64_t>());
+  }
+}
+
+JsonFields JsonFields::object(const std::string& key) {
+  const json* v = get(key, &json::is_object, "an object");
+  return JsonFields(v ? *v : kEmpty, source_, path(key));
+}
+
+const json& JsonFields::raw(const std::string& key) {
+  seen_.insert(key);
+  auto it = object_.find(key);
+  return it == object_.end() ? kEmpty : *it;
+}
+
+void JsonFields::finish() const {
+  for (const auto& [key, _] : object_.items())
+    HYLA_CHECK(seen_.count(key), "{}: unknown key {}", source_, path(key));
+}
+
+void JsonFields::fail_rule(const std::string& message) const { fail("{}: {}", source_, message); }
+
+json parse_json_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+}
+
+}  // namespace hyla

@@ -1,0 +1,304 @@
+#include "hyla/io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hyla/core/error.h"
+
+namespace hyla {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Returns the offset of the first byte that breaks UTF-8, or npos.
+size_t invalid_utf8_offset(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = uint8_t(s[i]);
+    int extra;
+    uint32_t min;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xe0) == 0xc0) { extra = 1; min = 0x80; }
+    else if ((c & 0xf0) == 0xe0) { extra = 2; min = 0x800; }
+    else if ((c & 0xf8) == 0xf0) { extra = 3; min = 0x10000; }
+    else return i;
+    if (i + size_t(extra) >= s.size()) return i;  // sequence cut off by the end
+    uint32_t cp = c & (0x3f >> extra);
+    for (int k = 1; k <= extra; ++k) {
+      const auto cc = uint8_t(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += size_t(extra) + 1;
+  }
+  return std::string_view::npos;
+}
+
+// Parses JSON, rejecting duplicate keys in any object (nlohmann keeps the last one silently).
+json parse_json_unique_keys(std::string_view text, std::string_view source) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  auto callback = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    else if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    else if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (!open_objects.back().insert(key).second) duplicate = key;
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end(), callback);
+  } catch (const json::exception& e) {  // parse errors, and numbers out of range (out_of_range)
+    fail("{}: header is not valid JSON: {}", source, e.what());
+  }
+  HYLA_CHECK(duplicate.empty(), "{}: header has duplicate key '{}'", source, duplicate);
+  return j;
+}
+
+uint64_t checked_product(const Shape& shape, uint64_t element_size, bool& overflow) {
+  uint64_t n = element_size;
+  overflow = false;
+  for (int64_t d : shape) overflow |= __builtin_mul_overflow(n, uint64_t(d), &n);
+  return n;
+}
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_bytes, std::string_view source) {
+  if (const size_t bad = invalid_utf8_offset(text); bad != std::string_view::npos)
+    fail("{}: header is not valid UTF-8 (byte {} of the header)", source, bad);
+  const json j = parse_json_unique_keys(text, source);
+  HYLA_CHECK(j.is_object(), "{}: header is not a JSON object", source);
+
+  SafetensorsHeader header;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "__metadata__") {
+      HYLA_CHECK(value.is_object(), "{}: __metadata__ is not an object", source);
+      for (const auto& [k, v] : value.items()) {
+        HYLA_CHECK(v.is_string(), "{}: __metadata__['{}'] is not a string", source, k);
+        header.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    HYLA_CHECK(value.is_object(), "{}: tensor '{}' is not an object", source, name);
+    for (const auto& [k, v] : value.items())
+      HYLA_CHECK(k == "dtype" || k == "shape" || k == "data_offsets", "{}: tensor '{}' has unknown field '{}'",
+                 source, name, k);
+    HYLA_CHECK(value.contains("dtype") && value["dtype"].is_string(), "{}: tensor '{}' has no string dtype",
+               source, name);
+    const std::string dtype_text = value["dtype"].get<std::string>();
+    const auto dtype = dtype_from_name(dtype_text);
+    HYLA_CHECK(dtype.has_value(), "{}: tensor '{}' has unknown dtype '{}' (hyla reads F32, BF16, F16, I8, I32, I64)",
+               source, name, dtype_text);
+    HYLA_CHECK(value.contains("shape") && value["shape"].is_array(), "{}: tensor '{}' has no shape array", source,
+               name);
+    const json& shape_json = value["shape"];
+    HYLA_CHECK(shape_json.size() <= size_t(Shape::kMaxDims), "{}: tensor '{}' has {} dims; hyla supports at most {}",
+               source, name, shape_json.size(), Shape::kMaxDims);
+    Shape shape;
+    for (const json& d : shape_json) {
+      HYLA_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= (uint64_t(1) << 48),
+                 "{}: tensor '{}' has an invalid shape entry {}", source, name, d.dump());
+      shape.push_back(d.get<int64_t>());
+    }
+    HYLA_CHECK(value.contains("data_offsets") && value["data_offsets"].is_array() &&
+                   value["data_offsets"].size() == 2 && value["data_offsets"][0].is_number_unsigned() &&
+                   value["data_offsets"][1].is_number_unsigned(),
+               "{}: tensor '{}' needs data_offsets [begin, end] of unsigned integers", source, name);
+    const uint64_t begin = value["data_offsets"][0].get<uint64_t>(), end = value["data_offsets"][1].get<uint64_t>();
+    HYLA_CHECK(begin <= end, "{}: tensor '{}' has data_offsets [{}, {}] with begin after end", source, name, begin,
+               end);
+    bool overflow = false;
+    const uint64_t expected = checked_product(shape, dtype_size(*dtype), overflow);
+    HYLA_CHECK(!overflow && expected == end - begin,
+               "{}: tensor '{}' shape {} of {} needs {} bytes but data_offsets [{}, {}] span {}", source, name,
+               shape.str(), dtype_text, overflow ? std::string("too many") : std::to_string(expected), begin, end,
+               end - begin);
+    header.tensors.push_back({name, *dtype, shape, begin, end});
+  }
+
+  std::sort(header.tensors.begin(), header.tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t cursor = 0;
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry& t : header.tensors) {
+    HYLA_CHECK(t.begin >= cursor, "{}: tensor '{}' at [{}, {}] overlaps tensor '{}' ending at {}", source, t.name,
+               t.begin, t.end, previous ? previous->name : "", cursor);
+    HYLA_CHECK(t.begin == cursor, "{}: data is not contiguous: {} unused bytes before tensor '{}' at offset {}",
+               source, t.begin - cursor, t.name, t.begin);
+    cursor = t.end;
+    previous = &t;
+  }
+  HYLA_CHECK(cursor <= data_bytes, "{}: truncated: tensor data ends at byte {} but the file holds {} data bytes",
+             source, cursor, data_bytes);
+  HYLA_CHECK(cursor == data_bytes, "{}: {} trailing bytes after the last tensor", source, data_bytes - cursor);
+  return header;
+}
+
+SafetensorsFile::SafetensorsFile(const fs::path& path) : file_(MappedFile::open(path)) {
+  const std::string source = path.string();
+  const size_t size = file_->size();
+  HYLA_CHECK(size >= 8, "{}: file has {} bytes, fewer than the 8-byte header length", source, size);
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, file_->data(), 8);  // little-endian, as is every machine hyla runs on
+  HYLA_CHECK(header_bytes <= kMaxSafetensorsHeaderBytes, "{}: header length {} exceeds the 100 MB limit", source,
+             header_bytes);
+  HYLA_CHECK(header_bytes <= size - 8, "{}: header length {} runs past the end of the file ({} bytes)", source,
+             header_bytes, size);
+  const std::string_view text(reinterpret_cast<const char*>(file_->data()) + 8, header_bytes);
+  header_ = parse_safetensors_header(text, size - 8 - header_bytes, source);
+  data_ = file_->data() + 8 + header_bytes;
+  for (size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
+}
+
+const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+Tensor SafetensorsFile::get(std::string_view name) const {
+  const SafetensorsEntry* e = find(name);
+  HYLA_CHECK(e, "{}: no tensor named '{}'", path().string(), name);
+  const uint8_t* p = data_ + e->begin;
+  if (reinterpret_cast<uintptr_t>(p) % dtype_size(e->dtype) != 0) {
+    Tensor copy = Tensor::empty(e->dtype, e->shape);
+    std::memcpy(copy.raw(), p, e->end - e->begin);
+    return copy;
+  }
+  return Tensor::view(e->dtype, e->shape, const_cast<uint8_t*>(p), file_);
+}
+
+ModelWeights::ModelWeights(const fs::path& dir) {
+  const fs::path single = dir / "model.safetensors", index_path = dir / "model.safetensors.index.json";
+  if (!fs::exists(index_path)) {
+    HYLA_CHECK(fs::exists(single), "{}: no model.safetensors or model.safetensors.index.json", dir.string());
+    files_.emplace_back(single);
+  } else {
+    const std::string source = index_path.string();
+    json index;
+    try {
+      index = json::parse(read_file(index_path));
+    } catch (const json::exception& e) {
+      fail("{}: not valid JSON: {}", source, e.what());
+    }
+    HYLA_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+               "{}: missing object 'weight_map'", source);
+    std::map<std::string, size_t> shard_ids;
+    std::map<std::string, std::string> wanted;
+    for (const auto& [name, shard] : index["weight_map"].items()) {
+      HYLA_CHECK(shard.is_string(), "{}: weight_map['{}'] is not a file name", source, name);
+      const std::string file = shard.get<std::string>();
+      HYLA_CHECK(file.find('/') == std::string::npos && file.find("..") == std::string::npos,
+                 "{}: weight_map['{}'] = '{}' is not a file in the model directory", source, name, file);
+      wanted[name] = file;
+      if (!shard_ids.count(file)) {
+        shard_ids[file] = files_.size();
+        files_.emplace_back(dir / file);
+      }
+    }
+    for (const auto& [name, file] : wanted)
+      HYLA_CHECK(files_[shard_ids[file]].find(name), "{}: tensor '{}' is listed in {} but {} does not hold it",
+                 source, name, index_path.filename().string(), file);
+    for (const SafetensorsFile& f : files_)
+      for (const SafetensorsEntry& e : f.header().tensors)
+        HYLA_CHECK(wanted.count(e.name) && wanted[e.name] == f.path().filename().string(),
+                   "{}: tensor '{}' is not listed for this shard in {}", f.path().string(), e.name,
+                   index_path.filename().string());
+  }
+  for (size_t i = 0; i < files_.size(); ++i)
+    for (const SafetensorsEntry& e : files_[i].header().tensors) {
+      const bool inserted = where_.emplace(e.name, std::make_pair(i, &e)).second;
+      HYLA_CHECK(inserted, "{}: tensor '{}' appears in more than one shard", files_[i].path().string(), e.name);
+    }
+}
+
+std::vector<std::string> ModelWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : where_) out.push_back(name);
+  return out;
+}
+
+bool ModelWeights::contains(std::string_view name) const { return where_.find(name) != where_.end(); }
+
+const SafetensorsEntry& ModelWeights::entry(std::string_view name) const {
+  auto it = where_.find(name);
+  HYLA_CHECK(it != where_.end(), "model weights have no tensor named '{}'", name);
+  return *it->second.second;
+}
+
+Tensor ModelWeights::get(std::string_view name) const {
+  auto it = where_.find(name);
+  HYLA_CHECK(it != where_.end(), "model weights have no tensor named '{}'", name);
+  return files_[it->second.first].get(name);
+}
+
+void save_safetensors(const fs::path& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<const std::pair<std::string, Tensor>*> order;
+  std::set<std::string> names;
+  for (const auto& t : tensors) {
+    HYLA_CHECK(names.insert(t.first).second, "{}: tensor '{}' given twice", path.string(), t.first);
+    HYLA_CHECK(t.first != "__metadata__", "{}: '__metadata__' is reserved", path.string());
+    order.push_back(&t);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return dtype_size(a->second.dtype()) > dtype_size(b->second.dtype());
+  });
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto* t : order) {
+    const uint64_t bytes = t->second.nbytes();
+    header[t->first] = {{"dtype", std::string(dtype_name(t->second.dtype()))},
+                        {"shape", std::vector<int64_t>(t->second.shape().begin(), t->second.shape().end())},
+                        {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t length = text.size();
+  AtomicFile file(path);
+  file.write(&length, 8);
+  file.write(text);
+  for (const auto* t : order) file.write(t->second.raw(), t->second.nbytes());
+  file.commit();
+}
+
+void save_model_weights(const fs::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<NamedTensors> shards(1);
+  uint64_t shard_bytes = 0, total = 0;
+  for (const auto& t : tensors) {
+    if (shard_bytes > 0 && shard_bytes + t.second.nbytes() > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(t);
+    shard_bytes += t.second.nbytes();
+    total += t.second.nbytes();
+  }
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  if (shards.size() == 1) {
+    save_safetensors(dir / "model.safetensors", tensors, metadata);
+    fs::remove(index_path);
+    return;
+  }
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+    save_safetensors(dir / name, shards[i], metadata);
+    for (const auto& t : shards[i]) weight_map[t.first] = name;
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomic(index_path, index.dump(2) + "\n");
+  fs::remove(dir / "model.safetensors");
+}
+
+}  // namespace hyla

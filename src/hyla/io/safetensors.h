@@ -1,0 +1,82 @@
+#pragma once
+// safetensors (SPEC §8): reading by memory map with zero-copy views, atomic writing, sharded
+// models with model.safetensors.index.json. Every malformed file is a one-line hyla::Error that
+// names the file and the problem.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "hyla/core/tensor.h"
+#include "hyla/io/file.h"
+
+namespace hyla {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;  // byte offsets into the data section
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;  // in data order
+  std::map<std::string, std::string> metadata;
+};
+
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+
+// Validates a header (the JSON text after the 8-byte length) against the size of the data section
+// that follows it. Errors are prefixed with `source` (the file name).
+SafetensorsHeader parse_safetensors_header(std::string_view json, uint64_t data_bytes, std::string_view source);
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::filesystem::path& path);
+  const SafetensorsHeader& header() const { return header_; }
+  const std::filesystem::path& path() const { return file_->path(); }
+  const SafetensorsEntry* find(std::string_view name) const;
+  // A view into the mapped file; copied only when the data is not aligned to its element size.
+  Tensor get(std::string_view name) const;
+
+ private:
+  std::shared_ptr<const MappedFile> file_;
+  SafetensorsHeader header_;
+  const uint8_t* data_ = nullptr;
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+// The weights of a model directory: model.safetensors, or the shards that
+// model.safetensors.index.json names (each tensor in exactly one shard).
+class ModelWeights {
+ public:
+  explicit ModelWeights(const std::filesystem::path& dir);
+  std::vector<std::string> names() const;  // sorted
+  bool contains(std::string_view name) const;
+  const SafetensorsEntry& entry(std::string_view name) const;
+  Tensor get(std::string_view name) const;
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, std::pair<size_t, const SafetensorsEntry*>, std::less<>> where_;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes one safetensors file atomically. Tensors are laid out largest element size first so
+// every tensor starts aligned to its element size.
+void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Writes `dir`/model.safetensors, or, when the tensors exceed `max_shard_bytes`, shards
+// model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
+void save_model_weights(const std::filesystem::path& dir, const NamedTensors& tensors,
+                        uint64_t max_shard_bytes = 4ull << 30,
+                        const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace hyla

@@ -1,0 +1,153 @@
+#include "hyla/kernels/matmul.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "hyla/core/error.h"
+#include "hyla/core/memory.h"
+
+namespace hyla {
+namespace {
+
+struct GemmKey {
+  bool bf16_inputs;
+  Trans ta, tb;
+  int64_t batch, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c;
+  float alpha, beta;
+  bool operator==(const GemmKey&) const = default;
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {
+    size_t h = std::hash<int64_t>()(k.M);
+    auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    for (int64_t v : {k.batch, k.N, k.K, k.lda, k.ldb, k.ldc, k.stride_a, k.stride_b, k.stride_c}) mix(uint64_t(v));
+    uint32_t a, b;
+    std::memcpy(&a, &k.alpha, 4);
+    std::memcpy(&b, &k.beta, 4);
+    mix(a);
+    mix(b);
+    mix(uint64_t(k.bf16_inputs) | uint64_t(k.ta) << 1 | uint64_t(k.tb) << 2);
+    return h;
+  }
+};
+
+// One entry per shape and per calling thread: the memory objects and argument map are reused
+// (only their data handles change), so a call allocates nothing.
+struct CachedGemm {
+  dnnl::matmul primitive;
+  dnnl::memory a, b, c, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+std::atomic<int64_t> primitives_created{0};
+
+// Scratchpad owned by the calling thread and grown, never shrunk.
+void* scratchpad(size_t bytes) {
+  thread_local std::shared_ptr<void> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer = allocate_aligned(bytes);
+    capacity = bytes;
+  }
+  return buffer.get();
+}
+
+CachedGemm create(const GemmKey& key) {
+  using dt = dnnl::memory::data_type;
+  const dt input = key.bf16_inputs ? dt::bf16 : dt::f32;
+  const bool batched = key.batch > 1 || key.stride_a || key.stride_b || key.stride_c;
+  auto matrix = [&](int64_t rows, int64_t cols, Trans t, int64_t ld, int64_t stride, dt type) {
+    // op(X)[r, c] lives at X[r * ld + c] (N) or X[c * ld + r] (T).
+    const int64_t row_stride = t == Trans::N ? ld : 1, col_stride = t == Trans::N ? 1 : ld;
+    if (!batched) return dnnl::memory::desc({rows, cols}, type, {row_stride, col_stride});
+    return dnnl::memory::desc({key.batch, rows, cols}, type, {stride, row_stride, col_stride});
+  };
+  const auto a = matrix(key.M, key.K, key.ta, key.lda, key.stride_a, input);
+  const auto b = matrix(key.K, key.N, key.tb, key.ldb, key.stride_b, input);
+  const auto c = matrix(key.M, key.N, Trans::N, key.ldc, key.stride_c, dt::f32);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+  if (key.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(key.beta);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  dnnl::engine& engine = cpu_engine();
+  CachedGemm g{dnnl::matmul(pd), dnnl::memory(a, engine, nullptr), dnnl::memory(b, engine, nullptr),
+               dnnl::memory(c, engine, nullptr), dnnl::memory(pd.scratchpad_desc(), engine, nullptr), {}};
+  g.args = {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, g.c}};
+  if (pd.scratchpad_desc().get_size() > 0) g.args.emplace(DNNL_ARG_SCRATCHPAD, g.scratchpad);
+  ++primitives_created;
+  return g;
+}
+
+void run(const GemmKey& key, const void* A, const void* B, float* C) {
+  if (key.M == 0 || key.N == 0 || key.batch == 0) return;
+  if (key.K == 0) {  // empty sum: C = beta * C
+    for (int64_t b = 0; b < key.batch; ++b)
+      for (int64_t i = 0; i < key.M; ++i) {
+        float* row = C + b * key.stride_c + i * key.ldc;
+        for (int64_t j = 0; j < key.N; ++j) row[j] = key.beta == 0.0f ? 0.0f : key.beta * row[j];
+      }
+    return;
+  }
+  thread_local std::unordered_map<GemmKey, CachedGemm, GemmKeyHash> cache;
+  thread_local dnnl::stream stream(cpu_engine());
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, create(key)).first;
+  CachedGemm& g = it->second;
+  g.a.set_data_handle(const_cast<void*>(A));
+  g.b.set_data_handle(const_cast<void*>(B));
+  g.c.set_data_handle(C);
+  if (g.args.count(DNNL_ARG_SCRATCHPAD)) g.scratchpad.set_data_handle(scratchpad(g.scratchpad.get_desc().get_size()));
+  g.primitive.execute(stream, g.args);
+  stream.wait();
+}
+
+GemmKey make_key(bool bf16_inputs, int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                 float alpha, int64_t lda, int64_t stride_a, int64_t ldb, int64_t stride_b, float beta,
+                 int64_t ldc, int64_t stride_c) {
+  HYLA_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch >= 0);
+  HYLA_ASSERT(lda >= (ta == Trans::N ? K : M) && ldb >= (tb == Trans::N ? N : K) && ldc >= N);
+  return {bf16_inputs, ta, tb, batch, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, alpha, beta};
+}
+
+}  // namespace
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  run(make_key(false, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
+}
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+          const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  run(make_key(true, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
+}
+
+void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                  int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c) {
+  run(make_key(false, batch, ta, tb, M, N, K, alpha, lda, stride_a, ldb, stride_b, beta, ldc, stride_c), A, B, C);
+}
+
+void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                  const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb,
+                  int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c) {
+  run(make_key(true, batch, ta, tb, M, N, K, alpha, lda, stride_a, ldb, stride_b, beta, ldc, stride_c), A, B, C);
+}
+
+int64_t gemm_primitives_created() { return primitives_created.load(); }
+
+}  // namespace hyla

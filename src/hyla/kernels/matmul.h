@@ -1,0 +1,29 @@
+#pragma once
+// Dense matrix multiply on oneDNN: C = alpha * op(A) * op(B) + beta * C, row-major, with row
+// strides (lda, ldb, ldc) as in BLAS. Inputs f32 or bf16, accumulation and output f32.
+// Primitives are created once per shape and cached, so a training step never re-creates one.
+#include <cstdint>
+
+#include "hyla/core/half.h"
+
+namespace hyla {
+
+enum class Trans : uint8_t { N, T };
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+          const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// `batch` independent products; matrix b of A starts at A + b * stride_a (likewise B and C).
+void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                  int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);
+void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                  const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb,
+                  int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);
+
+// Number of cached primitives (for tests that check a step creates none).
+int64_t gemm_primitives_created();
+
+}  // namespace hyla

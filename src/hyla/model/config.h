@@ -1,0 +1,95 @@
+#pragma once
+// config.json (SPEC §1): the model's hyperparameters, parsed strictly and validated.
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hyla {
+
+enum class LayerType { Kda, Mla, Swa };
+enum class KdaGate { LowerBound, Softplus };
+enum class Activation { Swiglu, Situ };
+enum class Balancing { Quantile, BiasSign, AuxLoss, None };
+
+struct KdaConfig {
+  int64_t num_heads = 8;
+  int64_t head_dim = 64;
+  int64_t conv_kernel = 4;
+  KdaGate gate = KdaGate::LowerBound;
+  double gate_lower_bound = -5.0;
+  int64_t chunk_size = 64;
+};
+
+struct MlaConfig {
+  int64_t num_heads = 8;
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 128;
+  int64_t qk_nope_head_dim = 64;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 64;
+  double rope_theta = 10000.0;
+  bool output_gate = true;
+  int64_t sliding_window = 0;
+};
+
+struct MoeConfig {
+  int64_t num_experts = 128;
+  int64_t num_experts_per_tok = 4;
+  int64_t num_shared_experts = 1;
+  int64_t moe_intermediate_size = 128;
+  int64_t first_k_dense_replace = 1;
+  int64_t intermediate_size = 1408;
+  int64_t router_latent_dim = 0;
+  int64_t latent_dim = 0;
+  double routed_scaling_factor = 2.5;
+  Activation activation = Activation::Swiglu;
+  Balancing balancing = Balancing::Quantile;
+  double bias_update_speed = 0.001;
+  double aux_loss_coef = 0.0;
+};
+
+struct AttnResConfig {
+  bool enabled = true;
+  int64_t block_size = 2;
+};
+
+struct VisionConfig {
+  bool enabled = false;
+  int64_t patch_size = 7;
+  int64_t channels = 1;
+  int64_t max_grid = 8;
+};
+
+struct ModelConfig {
+  int64_t vocab_size = 8192;
+  int64_t hidden_size = 512;
+  int64_t num_hidden_layers = 8;
+  std::vector<LayerType> layer_types;  // defaults to SPEC §1's 8-layer pattern
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;
+  int64_t max_position_embeddings = 1048576;
+  KdaConfig kda;
+  MlaConfig mla;
+  MoeConfig moe;
+  AttnResConfig attn_res;
+  VisionConfig vision;
+
+  // Parses and validates; `source` names the file in error messages.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source = "config.json");
+  static ModelConfig load(const std::string& path);
+  nlohmann::json to_json() const;  // every key, so a saved config.json is complete
+  void validate(const std::string& source = "config.json") const;
+
+  bool is_moe_layer(int64_t layer) const { return layer >= moe.first_k_dense_replace; }
+  bool is_attention_layer(int64_t layer) const { return layer_types[size_t(layer)] != LayerType::Kda; }
+};
+
+const char* to_string(LayerType t);
+const char* to_string(KdaGate g);
+const char* to_string(Activation a);
+const char* to_string(Balancing b);
+
+}  // namespace hyla

@@ -1,0 +1,104 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "hyla/kernels/matmul.h"
+
+namespace hyla {
+namespace {
+
+struct Case {
+  Trans ta, tb;
+  int64_t M, N, K, pad;  // pad: extra columns in each leading dimension
+  float alpha, beta;
+};
+
+// C[b] = alpha op(A[b]) op(B[b]) + beta C[b] in double.
+void reference(const Case& c, int64_t batch, const std::vector<float>& A, int64_t lda, int64_t sa,
+               const std::vector<float>& B, int64_t ldb, int64_t sb, std::vector<double>& C, int64_t ldc, int64_t sc) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double a = c.ta == Trans::N ? A[b * sa + i * lda + k] : A[b * sa + k * lda + i];
+          const double x = c.tb == Trans::N ? B[b * sb + k * ldb + j] : B[b * sb + j * ldb + k];
+          s += a * x;
+        }
+        double& out = C[b * sc + i * ldc + j];
+        out = c.alpha * s + (c.beta == 0 ? 0.0 : c.beta * out);
+      }
+}
+
+template <typename T>
+void check(const Case& c, int64_t batch) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist;
+  const int64_t a_rows = c.ta == Trans::N ? c.M : c.K, a_cols = c.ta == Trans::N ? c.K : c.M;
+  const int64_t b_rows = c.tb == Trans::N ? c.K : c.N, b_cols = c.tb == Trans::N ? c.N : c.K;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
+  const int64_t sa = a_rows * lda + 3, sb = b_rows * ldb + 5, sc = c.M * ldc + 1;
+  std::vector<float> A(size_t(batch * sa)), B(size_t(batch * sb)), C(size_t(batch * sc));
+  for (auto* v : {&A, &B, &C})
+    for (float& x : *v) x = dist(rng);
+  std::vector<T> At(A.size()), Bt(B.size());
+  for (size_t i = 0; i < A.size(); ++i) {
+    if constexpr (std::is_same_v<T, bf16>) A[i] = to_f32(At[i] = to_bf16(A[i]));
+    else At[i] = A[i];
+  }
+  for (size_t i = 0; i < B.size(); ++i) {
+    if constexpr (std::is_same_v<T, bf16>) B[i] = to_f32(Bt[i] = to_bf16(B[i]));
+    else Bt[i] = B[i];
+  }
+  std::vector<double> expected(C.begin(), C.end());
+  reference(c, batch, A, lda, sa, B, ldb, sb, expected, ldc, sc);
+  if (batch == 1)
+    gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, At.data(), lda, Bt.data(), ldb, c.beta, C.data(), ldc);
+  else
+    gemm_batched(batch, c.ta, c.tb, c.M, c.N, c.K, c.alpha, At.data(), lda, sa, Bt.data(), ldb, sb, c.beta, C.data(),
+                 ldc, sc);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) {
+        const size_t at = size_t(b * sc + i * ldc + j);
+        // f32 accumulation of K products of unit-variance terms: error ~ sqrt(K) * 2^-24 * |terms|.
+        ASSERT_NEAR(C[at], expected[at], 1e-5 * (std::sqrt(double(c.K)) * 4 + std::fabs(expected[at])))
+            << "b=" << b << " i=" << i << " j=" << j;
+      }
+}
+
+const Case kCases[] = {
+    {Trans::N, Trans::N, 17, 23, 31, 0, 1.0f, 0.0f}, {Trans::N, Trans::T, 64, 48, 80, 3, 1.0f, 0.0f},
+    {Trans::T, Trans::N, 33, 65, 129, 1, 0.5f, 1.0f}, {Trans::T, Trans::T, 8, 5, 300, 2, -2.0f, 0.25f},
+    {Trans::N, Trans::T, 1, 1, 1, 0, 1.0f, 1.0f},     {Trans::N, Trans::N, 5, 7, 0, 0, 1.0f, 0.5f},
+};
+
+TEST(Gemm, F32AllTransposesStridesAlphaBeta) {
+  for (const Case& c : kCases) check<float>(c, 1);
+}
+
+TEST(Gemm, Bf16InputsF32Accumulate) {
+  for (const Case& c : kCases) check<bf16>(c, 1);
+}
+
+TEST(Gemm, BatchedStrided) {
+  for (const Case& c : kCases) {
+    check<float>(c, 3);
+    check<bf16>(c, 4);
+  }
+}
+
+TEST(Gemm, PrimitivesAreCachedByShape) {
+  std::vector<float> A(64 * 64, 1.0f), B(64 * 64, 1.0f), C(64 * 64);
+  gemm(Trans::N, Trans::N, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64);
+  const int64_t created = gemm_primitives_created();
+  for (int i = 0; i < 10; ++i)
+    gemm(Trans::N, Trans::N, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64);
+  EXPECT_EQ(gemm_primitives_created(), created);
+  EXPECT_EQ(C[0], 64.0f);
+}
+
+}  // namespace
+}  // namespace hyla

@@ -1,0 +1,34 @@
+#pragma once
+// Helpers shared by tests: temporary directories, raw file writing, running the hyla binary.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace hyla::test {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_bytes(const std::filesystem::path& path, const std::string& bytes);
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+// Runs `hyla <args>` (the binary built with the tests) through the shell.
+CommandResult run_hyla(const std::string& args);
+
+// The repository root (for configs/).
+std::filesystem::path source_dir();
+
+}  // namespace hyla::test
