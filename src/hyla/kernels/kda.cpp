@@ -1,0 +1,209 @@
+#include "hyla/kernels/kda.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "hyla/core/error.h"
+#include "hyla/core/memory.h"
+#include "hyla/core/simd.h"
+#include "hyla/kernels/kda_internal.h"
+
+namespace hyla {
+
+const char* to_string(KdaPath p) {
+  switch (p) {
+    case KdaPath::Recurrent: return "recurrent";
+    case KdaPath::ChunkedDense: return "dense";
+    case KdaPath::ChunkedPairwise: return "pairwise";
+  }
+  return "?";
+}
+
+void KdaWorkspace::Thread::ensure(size_t floats) {
+  if (floats <= capacity) return;
+  memory = allocate_aligned(floats * sizeof(float));
+  capacity = floats;
+}
+
+float* KdaWorkspace::Thread::take(int64_t floats) {
+  const size_t n = (size_t(floats) + 15) / 16 * 16;  // keep every buffer 64-byte aligned
+  if (used + n <= capacity) {
+    float* p = static_cast<float*>(memory.get()) + used;
+    used += n;
+    return p;
+  }
+  overflow.push_back(allocate_aligned(n * sizeof(float)));
+  overflow_used += n;
+  return static_cast<float*>(overflow.back().get());
+}
+
+void KdaWorkspace::Thread::release() {
+  if (!overflow.empty()) {
+    const size_t needed = used + overflow_used;
+    overflow.clear();
+    overflow_used = 0;
+    memory.reset();
+    capacity = 0;
+    ensure(needed);
+  }
+  used = 0;
+}
+
+KdaWorkspace::KdaWorkspace() = default;
+KdaWorkspace::~KdaWorkspace() {
+  for (Thread* t : threads_) delete t;
+}
+
+KdaWorkspace::Thread& KdaWorkspace::thread(int index) { return *threads_[size_t(index)]; }
+
+void KdaWorkspace::reserve() {
+  const int n = std::max(1, omp_get_max_threads());
+  while (int(threads_.size()) < n) threads_.push_back(new Thread());
+}
+
+float KdaWorkspace::max_dense_exponent() const {
+  float m = 0.0f;
+  for (const Thread* t : threads_) m = std::max(m, t->max_dense_exponent);
+  return m;
+}
+
+namespace {
+
+void check(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options) {
+  HYLA_CHECK(shape.heads > 0 && shape.key_dim > 0 && shape.value_dim > 0, "kda: bad shape H={} K={} V={}",
+             shape.heads, shape.key_dim, shape.value_dim);
+  HYLA_CHECK(options.chunk_size >= 16 && options.chunk_size % 16 == 0 && options.chunk_size <= 256,
+             "kda: chunk_size {} must be a multiple of 16 in [16, 256]", options.chunk_size);
+  HYLA_CHECK(in.batch >= 0 && (in.batch == 0 || in.starts), "kda: bad batch");
+  for (int64_t b = 0; b < in.batch; ++b)
+    HYLA_CHECK(in.starts[b + 1] >= in.starts[b], "kda: sequence {} has negative length", b);
+}
+
+// (sequence, head) tasks, longest sequences first so that dynamic scheduling balances them.
+std::vector<std::pair<int64_t, int64_t>> tasks(const KdaShape& shape, const KdaInputs& in) {
+  std::vector<int64_t> order(size_t(in.batch));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return in.starts[a + 1] - in.starts[a] > in.starts[b + 1] - in.starts[b];
+  });
+  std::vector<std::pair<int64_t, int64_t>> list;
+  for (int64_t b : order)
+    for (int64_t h = 0; h < shape.heads; ++h) list.emplace_back(b, h);
+  return list;
+}
+
+// Flush-to-zero and denormals-are-zero for the kernel's duration: decayed products can fall
+// into the denormal range, where x86 arithmetic is ~100x slower; their values are negligible.
+class FlushDenormals {
+ public:
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+};
+
+}  // namespace
+
+void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
+                 float* final_state, KdaSavedStates* saved, KdaWorkspace& workspace) {
+  check(shape, in, options);
+  workspace.reserve();
+  if (saved) {
+    const int64_t C = options.chunk_size;
+    saved->chunk_base.assign(size_t(in.batch) + 1, 0);
+    for (int64_t b = 0; b < in.batch; ++b)
+      saved->chunk_base[size_t(b) + 1] = saved->chunk_base[size_t(b)] + ceil_div(in.starts[b + 1] - in.starts[b], C);
+    const int64_t chunks = saved->chunk_base.back();
+    const Shape needed{std::max<int64_t>(chunks, 1), shape.heads, shape.key_dim, shape.value_dim};
+    if (!(saved->states.defined() && saved->states.numel() >= needed.numel()))
+      saved->states = Tensor::empty(DType::F32, needed);
+  }
+  const auto list = tasks(shape, in);
+#pragma omp parallel
+  {
+    FlushDenormals flush;
+    KdaWorkspace::Thread& ws = workspace.thread(omp_get_thread_num());
+    ws.max_dense_exponent = 0.0f;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto [b, h] = list[i];
+      if (options.path == KdaPath::Recurrent)
+        kda_recurrent_forward_task(shape, in, options, b, h, o, final_state, saved, ws);
+      else
+        kda_chunked_forward_task(shape, in, options, b, h, o, final_state, saved, ws);
+    }
+  }
+}
+
+void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, const float* d_o,
+                  const float* d_final_state, const KdaSavedStates& saved, const KdaGrads& grads,
+                  KdaWorkspace& workspace) {
+  check(shape, in, options);
+  HYLA_CHECK(saved.chunk_base.size() == size_t(in.batch) + 1, "kda: backward needs the states of its forward");
+  workspace.reserve();
+  const auto list = tasks(shape, in);
+#pragma omp parallel
+  {
+    FlushDenormals flush;
+    KdaWorkspace::Thread& ws = workspace.thread(omp_get_thread_num());
+#pragma omp for schedule(dynamic, 1)
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto [b, h] = list[i];
+      if (options.path == KdaPath::Recurrent)
+        kda_recurrent_backward_task(shape, in, options, b, h, d_o, d_final_state, saved, grads, ws);
+      else
+        kda_chunked_backward_task(shape, in, options, b, h, d_o, d_final_state, saved, grads, ws);
+    }
+  }
+}
+
+namespace {
+// Σ over 16-row blocks of a lower-triangular product's contraction lengths: Σ_a rows_a · (r0_a + rows_a).
+double lower_block_pairs(int64_t L) {
+  double s = 0;
+  for (int64_t r0 = 0; r0 < L; r0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, L - r0);
+    s += double(rows) * double(r0 + rows);
+  }
+  return s;
+}
+}  // namespace
+
+double kda_forward_flops(KdaPath path, int64_t tokens, int64_t K, int64_t V, int64_t chunk) {
+  const double k = double(K), v = double(V);
+  if (path == KdaPath::Recurrent) return double(tokens) * 7.0 * k * v;  // decay, S̃ᵀk, S̃ᵀq, update
+  double total = 0;
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const double L = double(std::min(chunk, tokens - t0)), lower = lower_block_pairs(int64_t(L));
+    total += 2 * 2 * lower * k   // [P ; Ã] (both paths count the dense product; pairwise does its diagonal by pairs)
+             + L * L * L / 3      // T by substitution
+             + 2 * lower * (k + v)  // W, U
+             + 2 * L * k * v * 3    // E, Q̂ S0, state update
+             + 2 * lower * v;       // P E
+  }
+  return total;
+}
+
+double kda_backward_flops(KdaPath path, int64_t tokens, int64_t K, int64_t V, int64_t chunk) {
+  const double k = double(K), v = double(V);
+  if (path == KdaPath::Recurrent) {
+    // Recompute (about 2.5 forward token-steps per token with 16-token segments in 64-token
+    // chunks) plus two passes of about 6 K·V each.
+    return double(tokens) * (2.5 * 5.0 + 12.0) * k * v;
+  }
+  double total = kda_forward_flops(path, tokens, K, V, chunk);  // recomputation
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const double L = double(std::min(chunk, tokens - t0)), lower = lower_block_pairs(int64_t(L));
+    total += 2 * L * k * v * 6        // dE, dKt, [dQ̂;dW] (2L), dS0 (2L)
+             + 2 * L * L * v * 2      // dP, Pᵀ dO
+             + 2 * L * L * (k + v) * 2  // dX, dT
+             + 2 * L * L * L * 2      // dA
+             + 2 * 2 * lower * k * 2;  // through [P ; Ã]
+  }
+  return total;
+}
+
+}  // namespace hyla

@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "hyla/core/memory.h"
+#include "hyla/kernels/small_gemm.h"
+
+namespace hyla {
+namespace {
+
+void check(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, float beta, bool bf16_inputs) {
+  std::mt19937 rng(unsigned(M * 131 + N * 7 + K));
+  std::normal_distribution<float> dist;
+  const int64_t lda = (trans_a ? M : K) + 3, ldb = N + 5, ldc = N + 1;
+  std::vector<float> A((trans_a ? K : M) * lda + 1), B(K * ldb + 1), C(M * ldc + 1);
+  for (auto* v : {&A, &B, &C})
+    for (float& x : *v) x = dist(rng);
+  std::vector<double> expected(C.size());
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        float a = trans_a ? A[k * lda + i] : A[i * lda + k], b = B[k * ldb + j];
+        if (bf16_inputs) a = to_f32(to_bf16(a)), b = to_f32(to_bf16(b));
+        s += double(a) * b;
+      }
+      expected[i * ldc + j] = alpha * s + beta * C[i * ldc + j];
+    }
+  std::vector<float> got = C;
+  if (bf16_inputs) {
+    auto scratch = allocate_aligned(size_t(small_gemm_bf16_scratch(M, N, K)));
+    small_gemm_bf16(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc, scratch.get());
+  } else {
+    small_gemm(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+  }
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      ASSERT_NEAR(got[i * ldc + j], expected[i * ldc + j], 2e-5 * (std::sqrt(double(K)) * 3 + std::fabs(expected[i * ldc + j])))
+          << "M=" << M << " N=" << N << " K=" << K << " trans=" << trans_a << " i=" << i << " j=" << j;
+  // Nothing outside the M×N block is written.
+  for (int64_t i = 0; i < M; ++i) ASSERT_EQ(got[i * ldc + N], C[i * ldc + N]);
+}
+
+TEST(SmallGemm, MatchesReferenceAcrossShapes) {
+  for (bool trans : {false, true})
+    for (int64_t M : {1, 5, 6, 7, 16, 33, 64})
+      for (int64_t N : {1, 15, 16, 17, 48, 64, 65, 128, 130})
+        for (int64_t K : {1, 2, 3, 16, 63, 128}) {
+          check(trans, M, N, K, 1.0f, 0.0f, false);
+          check(trans, M, N, K, -0.5f, 1.0f, true);
+        }
+  check(false, 64, 128, 128, 2.0f, 0.75f, false);
+  check(true, 128, 128, 64, 1.0f, 1.0f, true);
+}
+
+TEST(SmallGemm, Transpose) {
+  std::vector<float> a(7 * 19), t(19 * 9, -1.0f);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i);
+  transpose(a.data(), 7, 19, 19, t.data(), 9);
+  for (int r = 0; r < 7; ++r)
+    for (int c = 0; c < 19; ++c) ASSERT_EQ(t[c * 9 + r], a[r * 19 + c]);
+  EXPECT_EQ(t[7], -1.0f);  // padding untouched
+}
+
+}  // namespace
+}  // namespace hyla
