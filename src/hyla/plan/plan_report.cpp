@@ -49,7 +49,7 @@ void memory(std::string& out, const Plan& p) {
   const LayerMix mix = layer_mix(c);
   out += "\nmemory\n";
   line(out, "weights, all experts resident", si(p.weight_bytes, "B"),
-       fmt::format("{} params x {:.4g} B", grouped(p.params.total_sum()), p.options.weights.bytes_per_value));
+       fmt::format("{} params x {:.6g} B", grouped(p.params.total_sum()), p.options.weights.bytes_per_value));
   line(out, "weights one token uses (active)", si(p.active_weight_bytes, "B"),
        "not the deployment memory: every expert must be resident");
   line(out, fmt::format("per sequence at {}", counted(p.options.context, "token")), si(s.total_bytes(), "B"));
