@@ -61,6 +61,7 @@ TEST(PlanCli, BadOptionsGiveOneLineErrors) {
       {" --gpu custom:80,zero,900", "'zero' is not a positive number"},
       {" --batch 0", "--batch 0: must be at least 1"},
       {" --batch -2", "--batch -2: must be at least 1"},
+      {" --batch two", "--batch = two"},
       {" --context 2000000", "--context 2000000: must lie in [1, max_position_embeddings = 1048576]"},
       {" --weights fp4", "--weights: unknown format 'fp4' (known: bf16, fp8, int8, int4)"},
       {" --kv int4", "--kv: unknown format 'int4' (known: bf16, fp8)"},
