@@ -7,5 +7,6 @@ namespace hyla::cli {
 void add_version(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_init(CLI::App& app);
+void add_plan(CLI::App& app);
 
 }  // namespace hyla::cli

@@ -15,11 +15,15 @@ int main(int argc, char** argv) {
   hyla::cli::add_version(app);
   hyla::cli::add_inspect(app);
   hyla::cli::add_init(app);
+  hyla::cli::add_plan(app);
   try {
     hyla::set_threads(hyla::resolve_threads(0));
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // Bad flags follow the CLI's convention for every user error: one line, exit status 1.
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
   } catch (const hyla::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

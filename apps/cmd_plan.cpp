@@ -1,0 +1,39 @@
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "hyla/model/config.h"
+#include "hyla/plan/plan.h"
+#include "hyla/plan/plan_report.h"
+
+namespace hyla::cli {
+
+void add_plan(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plan", "What a configuration costs to serve and to train (formulas: docs/plan.md)");
+  static std::string config_path, weights = "bf16", kv = "bf16", gpu = "h200-141g";
+  static PlanOptions options;
+  static bool as_json = false;
+  cmd->add_option("--config", config_path, "Model config.json")->required();
+  cmd->add_option("--context", options.context, "Tokens per sequence (default: max_position_embeddings)");
+  cmd->add_option("--weights", weights, "Weight format: bf16, fp8, int8, int4")->capture_default_str();
+  cmd->add_option("--kv", kv, "Latent cache format: bf16, fp8")->capture_default_str();
+  cmd->add_option("--batch", options.batch, "Concurrent sequences")->capture_default_str();
+  cmd->add_option("--gpu", gpu, "h100-80g, h200-141g, a100-80g, b200-192g or custom:MEM_GB,BW_TBps,TFLOPS")
+      ->capture_default_str();
+  cmd->add_option("--mfu", options.mfu, "Model FLOPs utilisation for prefill and training")->capture_default_str();
+  cmd->add_option("--train-tokens", options.train_tokens, "Training tokens")->capture_default_str();
+  cmd->add_option("--train-seq-len", options.train_seq_len, "Training sequence length")->capture_default_str();
+  cmd->add_flag("--json", as_json, "Print one JSON object");
+  cmd->callback([] {
+    const ModelConfig config = ModelConfig::load(config_path);
+    options.weights = parse_weight_format(weights);
+    options.kv = parse_cache_format(kv);
+    options.gpu = parse_gpu(gpu);
+    const Plan plan = make_plan(config, options);
+    if (as_json)
+      fmt::print("{}\n", plan_json(plan).dump(2));
+    else
+      fmt::print("{}", plan_text(plan));
+  });
+}
+
+}  // namespace hyla::cli

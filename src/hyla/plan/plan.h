@@ -1,0 +1,81 @@
+#pragma once
+// `hyla plan`: what a configuration costs to serve and to train on a given GPU, from the config
+// alone. Every figure's formula is in docs/plan.md.
+#include <cstdint>
+
+#include "hyla/model/config.h"
+#include "hyla/model/param_count.h"
+#include "hyla/plan/flops.h"
+#include "hyla/plan/formats.h"
+#include "hyla/plan/gpus.h"
+#include "hyla/plan/sequence_state.h"
+
+namespace hyla {
+
+struct PlanOptions {
+  int64_t context = 0;  // 0: the config's max_position_embeddings
+  NumberFormat weights = parse_weight_format("bf16");
+  NumberFormat kv = parse_cache_format("bf16");
+  int64_t batch = 1;  // concurrent sequences
+  GpuSpec gpu = parse_gpu("h200-141g");
+  double mfu = 0.4;
+  double train_tokens = 15e12;
+  int64_t train_seq_len = 4096;
+};
+
+// Each GPU keeps this share of its memory for weights and sequence state; the rest is held back
+// for the runtime, communication buffers, activations and fragmentation.
+constexpr double kUsableMemoryFraction = 0.9;
+
+struct Deployment {
+  double usable_bytes_per_gpu = 0;
+  double needed_bytes = 0;  // weights + batch × sequence state
+  int64_t min_gpus = 0;
+};
+
+// One decode step of the whole batch with routed experts spread over the deployment's GPUs
+// (expert parallelism) and the other weights sharded over the same GPUs.
+struct DecodeStep {
+  double experts_touched_per_layer = 0;  // distinct routed experts the batch's tokens select
+  double dense_bytes = 0;                // non-routed weights, less the embedding lookup table
+  double expert_bytes = 0;               // the touched experts' weights
+  double cache_bytes = 0;                // latent caches read + KDA states read and written
+  double bandwidth_tokens_per_s_per_gpu = 0;
+  double compute_tokens_per_s_per_gpu = 0;  // at peak throughput
+
+  double total_bytes() const { return dense_bytes + expert_bytes + cache_bytes; }
+  double upper_bound() const;
+};
+
+// bf16 weights (2) + bf16 gradients (2) + f32 master weights (4) + f32 AdamW moments (8).
+constexpr double kTrainingBytesPerParam = 16;
+
+struct Training {
+  double state_bytes = 0;
+  int64_t zero3_gpus = 0;      // every byte sharded
+  int64_t zero1_gpus = 0;      // optimizer sharded, bf16 weights + grads replicated; 0 if they do not fit one GPU
+  TokenFlops flops_per_token;  // at train_seq_len
+  double flops = 0;            // 6 × matmul parameters × tokens + 3 × forward attention
+  double gpu_hours = 0;
+};
+
+struct Plan {
+  ModelConfig config;
+  PlanOptions options;  // context resolved
+  ParamCounts params;
+  int64_t matmul_params = 0;
+  double weight_bytes = 0;         // every parameter, all experts resident
+  double active_weight_bytes = 0;  // the parameters one token uses
+  SequenceState sequence;
+  TokenFlops flops;  // at the context
+  Deployment deployment;
+  double prefill_flops = 0;    // a whole prompt of `context` tokens
+  double prefill_seconds = 0;  // on the deployment's GPUs at the given MFU
+  DecodeStep decode;
+  Training training;
+};
+
+// Fails with a one-line hyla::Error on options outside their range.
+Plan make_plan(const ModelConfig& config, const PlanOptions& options);
+
+}  // namespace hyla

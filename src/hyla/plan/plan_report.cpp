@@ -1,0 +1,200 @@
+#include "hyla/plan/plan_report.h"
+
+#include <fmt/format.h>
+
+#include "hyla/plan/layer_mix.h"
+#include "hyla/plan/units.h"
+
+namespace hyla {
+using json = nlohmann::json;
+
+namespace {
+
+// One labelled figure with an optional explanation, aligned in columns.
+void line(std::string& out, const std::string& label, const std::string& value, const std::string& note = "") {
+  out += fmt::format("  {:<36} {:>10}", label, value);
+  out += note.empty() ? "\n" : fmt::format("   {}\n", note);
+}
+
+std::string counted(int64_t n, const std::string& noun) { return grouped(n) + " " + noun + (n == 1 ? "" : "s"); }
+
+void header(std::string& out, const Plan& p) {
+  const ModelConfig& c = p.config;
+  const PlanOptions& o = p.options;
+  const LayerMix mix = layer_mix(c);
+  out += fmt::format(
+      "model: d {}, {} layers ({} kda, {} mla, {} swa), vocab {}, {} experts ({} routed + {} shared per token",
+      c.hidden_size, c.num_hidden_layers, mix.kda, mix.mla, mix.swa, c.vocab_size, c.moe.num_experts,
+      c.moe.num_experts_per_tok, c.moe.num_shared_experts);
+  out += c.moe.latent_dim > 0 ? fmt::format(", latent {})\n", c.moe.latent_dim) : ")\n";
+  out += fmt::format("options: context {}, weights {} ({}), kv cache {}, batch {}, mfu {}\n", grouped(o.context),
+                     o.weights.name, o.weights.layout, o.kv.name, o.batch, o.mfu);
+  out += fmt::format("gpu: {} ({} memory, {}, {} dense bf16)\n", o.gpu.name, si(o.gpu.memory_bytes, "B"),
+                     si(o.gpu.bandwidth_bytes_per_s, "B/s"), si(o.gpu.bf16_flops, "FLOP/s"));
+}
+
+void parameters(std::string& out, const Plan& p) {
+  out += fmt::format("\nparameters {:>32} {:>22}\n", "total", "active per token");
+  for (int i = 0; i < kNumComponents; ++i)
+    out += fmt::format("  {:<18} {:>22} {:>22}\n", component_name(Component(i)), grouped(p.params.total[i]),
+                       grouped(p.params.active[i]));
+  const int64_t total = p.params.total_sum(), active = p.params.active_sum();
+  out += fmt::format("  {:<18} {:>22} {:>22}   ({} total, {} active)\n", "sum", grouped(total), grouped(active),
+                     short_count(double(total)), short_count(double(active)));
+}
+
+void memory(std::string& out, const Plan& p) {
+  const ModelConfig& c = p.config;
+  const SequenceState& s = p.sequence;
+  const LayerMix mix = layer_mix(c);
+  out += "\nmemory\n";
+  line(out, "weights, all experts resident", si(p.weight_bytes, "B"),
+       fmt::format("{} params x {:.6g} B", grouped(p.params.total_sum()), p.options.weights.bytes_per_value));
+  line(out, "weights one token uses (active)", si(p.active_weight_bytes, "B"),
+       "not the deployment memory: every expert must be resident");
+  line(out, fmt::format("per sequence at {}", counted(p.options.context, "token")), si(s.total_bytes(), "B"));
+  line(out, "  latent cache (grows with tokens)", si(s.latent_cache_bytes, "B"),
+       fmt::format("{} layers x {} values x {} B per token", mix.attention(), s.latent_values_per_token,
+                   p.options.kv.bytes_per_value));
+  line(out, "  kda states (fixed)", si(s.kda_state_bytes, "B"),
+       fmt::format("{} layers x {} heads x {}x{} f32", mix.kda, c.kda.num_heads, c.kda.head_dim, c.kda.head_dim));
+  line(out, "  kda conv tails (fixed)", si(s.conv_tail_bytes, "B"),
+       fmt::format("{} layers x 3 x {} channels x {} f32", mix.kda, c.kda.num_heads * c.kda.head_dim,
+                   c.kda.conv_kernel - 1));
+  line(out, fmt::format("full MHA instead, same {} layers", mix.attention()), si(s.mha_attention_layers_bytes, "B"),
+       fmt::format("{} values per token per layer", s.mha_values_per_token));
+  line(out, fmt::format("full MHA in all {} layers", c.num_hidden_layers), si(s.mha_all_layers_bytes, "B"));
+}
+
+void deployment(std::string& out, const Plan& p) {
+  const Deployment& d = p.deployment;
+  const double per_gpu = d.needed_bytes / double(d.min_gpus);
+  out += fmt::format("\ndeployment on {}\n", p.options.gpu.name);
+  line(out, fmt::format("weights + {} x sequence state", p.options.batch), si(d.needed_bytes, "B"));
+  line(out, "usable per GPU", si(d.usable_bytes_per_gpu, "B"),
+       fmt::format("{:.0f}% of memory; the rest is headroom for runtime, buffers, activations",
+                   kUsableMemoryFraction * 100));
+  line(out, "min GPUs", grouped(d.min_gpus),
+       fmt::format("{} each = {:.0f}% of memory", si(per_gpu, "B"), 100 * per_gpu / p.options.gpu.memory_bytes));
+}
+
+void compute(std::string& out, const Plan& p) {
+  const TokenFlops& f = p.flops;
+  out += fmt::format("\n{:<38} {:>14} {:>14}\n", "compute per token at context " + grouped(p.options.context),
+                     "prefill (mean)", "decode");
+  auto row = [&out](const std::string& label, double prefill, double decode, const std::string& note = "") {
+    out += fmt::format("  {:<36} {:>14} {:>14}", label, si(prefill, "FLOP"), si(decode, "FLOP"));
+    out += note.empty() ? "\n" : fmt::format("   {}\n", note);
+  };
+  row("weights", f.weights, f.weights, fmt::format("2 x {} matmul params", grouped(p.matmul_params)));
+  row("latent attention", f.mla_prefill, f.mla_decode);
+  row("kda", f.kda_prefill, f.kda_decode);
+  row("total", f.prefill(), f.decode());
+  line(out, fmt::format("prefill {}", counted(p.options.context, "token")), fmt::format("{:.3g} s", p.prefill_seconds),
+       fmt::format("{:.2e} FLOP on {} at MFU {}", p.prefill_flops, counted(p.deployment.min_gpus, "GPU"),
+                   p.options.mfu));
+}
+
+void decode(std::string& out, const Plan& p) {
+  const DecodeStep& d = p.decode;
+  const ModelConfig& c = p.config;
+  const int64_t gpus = p.deployment.min_gpus;
+  out += fmt::format("\ndecode upper bound (batch {}, experts and weights spread over {})\n", p.options.batch,
+                     counted(gpus, "GPU"));
+  line(out, "bytes read per step", si(d.total_bytes(), "B"));
+  line(out, "  dense weights (sharded)", si(d.dense_bytes, "B"), "all but routed experts and the embedding lookup");
+  line(out, "  routed experts touched", si(d.expert_bytes, "B"),
+       fmt::format("{:.1f} of {} per layer x {} MoE layers", d.experts_touched_per_layer, c.moe.num_experts,
+                   c.num_hidden_layers - c.moe.first_k_dense_replace));
+  line(out, "  caches and states", si(d.cache_bytes, "B"), "latent caches read, kda states read and written");
+  line(out, "memory-bandwidth bound", short_count(d.bandwidth_tokens_per_s_per_gpu),
+       fmt::format("tokens/s per GPU ({} for the deployment)",
+                   short_count(d.bandwidth_tokens_per_s_per_gpu * double(gpus))));
+  line(out, "compute bound at peak", short_count(d.compute_tokens_per_s_per_gpu), "tokens/s per GPU");
+  line(out, "upper bound", short_count(d.upper_bound()), "tokens/s per GPU");
+}
+
+void training(std::string& out, const Plan& p) {
+  const Training& t = p.training;
+  const double replicated = 4 * double(p.params.total_sum());
+  out += fmt::format("\ntraining ({:.0f} B per parameter: bf16 weights + bf16 grads + f32 master + f32 AdamW m, v)\n",
+                     kTrainingBytesPerParam);
+  line(out, "model states", si(t.state_bytes, "B"));
+  line(out, "ZeRO-3 (all states sharded)", grouped(t.zero3_gpus), t.zero3_gpus == 1 ? "GPU" : "GPUs");
+  if (t.zero1_gpus > 0)
+    line(out, "ZeRO-1 (optimizer sharded)", grouped(t.zero1_gpus), t.zero1_gpus == 1 ? "GPU" : "GPUs");
+  else
+    line(out, "ZeRO-1 (optimizer sharded)", "no",
+         fmt::format("replicated bf16 weights + grads ({}) exceed a GPU: add model parallelism", si(replicated, "B")));
+  line(out,
+       fmt::format("{} tokens at sequence {}", short_count(p.options.train_tokens), grouped(p.options.train_seq_len)),
+       short_count(t.gpu_hours), fmt::format("GPU-hours: {:.2e} FLOP at MFU {}", t.flops, p.options.mfu));
+}
+
+}  // namespace
+
+std::string plan_text(const Plan& p) {
+  std::string out;
+  header(out, p);
+  parameters(out, p);
+  memory(out, p);
+  deployment(out, p);
+  compute(out, p);
+  decode(out, p);
+  training(out, p);
+  return out;
+}
+
+json plan_json(const Plan& p) {
+  const PlanOptions& o = p.options;
+  json components = json::object();
+  for (int i = 0; i < kNumComponents; ++i)
+    components[component_name(Component(i))] = {{"total", p.params.total[i]}, {"active", p.params.active[i]}};
+  return {
+      {"context", o.context},
+      {"weights", o.weights.name},
+      {"weight_bytes_per_param", o.weights.bytes_per_value},
+      {"kv", o.kv.name},
+      {"batch", o.batch},
+      {"gpu",
+       {{"name", o.gpu.name},
+        {"memory_bytes", o.gpu.memory_bytes},
+        {"bandwidth_bytes_per_s", o.gpu.bandwidth_bytes_per_s},
+        {"bf16_flops", o.gpu.bf16_flops}}},
+      {"mfu", o.mfu},
+      {"params_total", p.params.total_sum()},
+      {"params_active", p.params.active_sum()},
+      {"params_matmul", p.matmul_params},
+      {"params_by_component", components},
+      {"weight_bytes", p.weight_bytes},
+      {"active_weight_bytes", p.active_weight_bytes},
+      {"sequence_state_bytes", p.sequence.total_bytes()},
+      {"latent_cache_bytes", p.sequence.latent_cache_bytes},
+      {"kda_state_bytes", p.sequence.kda_state_bytes},
+      {"conv_tail_bytes", p.sequence.conv_tail_bytes},
+      {"mha_attention_layers_bytes", p.sequence.mha_attention_layers_bytes},
+      {"mha_all_layers_bytes", p.sequence.mha_all_layers_bytes},
+      {"usable_bytes_per_gpu", p.deployment.usable_bytes_per_gpu},
+      {"needed_bytes", p.deployment.needed_bytes},
+      {"min_gpus", p.deployment.min_gpus},
+      {"prefill_flops_per_token", p.flops.prefill()},
+      {"decode_flops_per_token", p.flops.decode()},
+      {"prefill_flops", p.prefill_flops},
+      {"prefill_seconds", p.prefill_seconds},
+      {"decode_bytes_per_step", p.decode.total_bytes()},
+      {"decode_experts_touched_per_layer", p.decode.experts_touched_per_layer},
+      {"decode_bandwidth_tokens_per_s_per_gpu", p.decode.bandwidth_tokens_per_s_per_gpu},
+      {"decode_compute_tokens_per_s_per_gpu", p.decode.compute_tokens_per_s_per_gpu},
+      {"decode_tokens_per_s_per_gpu_upper_bound", p.decode.upper_bound()},
+      {"training_bytes_per_param", kTrainingBytesPerParam},
+      {"training_state_bytes", p.training.state_bytes},
+      {"training_gpus_zero3", p.training.zero3_gpus},
+      {"training_gpus_zero1", p.training.zero1_gpus > 0 ? json(p.training.zero1_gpus) : json(nullptr)},
+      {"train_tokens", o.train_tokens},
+      {"train_seq_len", o.train_seq_len},
+      {"training_flops", p.training.flops},
+      {"training_gpu_hours", p.training.gpu_hours},
+  };
+}
+
+}  // namespace hyla

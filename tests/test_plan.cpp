@@ -1,0 +1,204 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hyla/model/model.h"
+#include "hyla/plan/plan.h"
+#include "test_util.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+ModelConfig load(const std::string& relative_path) {
+  return ModelConfig::load((test::source_dir() / relative_path).string());
+}
+
+double relative_error(double value, double reference) { return std::fabs(value / reference - 1); }
+
+// The counts equal the tensors the model registers (names and shapes only, nothing allocated).
+void expect_counts_match_model(const ModelConfig& config) {
+  const Model model(config, /*allocate=*/false);
+  EXPECT_EQ(count_parameters(config).total_sum(), model.params().numel());
+}
+
+TEST(PlanParams, FlagshipIsAbout2_8TTotalAnd104BActive) {
+  const ModelConfig c = load("configs/flagship-2.8t.json");
+  const ParamCounts n = count_parameters(c);
+  EXPECT_EQ(n.total_sum(), 2808304853984);
+  EXPECT_EQ(n.active_sum(), 105117869024);
+  EXPECT_LT(relative_error(double(n.total_sum()), 2.8e12), 0.03);
+  EXPECT_LT(relative_error(double(n.active_sum()), 104e9), 0.03);
+  // By hand: a routed expert works in the 3584-wide latent space, 3 matrices of 3584 x 3072.
+  const int64_t expert = 3 * 3584 * 3072;
+  EXPECT_EQ(n.total[int(Component::RoutedExperts)], 93 * 896 * expert);
+  EXPECT_EQ(n.active[int(Component::RoutedExperts)], 93 * 16 * expert);
+  EXPECT_EQ(n.total[int(Component::SharedExperts)], 93 * 2 * expert);
+  // KDA with full-rank f and g: 6 matrices of 12288 x 7168, b_proj, 3 convs, A_log, dt_bias, o_norm.
+  const int64_t kda = 6LL * 12288 * 7168 + 96 * 7168 + 3 * 12288 * 4 + 96 + 12288 + 128;
+  EXPECT_EQ(n.total[int(Component::Kda)], 69 * kda);
+  expect_counts_match_model(c);
+}
+
+TEST(PlanParams, DeepSeekV3Within2PercentOfPublic) {
+  const ModelConfig c = load("tests/data/deepseek-v3.json");
+  const ParamCounts n = count_parameters(c);
+  EXPECT_LT(relative_error(double(n.total_sum()), 671e9), 0.02) << n.total_sum();
+  EXPECT_LT(relative_error(double(n.active_sum()), 37e9), 0.02) << n.active_sum();
+  expect_counts_match_model(c);
+}
+
+// Kimi-Linear's KDA layers project f and g through rank-K bottlenecks (f_a_proj [K, d], f_b_proj
+// [H·K, K], likewise g); SPEC §3 has full-rank f_proj and g_proj [H·K, d]. Everything else has
+// the same shapes, so the released model is our count less that difference, exactly.
+TEST(PlanParams, KimiLinearIsTheReleasedModelPlusFullRankGates) {
+  const ModelConfig c = load("tests/data/kimi-linear-48b-a3b.json");
+  const ParamCounts n = count_parameters(c);
+  const int64_t d = 2304, H = 32, K = 128, HK = H * K, V = 163840, kda_layers = 20, mla_layers = 7;
+  const int64_t gate_difference = kda_layers * 2 * (HK * d - (K * d + HK * K));
+  EXPECT_EQ(gate_difference, 344719360);
+
+  // The released model's tensors, from its modeling code.
+  const int64_t kda = 4 * HK * d + 2 * (K * d + HK * K) + H * d + 3 * HK * 4 + H + HK + K;
+  const int64_t mla = H * 192 * d + 576 * d + 512 + H * 256 * 512 + d * H * 128;
+  const int64_t expert = 3 * d * 1024, router = 256 * d + 256;
+  const int64_t shared =
+      kda_layers * kda + mla_layers * mla + 3 * d * 9216 + 26 * (expert + router) + d * 55 + 2 * V * d;
+  const int64_t released_total = shared + 26 * 256 * expert, released_active = shared + 26 * 8 * expert;
+  EXPECT_EQ(n.total_sum() - gate_difference, released_total);
+  EXPECT_EQ(n.active_sum() - gate_difference, released_active);
+  // llama.cpp reports 49.12 B parameters for the released checkpoint.
+  EXPECT_LT(relative_error(double(released_total), 49.12e9), 0.001) << released_total;
+  EXPECT_LT(relative_error(double(n.total_sum()), 49.12e9), 0.02) << n.total_sum();
+  expect_counts_match_model(c);
+}
+
+PlanOptions options_on(const std::string& gpu) {
+  PlanOptions o;
+  o.gpu = parse_gpu(gpu);
+  return o;
+}
+
+TEST(Plan, SmallByHand) {
+  const ModelConfig c = load("configs/small.json");
+  PlanOptions o = options_on("custom:1,2,100");  // 1 GB, 2 TB/s, 100 TFLOP/s
+  o.context = 1000;
+  o.batch = 3;
+  const Plan p = make_plan(c, o);
+  const int64_t total = 200042544, active = 29386800;
+  EXPECT_DOUBLE_EQ(p.weight_bytes, 2.0 * total);
+  EXPECT_EQ(p.matmul_params, active - 8192 * 512);
+
+  // 2 latent layers x 1000 tokens x 128 values x 2 B; 6 KDA layers of 8 heads x 64 x 64 f32 states
+  // and 3 x 512 channels x 3 f32 conv tails.
+  EXPECT_DOUBLE_EQ(p.sequence.latent_cache_bytes, 2 * 1000 * 128 * 2);
+  EXPECT_DOUBLE_EQ(p.sequence.kda_state_bytes, 6 * 8 * 64 * 64 * 4);
+  EXPECT_DOUBLE_EQ(p.sequence.conv_tail_bytes, 6 * 3 * 512 * 3 * 4);
+  EXPECT_DOUBLE_EQ(p.sequence.mha_attention_layers_bytes, 2 * 1000 * 8 * (64 + 64) * 2);
+  EXPECT_DOUBLE_EQ(p.sequence.mha_all_layers_bytes, 8 * 1000 * 8 * (64 + 64) * 2);
+
+  // Prefill: 2 layers x 8 heads x (64 + 64) over a mean of 500.5 positions; decode (absorbed)
+  // 2 x 8 x (2 x 128) over 1000 positions; KDA decode 6 layers x 8 heads x 6 x 64 x 64.
+  EXPECT_DOUBLE_EQ(p.flops.weights, 2.0 * double(active - 8192 * 512));
+  EXPECT_DOUBLE_EQ(p.flops.mla_prefill, 2 * 2 * 8 * 128 * 500.5);
+  EXPECT_DOUBLE_EQ(p.flops.mla_decode, 2 * 2 * 8 * 256 * 1000);
+  EXPECT_DOUBLE_EQ(p.flops.kda_decode, 6 * 8 * 6 * 64 * 64);
+  EXPECT_DOUBLE_EQ(p.flops.kda_prefill, 6 * 8 * (6 * 64 * 64 + 64 * 5 * 64 + 64 * 64 / 3.0));
+
+  // 400 MB of weights + 3 sequences fit in 0.9 GB: one GPU.
+  EXPECT_DOUBLE_EQ(p.deployment.needed_bytes, 2.0 * total + 3 * p.sequence.total_bytes());
+  EXPECT_EQ(p.deployment.min_gpus, 1);
+  EXPECT_DOUBLE_EQ(p.prefill_seconds, 1000 * p.flops.prefill() / (100e12 * 0.4));
+
+  // Decode: 3 tokens each pick 4 of 128 experts in each of 7 MoE layers.
+  const double touched = 128 * (1 - std::pow(1 - 4.0 / 128, 3));
+  EXPECT_DOUBLE_EQ(p.decode.experts_touched_per_layer, touched);
+  EXPECT_DOUBLE_EQ(p.decode.expert_bytes, 7 * touched * (3 * 512 * 128) * 2);
+  EXPECT_DOUBLE_EQ(p.decode.dense_bytes, 2.0 * double(total - 7 * 128 * 3 * 512 * 128 - 8192 * 512));
+  EXPECT_DOUBLE_EQ(p.decode.cache_bytes, 3 * (p.sequence.latent_cache_bytes + 2 * p.sequence.fixed_bytes()));
+  EXPECT_DOUBLE_EQ(p.decode.bandwidth_tokens_per_s_per_gpu, 3 * 2e12 / p.decode.total_bytes());
+  EXPECT_DOUBLE_EQ(p.decode.compute_tokens_per_s_per_gpu, 100e12 / p.flops.decode());
+
+  // Training: 16 B per parameter; ZeRO-1 keeps 4 B per parameter on every GPU.
+  EXPECT_DOUBLE_EQ(p.training.state_bytes, 16.0 * total);
+  EXPECT_EQ(p.training.zero3_gpus, int64_t(std::ceil(16.0 * total / 0.9e9)));
+  EXPECT_EQ(p.training.zero1_gpus, int64_t(std::ceil(12.0 * total / (0.9e9 - 4.0 * total))));
+}
+
+TEST(Plan, SlidingWindowLayersKeepOnlyTheWindow) {
+  json j = load("configs/small.json").to_json();
+  j["layer_types"][3] = "swa";
+  j["mla"]["sliding_window"] = 100;
+  PlanOptions o;
+  o.context = 1000;
+  const Plan p = make_plan(ModelConfig::from_json(j), o);
+  EXPECT_DOUBLE_EQ(p.sequence.latent_cache_bytes, (1000 + 100) * 128 * 2);
+  // Prompt positions 1..1000 attend min(t, 100): (100·101/2 + 900·100) / 1000 = 95.05 on average.
+  EXPECT_DOUBLE_EQ(p.flops.mla_prefill, 2 * 8 * 128 * (500.5 + 95.05));
+  EXPECT_DOUBLE_EQ(p.flops.mla_decode, 2 * 8 * 256 * (1000 + 100));
+}
+
+TEST(Plan, MemoryGrowsTheGpuCount) {
+  const ModelConfig c = load("configs/flagship-2.8t.json");
+  PlanOptions o;
+  const Plan bf16 = make_plan(c, o);
+  o.weights = parse_weight_format("int8");
+  const Plan int8 = make_plan(c, o);
+  // Resident weights are all 2.8T parameters, at a byte each plus one f32 scale per 128.
+  EXPECT_DOUBLE_EQ(int8.weight_bytes, 2808304853984 * (1 + 4.0 / 128));
+  EXPECT_LT(int8.deployment.min_gpus, bf16.deployment.min_gpus);
+  o.batch = 64;
+  const Plan batched = make_plan(c, o);
+  EXPECT_GT(batched.deployment.min_gpus, int8.deployment.min_gpus);
+  // More sequences touch more distinct experts, never more than exist.
+  EXPECT_GT(batched.decode.experts_touched_per_layer, 16 * 30);
+  EXPECT_LT(batched.decode.experts_touched_per_layer, 896);
+}
+
+TEST(Plan, RejectsOptionsOutOfRange) {
+  const ModelConfig c = load("configs/small.json");
+  auto expect_error = [&c](PlanOptions o, const std::string& what) {
+    try {
+      make_plan(c, o);
+      FAIL() << "no error; expected: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  PlanOptions o;
+  o.context = c.max_position_embeddings + 1;
+  expect_error(o, "--context 1048577: must lie in [1, max_position_embeddings = 1048576]");
+  o = {};
+  o.batch = 0;
+  expect_error(o, "--batch 0: must be at least 1");
+  o = {};
+  o.mfu = 1.5;
+  expect_error(o, "--mfu 1.5");
+  o = {};
+  o.train_tokens = 0;
+  expect_error(o, "--train-tokens 0");
+  o = {};
+  o.train_seq_len = 0;
+  expect_error(o, "--train-seq-len 0");
+}
+
+TEST(Plan, ParsesGpusAndFormats) {
+  const GpuSpec h100 = parse_gpu("h100-80g");
+  EXPECT_DOUBLE_EQ(h100.memory_bytes, 80e9);
+  EXPECT_DOUBLE_EQ(h100.bandwidth_bytes_per_s, 3.35e12);
+  const GpuSpec custom = parse_gpu("custom:96,4.5,700");
+  EXPECT_DOUBLE_EQ(custom.memory_bytes, 96e9);
+  EXPECT_DOUBLE_EQ(custom.bandwidth_bytes_per_s, 4.5e12);
+  EXPECT_DOUBLE_EQ(custom.bf16_flops, 700e12);
+  EXPECT_THROW(parse_gpu("x100"), Error);
+  for (const char* bad : {"custom:", "custom:96,4.5", "custom:96,4.5,700,1", "custom:96,-1,700", "custom:a,b,c"})
+    EXPECT_THROW(parse_gpu(bad), Error) << bad;
+  EXPECT_DOUBLE_EQ(parse_weight_format("int4").bytes_per_value, 0.5 + 2.0 / 128);
+  EXPECT_DOUBLE_EQ(parse_cache_format("fp8").bytes_per_value, 1.0);
+  EXPECT_THROW(parse_weight_format("fp4"), Error);
+  EXPECT_THROW(parse_cache_format("int8"), Error);
+}
+
+}  // namespace
+}  // namespace hyla
