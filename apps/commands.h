@@ -8,5 +8,6 @@ void add_version(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_init(CLI::App& app);
 void add_plan(CLI::App& app);
+void add_bench(CLI::App& app);
 
 }  // namespace hyla::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   hyla::cli::add_inspect(app);
   hyla::cli::add_init(app);
   hyla::cli::add_plan(app);
+  hyla::cli::add_bench(app);
   try {
     hyla::set_threads(hyla::resolve_threads(0));
     app.parse(argc, argv);

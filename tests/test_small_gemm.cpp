@@ -56,12 +56,17 @@ TEST(SmallGemm, MatchesReferenceAcrossShapes) {
 }
 
 TEST(SmallGemm, Transpose) {
-  std::vector<float> a(7 * 19), t(19 * 9, -1.0f);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i);
-  transpose(a.data(), 7, 19, 19, t.data(), 9);
-  for (int r = 0; r < 7; ++r)
-    for (int c = 0; c < 19; ++c) ASSERT_EQ(t[c * 9 + r], a[r * 19 + c]);
-  EXPECT_EQ(t[7], -1.0f);  // padding untouched
+  for (int64_t rows : {1, 7, 16, 33})
+    for (int64_t cols : {1, 15, 16, 19, 40}) {
+      const int64_t ld_src = cols + 2, ld_dst = rows + 3;
+      std::vector<float> a(size_t(rows * ld_src)), t(size_t(cols * ld_dst), -1.0f);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = float(i);
+      transpose(a.data(), rows, cols, ld_src, t.data(), ld_dst);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(t[c * ld_dst + r], a[r * ld_src + c]) << rows << "x" << cols;
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = rows; r < ld_dst; ++r) ASSERT_EQ(t[c * ld_dst + r], -1.0f);  // padding untouched
+    }
 }
 
 }  // namespace

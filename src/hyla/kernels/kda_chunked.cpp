@@ -42,30 +42,32 @@ struct Mm {
   }
 };
 
-// The chunk's inputs gathered into contiguous rows, and the quantities shared by forward and backward.
+// The chunk's inputs (views into the token-major inputs, row stride ld) and the quantities
+// shared by forward and backward.
 struct Chunk {
-  int64_t L;           // tokens in this chunk
-  float *q, *k, *v;    // [L×K], [L×K], [L×V]
-  float* beta;         // [L]
-  double* G;           // Γ, [L×K]: in double so that differences Γ_i - Γ_j of large cumulative
-                       // decays (the unbounded gate reaches thousands of nats) keep f32 accuracy
-  double* GT;          // Γᵀ, [K×C]
-  float* kT;           // kᵀ, [K×C]
-  float* eG;           // e^Γ, [L×K]
-  float* P;            // [C×C], lower triangle incl. diagonal
-  float* A;            // Ã (A without the β row scaling), [C×C], strictly lower
-  float* T;            // (I + A)^{-1}, [C×C], lower
-  float* QW;           // rows [0, L): Q̂ = Q ⊙ e^Γ; rows [L, 2L): W; [2C×K]
-  float* Xk;           // β ⊙ K ⊙ e^Γ, [L×K]
-  float* Xv;           // β ⊙ V, [L×V]
-  float* E;            // U - W S0, [L×V]
-  float* Kt;           // K ⊙ e^{Γ_L - Γ}, [L×K]
-  float* eKt;          // e^{Γ_L - Γ}, [L×K]
-  float* eGL;          // e^{Γ_L}, [K]
-  // Row-block scratch for the intra-chunk products: factors e^{Γ_i-ref} [16×K] and e^{ref-Γ_j}
-  // [K×C], the products' inputs [qd ; kd] [2·16×K] and krT [K×C], and their output [2·16×C].
-  float *ed, *ekr, *QKd, *krT, *PA;
-  float* pair;         // e^{Γ_i - Γ_j} for one pair of the pairwise path, [K]
+  int64_t L;                 // tokens in this chunk
+  const float *q, *k, *v;    // rows i at q + i·ldqk (likewise k) and v + i·ldv
+  int64_t ldqk, ldv;
+  float* beta;               // [L]
+  double* G;                 // Γ, [L×K], in double so that differences Γ_i - Γ_j of large cumulative
+                             // decays (the unbounded gate reaches thousands of nats) keep f32 accuracy
+  float* eG;                 // e^Γ, [L×K]
+  float* P;                  // [C×C], lower triangle incl. diagonal
+  float* A;                  // Ã (A without the β row scaling), [C×C], strictly lower
+  float* T;                  // (I + A)^{-1}, [C×C], lower
+  float* QW;                 // rows [0, L): Q̂ = Q ⊙ e^Γ; rows [L, 2L): W; [2C×K]
+  float* Xk;                 // β ⊙ K ⊙ e^Γ, [L×K]
+  float* Xv;                 // β ⊙ V, [L×V]
+  float* E;                  // U - W S0, [L×V]
+  float* Kt;                 // K ⊙ e^{Γ_L - Γ}, [L×K]
+  float* eKt;                // e^{Γ_L - Γ}, [L×K]
+  float* eGL;                // e^{Γ_L}, [K]
+  // Row block scratch: e^{Γ_i - ref} [16×K]; [qd ; kd] [2·16×K] and its transpose [K×2·16];
+  // e^{ref - Γ_j} and kr_j = k_j ⊙ e^{ref - Γ_j} for the block's columns [C×K]; [P ; Ã]ᵀ of the
+  // block [C×2·16].
+  float *ed, *QKd, *QKdT, *ekr, *kr, *PAT;
+  float* pair;               // [K] scratch: e^{Γ_i - Γ_j} of a pair, or a row block's e^{ref}
+  float* Ttmp;               // [2·16×C] scratch of the blocked inverse
 };
 
 struct Dims {
@@ -76,134 +78,213 @@ struct Dims {
 Chunk take_chunk(KdaWorkspace::Thread& ws, const Dims& d) {
   const int64_t K = d.K, V = d.V, C = d.C;
   Chunk c{};
-  c.q = ws.take(C * K), c.k = ws.take(C * K), c.v = ws.take(C * V), c.beta = ws.take(C);
-  c.G = reinterpret_cast<double*>(ws.take(2 * C * K)), c.GT = reinterpret_cast<double*>(ws.take(2 * K * C));
-  c.kT = ws.take(K * C), c.eG = ws.take(C * K);
+  c.ldqk = d.st.qk, c.ldv = d.st.v;
+  c.beta = ws.take(C), c.G = reinterpret_cast<double*>(ws.take(2 * C * K)), c.eG = ws.take(C * K);
   c.P = ws.take(C * C), c.A = ws.take(C * C), c.T = ws.take(C * C);
   c.QW = ws.take(2 * C * K), c.Xk = ws.take(C * K), c.Xv = ws.take(C * V), c.E = ws.take(C * V);
   c.Kt = ws.take(C * K), c.eKt = ws.take(C * K), c.eGL = ws.take(K);
-  c.ed = ws.take(kSub * K), c.ekr = ws.take(K * C);
-  c.QKd = ws.take(2 * kSub * K), c.krT = ws.take(K * C), c.PA = ws.take(2 * kSub * C), c.pair = ws.take(K);
+  c.ed = ws.take(kSub * K), c.QKd = ws.take(2 * kSub * K), c.QKdT = ws.take(K * 2 * kSub);
+  c.ekr = ws.take(C * K), c.kr = ws.take(C * K), c.PAT = ws.take(C * 2 * kSub), c.pair = ws.take(K);
+  c.Ttmp = ws.take(2 * kSub * C);
   return c;
 }
 
-void gather(const KdaInputs& in, const Dims& d, int64_t h, int64_t row0, Chunk& c) {
-  const int64_t K = d.K, V = d.V;
+void load_chunk(const KdaInputs& in, const Dims& d, int64_t h, int64_t row0, Chunk& c) {
+  const int64_t K = d.K;
+  c.q = in.q + row0 * d.st.qk + h * K;
+  c.k = in.k + row0 * d.st.qk + h * K;
+  c.v = in.v + row0 * d.st.v + h * d.V;
   for (int64_t i = 0; i < c.L; ++i) {
     const int64_t row = row0 + i;
-    std::memcpy(c.q + i * K, in.q + row * d.st.qk + h * K, size_t(K) * 4);
-    std::memcpy(c.k + i * K, in.k + row * d.st.qk + h * K, size_t(K) * 4);
-    std::memcpy(c.v + i * V, in.v + row * d.st.v + h * V, size_t(V) * 4);
     c.beta[i] = in.beta[row * d.st.beta + h];
     const float* g = in.g + row * d.st.qk + h * K;
-    for (int64_t j = 0; j < K; ++j) c.G[i * K + j] = (i ? c.G[(i - 1) * K + j] : 0.0) + double(g[j]);
+    double* G = c.G + i * K;
+    if (i == 0) {
+#pragma omp simd
+      for (int64_t j = 0; j < K; ++j) G[j] = double(g[j]);
+    } else {
+      const double* prev = G - K;
+#pragma omp simd
+      for (int64_t j = 0; j < K; ++j) G[j] = prev[j] + double(g[j]);
+    }
   }
-  for (int64_t j = 0; j < K; ++j)
-    for (int64_t i = 0; i < c.L; ++i) c.GT[j * d.C + i] = c.G[i * K + j];
 }
 
-// Row block a's left factors [q ⊙ e^{Γ-ref} ; k ⊙ e^{Γ-ref}] and column factors
-// krT[c][j] = k_j[c] e^{ref[c]-Γ_j[c]} for j < cols. Returns the largest column exponent.
-float block_factors(Chunk& c, const Dims& d, int64_t r0, int64_t rows, int64_t cols) {
-  const int64_t K = d.K, C = d.C;
+inline const float* q_row(const Chunk& c, int64_t i) { return c.q + i * c.ldqk; }
+inline const float* k_row(const Chunk& c, int64_t i) { return c.k + i * c.ldqk; }
+inline const float* v_row(const Chunk& c, int64_t i) { return c.v + i * c.ldv; }
+
+// Row block [r0, r0 + rows)'s factors, with ref = Γ_{r0}: ed_i = e^{Γ_i - ref}, [qd ; kd] =
+// [q ⊙ ed ; k ⊙ ed] (and its transpose), and for the columns j < cols ekr_j = e^{ref - Γ_j},
+// kr_j = k_j ⊙ ekr_j. Blocks are visited in order: the columns the previous block already had
+// (j < prev_cols) are rescaled by e^{ref - ref_prev} <= 1 instead of exponentiated again.
+// Returns the largest exponent among the new columns (Γ falls along j: the last column's).
+float block_factors(Chunk& c, const Dims& d, int64_t r0, int64_t rows, int64_t prev_r0, int64_t prev_cols,
+                    int64_t cols) {
+  const int64_t K = d.K;
   const double* ref = c.G + r0 * K;
   float* qd = c.QKd;
   float* kd = c.QKd + rows * K;
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < K; ++j) c.ed[i * K + j] = float(c.G[(r0 + i) * K + j] - ref[j]);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* G = c.G + (r0 + i) * K;
+    float* e = c.ed + i * K;
+#pragma omp simd
+    for (int64_t j = 0; j < K; ++j) e[j] = float(G[j] - ref[j]);
+  }
   exp_inplace(c.ed, rows * K);
-  for (int64_t x = 0; x < rows * K; ++x) {
-    qd[x] = c.q[r0 * K + x] * c.ed[x];
-    kd[x] = c.k[r0 * K + x] * c.ed[x];
+  // e^{Γ_i} = e^{ref} e^{Γ_i - ref} for the chunk-level factors (wy_form).
+  float* e_ref = c.pair;
+  for (int64_t j = 0; j < K; ++j) e_ref[j] = float(ref[j]);
+  exp_inplace(e_ref, K);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float *e = c.ed + i * K, *q = q_row(c, r0 + i), *k = k_row(c, r0 + i);
+    float* eg = c.eG + (r0 + i) * K;
+#pragma omp simd
+    for (int64_t j = 0; j < K; ++j) {
+      qd[i * K + j] = q[j] * e[j];
+      kd[i * K + j] = k[j] * e[j];
+      eg[j] = e_ref[j] * e[j];
+    }
+  }
+  transpose(c.QKd, 2 * rows, K, K, c.QKdT, 2 * rows);
+  if (prev_cols > 0) {
+    const double* prev_ref = c.G + prev_r0 * K;
+    for (int64_t ch = 0; ch < K; ++ch) c.pair[ch] = float(ref[ch] - prev_ref[ch]);
+    exp_inplace(c.pair, K);
+    for (int64_t j = 0; j < prev_cols; ++j) {
+      float *e = c.ekr + j * K, *kr = c.kr + j * K;
+#pragma omp simd
+      for (int64_t ch = 0; ch < K; ++ch) {
+        e[ch] *= c.pair[ch];
+        kr[ch] *= c.pair[ch];
+      }
+    }
+  }
+  for (int64_t j = prev_cols; j < cols; ++j) {
+    const double* G = c.G + j * K;
+    float* e = c.ekr + j * K;
+#pragma omp simd
+    for (int64_t ch = 0; ch < K; ++ch) e[ch] = float(ref[ch] - G[ch]);
   }
   float max_exponent = 0.0f;
-  for (int64_t ch = 0; ch < K; ++ch) {
-    float* e = c.ekr + ch * C;
-    const double* gt = c.GT + ch * C;
-    for (int64_t j = 0; j < cols; ++j) e[j] = float(ref[ch] - gt[j]);
-    if (cols > 0) max_exponent = std::max(max_exponent, e[cols - 1]);  // Γ falls along j: the last is largest
-    exp_inplace(e, cols);
-    const float* kt = c.kT + ch * C;
-    float* kr = c.krT + ch * C;
-    for (int64_t j = 0; j < cols; ++j) kr[j] = kt[j] * e[j];
+  if (cols > prev_cols) {
+    const float* last = c.ekr + (cols - 1) * K;
+    for (int64_t ch = 0; ch < K; ++ch) max_exponent = std::max(max_exponent, last[ch]);
+  }
+  exp_inplace(c.ekr + prev_cols * K, (cols - prev_cols) * K);
+  for (int64_t j = prev_cols; j < cols; ++j) {
+    const float *e = c.ekr + j * K, *k = k_row(c, j);
+    float* kr = c.kr + j * K;
+#pragma omp simd
+    for (int64_t ch = 0; ch < K; ++ch) kr[ch] = k[ch] * e[ch];
   }
   return max_exponent;
 }
 
+// Columns of row block [r0, ...) computed as one product: all up to the block's end (dense),
+// or only the earlier blocks' (pairwise: the diagonal sub-block goes pair by pair).
+inline int64_t block_columns(bool pairwise, int64_t r0, int64_t r1) { return pairwise ? r0 : r1; }
+
 // e^{Γ_i - Γ_j} over the key channels, for i >= j (exponents <= 0).
 const float* pair_decay(Chunk& c, int64_t K, int64_t i, int64_t j) {
-  for (int64_t ch = 0; ch < K; ++ch) c.pair[ch] = float(c.G[i * K + ch] - c.G[j * K + ch]);
+  const double *gi = c.G + i * K, *gj = c.G + j * K;
+#pragma omp simd
+  for (int64_t ch = 0; ch < K; ++ch) c.pair[ch] = float(gi[ch] - gj[ch]);
   exp_inplace(c.pair, K);
   return c.pair;
 }
 
-// P and Ã (and T) of a gathered chunk. Returns the largest dense exponent used.
+// T = (I + diag(β) Ã)^{-1}, lower triangular, by blocks of 16: each diagonal block by forward
+// substitution (T_i = e_i - Σ_{m<i} β_i Ã_im T_m), each block row's left part as
+// T[a, :r0] = -T_aa · (A[a, :r0] · T[:r0, :r0]).
+void invert_unit_lower(Chunk& c, const Dims& d, const Mm& mm, float* scratch) {
+  const int64_t C = d.C, L = c.L;
+  std::fill(c.T, c.T + C * L, 0.0f);
+  for (int64_t r0 = 0; r0 < L; r0 += kSub) {
+    const int64_t rows = std::min(kSub, L - r0);
+    for (int64_t i = r0; i < r0 + rows; ++i) {
+      float* ti = c.T + i * C;
+      ti[i] = 1.0f;
+      for (int64_t m = r0; m < i; ++m) {
+        const float a = c.beta[i] * c.A[i * C + m];
+        const float* tm = c.T + m * C;
+#pragma omp simd
+        for (int64_t j = r0; j <= m; ++j) ti[j] -= a * tm[j];
+      }
+    }
+    if (r0 == 0) continue;
+    // scratch = diag(β) Ã[a, :r0] · T[:r0, :r0]; then T[a, :r0] = -T_aa · scratch.
+    for (int64_t i = 0; i < rows; ++i) {
+      const float b = c.beta[r0 + i];
+      float* out = scratch + i * C;
+      const float* a = c.A + (r0 + i) * C;
+#pragma omp simd
+      for (int64_t j = 0; j < r0; ++j) out[j] = b * a[j];
+    }
+    float* Y = scratch + kSub * C;
+    mm(false, rows, r0, r0, 1.0f, scratch, C, c.T, C, 0.0f, Y, C);
+    mm(false, rows, r0, rows, -1.0f, c.T + r0 * C + r0, C, Y, C, 0.0f, c.T + r0 * C, C);
+  }
+}
+
+// P, Ã and T of a loaded chunk. Returns the largest dense exponent used.
 float intra_chunk(Chunk& c, const Dims& d, bool pairwise, const Mm& mm) {
   const int64_t K = d.K, C = d.C, L = c.L;
-  transpose(c.k, L, K, K, c.kT, C);
-  std::fill(c.P, c.P + C * C, 0.0f);
-  std::fill(c.A, c.A + C * C, 0.0f);
   float max_exponent = 0.0f;
+  int64_t prev_r0 = 0, prev_cols = 0;
   for (int64_t r0 = 0; r0 < L; r0 += kSub) {
     const int64_t rows = std::min(kSub, L - r0), r1 = r0 + rows;
-    const int64_t cols = pairwise ? r0 : r1;  // columns computed as one product
-    max_exponent = std::max(max_exponent, block_factors(c, d, r0, rows, cols));
-    mm(false, 2 * rows, cols, K, 1.0f, c.QKd, K, c.krT, C, 0.0f, c.PA, C);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t gi = r0 + i;
-      for (int64_t j = 0; j < cols; ++j) {
-        if (j <= gi) c.P[gi * C + j] = c.PA[i * C + j];
-        if (j < gi) c.A[gi * C + j] = c.PA[(rows + i) * C + j];
-      }
+    const int64_t cols = block_columns(pairwise, r0, r1);
+    max_exponent = std::max(max_exponent, block_factors(c, d, r0, rows, prev_r0, prev_cols, cols));
+    prev_r0 = r0, prev_cols = cols;
+    // [P ; Ã]ᵀ of the block = kr · [qd ; kd]ᵀ, transposed into the block's rows of P and Ã.
+    mm(false, cols, 2 * rows, K, 1.0f, c.kr, K, c.QKdT, 2 * rows, 0.0f, c.PAT, 2 * rows);
+    transpose(c.PAT, cols, rows, 2 * rows, c.P + r0 * C, C);
+    transpose(c.PAT + rows, cols, rows, 2 * rows, c.A + r0 * C, C);
+    for (int64_t i = r0; i < r1; ++i) {  // causal masks: P keeps j <= i, Ã keeps j < i
+      std::fill(c.P + i * C + std::min(cols, i + 1), c.P + i * C + L, 0.0f);
+      std::fill(c.A + i * C + std::min(cols, i), c.A + i * C + L, 0.0f);
     }
     if (!pairwise) continue;
     for (int64_t i = r0; i < r1; ++i)
       for (int64_t j = r0; j <= i; ++j) {
-        const float* e = pair_decay(c, K, i, j);
-        float p = 0.0f, a = 0.0f;
-        for (int64_t ch = 0; ch < K; ++ch) {
-          p += c.q[i * K + ch] * c.k[j * K + ch] * e[ch];
-          a += c.k[i * K + ch] * c.k[j * K + ch] * e[ch];
-        }
-        c.P[i * C + j] = p;
-        if (j < i) c.A[i * C + j] = a;
+        const float *e = pair_decay(c, K, i, j), *kj = k_row(c, j);
+        c.P[i * C + j] = dot3(q_row(c, i), kj, e, K);
+        if (j < i) c.A[i * C + j] = dot3(k_row(c, i), kj, e, K);
       }
   }
-  // T = (I + diag(β) Ã)^{-1} by forward substitution: T_i = e_i - Σ_{m<i} β_i Ã_im T_m.
-  std::fill(c.T, c.T + C * C, 0.0f);
-  for (int64_t i = 0; i < L; ++i) {
-    float* ti = c.T + i * C;
-    ti[i] = 1.0f;
-    for (int64_t m = 0; m < i; ++m) {
-      const float a = c.beta[i] * c.A[i * C + m];
-      const float* tm = c.T + m * C;
-      for (int64_t j = 0; j <= m; ++j) ti[j] -= a * tm[j];
-    }
-  }
+  invert_unit_lower(c, d, mm, c.Ttmp);
   return max_exponent;
 }
 
-// Q̂, W, E, Kt and the decay factors; E = U - W S0 needs the chunk's start state.
+// Q̂, W, E, Kt and the decay factors; E = U - W S0 needs the chunk's start state. e^Γ comes
+// from intra_chunk's row blocks.
 void wy_form(Chunk& c, const Dims& d, const float* S0, const Mm& mm) {
   const int64_t K = d.K, V = d.V, C = d.C, L = c.L;
-  for (int64_t x = 0; x < L * K; ++x) c.eG[x] = float(c.G[x]);
-  exp_inplace(c.eG, L * K);
-  float* Qh = c.QW;
-  float* W = c.QW + L * K;
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j < K; ++j) {
-      Qh[i * K + j] = c.q[i * K + j] * c.eG[i * K + j];
-      c.Xk[i * K + j] = c.beta[i] * c.k[i * K + j] * c.eG[i * K + j];
-    }
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j < V; ++j) c.Xv[i * V + j] = c.beta[i] * c.v[i * V + j];
   const double* GL = c.G + (L - 1) * K;
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j < K; ++j) c.eKt[i * K + j] = float(GL[j] - c.G[i * K + j]);
+  for (int64_t i = 0; i < L; ++i) {
+    const double* G = c.G + i * K;
+    float* e = c.eKt + i * K;
+#pragma omp simd
+    for (int64_t j = 0; j < K; ++j) e[j] = float(GL[j] - G[j]);
+  }
   exp_inplace(c.eKt, L * K);
-  for (int64_t i = 0; i < L * K; ++i) c.Kt[i] = c.k[i] * c.eKt[i];
   for (int64_t j = 0; j < K; ++j) c.eGL[j] = float(GL[j]);
   exp_inplace(c.eGL, K);
+  float* Qh = c.QW;
+  float* W = c.QW + L * K;
+  for (int64_t i = 0; i < L; ++i) {
+    const float *q = q_row(c, i), *k = k_row(c, i), *v = v_row(c, i), *eg = c.eG + i * K, *ekt = c.eKt + i * K;
+    const float b = c.beta[i];
+#pragma omp simd
+    for (int64_t j = 0; j < K; ++j) {
+      Qh[i * K + j] = q[j] * eg[j];
+      c.Xk[i * K + j] = b * k[j] * eg[j];
+      c.Kt[i * K + j] = k[j] * ekt[j];
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) c.Xv[i * V + j] = b * v[j];
+  }
   // W = T Xk, U = T Xv, block row by block row (T is lower triangular).
   for (int64_t r0 = 0; r0 < L; r0 += kSub) {
     const int64_t rows = std::min(kSub, L - r0);
@@ -215,8 +296,12 @@ void wy_form(Chunk& c, const Dims& d, const float* S0, const Mm& mm) {
 
 // S ← diag(e^{Γ_L}) S + Ktᵀ E.
 void advance_state(const Chunk& c, const Dims& d, float* S, const Mm& mm) {
-  for (int64_t ch = 0; ch < d.K; ++ch)
-    for (int64_t j = 0; j < d.V; ++j) S[ch * d.V + j] *= c.eGL[ch];
+  for (int64_t ch = 0; ch < d.K; ++ch) {
+    const float e = c.eGL[ch];
+    float* row = S + ch * d.V;
+#pragma omp simd
+    for (int64_t j = 0; j < d.V; ++j) row[j] *= e;
+  }
   mm(true, d.K, d.V, c.L, 1.0f, c.Kt, d.K, c.E, d.V, 1.0f, S, d.V);
 }
 
@@ -236,7 +321,6 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
   const bool pairwise = options.path == KdaPath::ChunkedPairwise;
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
   float* S = ws.take(K * V);
-  float* O = ws.take(d.C * V);
   Chunk c = take_chunk(ws, d);
   const Mm mm{options.bf16_matmul, mm_scratch(ws, d, options.bf16_matmul)};
   if (in.initial_state) std::memcpy(S, in.initial_state + (b * shape.heads + h) * K * V, size_t(K * V) * 4);
@@ -245,18 +329,17 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
   for (int64_t t0 = 0; t0 < len; t0 += d.C) {
     c.L = std::min(d.C, len - t0);
     if (saved) std::memcpy(saved_state(*saved, shape, b, t0 / d.C, h), S, size_t(K * V) * 4);
-    gather(in, d, h, first + t0, c);
+    load_chunk(in, d, h, first + t0, c);
     const float exponent = intra_chunk(c, d, pairwise, mm);
     if (!pairwise) ws.max_dense_exponent = std::max(ws.max_dense_exponent, exponent);
     wy_form(c, d, S, mm);
-    // O = Q̂ S0 + P E.
-    mm(false, c.L, V, K, 1.0f, c.QW, K, S, V, 0.0f, O, V);
+    // O = Q̂ S0 + P E, written straight into the output rows.
+    float* O = o + (first + t0) * d.st.v + h * V;
+    mm(false, c.L, V, K, 1.0f, c.QW, K, S, V, 0.0f, O, d.st.v);
     for (int64_t r0 = 0; r0 < c.L; r0 += kSub) {
       const int64_t rows = std::min(kSub, c.L - r0);
-      mm(false, rows, V, r0 + rows, 1.0f, c.P + r0 * d.C, d.C, c.E, V, 1.0f, O + r0 * V, V);
+      mm(false, rows, V, r0 + rows, 1.0f, c.P + r0 * d.C, d.C, c.E, V, 1.0f, O + r0 * d.st.v, d.st.v);
     }
-    for (int64_t i = 0; i < c.L; ++i)
-      std::memcpy(o + (first + t0 + i) * d.st.v + h * V, O + i * V, size_t(V) * 4);
     advance_state(c, d, S, mm);
   }
   if (final_state) std::memcpy(final_state + (b * shape.heads + h) * K * V, S, size_t(K * V) * 4);
@@ -293,15 +376,12 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
   float* dq = ws.take(C * K);
   float* dk = ws.take(C * K);
   float* dG = ws.take(C * K);
-  float* dkT = ws.take(K * C);
-  float* dGT = ws.take(K * C);
   float* dbeta = ws.take(C);
   float* dGL = ws.take(K);
   float* dref = ws.take(K);
-  float* dPA = ws.take(2 * kSub * C);
+  float* dPA = ws.take(2 * kSub * C);  // [dP ; dÃ] of a row block, [2·16×C]
   float* dQKd = ws.take(2 * kSub * K);
-  float* dkrT = ws.take(K * C);
-  float* kr = ws.take(C * K);
+  float* dkr = ws.take(C * K);
 
   if (d_final_state) std::memcpy(dS, d_final_state + (b * shape.heads + h) * K * V, size_t(K * V) * 4);
   else std::fill(dS, dS + K * V, 0.0f);
@@ -310,7 +390,7 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     c.L = std::min(C, len - t0);
     const int64_t L = c.L, row0 = first + t0;
     const float* S0 = saved_state(saved, shape, b, t0 / C, h);
-    gather(in, d, h, row0, c);
+    load_chunk(in, d, h, row0, c);
     intra_chunk(c, d, pairwise, mm);
     wy_form(c, d, S0, mm);
     for (int64_t i = 0; i < L; ++i) std::memcpy(DOE + i * V, d_o + (row0 + i) * d.st.v + h * V, size_t(V) * 4);
@@ -321,21 +401,20 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     transpose(dS, K, V, V, dST, K);
     mm(false, L, K, V, 1.0f, c.E, V, dST, K, 0.0f, dKt, K);
     for (int64_t ch = 0; ch < K; ++ch) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < V; ++j) {
-        s += S0[ch * V + j] * dS[ch * V + j];
-        dS0[ch * V + j] = c.eGL[ch] * dS[ch * V + j];
-      }
-      dGL[ch] = c.eGL[ch] * s;
+      const float e = c.eGL[ch];
+      const float* ds = dS + ch * V;
+      float* ds0 = dS0 + ch * V;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) ds0[j] = e * ds[j];
+      dGL[ch] = e * dot(S0 + ch * V, ds, V);
     }
     // O = Q̂ S0 + P E.
     transpose(c.E, L, V, V, ET, C);
     mm(false, L, L, V, 1.0f, dO, V, ET, C, 0.0f, dP, C);
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = i + 1; j < L; ++j) dP[i * C + j] = 0.0f;
+    for (int64_t i = 0; i < L; ++i) std::fill(dP + i * C + i + 1, dP + i * C + L, 0.0f);
     mm(true, L, V, L, 1.0f, c.P, C, dO, V, 1.0f, dE, V);
     // E = U - W S0: [dQ̂ ; dW] = [dO ; -dE] S0ᵀ and dS0 += [Q̂ ; W]ᵀ [dO ; -dE].
-    for (int64_t i = 0; i < L * V; ++i) DOE[L * V + i] = -dE[i];
+    for (int64_t x = 0; x < L * V; ++x) DOE[L * V + x] = -dE[x];
     transpose(S0, K, V, V, S0T, K);
     mm(false, 2 * L, K, V, 1.0f, DOE, V, S0T, K, 0.0f, dQW, K);
     mm(true, K, V, 2 * L, 1.0f, c.QW, K, DOE, V, 1.0f, dS0, V);
@@ -353,103 +432,108 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     mm(false, L, L, L, 1.0f, dT, C, TT, C, 0.0f, M1, C);
     mm(true, L, L, L, -1.0f, c.T, C, M1, C, 0.0f, dA, C);
 
-    std::fill(dq, dq + L * K, 0.0f);
-    std::fill(dk, dk + L * K, 0.0f);
-    std::fill(dG, dG + L * K, 0.0f);
-    std::fill(dkT, dkT + K * C, 0.0f);
-    std::fill(dGT, dGT + K * C, 0.0f);
     for (int64_t i = 0; i < L; ++i) {
       // Xk = β K e^Γ, Xv = β V; Q̂ = Q e^Γ; Kt = K e^{Γ_L - Γ}.
-      float db = 0.0f;
+      const float bi = c.beta[i];
+      const float *k = k_row(c, i), *v = v_row(c, i), *eg = c.eG + i * K, *ekt = c.eKt + i * K;
+      const float *dxk = dXk + i * K, *dqh = dQh + i * K, *dkt = dKt + i * K;
+      const float *xk = c.Xk + i * K, *qh = c.QW + i * K, *kt = c.Kt + i * K;
+      float *dqi = dq + i * K, *dki = dk + i * K, *dgi = dG + i * K;
+      float db = dot3(dxk, k, eg, K);
+#pragma omp simd
       for (int64_t j = 0; j < K; ++j) {
-        const int64_t x = i * K + j;
-        db += dXk[x] * c.k[x] * c.eG[x];
-        dk[x] += c.beta[i] * dXk[x] * c.eG[x] + dKt[x] * c.eKt[x];
-        dG[x] += dXk[x] * c.Xk[x] + dQh[x] * c.QW[x] - dKt[x] * c.Kt[x];
-        dq[x] += dQh[x] * c.eG[x];
+        dki[j] = bi * dxk[j] * eg[j] + dkt[j] * ekt[j];
+        dgi[j] = dxk[j] * xk[j] + dqh[j] * qh[j] - dkt[j] * kt[j];
+        dqi[j] = dqh[j] * eg[j];
       }
-      for (int64_t j = 0; j < V; ++j) {
-        db += dXv[i * V + j] * c.v[i * V + j];
-        grads.dv[(row0 + i) * d.st.v + h * V + j] = c.beta[i] * dXv[i * V + j];
-      }
+      const float* dxv = dXv + i * V;
+      float* dv = grads.dv + (row0 + i) * d.st.v + h * V;
+      db += dot(dxv, v, V);
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) dv[j] = bi * dxv[j];
       // A = diag(β) Ã.
-      for (int64_t j = 0; j < i; ++j) {
-        db += dA[i * C + j] * c.A[i * C + j];
-        dA[i * C + j] *= c.beta[i];
-      }
-      for (int64_t j = i; j < C; ++j) dA[i * C + j] = 0.0f;
+      float* da = dA + i * C;
+      db += dot(da, c.A + i * C, i);
+#pragma omp simd
+      for (int64_t j = 0; j < i; ++j) da[j] *= bi;
+      std::fill(da + i, da + L, 0.0f);
       dbeta[i] = db;
     }
-    for (int64_t j = 0; j < K; ++j) {
-      float s = 0.0f;
-      for (int64_t i = 0; i < L; ++i) s += dKt[i * K + j] * c.Kt[i * K + j];
-      dGL[j] += s;
+    for (int64_t i = 0; i < L; ++i) {
+      const float *dkt = dKt + i * K, *kt = c.Kt + i * K;
+#pragma omp simd
+      for (int64_t j = 0; j < K; ++j) dGL[j] += dkt[j] * kt[j];
     }
 
-    // Back through the row-block products [P ; Ã] = [qd ; kd] · krT.
+    // Back through the row-block products [P ; Ã] = [qd ; kd] · krᵀ.
+    int64_t prev_r0 = 0, prev_cols = 0;
     for (int64_t r0 = 0; r0 < L; r0 += kSub) {
       const int64_t rows = std::min(kSub, L - r0), r1 = r0 + rows;
-      const int64_t cols = pairwise ? r0 : r1;
+      const int64_t cols = block_columns(pairwise, r0, r1);
+      block_factors(c, d, r0, rows, prev_r0, prev_cols, cols);
+      prev_r0 = r0, prev_cols = cols;
       if (cols > 0) {
-        block_factors(c, d, r0, rows, cols);
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < cols; ++j) {
-            dPA[i * C + j] = dP[(r0 + i) * C + j];
-            dPA[(rows + i) * C + j] = dA[(r0 + i) * C + j];
-          }
-        transpose(c.krT, K, cols, C, kr, K);
-        mm(false, 2 * rows, K, cols, 1.0f, dPA, C, kr, K, 0.0f, dQKd, K);
-        mm(true, K, cols, 2 * rows, 1.0f, c.QKd, K, dPA, C, 0.0f, dkrT, C);
+        for (int64_t i = 0; i < rows; ++i) {
+          std::memcpy(dPA + i * C, dP + (r0 + i) * C, size_t(cols) * 4);
+          std::memcpy(dPA + (rows + i) * C, dA + (r0 + i) * C, size_t(cols) * 4);
+        }
+        mm(false, 2 * rows, K, cols, 1.0f, dPA, C, c.kr, K, 0.0f, dQKd, K);
+        mm(true, cols, K, 2 * rows, 1.0f, dPA, C, c.QKd, K, 0.0f, dkr, K);
         std::fill(dref, dref + K, 0.0f);
         for (int64_t i = 0; i < rows; ++i) {
-          const float* qd = c.QKd + i * K;
-          const float* kd = c.QKd + (rows + i) * K;
-          const float* dqd = dQKd + i * K;
-          const float* dkd = dQKd + (rows + i) * K;
-          const float* e = c.ed + i * K;
+          const float *qd = c.QKd + i * K, *kd = c.QKd + (rows + i) * K;
+          const float *dqd = dQKd + i * K, *dkd = dQKd + (rows + i) * K, *e = c.ed + i * K;
+          float *dqi = dq + (r0 + i) * K, *dki = dk + (r0 + i) * K, *dgi = dG + (r0 + i) * K;
+#pragma omp simd
           for (int64_t j = 0; j < K; ++j) {
-            const int64_t x = (r0 + i) * K + j;
-            dq[x] += dqd[j] * e[j];
-            dk[x] += dkd[j] * e[j];
+            dqi[j] += dqd[j] * e[j];
+            dki[j] += dkd[j] * e[j];
             const float s = dqd[j] * qd[j] + dkd[j] * kd[j];
-            dG[x] += s;
+            dgi[j] += s;
             dref[j] -= s;
           }
         }
-        for (int64_t ch = 0; ch < K; ++ch)
-          for (int64_t j = 0; j < cols; ++j) {
-            const float s = dkrT[ch * C + j] * c.krT[ch * C + j];
-            dkT[ch * C + j] += dkrT[ch * C + j] * c.ekr[ch * C + j];
-            dGT[ch * C + j] -= s;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float *dkrj = dkr + j * K, *krj = c.kr + j * K, *e = c.ekr + j * K;
+          float *dkj = dk + j * K, *dgj = dG + j * K;
+#pragma omp simd
+          for (int64_t ch = 0; ch < K; ++ch) {
+            const float s = dkrj[ch] * krj[ch];
+            dkj[ch] += dkrj[ch] * e[ch];
+            dgj[ch] -= s;
             dref[ch] += s;
           }
-        for (int64_t j = 0; j < K; ++j) dG[r0 * K + j] += dref[j];
+        }
+        float* dg0 = dG + r0 * K;
+#pragma omp simd
+        for (int64_t j = 0; j < K; ++j) dg0[j] += dref[j];
       }
       if (!pairwise) continue;
       for (int64_t i = r0; i < r1; ++i)
         for (int64_t j = r0; j <= i; ++j) {
           const float dp = dP[i * C + j], da = j < i ? dA[i * C + j] : 0.0f;
-          const float* e = pair_decay(c, K, i, j);
+          const float *e = pair_decay(c, K, i, j), *qi = q_row(c, i), *ki = k_row(c, i), *kj = k_row(c, j);
+          float *dqi = dq + i * K, *dki = dk + i * K, *dkj = dk + j * K, *dgi = dG + i * K, *dgj = dG + j * K;
+#pragma omp simd
           for (int64_t ch = 0; ch < K; ++ch) {
-            const float qi = c.q[i * K + ch], ki = c.k[i * K + ch], kj = c.k[j * K + ch];
-            dq[i * K + ch] += dp * kj * e[ch];
-            dk[j * K + ch] += (dp * qi + da * ki) * e[ch];
-            dk[i * K + ch] += da * kj * e[ch];
-            const float s = (dp * qi + da * ki) * kj * e[ch];
-            dG[i * K + ch] += s;
-            dG[j * K + ch] -= s;
+            const float left = (dp * qi[ch] + da * ki[ch]) * e[ch];
+            dqi[ch] += dp * kj[ch] * e[ch];
+            dki[ch] += da * kj[ch] * e[ch];
+            dkj[ch] += left;
+            dgi[ch] += left * kj[ch];
+            dgj[ch] -= left * kj[ch];
           }
         }
     }
-    for (int64_t ch = 0; ch < K; ++ch)
-      for (int64_t j = 0; j < L; ++j) {
-        dk[j * K + ch] += dkT[ch * C + j];
-        dG[j * K + ch] += dGT[ch * C + j];
-      }
-    for (int64_t j = 0; j < K; ++j) dG[(L - 1) * K + j] += dGL[j];
+    float* dg_last = dG + (L - 1) * K;
+#pragma omp simd
+    for (int64_t j = 0; j < K; ++j) dg_last[j] += dGL[j];
     // Γ = cumsum(g): dg_j = Σ_{i >= j} dΓ_i.
-    for (int64_t i = L - 2; i >= 0; --i)
-      for (int64_t j = 0; j < K; ++j) dG[i * K + j] += dG[(i + 1) * K + j];
+    for (int64_t i = L - 2; i >= 0; --i) {
+      float *cur = dG + i * K, *next = dG + (i + 1) * K;
+#pragma omp simd
+      for (int64_t j = 0; j < K; ++j) cur[j] += next[j];
+    }
     for (int64_t i = 0; i < L; ++i) {
       const int64_t row = row0 + i;
       std::memcpy(grads.dq + row * d.st.qk + h * K, dq + i * K, size_t(K) * 4);

@@ -83,12 +83,6 @@ void rank1_update(float* S, int64_t K, int64_t w, int64_t ld, const float* k, co
   }
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 void copy_block(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t w) {
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, size_t(w) * sizeof(float));
 }

@@ -246,6 +246,39 @@ void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, cons
 }
 
 void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst, int64_t ld_dst) {
+#if defined(__AVX512F__)
+  // 16×16 tiles through an unpack/shuffle network; edge tiles with masked loads and stores.
+  for (int64_t r0 = 0; r0 < rows; r0 += 16)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      const int64_t nr = std::min<int64_t>(16, rows - r0), nc = std::min<int64_t>(16, cols - c0);
+      const __mmask16 load_mask = tail_mask(nc), store_mask = tail_mask(nr);
+      __m512 r[16], t[16], u[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < nr ? _mm512_maskz_loadu_ps(load_mask, src + (r0 + i) * ld_src + c0) : _mm512_setzero_ps();
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      // u[4k + m] holds, in 128-bit lane l, column 4l + m of rows 4k..4k+3.
+      for (int m = 0; m < 4; ++m) {
+        const __m512 x0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88), x1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);
+        const __m512 y0 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88),
+                     y1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+        const __m512 out[4] = {_mm512_shuffle_f32x4(x0, y0, 0x88), _mm512_shuffle_f32x4(x1, y1, 0x88),
+                               _mm512_shuffle_f32x4(x0, y0, 0xdd), _mm512_shuffle_f32x4(x1, y1, 0xdd)};
+        for (int l = 0; l < 4; ++l) {
+          const int col = 4 * l + m;
+          if (col < nc) _mm512_mask_storeu_ps(dst + (c0 + col) * ld_dst + r0, store_mask, out[l]);
+        }
+      }
+    }
+#else
   constexpr int64_t kTile = 16;  // tiles keep both the reads and the writes within a few cache lines
   for (int64_t r0 = 0; r0 < rows; r0 += kTile)
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
@@ -253,6 +286,7 @@ void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, flo
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t r = r0; r < r1; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
     }
+#endif
 }
 
 }  // namespace hyla

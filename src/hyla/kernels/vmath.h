@@ -38,6 +38,42 @@ inline float exp_approx(float x) {
   return std::exp(x);
 }
 
+// Σ a[i]·b[i] and Σ a[i]·b[i]·c[i]. (GCC does not reliably vectorise float reductions, even
+// under `omp simd`.)
+inline float dot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float s = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float dot3(const float* a, const float* b, const float* c, int64_t n) {
+  int64_t i = 0;
+  float s = 0.0f;
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16)
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)), _mm512_loadu_ps(c + i), acc);
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)),
+                          _mm512_maskz_loadu_ps(m, c + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < n; ++i) s += a[i] * b[i] * c[i];
+  return s;
+}
+
 // y[i] = exp(x[i]) for n floats.
 inline void exp_inplace(float* x, int64_t n) {
   int64_t i = 0;

@@ -1,0 +1,184 @@
+// `hyla bench kda`: times the three KDA paths (forward, forward+backward), the decode step, and
+// references measured in the same process (a large GEMM for the matmul peak, a streaming read for
+// memory bandwidth), so every figure is reported as a ratio to something measured alongside it.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "commands.h"
+#include "hyla/core/error.h"
+#include "hyla/core/memory.h"
+#include "hyla/core/threads.h"
+#include "hyla/kernels/kda.h"
+#include "hyla/kernels/matmul.h"
+
+namespace hyla::cli {
+namespace {
+
+// Wall time, or (with --clock cpu) the process's CPU time divided by the thread count: on a shared
+// machine CPU time is not inflated by other processes taking the cores away.
+bool use_cpu_clock = false;
+
+double now_seconds() {
+  if (use_cpu_clock) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9) / num_threads();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best time over repetitions (at least `min_reps`, until `min_seconds` have passed): the minimum
+// is the least noisy estimate on a shared machine.
+double best_seconds(const std::function<void()>& run, int min_reps = 2, double min_seconds = 1.0) {
+  run();  // warm up: first-touch, primitive creation
+  double best = 1e30, total = 0;
+  for (int rep = 0; rep < min_reps || total < min_seconds; ++rep) {
+    const double t0 = now_seconds();
+    run();
+    const double s = now_seconds() - t0;
+    best = std::min(best, s);
+    total += s;
+    if (rep >= 20) break;
+  }
+  return best;
+}
+
+double gemm_peak_gflops(bool bf16) {
+  const int64_t n = 2048;
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  std::vector<hyla::bf16> ab(a.size(), to_bf16(0.5f)), bb(b.size(), to_bf16(0.25f));
+  const double s = best_seconds([&] {
+    if (bf16) gemm(Trans::N, Trans::N, n, n, n, 1.0f, ab.data(), n, bb.data(), n, 0.0f, c.data(), n);
+    else gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  }, 3, 0.5);
+  return 2.0 * double(n) * n * n / s * 1e-9;
+}
+
+double read_bandwidth_gbs() {
+  const size_t n = size_t(1) << 27;  // 512 MB of floats
+  std::vector<float> x(n, 1.0f);
+  float sink = 0;
+  const double s = best_seconds([&] {
+    float total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; ++i) total += x[i];
+    sink += total;
+  }, 3, 0.5);
+  if (sink == 0.5f) fmt::print("");  // keep the sum alive
+  return double(n) * 4 / s * 1e-9;
+}
+
+struct KdaBenchArgs {
+  int64_t heads = 8, dim = 64, chunk = 64;
+  std::vector<int64_t> seqs{2048};
+  std::string dtype = "f32";
+  std::vector<std::string> paths{"recurrent", "dense", "pairwise"};
+  bool json = false;
+};
+
+void bench_kda(const KdaBenchArgs& a) {
+  const bool bf16 = a.dtype == "bf16";
+  const int64_t H = a.heads, D = a.dim;
+  const double peak = gemm_peak_gflops(bf16);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json)
+    fmt::print("threads {}  matmul peak ({}, 2048^3 oneDNN, this run) {:.0f} GFLOP/s\n", num_threads(), a.dtype, peak);
+  for (int64_t T : a.seqs) {
+    HYLA_CHECK(T > 0, "--seq values must be positive, got {}", T);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    const size_t nk = size_t(T * H * D);
+    std::vector<float> q(nk), k(nk), v(nk), g(nk), beta(size_t(T * H)), o(nk), dq(nk), dk(nk), dv(nk), dg(nk),
+        db(size_t(T * H)), d_o(nk);
+    for (auto* x : {&q, &k}) {
+      for (int64_t r = 0; r < T * H; ++r) {
+        double norm = 0;
+        for (int64_t c = 0; c < D; ++c) norm += std::pow((*x)[size_t(r * D + c)] = normal(rng), 2);
+        for (int64_t c = 0; c < D; ++c) (*x)[size_t(r * D + c)] /= float(std::sqrt(norm));
+      }
+    }
+    for (float& x : q) x /= std::sqrt(float(D));
+    for (float& x : v) x = normal(rng);
+    for (float& x : d_o) x = normal(rng);
+    for (float& x : g) x = -5.0f / (1.0f + std::exp(-2.0f * normal(rng)));
+    for (float& x : beta) x = 1.0f / (1.0f + std::exp(-normal(rng)));
+    const int64_t starts[2] = {0, T};
+    const KdaShape shape{H, D, D};
+    const KdaInputs in{1, starts, q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr};
+    KdaWorkspace ws;
+    KdaSavedStates saved;
+    for (KdaPath path : {KdaPath::Recurrent, KdaPath::ChunkedDense, KdaPath::ChunkedPairwise}) {
+      if (std::find(a.paths.begin(), a.paths.end(), to_string(path)) == a.paths.end()) continue;
+      KdaOptions opt;
+      opt.path = path;
+      opt.chunk_size = a.chunk;
+      opt.bf16_matmul = bf16 && path != KdaPath::Recurrent;
+      const double fwd = best_seconds([&] { kda_forward(shape, in, opt, o.data(), nullptr, nullptr, ws); });
+      const double fwdbwd = best_seconds([&] {
+        kda_forward(shape, in, opt, o.data(), nullptr, &saved, ws);
+        kda_backward(shape, in, opt, d_o.data(), nullptr, saved,
+                     {dq.data(), dk.data(), dv.data(), dg.data(), db.data(), nullptr}, ws);
+      });
+      const double flops = double(H) * kda_forward_flops(path, T, D, D, a.chunk);
+      const double gflops = flops / fwd * 1e-9;
+      rows.push_back({{"path", to_string(path)}, {"heads", H}, {"dim", D}, {"seq", T}, {"dtype", a.dtype},
+                      {"fwd_ms", fwd * 1e3}, {"fwdbwd_ms", fwdbwd * 1e3}, {"gflops", gflops},
+                      {"fraction_of_matmul_peak", gflops / peak}});
+      if (!a.json)
+        fmt::print("{:<10} H={:<3} D={:<4} T={:<6} {:<5} fwd {:9.2f} ms  fwd+bwd {:9.2f} ms  {:7.1f} GFLOP/s ({:.0f}% of peak)\n",
+                   to_string(path), H, D, T, a.dtype, fwd * 1e3, fwdbwd * 1e3, gflops, 100 * gflops / peak);
+    }
+  }
+  // One decode step for one sequence: every state read and written once.
+  std::vector<float> states(size_t(H * D * D), 0.01f), x(size_t(H * D), 0.1f), gx(size_t(H * D), -0.1f),
+      bx(size_t(H), 0.5f), ox(size_t(H * D));
+  const double step = best_seconds([&] {
+    for (int i = 0; i < 100; ++i)
+      kda_decode_step({H, D, D}, 1, x.data(), x.data(), x.data(), gx.data(), bx.data(), states.data(), ox.data());
+  }, 3, 0.3) / 100;
+  const double bytes = 2.0 * double(H) * D * D * 4;
+  const double bandwidth = read_bandwidth_gbs();
+  if (a.json) {
+    rows.push_back({{"path", "decode_step"}, {"heads", H}, {"dim", D}, {"step_us", step * 1e6},
+                    {"state_gbs", bytes / step * 1e-9}, {"memory_read_gbs", bandwidth}, {"matmul_peak_gflops", peak}});
+    fmt::print("{}\n", rows.dump(2));
+  } else {
+    fmt::print("decode step H={} D={}: {:.2f} us, state read+write {:.1f} GB/s (memory read bandwidth, this run: {:.1f} GB/s; "
+               "the {:.0f} KB of states stay in cache)\n",
+               H, D, step * 1e6, bytes / step * 1e-9, bandwidth, bytes / 2 / 1024);
+  }
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* kda = bench->add_subcommand("kda", "Time the KDA paths (recurrent, chunked dense, chunked pairwise)");
+  static KdaBenchArgs args;
+  kda->add_option("--heads", args.heads, "Heads")->check(CLI::Range(1, 1024));
+  kda->add_option("--dim", args.dim, "Key and value head dim")->check(CLI::Range(1, 1024));
+  kda->add_option("--seq", args.seqs, "Sequence lengths, comma separated")->delimiter(',');
+  kda->add_option("--chunk", args.chunk, "Chunk size (multiple of 16)");
+  kda->add_option("--dtype", args.dtype, "Matmul inputs of the chunked paths")->check(CLI::IsMember({"f32", "bf16"}));
+  kda->add_option("--path", args.paths, "Paths to time, comma separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"recurrent", "dense", "pairwise"}));
+  kda->add_flag("--json", args.json, "Print a JSON list of rows");
+  kda->add_option_function<std::string>(
+         "--clock", [](const std::string& c) { use_cpu_clock = c == "cpu"; },
+         "wall (default) or cpu: process CPU time per thread, robust to other load on a shared machine")
+      ->check(CLI::IsMember({"wall", "cpu"}));
+  kda->callback([] { bench_kda(args); });
+}
+
+}  // namespace hyla::cli
