@@ -7,5 +7,7 @@ namespace hyla::cli {
 void add_version(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_init(CLI::App& app);
+void add_tokenizer(CLI::App& app);
+void add_data(CLI::App& app);
 
 }  // namespace hyla::cli
