@@ -20,10 +20,11 @@ uint32_t big_endian_u32(const std::string& bytes, size_t at) {
 // Checks the idx header (magic, dimensions) and that the data that follows has exactly the size
 // the dimensions give; returns the dimensions.
 std::vector<uint32_t> read_idx_header(const std::string& bytes, uint32_t magic, size_t dims, const std::string& name) {
-  HYLA_CHECK(bytes.size() >= 4 + 4 * dims, "{}: truncated idx file ({} bytes, shorter than its header)", name,
-             bytes.size());
+  HYLA_CHECK(bytes.size() >= 4, "{}: truncated idx file ({} bytes, shorter than its magic number)", name, bytes.size());
   const uint32_t found = big_endian_u32(bytes, 0);
   HYLA_CHECK(found == magic, "{}: wrong idx magic number 0x{:08x} (expected 0x{:08x})", name, found, magic);
+  HYLA_CHECK(bytes.size() >= 4 + 4 * dims, "{}: truncated idx file ({} bytes, shorter than its header)", name,
+             bytes.size());
   std::vector<uint32_t> shape(dims);
   uint64_t elements = 1;
   for (size_t d = 0; d < dims; ++d) {

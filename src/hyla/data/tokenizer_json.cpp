@@ -183,6 +183,10 @@ TokenizerSpec parse_tokenizer_json(const json& root, const std::string& source) 
   top.ignore("truncation");      // batching options: hyla's callers choose their own lengths
   top.ignore("padding");
   top.ignore("post_processor");  // adds specials around encodings; hyla's callers add their own
+  HYLA_CHECK(top.has("model"), "{}: model is missing", source);
+  JsonFields model = top.object("model");
+  read_model(model, source, spec);
+  model.finish();
   read_added_tokens(top.raw("added_tokens"), source, spec);
 
   const json& normalizer = top.raw("normalizer");
@@ -203,10 +207,6 @@ TokenizerSpec parse_tokenizer_json(const json& root, const std::string& source) 
   HYLA_CHECK(decoder == "ByteLevel", "{}: decoder type '{}' is not supported (hyla reads ByteLevel)", source,
              decoder.empty() ? "null" : decoder);
 
-  HYLA_CHECK(top.has("model"), "{}: model is missing", source);
-  JsonFields model = top.object("model");
-  read_model(model, source, spec);
-  model.finish();
   top.finish();
   return spec;
 }
