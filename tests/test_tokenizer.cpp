@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "hyla/core/error.h"
@@ -8,6 +9,7 @@
 #include "hyla/data/bpe_trainer.h"
 #include "hyla/data/byte_level.h"
 #include "hyla/data/chat_template.h"
+#include "hyla/data/pre_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/data/tokenizer_json.h"
 #include "hyla/data/utf8.h"
@@ -293,6 +295,64 @@ TEST(BpeTrainer, LearnsTheMostFrequentPairFirstAndSkipsSpecials) {
   EXPECT_FALSE(big.token_id("<|").has_value());
   EXPECT_FALSE(big.token_id("|>").has_value());
   EXPECT_LT(big.vocab_size(), 400) << "the text runs out of pairs";
+}
+
+// The textbook algorithm: recount every pair before each merge; same tie rule.
+std::vector<std::string> reference_merges(const std::string& text, int merges) {
+  PreTokenizerConfig config;
+  config.splits.push_back({std::string(kDefaultPattern), false});
+  const PreTokenizer pre(config, "reference");
+  RegexMatchData match_data;
+  std::map<std::string, int64_t> counts;
+  pre.split(text, match_data, [&](std::string_view piece) { ++counts[std::string(piece)]; });
+  std::vector<std::pair<std::vector<std::string>, int64_t>> words;
+  for (const auto& [piece, n] : counts) {
+    std::vector<std::string> symbols;
+    for (char c : piece) symbols.emplace_back(1, c);
+    words.emplace_back(std::move(symbols), n);
+  }
+  std::vector<std::string> out;
+  for (int m = 0; m < merges; ++m) {
+    std::map<std::pair<std::string, std::string>, int64_t> pairs;
+    for (const auto& [symbols, n] : words)
+      for (size_t i = 0; i + 1 < symbols.size(); ++i) pairs[{symbols[i], symbols[i + 1]}] += n;
+    if (pairs.empty()) break;
+    auto best = pairs.begin();  // std::map order = the tie rule: bytes of left, then of right
+    for (auto it = pairs.begin(); it != pairs.end(); ++it)
+      if (it->second > best->second) best = it;
+    const auto [left, right] = best->first;
+    out.push_back(left + "|" + right);
+    for (auto& [symbols, n] : words) {
+      std::vector<std::string> merged;
+      for (size_t i = 0; i < symbols.size(); ++i) {
+        if (i + 1 < symbols.size() && symbols[i] == left && symbols[i + 1] == right) merged.push_back(left + right), ++i;
+        else merged.push_back(symbols[i]);
+      }
+      symbols = std::move(merged);
+    }
+  }
+  return out;
+}
+
+TEST(BpeTrainer, MatchesTheTextbookAlgorithm) {
+  // Sample prose plus random words over a small alphabet: many pairs, many ties.
+  std::string text = test::sample_text(40, 21);
+  Rng rng(3);
+  const std::string_view letters[] = {"a", "b", "c", "d", "e", "é", "ß", "1", ".", "'"};
+  for (int w = 0; w < 4000; ++w) {
+    for (uint64_t n = 1 + rng.below(7); n > 0; --n) text += letters[rng.below(10)];
+    text += rng.below(10) == 0 ? "\n" : " ";
+  }
+  const std::string_view texts[] = {text};
+  BpeTrainOptions options;
+  options.vocab_size = 256 + 300 + 10;
+  const TokenizerSpec spec = train_bpe(texts, options);
+  const Tokenizer tok(spec, "incremental");
+  std::vector<std::string> merges;
+  for (const auto& [l, r] : spec.merges)
+    merges.push_back(std::string(tok.decode_token(l)) + "|" + std::string(tok.decode_token(r)));
+  EXPECT_EQ(merges, reference_merges(text, int(merges.size())));
+  EXPECT_EQ(merges.size(), 300u);
 }
 
 TEST(BpeTrainer, IsDeterministicWhateverTheThreadCount) {
