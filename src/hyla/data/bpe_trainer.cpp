@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "hyla/core/error.h"
