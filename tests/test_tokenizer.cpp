@@ -196,6 +196,15 @@ TEST(Tokenizer, LoadsAHandWrittenGpt2StyleFile) {
   }
 }
 
+TEST(Tokenizer, APairListedTwiceKeepsItsLaterRankLikeHf) {
+  json j = gpt2_style_json(false);
+  j["model"]["vocab"]["ab"] = 263;
+  j["model"]["vocab"]["bc"] = 264;
+  j["model"]["merges"] = {"a b", "b c", "a b"};
+  const Tokenizer tok = Tokenizer::from_json(j, "dup.json");
+  EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{'a' - 33, 264}));  // HF tokenizers gives "a", "bc" too
+}
+
 TEST(Tokenizer, LoadsAQwenStyleFile) {
   json j = gpt2_style_json(true);
   j["normalizer"] = {{"type", "NFC"}};
@@ -245,6 +254,8 @@ TEST(Tokenizer, RejectsFilesItCannotEncodeFaithfully) {
                "outside the byte-level alphabet");
   expect_error([&] { Tokenizer::from_json(with([](json& j) { j["added_tokens"][0]["id"] = 5; }), "t.json"); },
                "reuses id 5");
+  expect_error([&] { Tokenizer::from_json(with([](json& j) { j["added_tokens"][0]["id"] = 2000000000; }), "t.json"); },
+               "token id 2000000000 is too large");
   expect_error([&] { Tokenizer::from_json(with([](json& j) { j["surprise"] = 1; }), "t.json"); },
                "unknown key surprise");
   expect_error(

@@ -5,7 +5,7 @@
 namespace hyla {
 
 void MergeTable::add(int32_t left, int32_t right, int32_t rank, int32_t result) {
-  merges_.try_emplace(key(left, right), Merge{rank, result});
+  merges_.insert_or_assign(key(left, right), Merge{rank, result});
 }
 
 size_t apply_merges(const MergeTable& merges, std::span<int32_t> ids, BpeScratch& scratch) {

@@ -13,7 +13,7 @@ class MergeTable {
   struct Merge {
     int32_t rank, result;
   };
-  // Later additions of the same pair are ignored: the earliest rank wins.
+  // A pair listed twice keeps its later rank, as HF `tokenizers` does.
   void add(int32_t left, int32_t right, int32_t rank, int32_t result);
   const Merge* find(int32_t left, int32_t right) const {
     auto it = merges_.find(key(left, right));

@@ -22,6 +22,7 @@ enum class TokenKind : uint8_t { Absent, Vocab, Added, Special };
 // Pieces longer than this are encoded without caching: they are rare and would crowd the cache.
 constexpr size_t kMaxCachedPiece = 64;
 constexpr size_t kMaxCachedIds = size_t(1) << 22;
+constexpr int32_t kMaxTokenId = 1 << 24;
 
 std::atomic<uint64_t> next_serial{1};
 
@@ -81,6 +82,9 @@ Tokenizer::Tokenizer(TokenizerSpec spec, const std::string& source) {
   for (const auto& [id, bytes] : s.vocab) max_id = std::max(max_id, id);
   for (const AddedToken& t : s.added_tokens) max_id = std::max(max_id, t.id);
   HYLA_CHECK(max_id >= 0, "{}: the vocabulary is empty", source);
+  // Ids index dense tables; a stray huge id would make them gigabytes.
+  HYLA_CHECK(max_id < kMaxTokenId, "{}: token id {} is too large (hyla accepts ids below {})", source, max_id,
+             kMaxTokenId);
   state->bytes_of.resize(size_t(max_id) + 1);
   state->kind.assign(size_t(max_id) + 1, TokenKind::Absent);
 
