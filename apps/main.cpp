@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   hyla::cli::add_init(app);
   hyla::cli::add_plan(app);
   hyla::cli::add_bench(app);
+  hyla::cli::add_tokenizer(app);
+  hyla::cli::add_data(app);
   try {
     hyla::set_threads(hyla::resolve_threads(0));
     app.parse(argc, argv);

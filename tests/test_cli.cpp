@@ -13,7 +13,7 @@ using test::run_hyla;
 TEST(Cli, HelpListsSubcommands) {
   const auto r = run_hyla("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* cmd : {"version", "inspect", "init"}) EXPECT_NE(r.output.find(cmd), std::string::npos) << cmd;
+  for (const char* cmd : {"version", "inspect", "init", "tokenizer", "data"}) EXPECT_NE(r.output.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(run_hyla("inspect --help").exit_code, 0);
   EXPECT_NE(run_hyla("no-such-command").exit_code, 0);
 }

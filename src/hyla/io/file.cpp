@@ -53,6 +53,19 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t bytes) {
+  HYLA_ASSERT(fd_ >= 0);
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, off_t(offset));
+    if (n < 0 && errno == EINTR) continue;
+    HYLA_CHECK(n > 0, "{}: write failed: {}", temp_.string(), std::strerror(errno));
+    p += n;
+    offset += uint64_t(n);
+    bytes -= size_t(n);
+  }
+}
+
 void AtomicFile::commit() {
   HYLA_ASSERT(fd_ >= 0);
   HYLA_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", temp_.string(), std::strerror(errno));

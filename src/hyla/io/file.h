@@ -22,6 +22,8 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Overwrites bytes already written at `offset` (a header patched once its counts are known).
+  void write_at(uint64_t offset, const void* data, size_t bytes);
   void commit();
 
  private:
