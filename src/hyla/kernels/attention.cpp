@@ -87,7 +87,9 @@ template <bool kAT, Out kOut, int R, int V>
 void product_block(int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, Mask tail, float* c,
                    int64_t ldc, const float* row_scale) {
   Vec acc[R][V];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       if constexpr (kOut == Out::Set) {
         acc[r][v] = zero();
@@ -99,13 +101,18 @@ void product_block(int64_t K, const float* a, int64_t lda, const float* b, int64
   for (int64_t k = 0; k < K; ++k) {
     const float* bk = b + k * ldb;
     Vec bv[V];
+    #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) bv[v] = v == V - 1 ? load(bk + v * kLanes, tail) : load(bk + v * kLanes);
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const Vec ar = broadcast(kAT ? a[k * lda + r] : a[r * lda + k]);
+      #pragma GCC unroll 8
       for (int v = 0; v < V; ++v) acc[r][v] = fmadd(ar, bv[v], acc[r][v]);
     }
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       if (v == V - 1) store(c + r * ldc + v * kLanes, acc[r][v], tail);
       else store(c + r * ldc + v * kLanes, acc[r][v]);

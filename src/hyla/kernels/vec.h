@@ -38,35 +38,31 @@ constexpr float kExpPoly[8] = {1.0f,         1.0f,          1.0f / 2,    1.0f / 
 
 #if defined(__AVX512F__)
 
-struct Vec {
-  __m512 v;
-};
-inline Vec zero() { return {_mm512_setzero_ps()}; }
-inline Vec broadcast(float x) { return {_mm512_set1_ps(x)}; }
-inline Vec load(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline Vec load(const float* p, Mask m) { return {_mm512_maskz_loadu_ps(m, p)}; }  // others 0
-inline void store(float* p, Vec a) { _mm512_storeu_ps(p, a.v); }
-inline void store(float* p, Vec a, Mask m) { _mm512_mask_storeu_ps(p, m, a.v); }
-inline Vec operator+(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
-inline Vec operator-(Vec a, Vec b) { return {_mm512_sub_ps(a.v, b.v)}; }
-inline Vec operator*(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
-inline Vec fmadd(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }  // a·b + c
+// The register type itself (not a struct around it): GCC keeps arrays of it in registers, and its
+// vector extensions already give +, - and *.
+using Vec = __m512;
+inline Vec zero() { return _mm512_setzero_ps(); }
+inline Vec broadcast(float x) { return _mm512_set1_ps(x); }
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }  // others 0
+inline void store(float* p, Vec a) { _mm512_storeu_ps(p, a); }
+inline void store(float* p, Vec a, Mask m) { _mm512_mask_storeu_ps(p, m, a); }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a·b + c
 // Lane-wise a > b ? a : b and a < b ? a : b (so a NaN in b passes through, a NaN in a doesn't).
-inline Vec max(Vec a, Vec b) { return {_mm512_max_ps(a.v, b.v)}; }
-inline Vec min(Vec a, Vec b) { return {_mm512_min_ps(a.v, b.v)}; }
-inline Vec select(Mask m, Vec a, Vec b) { return {_mm512_mask_blend_ps(m, a.v, b.v)}; }  // m ? b : a
-inline Mask equal(Vec a, Vec b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ); }
-inline float sum(Vec a) { return _mm512_reduce_add_ps(a.v); }
+inline Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline Vec min(Vec a, Vec b) { return _mm512_min_ps(a, b); }
+inline Vec select(Mask m, Vec a, Vec b) { return _mm512_mask_blend_ps(m, a, b); }  // m ? b : a
+inline Mask equal(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+inline float sum(Vec a) { return _mm512_reduce_add_ps(a); }
 
 inline Vec exp(Vec x) {
   x = min(broadcast(kExpHi), max(broadcast(kExpLo), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x.v, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x.v);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kExpPoly[7]);
-  for (int i = 6; i >= 0; --i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
-  return {_mm512_scalef_ps(p, n)};  // p · 2^n, rounding once (to 0 below the subnormals)
+  const Vec n = _mm512_roundscale_ps(x * broadcast(kLog2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  Vec r = _mm512_fnmadd_ps(n, broadcast(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, broadcast(kLn2Lo), r);
+  Vec p = broadcast(kExpPoly[7]);
+  for (int i = 6; i >= 0; --i) p = fmadd(p, r, broadcast(kExpPoly[i]));
+  return _mm512_scalef_ps(p, n);  // p · 2^n, rounding once (to 0 below the subnormals)
 }
 
 #else
@@ -80,8 +76,8 @@ inline Vec map(F f) {
   for (int i = 0; i < kLanes; ++i) r.v[i] = f(i);
   return r;
 }
-inline Vec zero() { return broadcast(0.0f); }
 inline Vec broadcast(float x) { return map([&](int) { return x; }); }
+inline Vec zero() { return broadcast(0.0f); }
 inline Vec load(const float* p) { return map([&](int i) { return p[i]; }); }
 inline Vec load(const float* p, Mask m) { return map([&](int i) { return (m >> i) & 1 ? p[i] : 0.0f; }); }
 inline void store(float* p, Vec a) {
