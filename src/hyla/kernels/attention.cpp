@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -18,11 +19,12 @@ namespace hyla {
 
 using namespace vec;
 
-// One unit of parallel work. Forward: query tile `begin` of one (sequence, head). Backward: key
-// tiles [begin, end) of one (sequence, head); `partial` is -1 when the unit accumulates dq straight
-// into the output, else the offset (in floats) of its own dq buffer in the shared scratch memory.
+// One unit of parallel work. Forward: query tile `begin` of one (sequence, head); `group_cost` is
+// the cost of the whole sequence. Backward: key tiles [begin, end) of one (sequence, head);
+// `partial` is -1 when the unit accumulates dq straight into the output, else the offset (in
+// floats) of its own dq buffer in the shared scratch memory.
 struct AttentionUnit {
-  int64_t seq, head, begin, end, cost, partial;
+  int64_t seq, head, begin, end, cost, group_cost, partial;
 };
 
 struct AttentionWorkspace::State {
@@ -386,18 +388,27 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
                        AttentionWorkspace& workspace) {
   check_arguments(d, batch, q_starts, k_starts);
   AttentionWorkspace::State& ws = workspace.state();
-  // Units: (sequence, head, query tile), costed by the key tiles they visit and run costliest
-  // first, so the long tail of a causal sequence does not end up on one thread.
+  // Units: (sequence, head, query tile), costed by the key tiles they visit. They run grouped by
+  // (sequence, head), so consecutive units on a thread reuse that head's K and V from L2 (worth
+  // ~20% at 8 × 512 tokens against a cost-only order); groups run costliest sequence first and,
+  // within a group, costliest tile first, so the causal tail is cheap tiles that fill in the gaps.
   ws.units.clear();
   for (int64_t b = 0; b < batch; ++b) {
     const Sequence s = sequence(b, q_starts, k_starts);
+    const size_t first = ws.units.size();
+    int64_t sequence_cost = 0;
     for (int64_t qt = 0; qt < ceil_div(s.q_len, kTileQ); ++qt) {
       const int64_t p0 = s.offset() + qt * kTileQ, p1 = p0 + std::min(kTileQ, s.q_len - qt * kTileQ) - 1;
       const Range keys = key_tiles(s, p0, p1, d.window);
-      for (int64_t h = 0; h < d.heads; ++h) ws.units.push_back({b, h, qt, qt + 1, 1 + keys.last - keys.first + 1, -1});
+      const int64_t cost = 1 + keys.last - keys.first + 1;
+      sequence_cost += cost;
+      for (int64_t h = 0; h < d.heads; ++h) ws.units.push_back({b, h, qt, qt + 1, cost, 0, -1});
     }
+    for (size_t u = first; u < ws.units.size(); ++u) ws.units[u].group_cost = sequence_cost;
   }
-  std::sort(ws.units.begin(), ws.units.end(), [](const AttentionUnit& x, const AttentionUnit& y) { return x.cost > y.cost; });
+  std::sort(ws.units.begin(), ws.units.end(), [](const AttentionUnit& x, const AttentionUnit& y) {
+    return std::tie(y.group_cost, x.seq, x.head, y.cost) < std::tie(x.group_cost, y.seq, y.head, x.cost);
+  });
   const int threads = omp_get_max_threads();
   ws.reserve(threads, forward_floats(d), 0);
   const int64_t n = int64_t(ws.units.size());
@@ -448,7 +459,7 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
           piece_cost += cost(end++);
         const int64_t partial = p == 0 ? -1 : partial_floats;
         if (p > 0) partial_floats += s.q_len * d.qk_dim;
-        ws.units.push_back({b, h, begin, end, piece_cost + 1, partial});
+        ws.units.push_back({b, h, begin, end, piece_cost + 1, 0, partial});
         done += piece_cost;
         begin = end;
       }
