@@ -4,6 +4,7 @@
 // (query, key) pair (S = QKᵀ and PV), backward 2·(3·Dqk + 2·Dv)·H per pair (S, dP = dO Vᵀ, dV, dK,
 // dQ: 2.5× the forward when Dqk = Dv). Softmax and exp work is not counted.
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,20 @@ void BM_gemm_square(benchmark::State& state) {
   }
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["is_gemm"] = 1;
+}
+
+// What one attention tile product would cost through oneDNN: a single 64×64×64 call (the kernel
+// would make three to five of these per tile), called from one thread as the kernel's threads would.
+void BM_gemm_tile(benchmark::State& state) {
+  constexpr int64_t n = 64;
+  const auto A = random_vector(n * n, 1), B = random_vector(n * n, 2);
+  std::vector<float> C(size_t(n * n));
+  for (auto _ : state) {
+    hyla::gemm(hyla::Trans::N, hyla::Trans::T, n, n, n, 1.0f, A.data(), n, B.data(), n, 0.0f, C.data(), n);
+    benchmark::DoNotOptimize(C.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * n * n * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["is_gemm"] = 0;
 }
 
 struct Shape {
@@ -87,6 +102,12 @@ const Shape kShapes[] = {
 
 void register_all() {
   benchmark::RegisterBenchmark("gemm_f32_2048", BM_gemm_square)->Unit(benchmark::kMillisecond)->MinTime(0.5)->UseRealTime();
+  benchmark::RegisterBenchmark("onednn_gemm_64x64x64_one_thread", [](benchmark::State& st) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    BM_gemm_tile(st);
+    omp_set_num_threads(saved);
+  })->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
   for (const Shape& s : kShapes)
     for (Pass p : {Pass::Forward, Pass::Backward, Pass::Both}) {
       const std::string name = std::string(s.name) + (p == Pass::Forward ? "/fwd" : p == Pass::Backward ? "/bwd" : "/fwd+bwd");
@@ -110,7 +131,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       std::string name = r.benchmark_name();
       name = name.substr(0, name.find("/min_time"));
       char row[256];
-      std::snprintf(row, sizeof row, "| %s | %.2f | %.0f | %.2f |\n", name.c_str(), r.GetAdjustedRealTime(), rate,
+      std::snprintf(row, sizeof row, "| %s | %.2f %s | %.0f | %.2f |\n", name.c_str(), r.GetAdjustedRealTime(),
+                    benchmark::GetTimeUnitString(r.time_unit), rate,
                     r.counters["vs_gemm"].value);
       table_ += row;
     }
@@ -118,7 +140,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\n| shape/pass | ms | GFLOP/s | vs f32 gemm |\n|---|---|---|---|\n%s", table_.c_str());
+    std::printf("\n| shape/pass | time | GFLOP/s | vs f32 gemm |\n|---|---|---|---|\n%s", table_.c_str());
   }
 
  private:
