@@ -2,7 +2,8 @@
 // GFLOP/s for the MLA shapes, each as a fraction of a 2048³ f32 gemm (hyla::gemm) measured first
 // in the same run. FLOPs count the causal work only: forward 2·(Dqk + Dv)·H per visible
 // (query, key) pair (S = QKᵀ and PV), backward 2·(3·Dqk + 2·Dv)·H per pair (S, dP = dO Vᵀ, dV, dK,
-// dQ: 2.5× the forward when Dqk = Dv). Softmax and exp work is not counted.
+// dQ: 2.5× the forward when Dqk = Dv). Softmax and exp work is not counted. `fwd_bf16` is the
+// forward with bf16 block products (AttentionDims::bf16_products), still against the f32 gemm.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -59,10 +60,12 @@ struct Shape {
   int64_t batch, T, heads, dqk, dv, window;
 };
 
-enum class Pass { Forward, Backward, Both };
+enum class Pass { Forward, ForwardBf16, Backward, Both };
 
 void BM_attention(benchmark::State& state, Shape sh, Pass pass) {
   const hyla::AttentionDims dims{sh.heads, sh.dqk, sh.dv, sh.window, float(1.0 / std::sqrt(double(sh.dqk)))};
+  hyla::AttentionDims dims_bf16 = dims;
+  dims_bf16.bf16_products = true;
   std::vector<int64_t> starts;
   for (int64_t b = 0; b <= sh.batch; ++b) starts.push_back(b * sh.T);
   const int64_t N = sh.batch * sh.T, H = sh.heads;
@@ -78,18 +81,24 @@ void BM_attention(benchmark::State& state, Shape sh, Pass pass) {
     hyla::attention_backward(dims, sh.batch, starts.data(), starts.data(), q.data(), k.data(), v.data(), o.data(),
                              lse.data(), d_o.data(), dq.data(), dk.data(), dv.data(), ws);
   };
-  forward();  // warm-up: grows the workspace and touches every buffer once
+  auto forward_bf16 = [&] {
+    hyla::attention_forward(dims_bf16, sh.batch, starts.data(), starts.data(), q.data(), k.data(), v.data(),
+                            o.data(), lse.data(), ws);
+  };
+  forward_bf16();  // warm-up: grows the workspace and touches every buffer once
+  forward();
   backward();
   for (auto _ : state) {
-    if (pass != Pass::Backward) forward();
-    if (pass != Pass::Forward) backward();
+    if (pass == Pass::ForwardBf16) forward_bf16();
+    if (pass == Pass::Forward || pass == Pass::Both) forward();
+    if (pass == Pass::Backward || pass == Pass::Both) backward();
     benchmark::DoNotOptimize(dq.data());
   }
   double pairs = 0;  // visible (query, key) pairs
   for (int64_t t = 0; t < sh.T; ++t) pairs += double(sh.window ? std::min(t + 1, sh.window) : t + 1);
   pairs *= double(sh.batch * H);
   const double fwd = 2.0 * double(sh.dqk + sh.dv) * pairs, bwd = 2.0 * double(3 * sh.dqk + 2 * sh.dv) * pairs;
-  const double flops = pass == Pass::Forward ? fwd : pass == Pass::Backward ? bwd : fwd + bwd;
+  const double flops = pass == Pass::Backward ? bwd : pass == Pass::Both ? fwd + bwd : fwd;
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["is_gemm"] = 0;
 }
@@ -109,8 +118,9 @@ void register_all() {
     omp_set_num_threads(saved);
   })->Unit(benchmark::kMicrosecond)->MinTime(0.2)->UseRealTime();
   for (const Shape& s : kShapes)
-    for (Pass p : {Pass::Forward, Pass::Backward, Pass::Both}) {
-      const std::string name = std::string(s.name) + (p == Pass::Forward ? "/fwd" : p == Pass::Backward ? "/bwd" : "/fwd+bwd");
+    for (Pass p : {Pass::Forward, Pass::ForwardBf16, Pass::Backward, Pass::Both}) {
+      const char* pass = p == Pass::Forward ? "/fwd" : p == Pass::ForwardBf16 ? "/fwd_bf16" : p == Pass::Backward ? "/bwd" : "/fwd+bwd";
+      const std::string name = std::string(s.name) + pass;
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { BM_attention(st, s, p); })
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.5)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "hyla/core/error.h"
+#include "hyla/core/half.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/vec.h"
 
@@ -80,14 +82,58 @@ int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 enum class Out { Set, Add, Rescale };  // C = A·B, C += A·B, C = row_scale[r]·C + A·B
 
+// Operand formats. F32: one value per k step, one FMA per k. BF16Pairs (the forward pass with
+// AttentionDims::bf16_products): a 32-bit word holds two consecutive k values as bf16 (the first in
+// the low half), and one vdpbf16ps per word computes acc += a.lo·b.lo + a.hi·b.hi in f32: twice
+// the FLOPs of an FMA per instruction.
+struct F32 {
+  using Elem = float;
+  using Operand = Vec;
+  static Operand load(const float* p) { return vec::load(p); }
+  static Operand load(const float* p, Mask m) { return vec::load(p, m); }
+  static Operand broadcast(float a) { return vec::broadcast(a); }
+  static Vec madd(Vec acc, Operand a, Operand b) { return fmadd(a, b, acc); }
+  static int64_t steps(int64_t k) { return k; }  // k steps that hold k values
+};
+
+using Pair = uint32_t;
+
+Pair to_pair(float lo, float hi) { return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16; }
+
+struct BF16Pairs {
+  using Elem = Pair;
+#if defined(__AVX512BF16__)
+  using Operand = __m512bh;
+  static Operand load(const Pair* p) { return (__m512bh)_mm512_loadu_si512(p); }
+  static Operand load(const Pair* p, Mask m) { return (__m512bh)_mm512_maskz_loadu_epi32(m, p); }
+  static Operand broadcast(Pair a) { return (__m512bh)_mm512_set1_epi32(int(a)); }
+  static Vec madd(Vec acc, Operand a, Operand b) { return _mm512_dpbf16_ps(acc, a, b); }
+#else
+  // Without AVX512_BF16: each half as an f32 vector, two FMAs (the same products, rounded twice).
+  struct Operand {
+    Vec lo, hi;
+  };
+  static Operand load(const Pair* p, Mask m = kAll) {
+    Operand o;
+    load_bf16_pairs(p, m, o.lo, o.hi);
+    return o;
+  }
+  static Operand broadcast(Pair a) {
+    return {vec::broadcast(std::bit_cast<float>(a << 16)), vec::broadcast(std::bit_cast<float>(a & 0xffff0000u))};
+  }
+  static Vec madd(Vec acc, Operand a, Operand b) { return fmadd(a.hi, b.hi, fmadd(a.lo, b.lo, acc)); }
+#endif
+  static int64_t steps(int64_t k) { return (k + 1) / 2; }
+};
+
 constexpr int kBlockRows = 6;  // 6 rows × 4 vectors = 24 accumulators + 4 B vectors ≤ 32 zmm
 constexpr int kBlockVecs = 4;
 
-// R rows × V vectors of C. A(r, k) is a[r*lda + k], or a[k*lda + r] when kAT (A transposed).
-// The last vector of each B row and C row is masked by `tail`.
-template <bool kAT, Out kOut, int R, int V>
-void product_block(int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, Mask tail, float* c,
-                   int64_t ldc, const float* row_scale) {
+// R rows × V vectors of C over K steps. A(r, k) is a[r*lda + k], or a[k*lda + r] when kAT
+// (A transposed). The last vector of each B row and C row is masked by `tail`.
+template <class Ops, bool kAT, Out kOut, int R, int V>
+void product_block(int64_t K, const typename Ops::Elem* a, int64_t lda, const typename Ops::Elem* b, int64_t ldb,
+                   Mask tail, float* c, int64_t ldc, const float* row_scale) {
   Vec acc[R][V];
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -101,15 +147,15 @@ void product_block(int64_t K, const float* a, int64_t lda, const float* b, int64
       }
     }
   for (int64_t k = 0; k < K; ++k) {
-    const float* bk = b + k * ldb;
-    Vec bv[V];
+    const typename Ops::Elem* bk = b + k * ldb;
+    typename Ops::Operand bv[V];
     #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) bv[v] = v == V - 1 ? load(bk + v * kLanes, tail) : load(bk + v * kLanes);
+    for (int v = 0; v < V; ++v) bv[v] = v == V - 1 ? Ops::load(bk + v * kLanes, tail) : Ops::load(bk + v * kLanes);
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const Vec ar = broadcast(kAT ? a[k * lda + r] : a[r * lda + k]);
+      const typename Ops::Operand ar = Ops::broadcast(kAT ? a[k * lda + r] : a[r * lda + k]);
       #pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[r][v] = fmadd(ar, bv[v], acc[r][v]);
+      for (int v = 0; v < V; ++v) acc[r][v] = Ops::madd(acc[r][v], ar, bv[v]);
     }
   }
   #pragma GCC unroll 8
@@ -121,19 +167,23 @@ void product_block(int64_t K, const float* a, int64_t lda, const float* b, int64
     }
 }
 
-using BlockFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, Mask, float*, int64_t, const float*);
+template <class Ops>
+using BlockFn = void (*)(int64_t, const typename Ops::Elem*, int64_t, const typename Ops::Elem*, int64_t, Mask,
+                         float*, int64_t, const float*);
 
-template <bool kAT, Out kOut, int... I>
-constexpr std::array<BlockFn, sizeof...(I)> block_table(std::integer_sequence<int, I...>) {
-  return {&product_block<kAT, kOut, I / kBlockVecs + 1, I % kBlockVecs + 1>...};
+template <class Ops, bool kAT, Out kOut, int... I>
+constexpr std::array<BlockFn<Ops>, sizeof...(I)> block_table(std::integer_sequence<int, I...>) {
+  return {&product_block<Ops, kAT, kOut, I / kBlockVecs + 1, I % kBlockVecs + 1>...};
 }
 
-// C [M × N] (op)= A [M × K] · B [K × N], register block by register block. Column chunks are the
-// outer loop so a chunk of B (K × 64 floats) stays in L1 while every row block streams over it.
-template <bool kAT, Out kOut>
-void product(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-             int64_t ldc, const float* row_scale = nullptr) {
-  static constexpr auto blocks = block_table<kAT, kOut>(std::make_integer_sequence<int, kBlockRows * kBlockVecs>());
+// C [M × N] (op)= A [M × K] · B [K × N] (K in steps of Ops), register block by register block.
+// Column chunks are the outer loop so a chunk of B (K × 64 values) stays in L1 while every row
+// block streams over it.
+template <class Ops, bool kAT, Out kOut>
+void product(int64_t M, int64_t N, int64_t K, const typename Ops::Elem* a, int64_t lda, const typename Ops::Elem* b,
+             int64_t ldb, float* c, int64_t ldc, const float* row_scale = nullptr) {
+  static constexpr auto blocks =
+      block_table<Ops, kAT, kOut>(std::make_integer_sequence<int, kBlockRows * kBlockVecs>());
   constexpr int64_t kChunk = kBlockVecs * kLanes;
   for (int64_t n0 = 0; n0 < N; n0 += kChunk) {
     const int64_t width = std::min(kChunk, N - n0), vecs = ceil_div(width, kLanes);
@@ -151,6 +201,47 @@ void pack_transposed(const float* x, int64_t ldx, int64_t rows, int64_t cols, fl
   for (int64_t d = 0; d < cols; ++d) std::memset(out + d * ld + rows, 0, size_t(ld - rows) * sizeof(float));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t d = 0; d < cols; ++d) out[d * ld + i] = scale * x[i * ldx + d];
+}
+
+// out[i] = (lo[i], hi[i]) rounded to bf16, for i < n; hi == nullptr pairs with 0.
+void pack_pairs(const float* lo, const float* hi, int64_t n, Pair* out) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  // vcvtne2ps2bf16 puts lo in the low 16 halves and hi in the high 16; vpermw interleaves them.
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                              22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512 h = hi ? _mm512_loadu_ps(hi + i) : _mm512_setzero_ps();
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(h, _mm512_loadu_ps(lo + i));
+    _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(interleave, halves));
+  }
+#endif
+  for (; i < n; ++i) out[i] = to_pair(lo[i], hi ? hi[i] : 0.0f);
+}
+
+// out[p] = (x[2p], x[2p+1]) rounded to bf16 for 2p < n; an odd last value pairs with 0.
+void pack_consecutive_pairs(const float* x, int64_t n, Pair* out) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  // 32 values become 32 consecutive bf16, i.e. 16 pairs in order.
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes)
+    _mm512_storeu_si512(out + i / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + kLanes), _mm512_loadu_ps(x + i)));
+#endif
+  for (; i < n; i += 2) out[i / 2] = to_pair(x[i], i + 1 < n ? x[i + 1] : 0.0f);
+}
+
+// Q operand of the bf16 score product: out[p*ld + i] = pairs (2p, 2p+1) of scale · x row i, for
+// i < rows <= kTileQ; columns rows..ld-1 are 0. An odd last element pairs with 0. Each pair of
+// columns is gathered into two rows first so the rounding and interleaving are vectorised.
+void pack_query_pairs(const float* x, int64_t ldx, int64_t rows, int64_t cols, float scale, Pair* out, int64_t ld) {
+  float lo[kTileQ], hi[kTileQ];
+  for (int64_t p = 0; p < BF16Pairs::steps(cols); ++p) {
+    for (int64_t i = 0; i < ld; ++i) {
+      lo[i] = i < rows ? scale * x[i * ldx + 2 * p] : 0.0f;
+      hi[i] = i < rows && 2 * p + 1 < cols ? scale * x[i * ldx + 2 * p + 1] : 0.0f;
+    }
+    pack_pairs(lo, hi, ld, out + p * ld);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,39 +333,67 @@ void softmax_step(float* s, int64_t nk, int64_t ld, float* m, float* l, float* a
   }
 }
 
+// Keys and values of one (sequence, head) as operands of Ops: key j's row (steps(Dq) elements) at
+// k + j*ldk, value k-step row t (one key for F32, a pair of keys for BF16Pairs) at v + t*ldv.
+template <class Ops>
+struct KeysValues {
+  const typename Ops::Elem* k;
+  int64_t ldk;
+  const typename Ops::Elem* v;
+  int64_t ldv;
+};
+
+// The query operand of the score product (scale folded in) and the probability operand of O += P·V,
+// in each format. F32 uses the probabilities in place.
+void pack_query(const float* x, int64_t ldx, int64_t rows, int64_t cols, float scale, float* out, int64_t ld) {
+  pack_transposed(x, ldx, rows, cols, scale, out, ld);
+}
+void pack_query(const float* x, int64_t ldx, int64_t rows, int64_t cols, float scale, Pair* out, int64_t ld) {
+  pack_query_pairs(x, ldx, rows, cols, scale, out, ld);
+}
+const float* probability_operand(const float* p, int64_t, int64_t, float*) { return p; }
+const Pair* probability_operand(const float* p, int64_t nk, int64_t ld, Pair* out) {
+  for (int64_t t = 0; 2 * t < nk; ++t)  // rows 2t and 2t+1 (keys) paired; an odd last row pairs with 0
+    pack_pairs(p + 2 * t * ld, 2 * t + 1 < nk ? p + (2 * t + 1) * ld : nullptr, ld, out + t * ld);
+  return out;
+}
+
 size_t forward_floats(const AttentionDims& d) {
-  return size_t(d.qk_dim * kTileQ + kTileK * kTileQ + kTileQ * d.v_dim + 3 * kTileQ);
+  return size_t(d.qk_dim * kTileQ + kTileK * kTileQ + kTileK / 2 * kTileQ + kTileQ * d.v_dim + 3 * kTileQ);
 }
 
 // Output rows and lse of query tile `qt` of sequence s, head h.
-void forward_tile(const AttentionDims& d, const Sequence& s, int64_t h, int64_t qt, const float* q, const float* k,
-                  const float* v, float* o, float* lse, float* buffer) {
-  const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim, ldq = H * Dq, ldv = H * Dv;
+template <class Ops>
+void forward_tile(const AttentionDims& d, const Sequence& s, int64_t h, int64_t qt, const float* q,
+                  const KeysValues<Ops>& kv, float* o, float* lse, float* buffer) {
+  using Elem = typename Ops::Elem;
+  const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim, ldq = H * Dq;
   const int64_t i0 = qt * kTileQ, nq = std::min(kTileQ, s.q_len - i0), ld = round_up(nq, kLanes);
   const int64_t p0 = s.offset() + i0;  // position of the tile's first query
-  float* qt_packed = buffer;           // [Dq × ld] scale · Qᵀ
-  float* scores = qt_packed + Dq * kTileQ;  // [nk × ld] scores, then probabilities
-  float* acc = scores + kTileK * kTileQ;    // [nq × Dv] unnormalised output
+  Elem* q_op = reinterpret_cast<Elem*>(buffer);         // [steps(Dq) × ld] scale · Qᵀ
+  float* scores = buffer + Dq * kTileQ;                 // [nk × ld] scores, then probabilities
+  Elem* p_op = reinterpret_cast<Elem*>(scores + kTileK * kTileQ);  // [steps(nk) × ld] (BF16Pairs)
+  float* acc = scores + kTileK * kTileQ + kTileK / 2 * kTileQ;     // [nq × Dv] unnormalised output
   float* m = acc + kTileQ * Dv;
   float* l = m + kTileQ;
   float* alpha = l + kTileQ;
 
-  pack_transposed(q + (s.q_begin + i0) * ldq + h * Dq, ldq, nq, Dq, d.scale, qt_packed, ld);
+  pack_query(q + (s.q_begin + i0) * ldq + h * Dq, ldq, nq, Dq, d.scale, q_op, ld);
   std::fill(m, m + ld, -std::numeric_limits<float>::infinity());
   std::fill(l, l + ld, 0.0f);
-  const float* kh = k + s.k_begin * ldq + h * Dq;
-  const float* vh = v + s.k_begin * ldv + h * Dv;
   bool first = true;
   const Range keys = key_tiles(s, p0, p0 + nq - 1, d.window);
   for (int64_t kt = keys.first; kt <= keys.last; ++kt) {
     const int64_t j0 = kt * kTileK, nk = std::min(kTileK, s.kv_len - j0);
     const Visibility vis = classify(p0, p0 + nq - 1, j0, j0 + nk - 1, d.window);
     if (vis == Visibility::None) continue;
-    product<false, Out::Set>(nk, ld, Dq, kh + j0 * ldq, ldq, qt_packed, ld, scores, ld);
+    product<Ops, false, Out::Set>(nk, ld, Ops::steps(Dq), kv.k + j0 * kv.ldk, kv.ldk, q_op, ld, scores, ld);
     if (vis == Visibility::Some) mask_tile(scores, nk, ld, j0, p0, d.window);
     softmax_step(scores, nk, ld, m, l, alpha);
-    if (first) product<true, Out::Set>(nq, Dv, nk, scores, ld, vh + j0 * ldv, ldv, acc, Dv);
-    else product<true, Out::Rescale>(nq, Dv, nk, scores, ld, vh + j0 * ldv, ldv, acc, Dv, alpha);
+    const Elem* p = probability_operand(scores, nk, ld, p_op);
+    const Elem* vt = kv.v + Ops::steps(j0) * kv.ldv;  // j0 is even: pairs start on a tile
+    if (first) product<Ops, true, Out::Set>(nq, Dv, Ops::steps(nk), p, ld, vt, kv.ldv, acc, Dv);
+    else product<Ops, true, Out::Rescale>(nq, Dv, Ops::steps(nk), p, ld, vt, kv.ldv, acc, Dv, alpha);
     first = false;
   }
   for (int64_t i = 0; i < nq; ++i) {
@@ -284,6 +403,43 @@ void forward_tile(const AttentionDims& d, const Sequence& s, int64_t h, int64_t 
     const float inv = seen ? 1.0f / l[i] : 0.0f;
     for (int64_t e = 0; e < Dv; ++e) out[e] = seen ? acc[i * Dv + e] * inv : 0.0f;
     lse[row] = seen ? m[i] + std::log(l[i]) : -std::numeric_limits<float>::infinity();
+  }
+}
+
+// bf16 copies of k and v for BF16Pairs, made once per call. k16: key row j holds, per head, the
+// pairs (2p, 2p+1) of its Dq values (Dq padded to even): kq_words = H * steps(Dq) words a row.
+// v2: per sequence, pair row t holds keys 2t and 2t+1 of the sequence interleaved per value
+// (the second is 0 past the end); sequence b's pair rows start at (k_begin + b + 1) / 2, which
+// keeps them disjoint whatever the lengths' parities.
+struct Bf16Copies {
+  Pair* k16;
+  Pair* v2;
+  int64_t k_words, v_words;  // per key row, per pair row
+};
+
+int64_t pair_row_begin(int64_t b, const Sequence& s) { return (s.k_begin + b + 1) / 2; }
+
+size_t bf16_copy_words(const AttentionDims& d, int64_t batch, int64_t keys) {
+  return size_t(keys * d.heads * BF16Pairs::steps(d.qk_dim) + ((keys + batch + 1) / 2) * d.heads * d.v_dim);
+}
+
+// Fills the copies; called by every thread of a parallel region (it shares the rows out).
+void convert_keys_values(const AttentionDims& d, int64_t batch, const int64_t* k_starts, const float* k,
+                         const float* v, const Bf16Copies& c) {
+  const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim, keys = k_starts[batch];
+#pragma omp for schedule(static)
+  for (int64_t j = 0; j < keys; ++j) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float* x = k + (j * H + h) * Dq;
+      Pair* out = c.k16 + j * c.k_words + h * BF16Pairs::steps(Dq);
+      pack_consecutive_pairs(x, Dq, out);
+    }
+    const int64_t b = std::upper_bound(k_starts, k_starts + batch + 1, j) - k_starts - 1;
+    const Sequence s{0, 0, k_starts[b], k_starts[b + 1] - k_starts[b]};
+    const int64_t t2 = j - s.k_begin;  // this key's index in its sequence
+    if (t2 % 2 == 0)
+      pack_pairs(v + j * H * Dv, t2 + 1 < s.kv_len ? v + (j + 1) * H * Dv : nullptr, H * Dv,
+                 c.v2 + (pair_row_begin(b, s) + t2 / 2) * c.v_words);
   }
 }
 
@@ -360,13 +516,13 @@ void backward_unit(const AttentionDims& d, const Sequence& s, int64_t h, int64_t
       const int64_t p0 = s.offset() + i0;
       const Visibility vis = classify(p0, p0 + nq - 1, j0, j0 + nk - 1, d.window);
       if (vis == Visibility::None) continue;
-      product<false, Out::Set>(nk, ld, Dq, kh + j0 * ldq, ldq, q_packed + i0 * Dq, ld, scores, ld);
+      product<F32, false, Out::Set>(nk, ld, Dq, kh + j0 * ldq, ldq, q_packed + i0 * Dq, ld, scores, ld);
       if (vis == Visibility::Some) mask_tile(scores, nk, ld, j0, p0, d.window);
-      product<false, Out::Set>(nk, ld, Dv, vh + j0 * ldv, ldv, do_packed + i0 * Dv, ld, dscores, ld);
+      product<F32, false, Out::Set>(nk, ld, Dv, vh + j0 * ldv, ldv, do_packed + i0 * Dv, ld, dscores, ld);
       probabilities_and_scores(scores, dscores, nk, ld, lse_q + i0, delta + i0, d.scale);
-      product<false, Out::Add>(nk, Dv, nq, scores, ld, doh + i0 * ldv, ldv, dvh + j0 * ldv, ldv);   // dV += Pᵀ dO
-      product<false, Out::Add>(nk, Dq, nq, dscores, ld, qh + i0 * ldq, ldq, dkh + j0 * ldq, ldq);  // dK += dSᵀ Q
-      product<true, Out::Add>(nq, Dq, nk, dscores, ld, kh + j0 * ldq, ldq, dq_out + i0 * ld_dq, ld_dq);  // dQ += dS K
+      product<F32, false, Out::Add>(nk, Dv, nq, scores, ld, doh + i0 * ldv, ldv, dvh + j0 * ldv, ldv);   // dV += Pᵀ dO
+      product<F32, false, Out::Add>(nk, Dq, nq, dscores, ld, qh + i0 * ldq, ldq, dkh + j0 * ldq, ldq);  // dK += dSᵀ Q
+      product<F32, true, Out::Add>(nq, Dq, nk, dscores, ld, kh + j0 * ldq, ldq, dq_out + i0 * ld_dq, ld_dq);  // dQ += dS K
     }
   }
 }
@@ -410,15 +566,32 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
     return std::tie(y.group_cost, x.seq, x.head, y.cost) < std::tie(x.group_cost, y.seq, y.head, x.cost);
   });
   const int threads = omp_get_max_threads();
-  ws.reserve(threads, forward_floats(d), 0);
+  const int64_t keys = k_starts[batch];
+  ws.reserve(threads, forward_floats(d), d.bf16_products ? bf16_copy_words(d, batch, keys) : 0);
+  Pair* k16 = reinterpret_cast<Pair*>(ws.shared_buffer());
+  const Bf16Copies copies{k16, k16 + keys * d.heads * BF16Pairs::steps(d.qk_dim), d.heads * BF16Pairs::steps(d.qk_dim),
+                          d.heads * d.v_dim};
   const int64_t n = int64_t(ws.units.size());
 #pragma omp parallel
   {
+    if (d.bf16_products) convert_keys_values(d, batch, k_starts, k, v, copies);  // ends in a barrier
     float* buffer = ws.thread_buffer(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) {
       const AttentionUnit& unit = ws.units[size_t(u)];
-      forward_tile(d, sequence(unit.seq, q_starts, k_starts), unit.head, unit.begin, q, k, v, o, lse, buffer);
+      const Sequence s = sequence(unit.seq, q_starts, k_starts);
+      const int64_t h = unit.head;
+      if (d.bf16_products) {
+        const KeysValues<BF16Pairs> kv{copies.k16 + s.k_begin * copies.k_words + h * BF16Pairs::steps(d.qk_dim),
+                                       copies.k_words,
+                                       copies.v2 + pair_row_begin(unit.seq, s) * copies.v_words + h * d.v_dim,
+                                       copies.v_words};
+        forward_tile(d, s, h, unit.begin, q, kv, o, lse, buffer);
+      } else {
+        const int64_t ldk = d.heads * d.qk_dim, ldv = d.heads * d.v_dim;
+        const KeysValues<F32> kv{k + s.k_begin * ldk + h * d.qk_dim, ldk, v + s.k_begin * ldv + h * d.v_dim, ldv};
+        forward_tile(d, s, h, unit.begin, q, kv, o, lse, buffer);
+      }
     }
   }
 }
@@ -427,6 +600,7 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
                         const float* q, const float* k, const float* v, const float* o, const float* lse,
                         const float* d_o, float* dq, float* dk, float* dv, AttentionWorkspace& workspace) {
   check_arguments(d, batch, q_starts, k_starts);
+  HYLA_CHECK(!d.bf16_products, "attention_backward: bf16_products is for the forward pass only");
   AttentionWorkspace::State& ws = workspace.state();
   const int threads = omp_get_max_threads();
   // Units are whole (sequence, head) pairs walked key tile by key tile: a unit owns its dk/dv rows

@@ -17,6 +17,9 @@ struct AttentionDims {
   int64_t v_dim;   // Dv: value/output width per head (may differ from Dqk)
   int64_t window;  // 0 = full causal; else query at position t sees key s iff s <= t and t - s < window
   float scale;     // scores = scale * q.k
+  // Forward only: round q, k, v and the probabilities to bf16 for the block products (f32
+  // accumulation; softmax, max and sums stay f32): ~1.6x faster, ~1e-3 relative error.
+  bool bf16_products = false;
 };
 
 class AttentionWorkspace {

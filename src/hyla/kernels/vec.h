@@ -5,6 +5,7 @@
 // against Vec compiles to the same instructions as hand-written intrinsics on AVX-512.
 // Only the operations the kernels need are here.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -55,6 +56,13 @@ inline Vec select(Mask m, Vec a, Vec b) { return _mm512_mask_blend_ps(m, a, b); 
 inline Mask equal(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 inline float sum(Vec a) { return _mm512_reduce_add_ps(a); }
 
+// 16 bf16 pairs (32-bit words, the pair's first element in the low half) as two f32 vectors.
+inline void load_bf16_pairs(const uint32_t* p, Mask m, Vec& lo, Vec& hi) {
+  const __m512i w = _mm512_maskz_loadu_epi32(m, p);
+  lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
 inline Vec exp(Vec x) {
   x = min(broadcast(kExpHi), max(broadcast(kExpLo), x));
   const Vec n = _mm512_roundscale_ps(x * broadcast(kLog2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -104,6 +112,14 @@ inline float sum(Vec a) {
   float s = 0.0f;
   for (int i = 0; i < kLanes; ++i) s += a.v[i];
   return s;
+}
+
+inline void load_bf16_pairs(const uint32_t* p, Mask m, Vec& lo, Vec& hi) {
+  for (int i = 0; i < kLanes; ++i) {
+    const uint32_t w = (m >> i) & 1 ? p[i] : 0u;
+    lo.v[i] = std::bit_cast<float>(w << 16);
+    hi.v[i] = std::bit_cast<float>(w & 0xffff0000u);
+  }
 }
 
 inline Vec exp(Vec x) {
