@@ -129,11 +129,14 @@ void register_all() {
 }
 
 // Adds each row's rate as a fraction of the gemm's (`vs_gemm`) and prints a markdown table at the end.
+// Run with --benchmark_repetitions=3 --benchmark_report_aggregates_only=true on a shared machine.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     std::vector<Run> copy = runs;
     for (Run& r : copy) {
+      // With --benchmark_repetitions the table takes each benchmark's median.
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
       const double rate = r.counters["GFLOPs"].value;
       if (r.counters["is_gemm"].value > 0) gemm_gflops = rate;
       if (gemm_gflops > 0) r.counters["vs_gemm"] = rate / gemm_gflops;

@@ -307,15 +307,18 @@ void mask_tile(float* s, int64_t nk, int64_t ld, int64_t j0, int64_t p0, int64_t
 void softmax_step(float* s, int64_t nk, int64_t ld, float* m, float* l, float* alpha) {
   for (int64_t i = 0; i < ld; i += kLanes) {
     const Vec m_old = load(m + i);
-    Vec m_new = m_old;
-    for (int64_t j = 0; j < nk; ++j) m_new = max(m_new, load(s + j * ld + i));
+    Vec mx[4] = {m_old, m_old, m_old, m_old};  // four chains: max's latency would bound one
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4)
+      for (int c = 0; c < 4; ++c) mx[c] = max(mx[c], load(s + (j + c) * ld + i));
+    for (; j < nk; ++j) mx[0] = max(mx[0], load(s + j * ld + i));
+    const Vec m_new = max(max(mx[0], mx[1]), max(mx[2], mx[3]));
     // A query that has seen only hidden keys still has max -inf; subtracting 0 instead of -inf keeps
     // exp(-inf - max) at 0 rather than NaN.
     const Vec base = select(equal(m_new, negative_infinity()), m_new, zero());
     const Vec a = exp(m_old - base);
-    Vec sum0 = zero(), sum1 = zero();  // two chains: the adds' latency would bound the loop
-    int64_t j = 0;
-    for (; j + 1 < nk; j += 2) {
+    Vec sum0 = zero(), sum1 = zero();  // two chains, for the same reason
+    for (j = 0; j + 1 < nk; j += 2) {
       const Vec p0 = exp(load(s + j * ld + i) - base), p1 = exp(load(s + (j + 1) * ld + i) - base);
       store(s + j * ld + i, p0);
       store(s + (j + 1) * ld + i, p1);
