@@ -21,16 +21,15 @@ namespace hyla {
 
 using namespace vec;
 
-// One unit of parallel work. Forward: query tile `begin` of one (sequence, head); `group_cost` is
-// the cost of the whole sequence. Backward: key tiles [begin, end) of one (sequence, head);
-// `partial` is -1 when the unit accumulates dq straight into the output, else the offset (in
-// floats) of its own dq buffer in the shared scratch memory.
-struct AttentionUnit {
-  int64_t seq, head, begin, end, cost, group_cost, partial;
-};
-
 struct AttentionWorkspace::State {
-  std::vector<AttentionUnit> units;
+  // One unit of parallel work. Forward: query tile `begin` of one (sequence, head); `group_cost` is
+  // the cost of the whole sequence. Backward: key tiles [begin, end) of one (sequence, head);
+  // `partial` is -1 when the unit accumulates dq straight into the output, else the offset (in
+  // floats) of its own dq buffer in the shared scratch memory.
+  struct Unit {
+    int64_t seq, head, begin, end, cost, group_cost, partial;
+  };
+  std::vector<Unit> units;
   std::vector<std::shared_ptr<void>> thread_memory;  // one buffer per OpenMP thread
   size_t thread_floats = 0;
   std::shared_ptr<void> shared_memory;
@@ -59,10 +58,12 @@ AttentionWorkspace& AttentionWorkspace::operator=(AttentionWorkspace&&) noexcept
 
 size_t AttentionWorkspace::bytes() const {
   return (state_->thread_memory.size() * state_->thread_floats + state_->shared_floats) * sizeof(float) +
-         state_->units.capacity() * sizeof(AttentionUnit);
+         state_->units.capacity() * sizeof(State::Unit);
 }
 
 namespace {
+
+using Unit = AttentionWorkspace::State::Unit;
 
 // Tiles: 64 queries (4 vectors: queries run along the vector lanes) by 64 keys. Small enough that a
 // tile's scores, a query tile's packed Q and the output accumulator stay in L1/L2.
@@ -410,14 +411,14 @@ void forward_tile(const AttentionDims& d, const Sequence& s, int64_t h, int64_t 
 }
 
 // bf16 copies of k and v for BF16Pairs, made once per call. k16: key row j holds, per head, the
-// pairs (2p, 2p+1) of its Dq values (Dq padded to even): kq_words = H * steps(Dq) words a row.
+// pairs (2p, 2p+1) of its Dq values (Dq padded to even): k_words = H * steps(Dq) words a row.
 // v2: per sequence, pair row t holds keys 2t and 2t+1 of the sequence interleaved per value
 // (the second is 0 past the end); sequence b's pair rows start at (k_begin + b + 1) / 2, which
 // keeps them disjoint whatever the lengths' parities.
 struct Bf16Copies {
   Pair* k16;
   Pair* v2;
-  int64_t k_words, v_words;  // per key row, per pair row
+  int64_t k_words, v_words;  // per key row (H * steps(Dq)), per pair row (H * Dv)
 };
 
 int64_t pair_row_begin(int64_t b, const Sequence& s) { return (s.k_begin + b + 1) / 2; }
@@ -427,8 +428,8 @@ size_t bf16_copy_words(const AttentionDims& d, int64_t batch, int64_t keys) {
 }
 
 // Fills the copies; called by every thread of a parallel region (it shares the rows out).
-void convert_keys_values(const AttentionDims& d, int64_t batch, const int64_t* k_starts, const float* k,
-                         const float* v, const Bf16Copies& c) {
+void convert_keys_values(const AttentionDims& d, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
+                         const float* k, const float* v, const Bf16Copies& c) {
   const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim, keys = k_starts[batch];
 #pragma omp for schedule(static)
   for (int64_t j = 0; j < keys; ++j) {
@@ -438,7 +439,7 @@ void convert_keys_values(const AttentionDims& d, int64_t batch, const int64_t* k
       pack_consecutive_pairs(x, Dq, out);
     }
     const int64_t b = std::upper_bound(k_starts, k_starts + batch + 1, j) - k_starts - 1;
-    const Sequence s{0, 0, k_starts[b], k_starts[b + 1] - k_starts[b]};
+    const Sequence s = sequence(b, q_starts, k_starts);
     const int64_t t2 = j - s.k_begin;  // this key's index in its sequence
     if (t2 % 2 == 0)
       pack_pairs(v + j * H * Dv, t2 + 1 < s.kv_len ? v + (j + 1) * H * Dv : nullptr, H * Dv,
@@ -565,7 +566,7 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
     }
     for (size_t u = first; u < ws.units.size(); ++u) ws.units[u].group_cost = sequence_cost;
   }
-  std::sort(ws.units.begin(), ws.units.end(), [](const AttentionUnit& x, const AttentionUnit& y) {
+  std::sort(ws.units.begin(), ws.units.end(), [](const Unit& x, const Unit& y) {
     return std::tie(y.group_cost, x.seq, x.head, y.cost) < std::tie(x.group_cost, y.seq, y.head, x.cost);
   });
   const int threads = omp_get_max_threads();
@@ -577,11 +578,11 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
   const int64_t n = int64_t(ws.units.size());
 #pragma omp parallel
   {
-    if (d.bf16_products) convert_keys_values(d, batch, k_starts, k, v, copies);  // ends in a barrier
+    if (d.bf16_products) convert_keys_values(d, batch, q_starts, k_starts, k, v, copies);  // ends in a barrier
     float* buffer = ws.thread_buffer(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) {
-      const AttentionUnit& unit = ws.units[size_t(u)];
+      const Unit& unit = ws.units[size_t(u)];
       const Sequence s = sequence(unit.seq, q_starts, k_starts);
       const int64_t h = unit.head;
       if (d.bf16_products) {
@@ -642,7 +643,7 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
       }
     }
   }
-  std::sort(ws.units.begin(), ws.units.end(), [](const AttentionUnit& x, const AttentionUnit& y) { return x.cost > y.cost; });
+  std::sort(ws.units.begin(), ws.units.end(), [](const Unit& x, const Unit& y) { return x.cost > y.cost; });
   ws.reserve(threads, backward_floats(d, max_q_len), size_t(partial_floats));
   const int64_t n = int64_t(ws.units.size()), ldq = d.heads * d.qk_dim;
 #pragma omp parallel
@@ -650,7 +651,7 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
     float* buffer = ws.thread_buffer(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) {
-      const AttentionUnit& unit = ws.units[size_t(u)];
+      const Unit& unit = ws.units[size_t(u)];
       const Sequence s = sequence(unit.seq, q_starts, k_starts);
       float* dq_out = unit.partial < 0 ? dq + s.q_begin * ldq + unit.head * d.qk_dim : ws.shared_buffer() + unit.partial;
       backward_unit(d, s, unit.head, unit.begin, unit.end, q, k, v, o, lse, d_o, dq_out,
@@ -659,8 +660,8 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
   }
   if (partial_floats == 0) return;
   // Add the pieces' dq buffers in piece order (partial offsets grow with the piece index).
-  std::sort(ws.units.begin(), ws.units.end(), [](const AttentionUnit& x, const AttentionUnit& y) { return x.partial < y.partial; });
-  for (const AttentionUnit& unit : ws.units) {
+  std::sort(ws.units.begin(), ws.units.end(), [](const Unit& x, const Unit& y) { return x.partial < y.partial; });
+  for (const Unit& unit : ws.units) {
     if (unit.partial < 0) continue;
     const Sequence s = sequence(unit.seq, q_starts, k_starts);
     const float* part = ws.shared_buffer() + unit.partial;
