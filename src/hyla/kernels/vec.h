@@ -1,0 +1,141 @@
+#pragma once
+// A 16-lane f32 vector for the hand-written kernels: one zmm register when compiled for AVX-512,
+// otherwise 16 floats in plain loops (the portable fallback, e.g. HYLA_NATIVE=OFF builds for
+// x86-64-v2; the compiler vectorises the loops for whatever the target has). A kernel written once
+// against Vec compiles to the same instructions as hand-written intrinsics on AVX-512.
+// Only the operations the kernels need are here.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "hyla/core/simd.h"
+
+namespace hyla::vec {
+
+constexpr int kLanes = 16;
+using Mask = uint16_t;  // bit i selects lane i
+
+// The lanes [lo, hi), clipped to [0, 16).
+inline Mask lane_range(int64_t lo, int64_t hi) {
+  lo = std::clamp<int64_t>(lo, 0, kLanes);
+  hi = std::clamp<int64_t>(hi, 0, kLanes);
+  if (hi <= lo) return 0;
+  return Mask(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+constexpr Mask kAll = 0xffff;
+
+// exp(x) = 2^n · e^r with n = round(x · log2 e) and r = x − n·ln2 ∈ [−ln2/2, ln2/2]. ln2 is split
+// in two (Cody–Waite): kLn2Hi has 16 significant bits, so n·kLn2Hi is exact for |n| < 256. e^r is
+// its Taylor polynomial to degree 7 (truncation error ≤ 0.347^8/8! ≈ 5e-9, far below float
+// rounding). x is clamped to [−104, 89] first so that n stays finite: below −104 the result
+// underflows to 0 and above 89 it overflows to inf, as e^x does; NaN stays NaN.
+constexpr float kExpLo = -104.0f, kExpHi = 89.0f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.428606820309417232e-6f;
+constexpr float kExpPoly[8] = {1.0f,         1.0f,          1.0f / 2,    1.0f / 6,
+                               1.0f / 24,    1.0f / 120,    1.0f / 720,  1.0f / 5040};
+
+#if defined(__AVX512F__)
+
+// The register type itself (not a struct around it): GCC keeps arrays of it in registers, and its
+// vector extensions already give +, - and *.
+using Vec = __m512;
+inline Vec zero() { return _mm512_setzero_ps(); }
+inline Vec broadcast(float x) { return _mm512_set1_ps(x); }
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }  // others 0
+inline void store(float* p, Vec a) { _mm512_storeu_ps(p, a); }
+inline void store(float* p, Vec a, Mask m) { _mm512_mask_storeu_ps(p, m, a); }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a·b + c
+// Lane-wise a > b ? a : b and a < b ? a : b (so a NaN in b passes through, a NaN in a doesn't).
+inline Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline Vec min(Vec a, Vec b) { return _mm512_min_ps(a, b); }
+inline Vec select(Mask m, Vec a, Vec b) { return _mm512_mask_blend_ps(m, a, b); }  // m ? b : a
+inline Mask equal(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+inline float sum(Vec a) { return _mm512_reduce_add_ps(a); }
+
+// 16 bf16 pairs (32-bit words, the pair's first element in the low half) as two f32 vectors.
+inline void load_bf16_pairs(const uint32_t* p, Mask m, Vec& lo, Vec& hi) {
+  const __m512i w = _mm512_maskz_loadu_epi32(m, p);
+  lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
+inline Vec exp(Vec x) {
+  x = min(broadcast(kExpHi), max(broadcast(kExpLo), x));
+  const Vec n = _mm512_roundscale_ps(x * broadcast(kLog2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  Vec r = _mm512_fnmadd_ps(n, broadcast(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, broadcast(kLn2Lo), r);
+  Vec p = broadcast(kExpPoly[7]);
+  for (int i = 6; i >= 0; --i) p = fmadd(p, r, broadcast(kExpPoly[i]));
+  return _mm512_scalef_ps(p, n);  // p · 2^n, rounding once (to 0 below the subnormals)
+}
+
+#else
+
+struct Vec {
+  float v[kLanes];
+};
+template <typename F>
+inline Vec map(F f) {
+  Vec r;
+  for (int i = 0; i < kLanes; ++i) r.v[i] = f(i);
+  return r;
+}
+inline Vec broadcast(float x) { return map([&](int) { return x; }); }
+inline Vec zero() { return broadcast(0.0f); }
+inline Vec load(const float* p) { return map([&](int i) { return p[i]; }); }
+inline Vec load(const float* p, Mask m) { return map([&](int i) { return (m >> i) & 1 ? p[i] : 0.0f; }); }
+inline void store(float* p, Vec a) {
+  for (int i = 0; i < kLanes; ++i) p[i] = a.v[i];
+}
+inline void store(float* p, Vec a, Mask m) {
+  for (int i = 0; i < kLanes; ++i)
+    if ((m >> i) & 1) p[i] = a.v[i];
+}
+inline Vec operator+(Vec a, Vec b) { return map([&](int i) { return a.v[i] + b.v[i]; }); }
+inline Vec operator-(Vec a, Vec b) { return map([&](int i) { return a.v[i] - b.v[i]; }); }
+inline Vec operator*(Vec a, Vec b) { return map([&](int i) { return a.v[i] * b.v[i]; }); }
+// Not fused: without hardware FMA std::fma is a slow library call.
+inline Vec fmadd(Vec a, Vec b, Vec c) { return map([&](int i) { return a.v[i] * b.v[i] + c.v[i]; }); }
+inline Vec max(Vec a, Vec b) { return map([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; }); }
+inline Vec min(Vec a, Vec b) { return map([&](int i) { return a.v[i] < b.v[i] ? a.v[i] : b.v[i]; }); }
+inline Vec select(Mask m, Vec a, Vec b) { return map([&](int i) { return (m >> i) & 1 ? b.v[i] : a.v[i]; }); }
+inline Mask equal(Vec a, Vec b) {
+  Mask m = 0;
+  for (int i = 0; i < kLanes; ++i) m |= Mask(a.v[i] == b.v[i]) << i;
+  return m;
+}
+inline float sum(Vec a) {
+  float s = 0.0f;
+  for (int i = 0; i < kLanes; ++i) s += a.v[i];
+  return s;
+}
+
+inline void load_bf16_pairs(const uint32_t* p, Mask m, Vec& lo, Vec& hi) {
+  for (int i = 0; i < kLanes; ++i) {
+    const uint32_t w = (m >> i) & 1 ? p[i] : 0u;
+    lo.v[i] = std::bit_cast<float>(w << 16);
+    hi.v[i] = std::bit_cast<float>(w & 0xffff0000u);
+  }
+}
+
+inline Vec exp(Vec x) {
+  x = min(broadcast(kExpHi), max(broadcast(kExpLo), x));
+  return map([&](int i) {
+    if (std::isnan(x.v[i])) return x.v[i];
+    const float n = std::nearbyint(x.v[i] * kLog2e);
+    const float r = (x.v[i] - n * kLn2Hi) - n * kLn2Lo;
+    float p = kExpPoly[7];
+    for (int k = 6; k >= 0; --k) p = p * r + kExpPoly[k];
+    return std::ldexp(p, int(n));
+  });
+}
+
+#endif
+
+inline Vec negative_infinity() { return broadcast(-std::numeric_limits<float>::infinity()); }
+
+}  // namespace hyla::vec
