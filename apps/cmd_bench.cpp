@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "commands.h"
@@ -96,9 +97,15 @@ void bench_kda(const KdaBenchArgs& a) {
     HYLA_CHECK(T > 0, "--seq values must be positive, got {}", T);
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
-    const size_t nk = size_t(T * H * D);
-    std::vector<float> q(nk), k(nk), v(nk), g(nk), beta(size_t(T * H)), o(nk), dq(nk), dk(nk), dv(nk), dg(nk),
-        db(size_t(T * H)), d_o(nk);
+    // Inputs in Tensors (huge-page backed, as in the model), not std::vector.
+    auto buffer = [](int64_t n) { return Tensor::zeros(DType::F32, {n}); };
+    const int64_t nk = T * H * D;
+    Tensor tq = buffer(nk), tk = buffer(nk), tv = buffer(nk), tg = buffer(nk), tbeta = buffer(T * H), to = buffer(nk),
+           tdq = buffer(nk), tdk = buffer(nk), tdv = buffer(nk), tdg = buffer(nk), tdb = buffer(T * H), tdo = buffer(nk);
+    std::span<float> q(tq.data<float>(), size_t(nk)), k(tk.data<float>(), size_t(nk)), v(tv.data<float>(), size_t(nk)),
+        g(tg.data<float>(), size_t(nk)), beta(tbeta.data<float>(), size_t(T * H)), o(to.data<float>(), size_t(nk)),
+        dq(tdq.data<float>(), size_t(nk)), dk(tdk.data<float>(), size_t(nk)), dv(tdv.data<float>(), size_t(nk)),
+        dg(tdg.data<float>(), size_t(nk)), db(tdb.data<float>(), size_t(T * H)), d_o(tdo.data<float>(), size_t(nk));
     for (auto* x : {&q, &k}) {
       for (int64_t r = 0; r < T * H; ++r) {
         double norm = 0;

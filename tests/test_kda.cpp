@@ -253,6 +253,32 @@ TEST(Kda, ResultsDoNotDependOnThreadCount) {
   omp_set_num_threads(threads);
 }
 
+// One (sequence, head) on two threads: its state columns are split across the threads, and the
+// backward sums the splits' partial gradients.
+TEST(Kda, ColumnSplitsForFewHeadsMatchOneThread) {
+  const Problem p = make_problem(1, 32, 40, {150}, Gate::LowerBound, 8);
+  const int threads = omp_get_max_threads();
+  for (KdaPath path : {KdaPath::Recurrent, KdaPath::ChunkedDense, KdaPath::ChunkedPairwise}) {
+    std::vector<std::vector<float>> results[2];
+    for (int n : {1, 2}) {
+      omp_set_num_threads(n);
+      KdaWorkspace ws;
+      KdaSavedStates saved;
+      std::vector<float> o(size_t(150 * 40)), s(p.s0.size()), d_o(o.size(), 0.5f), d_s(s.size(), -0.25f);
+      for (size_t i = 0; i < d_o.size(); ++i) d_o[i] = float(i % 7) - 3.0f;
+      kda_forward(p.shape, p.inputs(), options(path, 64), o.data(), s.data(), &saved, ws);
+      std::vector<float> dq(p.q.size()), dk(p.k.size()), dv(p.v.size()), dg(p.g.size()), db(p.beta.size()),
+          ds0(p.s0.size());
+      kda_backward(p.shape, p.inputs(), options(path, 64), d_o.data(), d_s.data(), saved,
+                   {dq.data(), dk.data(), dv.data(), dg.data(), db.data(), ds0.data()}, ws);
+      results[n - 1] = {o, s, dq, dk, dv, dg, db, ds0};
+    }
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_LT(relative_error(results[1][i], results[0][i]), 1e-6) << to_string(path) << " output " << i;
+  }
+  omp_set_num_threads(threads);
+}
+
 // Backward vs central finite differences of the double reference, for the loss
 // L = Σ o ⊙ Wo + Σ S_final ⊙ Ws with random Wo, Ws.
 TEST(Kda, BackwardMatchesFiniteDifferences) {

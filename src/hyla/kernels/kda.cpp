@@ -81,16 +81,24 @@ void check(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options
     HYLA_CHECK(in.starts[b + 1] >= in.starts[b], "kda: sequence {} has negative length", b);
 }
 
-// (sequence, head) tasks, longest sequences first so that dynamic scheduling balances them.
-std::vector<std::pair<int64_t, int64_t>> tasks(const KdaShape& shape, const KdaInputs& in) {
+// (sequence, head, columns) tasks, longest sequences first so that dynamic scheduling balances
+// them. With fewer (sequence, head) pairs than threads, each pair's state columns are split
+// (in multiples of 16) so that every thread has work.
+std::vector<KdaTask> tasks(const KdaShape& shape, const KdaInputs& in, int64_t& splits) {
   std::vector<int64_t> order(size_t(in.batch));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return in.starts[a + 1] - in.starts[a] > in.starts[b + 1] - in.starts[b];
   });
-  std::vector<std::pair<int64_t, int64_t>> list;
+  const int64_t pairs = in.batch * shape.heads, threads = omp_get_max_threads();
+  splits = pairs >= threads ? 1 : std::clamp<int64_t>(ceil_div(threads, pairs), 1, ceil_div(shape.value_dim, 16));
+  const int64_t width = ceil_div(ceil_div(shape.value_dim, splits), 16) * 16;
+  std::vector<KdaTask> list;
   for (int64_t b : order)
-    for (int64_t h = 0; h < shape.heads; ++h) list.emplace_back(b, h);
+    for (int64_t h = 0; h < shape.heads; ++h)
+      for (int64_t v0 = 0; v0 < shape.value_dim; v0 += width)
+        list.push_back({b, h, v0, std::min(width, shape.value_dim - v0), v0 / width});
+  splits = ceil_div(shape.value_dim, width);
   return list;
 }
 
@@ -121,7 +129,8 @@ void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& o
     if (!(saved->states.defined() && saved->states.numel() >= needed.numel()))
       saved->states = Tensor::empty(DType::F32, needed);
   }
-  const auto list = tasks(shape, in);
+  int64_t splits = 1;
+  const auto list = tasks(shape, in, splits);
 #pragma omp parallel
   {
     FlushDenormals flush;
@@ -129,11 +138,10 @@ void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& o
     ws.max_dense_exponent = 0.0f;
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < list.size(); ++i) {
-      const auto [b, h] = list[i];
       if (options.path == KdaPath::Recurrent)
-        kda_recurrent_forward_task(shape, in, options, b, h, o, final_state, saved, ws);
+        kda_recurrent_forward_task(shape, in, options, list[i], o, final_state, saved, ws);
       else
-        kda_chunked_forward_task(shape, in, options, b, h, o, final_state, saved, ws);
+        kda_chunked_forward_task(shape, in, options, list[i], o, final_state, saved, ws);
     }
   }
 }
@@ -144,18 +152,45 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
   check(shape, in, options);
   HYLA_CHECK(saved.chunk_base.size() == size_t(in.batch) + 1, "kda: backward needs the states of its forward");
   workspace.reserve();
-  const auto list = tasks(shape, in);
+  int64_t splits = 1;
+  const auto list = tasks(shape, in, splits);
+  // Split tasks write their partial dq, dk, dg, dβ into per-split buffers, summed afterwards.
+  const int64_t rows = in.batch ? in.starts[in.batch] : 0, nqk = rows * shape.heads * shape.key_dim,
+                nb = rows * shape.heads;
+  if (splits > 1) {
+    const int64_t needed = splits * (3 * nqk + nb);
+    if (!workspace.partials.defined() || workspace.partials.numel() < needed)
+      workspace.partials = Tensor::empty(DType::F32, {needed});
+  }
+  auto grads_of = [&](const KdaTask& task) {
+    if (splits == 1) return grads;
+    float* base = workspace.partials.data<float>() + task.split * (3 * nqk + nb);
+    return KdaGrads{base, base + nqk, grads.dv, base + 2 * nqk, base + 3 * nqk, grads.d_initial_state};
+  };
 #pragma omp parallel
   {
     FlushDenormals flush;
     KdaWorkspace::Thread& ws = workspace.thread(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < list.size(); ++i) {
-      const auto [b, h] = list[i];
+      const KdaGrads task_grads = grads_of(list[i]);
       if (options.path == KdaPath::Recurrent)
-        kda_recurrent_backward_task(shape, in, options, b, h, d_o, d_final_state, saved, grads, ws);
+        kda_recurrent_backward_task(shape, in, options, list[i], d_o, d_final_state, saved, task_grads, ws);
       else
-        kda_chunked_backward_task(shape, in, options, b, h, d_o, d_final_state, saved, grads, ws);
+        kda_chunked_backward_task(shape, in, options, list[i], d_o, d_final_state, saved, task_grads, ws);
+    }
+    if (splits > 1) {
+      const float* partials = workspace.partials.data<float>();
+      float* outputs[4] = {grads.dq, grads.dk, grads.dg, grads.dbeta};
+      const int64_t offsets[4] = {0, nqk, 2 * nqk, 3 * nqk}, sizes[4] = {nqk, nqk, nqk, nb};
+      for (int which = 0; which < 4; ++which) {
+#pragma omp for schedule(static)
+        for (int64_t x = 0; x < sizes[which]; ++x) {
+          float sum = 0.0f;
+          for (int64_t s = 0; s < splits; ++s) sum += partials[s * (3 * nqk + nb) + offsets[which] + x];
+          outputs[which][x] = sum;
+        }
+      }
     }
   }
 }
@@ -190,9 +225,8 @@ double kda_forward_flops(KdaPath path, int64_t tokens, int64_t K, int64_t V, int
 double kda_backward_flops(KdaPath path, int64_t tokens, int64_t K, int64_t V, int64_t chunk) {
   const double k = double(K), v = double(V);
   if (path == KdaPath::Recurrent) {
-    // Recompute (about 2.5 forward token-steps per token with 16-token segments in 64-token
-    // chunks) plus two passes of about 6 K·V each.
-    return double(tokens) * (2.5 * 5.0 + 12.0) * k * v;
+    // Recompute (pending update, decay, S̃ᵀk: 5 K·V) plus the two reverse passes (10 + 8 K·V).
+    return double(tokens) * 23.0 * k * v;
   }
   double total = kda_forward_flops(path, tokens, K, V, chunk);  // recomputation
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {

@@ -71,6 +71,7 @@ class KdaWorkspace {
   void reserve();  // one Thread per OpenMP thread
   // Largest exponent (nats) a dense-path sub-block used in the last forward: at most 15·|lb|.
   float max_dense_exponent() const;
+  Tensor partials;  // partial gradients of column-split tasks
 
  private:
   std::vector<Thread*> threads_;

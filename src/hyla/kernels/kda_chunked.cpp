@@ -71,9 +71,17 @@ struct Chunk {
 };
 
 struct Dims {
-  int64_t K, V, C;
+  int64_t K, V, C;    // V: the task's state columns
   KdaStrides st;
+  int64_t v_full;     // the states' full width (their row stride)
+  int64_t v0;         // the task's first column
+  int64_t v_offset(int64_t h) const { return h * v_full + v0; }                 // within an input row
+  int64_t state_offset(int64_t b, int64_t h, int64_t heads) const { return (b * heads + h) * K * v_full + v0; }
 };
+
+Dims make_dims(const KdaShape& shape, const KdaOptions& options, const KdaTask& task) {
+  return {shape.key_dim, task.width, options.chunk_size, strides(shape), shape.value_dim, task.v0};
+}
 
 Chunk take_chunk(KdaWorkspace::Thread& ws, const Dims& d) {
   const int64_t K = d.K, V = d.V, C = d.C;
@@ -93,7 +101,7 @@ void load_chunk(const KdaInputs& in, const Dims& d, int64_t h, int64_t row0, Chu
   const int64_t K = d.K;
   c.q = in.q + row0 * d.st.qk + h * K;
   c.k = in.k + row0 * d.st.qk + h * K;
-  c.v = in.v + row0 * d.st.v + h * d.V;
+  c.v = in.v + row0 * d.st.v + d.v_offset(h);
   for (int64_t i = 0; i < c.L; ++i) {
     const int64_t row = row0 + i;
     c.beta[i] = in.beta[row * d.st.beta + h];
@@ -107,6 +115,21 @@ void load_chunk(const KdaInputs& in, const Dims& d, int64_t h, int64_t row0, Chu
 #pragma omp simd
       for (int64_t j = 0; j < K; ++j) G[j] = prev[j] + double(g[j]);
     }
+  }
+}
+
+// Asks for the next chunk's input rows while this one computes: a head's rows are H·K floats
+// apart in the token-major inputs, a stride the hardware prefetchers do not follow far enough.
+void prefetch_chunk(const KdaInputs& in, const Dims& d, int64_t h, int64_t row0, int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t row = row0 + i;
+    const char* qk[3] = {reinterpret_cast<const char*>(in.q + row * d.st.qk + h * d.K),
+                         reinterpret_cast<const char*>(in.k + row * d.st.qk + h * d.K),
+                         reinterpret_cast<const char*>(in.g + row * d.st.qk + h * d.K)};
+    for (const char* p : qk)
+      for (int64_t byte = 0; byte < d.K * 4; byte += 64) __builtin_prefetch(p + byte);
+    const char* v = reinterpret_cast<const char*>(in.v + row * d.st.v + d.v_offset(h));
+    for (int64_t byte = 0; byte < d.V * 4; byte += 64) __builtin_prefetch(v + byte);  // this task's columns
   }
 }
 
@@ -257,9 +280,9 @@ float intra_chunk(Chunk& c, const Dims& d, bool pairwise, const Mm& mm) {
   return max_exponent;
 }
 
-// Q̂, W, E, Kt and the decay factors; E = U - W S0 needs the chunk's start state. e^Γ comes
-// from intra_chunk's row blocks.
-void wy_form(Chunk& c, const Dims& d, const float* S0, const Mm& mm) {
+// Q̂, W, E, Kt and the decay factors; E = U - W S0 needs the chunk's start state (row stride
+// ld_s0). e^Γ comes from intra_chunk's row blocks.
+void wy_form(Chunk& c, const Dims& d, const float* S0, int64_t ld_s0, const Mm& mm) {
   const int64_t K = d.K, V = d.V, C = d.C, L = c.L;
   const double* GL = c.G + (L - 1) * K;
   for (int64_t i = 0; i < L; ++i) {
@@ -291,7 +314,7 @@ void wy_form(Chunk& c, const Dims& d, const float* S0, const Mm& mm) {
     mm(false, rows, K, r0 + rows, 1.0f, c.T + r0 * C, C, c.Xk, K, 0.0f, W + r0 * K, K);
     mm(false, rows, V, r0 + rows, 1.0f, c.T + r0 * C, C, c.Xv, V, 0.0f, c.E + r0 * V, V);
   }
-  mm(false, L, V, K, -1.0f, W, K, S0, V, 1.0f, c.E, V);
+  mm(false, L, V, K, -1.0f, W, K, S0, ld_s0, 1.0f, c.E, V);
 }
 
 // S ← diag(e^{Γ_L}) S + Ktᵀ E.
@@ -313,28 +336,29 @@ void* mm_scratch(KdaWorkspace::Thread& ws, const Dims& d, bool bf16) {
 
 }  // namespace
 
-void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                              int64_t h, float* o, float* final_state, KdaSavedStates* saved,
+void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                              const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
                               KdaWorkspace::Thread& ws) {
-  const Dims d{shape.key_dim, shape.value_dim, options.chunk_size, strides(shape)};
-  const int64_t K = d.K, V = d.V;
+  const Dims d = make_dims(shape, options, task);
+  const int64_t K = d.K, V = d.V, b = task.b, h = task.h;
   const bool pairwise = options.path == KdaPath::ChunkedPairwise;
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
   float* S = ws.take(K * V);
   Chunk c = take_chunk(ws, d);
   const Mm mm{options.bf16_matmul, mm_scratch(ws, d, options.bf16_matmul)};
-  if (in.initial_state) std::memcpy(S, in.initial_state + (b * shape.heads + h) * K * V, size_t(K * V) * 4);
+  if (in.initial_state) copy_rows(in.initial_state + d.state_offset(b, h, shape.heads), d.v_full, S, V, K, V);
   else std::fill(S, S + K * V, 0.0f);
 
   for (int64_t t0 = 0; t0 < len; t0 += d.C) {
     c.L = std::min(d.C, len - t0);
-    if (saved) std::memcpy(saved_state(*saved, shape, b, t0 / d.C, h), S, size_t(K * V) * 4);
+    if (saved) copy_rows(S, V, saved_state(*saved, shape, b, t0 / d.C, h) + d.v0, d.v_full, K, V);
     load_chunk(in, d, h, first + t0, c);
+    prefetch_chunk(in, d, h, first + t0 + c.L, std::min(d.C, len - t0 - c.L));
     const float exponent = intra_chunk(c, d, pairwise, mm);
     if (!pairwise) ws.max_dense_exponent = std::max(ws.max_dense_exponent, exponent);
-    wy_form(c, d, S, mm);
+    wy_form(c, d, S, V, mm);
     // O = Q̂ S0 + P E, written straight into the output rows.
-    float* O = o + (first + t0) * d.st.v + h * V;
+    float* O = o + (first + t0) * d.st.v + d.v_offset(h);
     mm(false, c.L, V, K, 1.0f, c.QW, K, S, V, 0.0f, O, d.st.v);
     for (int64_t r0 = 0; r0 < c.L; r0 += kSub) {
       const int64_t rows = std::min(kSub, c.L - r0);
@@ -342,15 +366,15 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
     }
     advance_state(c, d, S, mm);
   }
-  if (final_state) std::memcpy(final_state + (b * shape.heads + h) * K * V, S, size_t(K * V) * 4);
+  if (final_state) copy_rows(S, V, final_state + d.state_offset(b, h, shape.heads), d.v_full, K, V);
   ws.release();
 }
 
-void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                               int64_t h, const float* d_o, const float* d_final_state, const KdaSavedStates& saved,
-                               const KdaGrads& grads, KdaWorkspace::Thread& ws) {
-  const Dims d{shape.key_dim, shape.value_dim, options.chunk_size, strides(shape)};
-  const int64_t K = d.K, V = d.V, C = d.C;
+void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                               const KdaTask& task, const float* d_o, const float* d_final_state,
+                               const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws) {
+  const Dims d = make_dims(shape, options, task);
+  const int64_t K = d.K, V = d.V, C = d.C, b = task.b, h = task.h, ld_s0 = d.v_full;
   const bool pairwise = options.path == KdaPath::ChunkedPairwise;
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
   Chunk c = take_chunk(ws, d);
@@ -383,17 +407,18 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
   float* dQKd = ws.take(2 * kSub * K);
   float* dkr = ws.take(C * K);
 
-  if (d_final_state) std::memcpy(dS, d_final_state + (b * shape.heads + h) * K * V, size_t(K * V) * 4);
+  if (d_final_state) copy_rows(d_final_state + d.state_offset(b, h, shape.heads), d.v_full, dS, V, K, V);
   else std::fill(dS, dS + K * V, 0.0f);
 
   for (int64_t t0 = len <= 0 ? -1 : (len - 1) / C * C; t0 >= 0; t0 -= C) {
     c.L = std::min(C, len - t0);
     const int64_t L = c.L, row0 = first + t0;
-    const float* S0 = saved_state(saved, shape, b, t0 / C, h);
+    const float* S0 = saved_state(saved, shape, b, t0 / C, h) + d.v0;
     load_chunk(in, d, h, row0, c);
+    prefetch_chunk(in, d, h, std::max(first, row0 - C), std::min(C, t0));
     intra_chunk(c, d, pairwise, mm);
-    wy_form(c, d, S0, mm);
-    for (int64_t i = 0; i < L; ++i) std::memcpy(DOE + i * V, d_o + (row0 + i) * d.st.v + h * V, size_t(V) * 4);
+    wy_form(c, d, S0, ld_s0, mm);
+    copy_rows(d_o + row0 * d.st.v + d.v_offset(h), d.st.v, DOE, V, L, V);
     const float* dO = DOE;
 
     // S_L = diag(e^{Γ_L}) S0 + Ktᵀ E.
@@ -406,7 +431,7 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
       float* ds0 = dS0 + ch * V;
 #pragma omp simd
       for (int64_t j = 0; j < V; ++j) ds0[j] = e * ds[j];
-      dGL[ch] = e * dot(S0 + ch * V, ds, V);
+      dGL[ch] = e * dot(S0 + ch * ld_s0, ds, V);
     }
     // O = Q̂ S0 + P E.
     transpose(c.E, L, V, V, ET, C);
@@ -415,7 +440,7 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     mm(true, L, V, L, 1.0f, c.P, C, dO, V, 1.0f, dE, V);
     // E = U - W S0: [dQ̂ ; dW] = [dO ; -dE] S0ᵀ and dS0 += [Q̂ ; W]ᵀ [dO ; -dE].
     for (int64_t x = 0; x < L * V; ++x) DOE[L * V + x] = -dE[x];
-    transpose(S0, K, V, V, S0T, K);
+    transpose(S0, K, V, ld_s0, S0T, K);
     mm(false, 2 * L, K, V, 1.0f, DOE, V, S0T, K, 0.0f, dQW, K);
     mm(true, K, V, 2 * L, 1.0f, c.QW, K, DOE, V, 1.0f, dS0, V);
     const float* dQh = dQW;
@@ -447,7 +472,7 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
         dqi[j] = dqh[j] * eg[j];
       }
       const float* dxv = dXv + i * V;
-      float* dv = grads.dv + (row0 + i) * d.st.v + h * V;
+      float* dv = grads.dv + (row0 + i) * d.st.v + d.v_offset(h);
       db += dot(dxv, v, V);
 #pragma omp simd
       for (int64_t j = 0; j < V; ++j) dv[j] = bi * dxv[j];
@@ -543,7 +568,8 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     }
     std::swap(dS, dS0);
   }
-  if (grads.d_initial_state) std::memcpy(grads.d_initial_state + (b * shape.heads + h) * K * V, dS, size_t(K * V) * 4);
+  if (grads.d_initial_state)
+    copy_rows(dS, V, grads.d_initial_state + d.state_offset(b, h, shape.heads), d.v_full, K, V);
   ws.release();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Shared pieces of the KDA paths: the per-thread arena and the task list.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -33,23 +34,36 @@ struct KdaStrides {
 };
 inline KdaStrides strides(const KdaShape& s) { return {s.heads * s.key_dim, s.heads * s.value_dim, s.heads}; }
 
-// Pointer to the saved state at the start of chunk `chunk` of sequence b, head h.
+// One unit of parallel work: sequence b, head h, state columns [v0, v0 + width). The columns of
+// a state evolve independently, so a (sequence, head) is split by columns when there are fewer
+// (sequence, head) pairs than threads; the K-side work is then repeated per split, and the
+// backward's dq, dk, dg, dβ are partial sums over the splits, reduced afterwards.
+struct KdaTask {
+  int64_t b, h, v0, width;
+  int64_t split;  // index of the column range among the pair's splits
+};
+
+// Pointer to the saved state at the start of chunk `chunk` of sequence b, head h (row stride V).
 inline float* saved_state(const KdaSavedStates& saved, const KdaShape& s, int64_t b, int64_t chunk, int64_t h) {
   return const_cast<float*>(saved.states.data<float>()) +
          ((saved.chunk_base[size_t(b)] + chunk) * s.heads + h) * s.key_dim * s.value_dim;
 }
 
-void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                                int64_t h, float* o, float* final_state, KdaSavedStates* saved,
+inline void copy_rows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, size_t(cols) * sizeof(float));
+}
+
+void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                                const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
                                 KdaWorkspace::Thread& ws);
-void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                                 int64_t h, const float* d_o, const float* d_final_state,
+void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                                 const KdaTask& task, const float* d_o, const float* d_final_state,
                                  const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws);
-void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                              int64_t h, float* o, float* final_state, KdaSavedStates* saved,
+void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                              const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
                               KdaWorkspace::Thread& ws);
-void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                               int64_t h, const float* d_o, const float* d_final_state, const KdaSavedStates& saved,
-                               const KdaGrads& grads, KdaWorkspace::Thread& ws);
+void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                               const KdaTask& task, const float* d_o, const float* d_final_state,
+                               const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws);
 
 }  // namespace hyla

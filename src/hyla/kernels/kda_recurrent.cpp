@@ -4,6 +4,7 @@
 // previous token's pending rank-1 update, decays the rows, and accumulates S̃ᵀk and S̃ᵀq.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
@@ -13,67 +14,116 @@
 namespace hyla {
 namespace {
 
-constexpr int64_t kBlock = 64;     // state columns per block
-constexpr int64_t kSegment = 16;   // tokens whose states the backward keeps at once
+constexpr int64_t kBlock = 64;  // state columns per block
 
-#if defined(__AVX512F__)
-template <int VECS>
+template <int VECS, bool WITH_Q>
 void state_pass_vec(float* S, int64_t K, int64_t ld, const float* pending_k, const float* pending_u,
-                    const float* decay, const float* k, const float* q, float* kS, float* qS, __mmask16 last) {
-  auto mask = [&](int v) { return v + 1 < VECS ? __mmask16(0xffff) : last; };
-  __m512 u[VECS], ks[VECS], qs[VECS];
+                    const float* decay, const float* k, const float* q, float* kS, float* qS, float* before_decay,
+                    vec::Mask last) {
+  using vec::Vec;
+  auto mask = [&](int v) { return v + 1 < VECS ? vec::kAll : last; };
+  Vec u[VECS], ks[VECS], qs[VECS];
   for (int v = 0; v < VECS; ++v) {
-    u[v] = pending_k ? _mm512_maskz_loadu_ps(mask(v), pending_u + 16 * v) : _mm512_setzero_ps();
-    ks[v] = qs[v] = _mm512_setzero_ps();
+    u[v] = pending_k ? vec::load(pending_u + 16 * v, mask(v)) : vec::zero();
+    ks[v] = qs[v] = vec::zero();
   }
   for (int64_t c = 0; c < K; ++c) {
     float* row = S + c * ld;
-    const __m512 pk = _mm512_set1_ps(pending_k ? pending_k[c] : 0.0f), d = _mm512_set1_ps(decay[c]);
-    const __m512 kc = _mm512_set1_ps(k[c]), qc = _mm512_set1_ps(q[c]);
+    const Vec pk = vec::broadcast(pending_k ? pending_k[c] : 0.0f), d = vec::broadcast(decay[c]);
+    const Vec kc = vec::broadcast(k[c]), qc = vec::broadcast(WITH_Q ? q[c] : 0.0f);
     for (int v = 0; v < VECS; ++v) {
-      __m512 r = _mm512_maskz_loadu_ps(mask(v), row + 16 * v);
-      r = _mm512_mul_ps(_mm512_fmadd_ps(pk, u[v], r), d);
-      _mm512_mask_storeu_ps(row + 16 * v, mask(v), r);
-      ks[v] = _mm512_fmadd_ps(kc, r, ks[v]);
-      qs[v] = _mm512_fmadd_ps(qc, r, qs[v]);
+      const Vec updated = vec::fmadd(pk, u[v], vec::load(row + 16 * v, mask(v)));
+      if (before_decay) vec::store(before_decay + c * ld + 16 * v, updated, mask(v));
+      const Vec r = updated * d;
+      vec::store(row + 16 * v, r, mask(v));
+      ks[v] = vec::fmadd(kc, r, ks[v]);
+      if (WITH_Q) qs[v] = vec::fmadd(qc, r, qs[v]);
     }
   }
   for (int v = 0; v < VECS; ++v) {
-    _mm512_mask_storeu_ps(kS + 16 * v, mask(v), ks[v]);
-    _mm512_mask_storeu_ps(qS + 16 * v, mask(v), qs[v]);
+    vec::store(kS + 16 * v, ks[v], mask(v));
+    if (WITH_Q) vec::store(qS + 16 * v, qs[v], mask(v));
   }
 }
-#endif
+
+template <typename F>
+void dispatch_width(int64_t w, F&& f) {
+  const vec::Mask last = vec::lane_range(0, w % 16 == 0 ? 16 : w % 16);
+  switch ((w + 15) / 16) {
+    case 1: return f(std::integral_constant<int, 1>{}, last);
+    case 2: return f(std::integral_constant<int, 2>{}, last);
+    case 3: return f(std::integral_constant<int, 3>{}, last);
+    default: return f(std::integral_constant<int, 4>{}, last);
+  }
+}
 
 // One pass over a K×w state block (w <= 64, row stride ld): row_c ← (row_c + pk[c]·u) · decay[c]
 // (the pending update of the previous token, when pending_k is set), then kS = Σ_c k[c]·row_c
-// and qS = Σ_c q[c]·row_c. `q` may be null (then qS is not written).
+// and (when q is given) qS = Σ_c q[c]·row_c. With before_decay, the updated rows before the decay
+// (the previous token's full state) are also stored there.
 void state_pass(float* S, int64_t K, int64_t w, int64_t ld, const float* pending_k, const float* pending_u,
-                const float* decay, const float* k, const float* q, float* kS, float* qS) {
-#if defined(__AVX512F__)
-  if (!q) q = k, qS = kS + kBlock;  // reuse the kS path; the caller passes room for 2 blocks
-  const __mmask16 last = __mmask16(w % 16 == 0 ? 0xffff : (1u << (w % 16)) - 1);
-  switch ((w + 15) / 16) {
-    case 1: return state_pass_vec<1>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, last);
-    case 2: return state_pass_vec<2>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, last);
-    case 3: return state_pass_vec<3>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, last);
-    default: return state_pass_vec<4>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, last);
+                const float* decay, const float* k, const float* q, float* kS, float* qS,
+                float* before_decay = nullptr) {
+  dispatch_width(w, [&](auto vecs, vec::Mask last) {
+    constexpr int kVecs = decltype(vecs)::value;
+    if (q) state_pass_vec<kVecs, true>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
+    else state_pass_vec<kVecs, false>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
+  });
+}
+
+// Reverse-mode pass A for one token over a K×w block (w <= 64): with S_t = decay⊙S_{t-1} + k uᵀ,
+// dS += q doᵀ; dq[c] += S_t[c]·do; dk[c] += dS[c]·u; du = dSᵀk.
+template <int VECS>
+void backward_pass_a(const float* prev, float* dS, int64_t K, int64_t ld, const float* decay, const float* k,
+                     const float* q, const float* u, const float* d_o, float* dq, float* dk, float* du,
+                     vec::Mask last) {
+  using vec::Vec;
+  auto mask = [&](int v) { return v + 1 < VECS ? vec::kAll : last; };
+  Vec uv[VECS], dov[VECS], duv[VECS];
+  for (int v = 0; v < VECS; ++v) {
+    uv[v] = vec::load(u + 16 * v, mask(v));
+    dov[v] = vec::load(d_o + 16 * v, mask(v));
+    duv[v] = vec::zero();
   }
-#else
-  std::fill(kS, kS + w, 0.0f);
-  if (q) std::fill(qS, qS + w, 0.0f);
   for (int64_t c = 0; c < K; ++c) {
-    float* row = S + c * ld;
-    for (int64_t j = 0; j < w; ++j) {
-      float r = row[j];
-      if (pending_k) r += pending_k[c] * pending_u[j];
-      r *= decay[c];
-      row[j] = r;
-      kS[j] += k[c] * r;
-      if (q) qS[j] += q[c] * r;
+    const Vec dc = vec::broadcast(decay[c]), kc = vec::broadcast(k[c]), qc = vec::broadcast(q[c]);
+    Vec dq_acc = vec::zero(), dk_acc = vec::zero();
+    for (int v = 0; v < VECS; ++v) {
+      const Vec s_t = vec::fmadd(kc, uv[v], dc * vec::load(prev + c * ld + 16 * v, mask(v)));
+      const Vec ds = vec::fmadd(qc, dov[v], vec::load(dS + c * ld + 16 * v, mask(v)));
+      vec::store(dS + c * ld + 16 * v, ds, mask(v));
+      dq_acc = vec::fmadd(s_t, dov[v], dq_acc);
+      dk_acc = vec::fmadd(ds, uv[v], dk_acc);
+      duv[v] = vec::fmadd(kc, ds, duv[v]);
     }
+    dq[c] += vec::sum(dq_acc);
+    dk[c] += vec::sum(dk_acc);
   }
-#endif
+  for (int v = 0; v < VECS; ++v) vec::store(du + 16 * v, duv[v], mask(v));
+}
+
+// Pass B: with S̃ = decay⊙S_{t-1} and dS̃ = dS - k deᵀ: dk[c] -= S̃[c]·de; dg[c] += S̃[c]·dS̃[c];
+// dS ← decay⊙dS̃ (the gradient for S_{t-1}).
+template <int VECS>
+void backward_pass_b(const float* prev, float* dS, int64_t K, int64_t ld, const float* decay, const float* k,
+                     const float* de, float* dk, float* dg, vec::Mask last) {
+  using vec::Vec;
+  auto mask = [&](int v) { return v + 1 < VECS ? vec::kAll : last; };
+  Vec dev[VECS];
+  for (int v = 0; v < VECS; ++v) dev[v] = vec::load(de + 16 * v, mask(v));
+  for (int64_t c = 0; c < K; ++c) {
+    const Vec dc = vec::broadcast(decay[c]), kc = vec::broadcast(k[c]);
+    Vec dk_acc = vec::zero(), dg_acc = vec::zero();
+    for (int v = 0; v < VECS; ++v) {
+      const Vec s_tilde = dc * vec::load(prev + c * ld + 16 * v, mask(v));
+      const Vec ds_tilde = vec::load(dS + c * ld + 16 * v, mask(v)) - kc * dev[v];
+      dk_acc = vec::fmadd(s_tilde, dev[v], dk_acc);
+      dg_acc = vec::fmadd(s_tilde, ds_tilde, dg_acc);
+      vec::store(dS + c * ld + 16 * v, dc * ds_tilde, mask(v));
+    }
+    dk[c] -= vec::sum(dk_acc);
+    dg[c] += vec::sum(dg_acc);
+  }
 }
 
 void rank1_update(float* S, int64_t K, int64_t w, int64_t ld, const float* k, const float* u) {
@@ -83,27 +133,24 @@ void rank1_update(float* S, int64_t K, int64_t w, int64_t ld, const float* k, co
   }
 }
 
-void copy_block(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t w) {
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, size_t(w) * sizeof(float));
-}
-
 }  // namespace
 
-void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                                int64_t h, float* o, float* final_state, KdaSavedStates* saved,
+void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                                const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
                                 KdaWorkspace::Thread& ws) {
+  const int64_t b = task.b, h = task.h;
   const int64_t K = shape.key_dim, V = shape.value_dim, C = options.chunk_size;
   const KdaStrides st = strides(shape);
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
   float* S = ws.take(K * kBlock);
   float* decay = ws.take(K);
-  float* kS = ws.take(2 * kBlock);
+  float* kS = ws.take(kBlock);
   float* qS = ws.take(kBlock);
   float* u = ws.take(kBlock);
   const float* initial = in.initial_state ? in.initial_state + (b * shape.heads + h) * K * V : nullptr;
-  for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
-    const int64_t w = std::min(kBlock, V - v0);
-    if (initial) copy_block(initial + v0, V, S, kBlock, K, w);
+  for (int64_t v0 = task.v0; v0 < task.v0 + task.width; v0 += kBlock) {
+    const int64_t w = std::min(kBlock, task.v0 + task.width - v0);
+    if (initial) copy_rows(initial + v0, V, S, kBlock, K, w);
     else std::fill(S, S + K * kBlock, 0.0f);
     const float* pending_k = nullptr;
     for (int64_t t = 0; t < len; ++t) {
@@ -115,7 +162,7 @@ void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, cons
       const float beta = in.beta[row * st.beta + h];
       if (saved && t % C == 0) {
         if (pending_k) rank1_update(S, K, w, kBlock, pending_k, u), pending_k = nullptr;
-        copy_block(S, kBlock, saved_state(*saved, shape, b, t / C, h) + v0, V, K, w);
+        copy_rows(S, kBlock, saved_state(*saved, shape, b, t / C, h) + v0, V, K, w);
       }
       std::memcpy(decay, gt, size_t(K) * sizeof(float));
       exp_inplace(decay, K);
@@ -130,26 +177,27 @@ void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, cons
       pending_k = kt;
     }
     if (pending_k) rank1_update(S, K, w, kBlock, pending_k, u);
-    if (final_state) copy_block(S, kBlock, final_state + (b * shape.heads + h) * K * V + v0, V, K, w);
+    if (final_state) copy_rows(S, kBlock, final_state + (b * shape.heads + h) * K * V + v0, V, K, w);
   }
   ws.release();
 }
 
-// Backward by reverse-mode through the recurrence. States are recomputed from the chunk-start
-// states the forward saved, kSegment tokens at a time (their S_{t-1} kept in a small ring).
-void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, int64_t b,
-                                 int64_t h, const float* d_o, const float* d_final_state,
+// Backward by reverse-mode through the recurrence. Each chunk's states are recomputed once from
+// the chunk-start state the forward saved, keeping S_{t-1}, u_t and e_t of every token of the chunk.
+void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                                 const KdaTask& task, const float* d_o, const float* d_final_state,
                                  const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws) {
+  const int64_t b = task.b, h = task.h;
   const int64_t K = shape.key_dim, V = shape.value_dim, C = options.chunk_size;
   const KdaStrides st = strides(shape);
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
   float* S = ws.take(K * kBlock);
-  float* prev = ws.take(kSegment * K * kBlock);  // S_{t-1} for each token of the segment
-  float* us = ws.take(kSegment * kBlock);        // u_t = β_t e_t
-  float* es = ws.take(kSegment * kBlock);        // e_t = v_t - S̃_tᵀ k_t
+  float* prev = ws.take(C * K * kBlock);  // S_{t-1} for each token of the chunk
+  float* us = ws.take(C * kBlock);        // u_t = β_t e_t
+  float* es = ws.take(C * kBlock);        // e_t = v_t - S̃_tᵀ k_t
+  float* decays = ws.take(C * K);         // exp(g_t)
   float* dS = ws.take(K * kBlock);
-  float* decay = ws.take(K);
-  float* kS = ws.take(2 * kBlock);
+  float* kS = ws.take(kBlock);
   float* du = ws.take(kBlock);
   float* de = ws.take(kBlock);
 
@@ -160,97 +208,65 @@ void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, con
     std::fill(grads.dg + row * st.qk + h * K, grads.dg + row * st.qk + h * K + K, 0.0f);
     grads.dbeta[row * st.beta + h] = 0.0f;
   }
-  for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
-    const int64_t w = std::min(kBlock, V - v0);
-    if (d_final_state) copy_block(d_final_state + (b * shape.heads + h) * K * V + v0, V, dS, kBlock, K, w);
+  for (int64_t v0 = task.v0; v0 < task.v0 + task.width; v0 += kBlock) {
+    const int64_t w = std::min(kBlock, task.v0 + task.width - v0);
+    if (d_final_state) copy_rows(d_final_state + (b * shape.heads + h) * K * V + v0, V, dS, kBlock, K, w);
     else std::fill(dS, dS + K * kBlock, 0.0f);
-    for (int64_t c0 = (len - 1) / C * C; c0 >= 0 && len > 0; c0 -= C) {
+    for (int64_t c0 = len <= 0 ? -1 : (len - 1) / C * C; c0 >= 0; c0 -= C) {
       const int64_t c1 = std::min(len, c0 + C);
-      for (int64_t s0 = (c1 - 1 - c0) / kSegment * kSegment + c0; s0 >= c0; s0 -= kSegment) {
-        const int64_t s1 = std::min(c1, s0 + kSegment);
-        // Recompute from the chunk start up to s1, keeping S_{t-1}, u_t and e_t for t in [s0, s1).
-        copy_block(saved_state(saved, shape, b, c0 / C, h) + v0, V, S, kBlock, K, w);
-        const float* pending_k = nullptr;
-        float* pending_u = us;
-        for (int64_t t = c0; t < s1; ++t) {
-          const int64_t row = first + t;
-          const float* kt = in.k + row * st.qk + h * K;
-          if (t >= s0) {
-            if (pending_k) rank1_update(S, K, w, kBlock, pending_k, pending_u), pending_k = nullptr;
-            copy_block(S, kBlock, prev + (t - s0) * K * kBlock, kBlock, K, w);
-          }
-          std::memcpy(decay, in.g + row * st.qk + h * K, size_t(K) * sizeof(float));
-          exp_inplace(decay, K);
-          state_pass(S, K, w, kBlock, pending_k, pending_u, decay, kt, nullptr, kS, nullptr);
-          const float* vt = in.v + row * st.v + h * V + v0;
-          const float beta = in.beta[row * st.beta + h];
-          const int64_t slot = t >= s0 ? t - s0 : 0;
-          for (int64_t j = 0; j < w; ++j) {
-            es[slot * kBlock + j] = vt[j] - kS[j];
-            us[slot * kBlock + j] = beta * es[slot * kBlock + j];
-          }
-          pending_k = kt;
-          pending_u = us + slot * kBlock;
+      // Recompute the chunk in one pass per token, keeping S_{t-1}, u_t, e_t and exp(g_t).
+      copy_rows(saved_state(saved, shape, b, c0 / C, h) + v0, V, S, kBlock, K, w);
+      const float* pending_k = nullptr;
+      const float* pending_u = nullptr;
+      for (int64_t t = c0; t < c1; ++t) {
+        const int64_t row = first + t, slot = t - c0;
+        const float* kt = in.k + row * st.qk + h * K;
+        float* decay = decays + slot * K;
+        std::memcpy(decay, in.g + row * st.qk + h * K, size_t(K) * sizeof(float));
+        exp_inplace(decay, K);
+        state_pass(S, K, w, kBlock, pending_k, pending_u, decay, kt, nullptr, kS, nullptr,
+                   prev + slot * K * kBlock);
+        const float* vt = in.v + row * st.v + h * V + v0;
+        const float beta = in.beta[row * st.beta + h];
+        for (int64_t j = 0; j < w; ++j) {
+          es[slot * kBlock + j] = vt[j] - kS[j];
+          us[slot * kBlock + j] = beta * es[slot * kBlock + j];
         }
-        for (int64_t t = s1 - 1; t >= s0; --t) {
-          const int64_t row = first + t, slot = t - s0;
-          const float* qt = in.q + row * st.qk + h * K;
-          const float* kt = in.k + row * st.qk + h * K;
-          const float* dot_ = d_o + row * st.v + h * V + v0;
-          const float beta = in.beta[row * st.beta + h];
-          const float* P = prev + slot * K * kBlock;
-          const float* u = us + slot * kBlock;
-          const float* e = es + slot * kBlock;
-          float* dq = grads.dq + row * st.qk + h * K;
-          float* dk = grads.dk + row * st.qk + h * K;
-          float* dg = grads.dg + row * st.qk + h * K;
-          std::memcpy(decay, in.g + row * st.qk + h * K, size_t(K) * sizeof(float));
-          exp_inplace(decay, K);
-          // o = S_tᵀq, S_t = S̃ + k uᵀ: dS += q doᵀ; dq = S_t do; dk += dS u; du = dSᵀ k.
-          std::fill(du, du + w, 0.0f);
-          for (int64_t c = 0; c < K; ++c) {
-            const float* pr = P + c * kBlock;
-            float* ds = dS + c * kBlock;
-            float dq_c = 0.0f, dk_c = 0.0f;
-            for (int64_t j = 0; j < w; ++j) {
-              const float s_t = decay[c] * pr[j] + kt[c] * u[j];
-              ds[j] += qt[c] * dot_[j];
-              dq_c += s_t * dot_[j];
-              dk_c += ds[j] * u[j];
-              du[j] += kt[c] * ds[j];
-            }
-            dq[c] += dq_c;
-            dk[c] += dk_c;
-          }
-          // u = β e, e = v - S̃ᵀk.
-          float dbeta = 0.0f;
-          float* dv = grads.dv + row * st.v + h * V + v0;
-          for (int64_t j = 0; j < w; ++j) {
-            dbeta += du[j] * e[j];
-            de[j] = beta * du[j];
-            dv[j] = de[j];
-          }
-          grads.dbeta[row * st.beta + h] += dbeta;
-          // dS̃ = dS - k deᵀ; dk -= S̃ de; dg = rowsum(S̃ ⊙ dS̃); dS_{t-1} = diag(exp g) dS̃.
-          for (int64_t c = 0; c < K; ++c) {
-            const float* pr = P + c * kBlock;
-            float* ds = dS + c * kBlock;
-            float dk_c = 0.0f, dg_c = 0.0f;
-            for (int64_t j = 0; j < w; ++j) {
-              const float s_tilde = decay[c] * pr[j];
-              const float ds_tilde = ds[j] - kt[c] * de[j];
-              dk_c += s_tilde * de[j];
-              dg_c += s_tilde * ds_tilde;
-              ds[j] = decay[c] * ds_tilde;
-            }
-            dk[c] -= dk_c;
-            dg[c] += dg_c;
-          }
+        pending_k = kt;
+        pending_u = us + slot * kBlock;
+      }
+      for (int64_t t = c1 - 1; t >= c0; --t) {
+        const int64_t row = first + t, slot = t - c0;
+        const float* qt = in.q + row * st.qk + h * K;
+        const float* kt = in.k + row * st.qk + h * K;
+        const float* dot_ = d_o + row * st.v + h * V + v0;
+        const float beta = in.beta[row * st.beta + h];
+        const float* P = prev + slot * K * kBlock;
+        const float* decay = decays + slot * K;
+        const float* u = us + slot * kBlock;
+        const float* e = es + slot * kBlock;
+        float* dq = grads.dq + row * st.qk + h * K;
+        float* dk = grads.dk + row * st.qk + h * K;
+        float* dg = grads.dg + row * st.qk + h * K;
+        // o = S_tᵀq, S_t = S̃ + k uᵀ: dS += q doᵀ; dq = S_t do; dk += dS u; du = dSᵀ k.
+        dispatch_width(w, [&](auto vecs, vec::Mask last) {
+          backward_pass_a<decltype(vecs)::value>(P, dS, K, kBlock, decay, kt, qt, u, dot_, dq, dk, du, last);
+        });
+        // u = β e, e = v - S̃ᵀk.
+        float* dv = grads.dv + row * st.v + h * V + v0;
+        for (int64_t j = 0; j < w; ++j) {
+          de[j] = beta * du[j];
+          dv[j] = de[j];
         }
+        grads.dbeta[row * st.beta + h] += dot(du, e, w);
+        // dS̃ = dS - k deᵀ; dk -= S̃ de; dg = rowsum(S̃ ⊙ dS̃); dS_{t-1} = diag(exp g) dS̃.
+        dispatch_width(w, [&](auto vecs, vec::Mask last) {
+          backward_pass_b<decltype(vecs)::value>(P, dS, K, kBlock, decay, kt, de, dk, dg, last);
+        });
       }
     }
     if (grads.d_initial_state)
-      copy_block(dS, kBlock, grads.d_initial_state + (b * shape.heads + h) * K * V + v0, V, K, w);
+      copy_rows(dS, kBlock, grads.d_initial_state + (b * shape.heads + h) * K * V + v0, V, K, w);
   }
   ws.release();
 }
@@ -260,7 +276,7 @@ void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const
   const int64_t H = shape.heads, K = shape.key_dim, V = shape.value_dim;
 #pragma omp parallel
   {
-    float decay[1024], kS[2 * kBlock], qS[kBlock];
+    float decay[1024], kS[kBlock], qS[kBlock];
     HYLA_ASSERT(K <= 1024);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < batch; ++b)
