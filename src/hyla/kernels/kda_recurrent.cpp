@@ -16,34 +16,35 @@ namespace {
 
 constexpr int64_t kBlock = 64;  // state columns per block
 
-template <int VECS, bool WITH_Q>
+template <int VECS, bool WITH_Q, bool KEEP_BEFORE_DECAY>
 void state_pass_vec(float* S, int64_t K, int64_t ld, const float* pending_k, const float* pending_u,
                     const float* decay, const float* k, const float* q, float* kS, float* qS, float* before_decay,
                     vec::Mask last) {
   using vec::Vec;
+  using vec::unroll;
   auto mask = [&](int v) { return v + 1 < VECS ? vec::kAll : last; };
   Vec u[VECS], ks[VECS], qs[VECS];
-  for (int v = 0; v < VECS; ++v) {
+  unroll<VECS>([&](auto v) {
     u[v] = pending_k ? vec::load(pending_u + 16 * v, mask(v)) : vec::zero();
     ks[v] = qs[v] = vec::zero();
-  }
+  });
   for (int64_t c = 0; c < K; ++c) {
     float* row = S + c * ld;
     const Vec pk = vec::broadcast(pending_k ? pending_k[c] : 0.0f), d = vec::broadcast(decay[c]);
     const Vec kc = vec::broadcast(k[c]), qc = vec::broadcast(WITH_Q ? q[c] : 0.0f);
-    for (int v = 0; v < VECS; ++v) {
+    unroll<VECS>([&](auto v) {
       const Vec updated = vec::fmadd(pk, u[v], vec::load(row + 16 * v, mask(v)));
-      if (before_decay) vec::store(before_decay + c * ld + 16 * v, updated, mask(v));
+      if (KEEP_BEFORE_DECAY) vec::store(before_decay + c * ld + 16 * v, updated, mask(v));
       const Vec r = updated * d;
       vec::store(row + 16 * v, r, mask(v));
       ks[v] = vec::fmadd(kc, r, ks[v]);
       if (WITH_Q) qs[v] = vec::fmadd(qc, r, qs[v]);
-    }
+    });
   }
-  for (int v = 0; v < VECS; ++v) {
+  unroll<VECS>([&](auto v) {
     vec::store(kS + 16 * v, ks[v], mask(v));
     if (WITH_Q) vec::store(qS + 16 * v, qs[v], mask(v));
-  }
+  });
 }
 
 template <typename F>
@@ -59,15 +60,19 @@ void dispatch_width(int64_t w, F&& f) {
 
 // One pass over a K×w state block (w <= 64, row stride ld): row_c ← (row_c + pk[c]·u) · decay[c]
 // (the pending update of the previous token, when pending_k is set), then kS = Σ_c k[c]·row_c
-// and (when q is given) qS = Σ_c q[c]·row_c. With before_decay, the updated rows before the decay
-// (the previous token's full state) are also stored there.
+// and (when q is given) qS = Σ_c q[c]·row_c. With before_decay (used without q), the updated
+// rows before the decay (the previous token's full state) are also stored there.
 void state_pass(float* S, int64_t K, int64_t w, int64_t ld, const float* pending_k, const float* pending_u,
                 const float* decay, const float* k, const float* q, float* kS, float* qS,
                 float* before_decay = nullptr) {
   dispatch_width(w, [&](auto vecs, vec::Mask last) {
     constexpr int kVecs = decltype(vecs)::value;
-    if (q) state_pass_vec<kVecs, true>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
-    else state_pass_vec<kVecs, false>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
+    if (before_decay)
+      state_pass_vec<kVecs, false, true>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
+    else if (q)
+      state_pass_vec<kVecs, true, false>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
+    else
+      state_pass_vec<kVecs, false, false>(S, K, ld, pending_k, pending_u, decay, k, q, kS, qS, before_decay, last);
   });
 }
 
@@ -78,28 +83,29 @@ void backward_pass_a(const float* prev, float* dS, int64_t K, int64_t ld, const 
                      const float* q, const float* u, const float* d_o, float* dq, float* dk, float* du,
                      vec::Mask last) {
   using vec::Vec;
+  using vec::unroll;
   auto mask = [&](int v) { return v + 1 < VECS ? vec::kAll : last; };
   Vec uv[VECS], dov[VECS], duv[VECS];
-  for (int v = 0; v < VECS; ++v) {
+  unroll<VECS>([&](auto v) {
     uv[v] = vec::load(u + 16 * v, mask(v));
     dov[v] = vec::load(d_o + 16 * v, mask(v));
     duv[v] = vec::zero();
-  }
+  });
   for (int64_t c = 0; c < K; ++c) {
     const Vec dc = vec::broadcast(decay[c]), kc = vec::broadcast(k[c]), qc = vec::broadcast(q[c]);
     Vec dq_acc = vec::zero(), dk_acc = vec::zero();
-    for (int v = 0; v < VECS; ++v) {
+    unroll<VECS>([&](auto v) {
       const Vec s_t = vec::fmadd(kc, uv[v], dc * vec::load(prev + c * ld + 16 * v, mask(v)));
       const Vec ds = vec::fmadd(qc, dov[v], vec::load(dS + c * ld + 16 * v, mask(v)));
       vec::store(dS + c * ld + 16 * v, ds, mask(v));
       dq_acc = vec::fmadd(s_t, dov[v], dq_acc);
       dk_acc = vec::fmadd(ds, uv[v], dk_acc);
       duv[v] = vec::fmadd(kc, ds, duv[v]);
-    }
+    });
     dq[c] += vec::sum(dq_acc);
     dk[c] += vec::sum(dk_acc);
   }
-  for (int v = 0; v < VECS; ++v) vec::store(du + 16 * v, duv[v], mask(v));
+  unroll<VECS>([&](auto v) { vec::store(du + 16 * v, duv[v], mask(v)); });
 }
 
 // Pass B: with S̃ = decay⊙S_{t-1} and dS̃ = dS - k deᵀ: dk[c] -= S̃[c]·de; dg[c] += S̃[c]·dS̃[c];
@@ -108,19 +114,20 @@ template <int VECS>
 void backward_pass_b(const float* prev, float* dS, int64_t K, int64_t ld, const float* decay, const float* k,
                      const float* de, float* dk, float* dg, vec::Mask last) {
   using vec::Vec;
+  using vec::unroll;
   auto mask = [&](int v) { return v + 1 < VECS ? vec::kAll : last; };
   Vec dev[VECS];
-  for (int v = 0; v < VECS; ++v) dev[v] = vec::load(de + 16 * v, mask(v));
+  unroll<VECS>([&](auto v) { dev[v] = vec::load(de + 16 * v, mask(v)); });
   for (int64_t c = 0; c < K; ++c) {
     const Vec dc = vec::broadcast(decay[c]), kc = vec::broadcast(k[c]);
     Vec dk_acc = vec::zero(), dg_acc = vec::zero();
-    for (int v = 0; v < VECS; ++v) {
+    unroll<VECS>([&](auto v) {
       const Vec s_tilde = dc * vec::load(prev + c * ld + 16 * v, mask(v));
       const Vec ds_tilde = vec::load(dS + c * ld + 16 * v, mask(v)) - kc * dev[v];
       dk_acc = vec::fmadd(s_tilde, dev[v], dk_acc);
       dg_acc = vec::fmadd(s_tilde, ds_tilde, dg_acc);
       vec::store(dS + c * ld + 16 * v, dc * ds_tilde, mask(v));
-    }
+    });
     dk[c] -= vec::sum(dk_acc);
     dg[c] += vec::sum(dg_acc);
   }

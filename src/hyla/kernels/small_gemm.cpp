@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hyla/core/simd.h"
+#include "hyla/kernels/vec.h"
 
 namespace hyla {
 namespace {
@@ -15,33 +16,24 @@ namespace {
 
 __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 
-// Calls f(std::integral_constant<int, I>) for I = 0..N-1, unrolled at compile time. The register
-// blocks index their accumulator arrays only through these constants: GCC then keeps every
-// accumulator in a register (with plain loops it spilled them to the stack on every k step).
-template <int N, typename F>
-inline void unroll(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
-      std::make_integer_sequence<int, N>{});
-}
-
 // One register block: ROWS rows × (16 · VECS) columns of C, the last vector masked by `last`.
 template <int ROWS, int VECS, bool TRANS_A>
 void block_f32(int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc, __mmask16 last) {
   __m512 acc[ROWS * VECS];
-  unroll<ROWS * VECS>([&](auto i) { acc[i] = _mm512_setzero_ps(); });
+  vec::unroll<ROWS * VECS>([&](auto i) { acc[i] = _mm512_setzero_ps(); });
   for (int64_t k = 0; k < K; ++k) {
     __m512 b[VECS];
-    unroll<VECS>([&](auto v) {
+    vec::unroll<VECS>([&](auto v) {
       b[v] = v + 1 < VECS ? _mm512_loadu_ps(B + k * ldb + 16 * v) : _mm512_maskz_loadu_ps(last, B + k * ldb + 16 * v);
     });
-    unroll<ROWS>([&](auto r) {
+    vec::unroll<ROWS>([&](auto r) {
       const __m512 a = _mm512_set1_ps(TRANS_A ? A[k * lda + r] : A[r * lda + k]);
-      unroll<VECS>([&](auto v) { acc[r * VECS + v] = _mm512_fmadd_ps(a, b[v], acc[r * VECS + v]); });
+      vec::unroll<VECS>([&](auto v) { acc[r * VECS + v] = _mm512_fmadd_ps(a, b[v], acc[r * VECS + v]); });
     });
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  unroll<ROWS * VECS>([&](auto i) {
+  vec::unroll<ROWS * VECS>([&](auto i) {
     constexpr int r = i / VECS, v = i % VECS;
     float* c = C + r * ldc + 16 * v;
     const __mmask16 m = v + 1 < VECS ? __mmask16(0xffff) : last;
@@ -143,17 +135,17 @@ template <int ROWS, int VECS>
 void block_bf16(int64_t pairs, float alpha, const uint32_t* A32, int64_t a_row, int64_t a_col, const uint32_t* B32,
                 int64_t ldb32, float beta, float* C, int64_t ldc, __mmask16 last) {
   __m512 acc[ROWS * VECS];
-  unroll<ROWS * VECS>([&](auto i) { acc[i] = _mm512_setzero_ps(); });
+  vec::unroll<ROWS * VECS>([&](auto i) { acc[i] = _mm512_setzero_ps(); });
   for (int64_t p = 0; p < pairs; ++p) {
     __m512bh b[VECS];
-    unroll<VECS>([&](auto v) { b[v] = (__m512bh)_mm512_loadu_si512(B32 + p * ldb32 + 16 * v); });
-    unroll<ROWS>([&](auto r) {
+    vec::unroll<VECS>([&](auto v) { b[v] = (__m512bh)_mm512_loadu_si512(B32 + p * ldb32 + 16 * v); });
+    vec::unroll<ROWS>([&](auto r) {
       const __m512bh a = (__m512bh)_mm512_set1_epi32(int(A32[r * a_row + p * a_col]));
-      unroll<VECS>([&](auto v) { acc[r * VECS + v] = _mm512_dpbf16_ps(acc[r * VECS + v], a, b[v]); });
+      vec::unroll<VECS>([&](auto v) { acc[r * VECS + v] = _mm512_dpbf16_ps(acc[r * VECS + v], a, b[v]); });
     });
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  unroll<ROWS * VECS>([&](auto i) {
+  vec::unroll<ROWS * VECS>([&](auto i) {
     constexpr int r = i / VECS, v = i % VECS;
     float* c = C + r * ldc + 16 * v;
     const __mmask16 m = v + 1 < VECS ? __mmask16(0xffff) : last;

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "hyla/core/simd.h"
 
@@ -135,6 +137,15 @@ inline Vec exp(Vec x) {
 }
 
 #endif
+
+// Calls f(std::integral_constant<int, I>{}) for I = 0..N-1, unrolled at compile time. Kernels
+// index their register arrays (Vec acc[N]) only through these constants: with plain loops GCC 12
+// keeps such arrays on the stack and stores every accumulator on every iteration.
+template <int N, typename F>
+inline void unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(
+      std::make_integer_sequence<int, N>{});
+}
 
 inline Vec negative_infinity() { return broadcast(-std::numeric_limits<float>::infinity()); }
 
