@@ -195,6 +195,13 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
   }
 }
 
+KdaPath kda_fastest_path(int64_t key_dim, int64_t value_dim, bool backward, bool bf16_matmul, bool lower_bounded_gate) {
+  const int64_t dim = std::max(key_dim, value_dim);
+  const KdaPath chunked = lower_bounded_gate ? KdaPath::ChunkedDense : KdaPath::ChunkedPairwise;
+  if (backward) return !lower_bounded_gate && dim <= 64 ? KdaPath::Recurrent : chunked;
+  return dim <= (bf16_matmul ? 64 : 128) ? KdaPath::Recurrent : chunked;
+}
+
 namespace {
 // Σ over 16-row blocks of a lower-triangular product's contraction lengths: Σ_a rows_a · (r0_a + rows_a).
 double lower_block_pairs(int64_t L) {

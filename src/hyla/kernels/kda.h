@@ -100,6 +100,13 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
 void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, float* states, float* o);
 
+// The faster path for a head shape on CPU, from `hyla bench kda` (BENCHMARKS.md, 2 Zen 5 cores):
+// with the state block in L1 the recurrence is not memory-bound, so it wins the forward for
+// head dims up to 128 (f32 chunk products) or 64 (bf16); with a backward, the chunked path wins
+// from head dim 32 up under the lower-bounded gate. Under the unbounded gate the pairwise path
+// pays its exponentials and loses to the recurrence up to head dim 64 in training too.
+KdaPath kda_fastest_path(int64_t key_dim, int64_t value_dim, bool backward, bool bf16_matmul, bool lower_bounded_gate);
+
 // FLOPs of one forward / backward of each path for T tokens of one head (for benchmarks and MFU).
 double kda_forward_flops(KdaPath path, int64_t tokens, int64_t key_dim, int64_t value_dim, int64_t chunk);
 double kda_backward_flops(KdaPath path, int64_t tokens, int64_t key_dim, int64_t value_dim, int64_t chunk);
