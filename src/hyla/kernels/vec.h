@@ -100,6 +100,7 @@ inline void store(float* p, Vec a, Mask m) {
 inline Vec operator+(Vec a, Vec b) { return map([&](int i) { return a.v[i] + b.v[i]; }); }
 inline Vec operator-(Vec a, Vec b) { return map([&](int i) { return a.v[i] - b.v[i]; }); }
 inline Vec operator*(Vec a, Vec b) { return map([&](int i) { return a.v[i] * b.v[i]; }); }
+inline Vec operator/(Vec a, Vec b) { return map([&](int i) { return a.v[i] / b.v[i]; }); }
 // Not fused: without hardware FMA std::fma is a slow library call.
 inline Vec fmadd(Vec a, Vec b, Vec c) { return map([&](int i) { return a.v[i] * b.v[i] + c.v[i]; }); }
 inline Vec max(Vec a, Vec b) { return map([&](int i) { return a.v[i] > b.v[i] ? a.v[i] : b.v[i]; }); }

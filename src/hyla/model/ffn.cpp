@@ -24,7 +24,7 @@ MoeFfn::MoeFfn(ParamStore& store, const std::string& prefix, const ModelConfig& 
                            /*weight_decay=*/false, /*trainable=*/false);
   if (m.latent_dim > 0) {
     lat_down_ = Linear(store, prefix + "lat_down", d, m.latent_dim, Component::MoeLatent);
-    lat_norm_ = RmsNormParam(store, prefix + "lat_norm", m.latent_dim, Component::MoeLatent);
+    lat_norm_ = RmsNorm(store, prefix + "lat_norm", m.latent_dim, Component::MoeLatent, float(config.rms_norm_eps));
     lat_up_ = Linear(store, prefix + "lat_up", m.latent_dim, d, Component::MoeLatent, Init::NormalOutput);
   }
   experts_.reserve(size_t(m.num_experts));

@@ -33,7 +33,7 @@ class MoeFfn {
   Param* router_centres_ = nullptr;
   Param* score_bias_ = nullptr;  // the balancing bias b: a buffer, saved with the model
   Linear lat_down_, lat_up_;
-  RmsNormParam lat_norm_;
+  RmsNorm lat_norm_;
   std::vector<GatedMlp> experts_;
   GatedMlp shared_;
 };

@@ -19,7 +19,7 @@ KdaMixer::KdaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   v_conv_ = &store.add(prefix + "v_conv1d.weight", conv, Init::ConvUniform, c);
   a_log_ = &store.add(prefix + "A_log", {heads_}, Init::ALog, c, /*weight_decay=*/false);
   dt_bias_ = &store.add(prefix + "dt_bias", {HK}, Init::DtBias, c, /*weight_decay=*/false);
-  o_norm_ = RmsNormParam(store, prefix + "o_norm", head_dim_, c);
+  o_norm_ = RmsNorm(store, prefix + "o_norm", head_dim_, c, float(config.rms_norm_eps));
 }
 
 }  // namespace hyla

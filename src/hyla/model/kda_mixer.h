@@ -17,7 +17,7 @@ class KdaMixer {
   // Registered in this order so that [q k v f g b] is one [5 H K + H, d] matrix.
   Linear q_proj_, k_proj_, v_proj_, f_proj_, g_proj_, b_proj_, o_proj_;
   Param *q_conv_, *k_conv_, *v_conv_, *a_log_, *dt_bias_;
-  RmsNormParam o_norm_;
+  RmsNorm o_norm_;
 };
 
 }  // namespace hyla

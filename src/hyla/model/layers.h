@@ -1,30 +1,66 @@
 #pragma once
-// Parameter-holding building blocks shared by the mixers and FFNs.
+// Parameter-holding building blocks shared by the mixers and FFNs: Linear (y = x Wᵀ, W [out, in]
+// as SPEC stores weights) and RMSNorm, each with forward and backward.
+#include <initializer_list>
 #include <string>
 
+#include "hyla/core/tensor.h"
+#include "hyla/model/context.h"
 #include "hyla/model/params.h"
 
 namespace hyla {
 
-// y = x W^T with W [out, in] (SPEC: weights stored [out_features, in_features]).
-struct Linear {
-  Param* weight = nullptr;
-  int64_t in = 0, out = 0;
+class Linear {
+ public:
   Linear() = default;
   Linear(ParamStore& store, const std::string& name, int64_t in_features, int64_t out_features, Component component,
-         Init init = Init::Normal)
-      : weight(&store.add(name + ".weight", {out_features, in_features}, init, component)),
-        in(in_features),
-        out(out_features) {}
+         Init init = Init::Normal);
+  // One matrix over parameters registered one after another with the same input width (they are
+  // contiguous in the store): e.g. KDA's [q k v f g b] projections as a single GEMM.
+  static Linear fuse(std::initializer_list<const Linear*> parts);
+
+  bool defined() const { return weight_ != nullptr; }
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+  const Param& param() const { return *weight_; }
+  float* w() const { return weight_->v(); }
+  float* dw() const { return weight_->g(); }
+
+  // y[n, out] = x[n, in] Wᵀ + beta·y (rows of x and y ld_x / ld_y apart).
+  void forward(const float* x, int64_t n, float* y, Precision p, float beta = 0.0f, int64_t ld_x = -1,
+               int64_t ld_y = -1) const;
+  // dx[n, in] = dy[n, out] W + beta·dx.
+  void backward_input(const float* dy, int64_t n, float* dx, Precision p, float beta = 0.0f, int64_t ld_dy = -1,
+                      int64_t ld_dx = -1) const;
+  // dW += dyᵀ x.
+  void backward_weight(const float* x, const float* dy, int64_t n, Precision p, int64_t ld_x = -1,
+                       int64_t ld_dy = -1) const;
+
+ private:
+  Param* weight_ = nullptr;
+  int64_t in_ = 0, out_ = 0;
 };
 
-// RMSNorm_w(x) = x / sqrt(mean(x^2) + eps) * w.
-struct RmsNormParam {
-  Param* weight = nullptr;
-  int64_t dim = 0;
-  RmsNormParam() = default;
-  RmsNormParam(ParamStore& store, const std::string& name, int64_t dim_, Component component)
-      : weight(&store.add(name + ".weight", {dim_}, Init::Ones, component, /*weight_decay=*/false)), dim(dim_) {}
+// RMSNorm_w over rows of width `dim`; the layer keeps 1/rms per row for its backward.
+class RmsNorm {
+ public:
+  RmsNorm() = default;
+  RmsNorm(ParamStore& store, const std::string& name, int64_t dim, Component component, float eps);
+  bool defined() const { return weight_ != nullptr; }
+  int64_t dim() const { return dim_; }
+  Param& weight() const { return *weight_; }
+  // y = RMSNorm(x); x must stay valid until backward when saving.
+  void forward(const float* x, int64_t rows, float* y, bool save, int64_t ld_x = -1, int64_t ld_y = -1);
+  // dx (= or += when accumulate) from dy; adds to the weight's gradient.
+  void backward(const float* dy, float* dx, bool accumulate, int64_t ld_dy = -1, int64_t ld_dx = -1);
+
+ private:
+  Param* weight_ = nullptr;
+  int64_t dim_ = 0;
+  float eps_ = 1e-5f;
+  const float* saved_x_ = nullptr;
+  int64_t saved_rows_ = 0, saved_ld_ = 0;
+  Tensor rstd_;
 };
 
 }  // namespace hyla

@@ -15,7 +15,7 @@ class MlaMixer {
   LayerType type_;
   // Registered in this order so that the projections of u, [q (or q_a) | kv_a | g], are one matrix.
   Linear q_proj_, q_a_proj_, kv_a_proj_, g_proj_, q_b_proj_, kv_b_proj_, o_proj_;
-  RmsNormParam q_a_norm_, kv_a_norm_;
+  RmsNorm q_a_norm_, kv_a_norm_;
 };
 
 }  // namespace hyla

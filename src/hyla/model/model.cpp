@@ -5,9 +5,10 @@
 namespace hyla {
 namespace fs = std::filesystem;
 
-AttnResParam::AttnResParam(ParamStore& store, const std::string& query_name, const std::string& norm_name, int64_t d)
+AttnResParam::AttnResParam(ParamStore& store, const std::string& query_name, const std::string& norm_name, int64_t d,
+                           float eps)
     : query(&store.add(query_name, {d}, Init::Zeros, Component::AttnRes, /*weight_decay=*/false)),
-      norm(store, norm_name, d, Component::AttnRes) {}
+      norm(store, norm_name, d, Component::AttnRes, eps) {}
 
 Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
   config_.validate();
@@ -25,20 +26,20 @@ Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     DecoderLayer& layer = layers_[size_t(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    layer.input_norm = RmsNormParam(params_, p + "input_layernorm", d, Component::Norms);
+    layer.input_norm = RmsNorm(params_, p + "input_layernorm", d, Component::Norms, float(config_.rms_norm_eps));
     const LayerType type = config_.layer_types[size_t(l)];
     if (type == LayerType::Kda) layer.mixer = std::make_unique<KdaMixer>(params_, p + "self_attn.", config_);
     else layer.mixer = std::make_unique<MlaMixer>(params_, p + "self_attn.", config_, type);
-    layer.post_attention_norm = RmsNormParam(params_, p + "post_attention_layernorm", d, Component::Norms);
+    layer.post_attention_norm = RmsNorm(params_, p + "post_attention_layernorm", d, Component::Norms, float(config_.rms_norm_eps));
     if (config_.is_moe_layer(l)) layer.ffn = std::make_unique<MoeFfn>(params_, p + "mlp.", config_);
     else layer.ffn = std::make_unique<DenseFfn>(params_, p + "mlp.", config_);
     if (config_.attn_res.enabled) {
-      layer.mixer_res = AttnResParam(params_, p + "attn_res_query", p + "attn_res_norm", d);
-      layer.ffn_res = AttnResParam(params_, p + "mlp_res_query", p + "mlp_res_norm", d);
+      layer.mixer_res = AttnResParam(params_, p + "attn_res_query", p + "attn_res_norm", d, float(config_.rms_norm_eps));
+      layer.ffn_res = AttnResParam(params_, p + "mlp_res_query", p + "mlp_res_norm", d, float(config_.rms_norm_eps));
     }
   }
-  final_norm_ = RmsNormParam(params_, "model.norm", d, Component::Norms);
-  if (config_.attn_res.enabled) out_res_ = AttnResParam(params_, "model.out_res_query", "model.out_res_norm", d);
+  final_norm_ = RmsNorm(params_, "model.norm", d, Component::Norms, float(config_.rms_norm_eps));
+  if (config_.attn_res.enabled) out_res_ = AttnResParam(params_, "model.out_res_query", "model.out_res_norm", d, float(config_.rms_norm_eps));
   lm_head_ = config_.tie_word_embeddings
                  ? embed_
                  : &params_.add("lm_head.weight", {config_.vocab_size, d}, Init::Normal, Component::Embeddings);

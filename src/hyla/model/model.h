@@ -19,9 +19,9 @@ namespace hyla {
 // One AttnRes aggregation point: a pseudo-query w and an RMSNorm weight (SPEC §6).
 struct AttnResParam {
   Param* query = nullptr;
-  RmsNormParam norm;
+  RmsNorm norm;
   AttnResParam() = default;
-  AttnResParam(ParamStore& store, const std::string& query_name, const std::string& norm_name, int64_t d);
+  AttnResParam(ParamStore& store, const std::string& query_name, const std::string& norm_name, int64_t d, float eps);
 };
 
 struct VisionParams {
@@ -30,7 +30,7 @@ struct VisionParams {
 };
 
 struct DecoderLayer {
-  RmsNormParam input_norm, post_attention_norm;
+  RmsNorm input_norm, post_attention_norm;
   std::variant<std::unique_ptr<KdaMixer>, std::unique_ptr<MlaMixer>> mixer;
   std::variant<std::unique_ptr<DenseFfn>, std::unique_ptr<MoeFfn>> ffn;
   AttnResParam mixer_res, ffn_res;
@@ -58,7 +58,7 @@ class Model {
   ParamStore params_;
   Param* embed_ = nullptr;
   Param* lm_head_ = nullptr;  // == embed_ when tied
-  RmsNormParam final_norm_;
+  RmsNorm final_norm_;
   std::vector<DecoderLayer> layers_;
   AttnResParam out_res_;
   VisionParams vision_;

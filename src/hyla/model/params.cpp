@@ -11,7 +11,7 @@ Param& ParamStore::add(std::string name, Shape shape, Init init, Component compo
                        bool trainable) {
   HYLA_ASSERT(!allocated_);
   HYLA_ASSERT(!by_name_.count(name));
-  params_.push_back(std::make_unique<Param>(Param{std::move(name), shape, init, component, weight_decay, trainable, {}, {}}));
+  params_.push_back(std::make_unique<Param>(Param{std::move(name), shape, init, component, weight_decay, trainable, {}, {}, {}}));
   Param& p = *params_.back();
   by_name_[p.name] = &p;
   return p;
@@ -25,9 +25,11 @@ void ParamStore::allocate() {
   for (const auto& p : params_) total += p->numel();
   values_ = Tensor::zeros(DType::F32, {total});
   grads_ = Tensor::zeros(DType::F32, {total});
+  values_bf16_ = Tensor::zeros(DType::BF16, {total});
   int64_t offset = 0;
   for (const auto& p : params_) {
     p->value = Tensor::view(DType::F32, p->shape, values_.data<float>() + offset, nullptr);
+    p->value_bf16 = Tensor::view(DType::BF16, p->shape, values_bf16_.data<bf16>() + offset, nullptr);
     if (p->trainable) p->grad = Tensor::view(DType::F32, p->shape, grads_.data<float>() + offset, nullptr);
     offset += p->numel();
   }
@@ -94,6 +96,13 @@ Param& ParamStore::get(const std::string& name) const {
 }
 
 void ParamStore::zero_grads() { std::memset(grads_.raw(), 0, grads_.nbytes()); }
+
+void ParamStore::refresh_bf16() {
+  const int64_t n = values_.numel(), block = int64_t(1) << 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += block)
+    convert(values_.data<float>() + i, values_bf16_.data<bf16>() + i, size_t(std::min(block, n - i)));
+}
 
 NamedTensors ParamStore::named_values(DType dtype) const {
   NamedTensors out;

@@ -36,8 +36,10 @@ struct Param {
   Tensor value;       // f32, a view into the store's value buffer
   Tensor grad;        // f32, a view into the gradient buffer (undefined for buffers)
   int64_t numel() const { return shape.numel(); }
+  Tensor value_bf16;  // bf16 copy for matrix products, refreshed by ParamStore::refresh_bf16
   float* v() { return value.data<float>(); }
   float* g() { return grad.data<float>(); }
+  const bf16* v16() const { return value_bf16.data<bf16>(); }
 };
 
 class ParamStore {
@@ -56,6 +58,8 @@ class ParamStore {
   float* values() { return values_.data<float>(); }
   float* grads() { return grads_.data<float>(); }
   void zero_grads();
+  // Rounds every value into its bf16 copy (after initialisation, loading or an optimiser step).
+  void refresh_bf16();
 
   // Tensors to save, converted to `dtype` (F32, BF16 or F16).
   NamedTensors named_values(DType dtype) const;
@@ -66,7 +70,7 @@ class ParamStore {
  private:
   std::vector<std::unique_ptr<Param>> params_;
   std::map<std::string, Param*> by_name_;
-  Tensor values_, grads_;
+  Tensor values_, grads_, values_bf16_;
   bool allocated_ = false;
 };
 

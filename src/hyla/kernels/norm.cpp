@@ -1,0 +1,52 @@
+#include "hyla/kernels/norm.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "hyla/kernels/vmath.h"
+
+namespace hyla {
+
+void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                     int64_t ld_y, float* rstd) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_x;
+    const float inv = 1.0f / std::sqrt(dot(xr, xr, dim) / float(dim) + eps);
+    if (rstd) rstd[r] = inv;
+    float* yr = y + r * ld_y;
+#pragma omp simd
+    for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * w[j];
+  }
+}
+
+void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float* rstd, const float* dy, int64_t ld_dy,
+                      int64_t rows, int64_t dim, float* dx, int64_t ld_dx, bool accumulate_dx, float* dw) {
+  const int threads = omp_get_max_threads();
+  std::vector<float> partial(size_t(threads) * size_t(dim), 0.0f);
+#pragma omp parallel
+  {
+    float* dw_local = partial.data() + size_t(omp_get_thread_num()) * size_t(dim);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * ld_x, *dyr = dy + r * ld_dy;
+      const float inv = rstd[r];
+      // n = x·inv, y = n⊙w: dn = dy⊙w, dx = inv·(dn − n·mean(dn⊙n)).
+      const float mean_dn_n = dot3(dyr, w, xr, dim) * inv / float(dim);
+      float* dxr = dx + r * ld_dx;
+#pragma omp simd
+      for (int64_t j = 0; j < dim; ++j) {
+        const float n = xr[j] * inv;
+        const float g = inv * (dyr[j] * w[j] - n * mean_dn_n);
+        dxr[j] = accumulate_dx ? dxr[j] + g : g;
+        dw_local[j] += dyr[j] * n;
+      }
+    }
+  }
+  for (int t = 0; t < threads; ++t)
+    for (int64_t j = 0; j < dim; ++j) dw[j] += partial[size_t(t) * size_t(dim) + size_t(j)];
+}
+
+}  // namespace hyla
