@@ -29,6 +29,10 @@ struct ForwardContext {
   const TokenBatch& tokens;
   Precision precision = Precision::F32;
   bool save_for_backward = false;
+  // The weight of this forward's loss in the training objective (e.g. 1 / micro-batches under
+  // gradient accumulation): layers that add their own loss terms (the MoE auxiliary loss) scale
+  // those terms' gradients by it.
+  float loss_scale = 1.0f;
 };
 
 }  // namespace hyla
