@@ -166,9 +166,10 @@ void bench_kda(const KdaBenchArgs& a) {
   auto decode_seconds = [&](int64_t rotate) {
     int64_t next = 0;
     return best_seconds([&] {
-      for (int i = 0; i < 100; ++i, next = (next + 1) % rotate)
-        kda_decode_step({H, D, D}, 1, x.data(), x.data(), x.data(), gx.data(), bx.data(),
-                        cold.data<float>() + next * state_floats, ox.data());
+      for (int i = 0; i < 100; ++i, next = (next + 1) % rotate) {
+        float* state = cold.data<float>() + next * state_floats;
+        kda_decode_step({H, D, D}, 1, x.data(), x.data(), x.data(), gx.data(), bx.data(), &state, ox.data());
+      }
     }, 3, 0.3) / 100;
   };
   const double hot = decode_seconds(1), cold_step = decode_seconds(copies);

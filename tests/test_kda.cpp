@@ -12,15 +12,20 @@
 namespace hyla {
 namespace {
 
+// Pointers to consecutive [H, K, V] states of a flat vector.
+std::vector<float*> states_of(std::vector<float>& flat, int64_t batch, const KdaShape& shape) {
+  return kda_state_pointers(flat.data(), batch, shape);
+}
+
 struct Problem {
   KdaShape shape;
   std::vector<int64_t> starts;
   std::vector<float> q, k, v, g, beta, s0;
+  std::vector<float*> s0_states;  // into s0
   int64_t rows() const { return starts.back(); }
   int64_t batch() const { return int64_t(starts.size()) - 1; }
-  KdaInputs inputs(bool with_state = true) const {
-    return {batch(), starts.data(), q.data(), k.data(), v.data(), g.data(), beta.data(),
-            with_state ? s0.data() : nullptr};
+  KdaInputs inputs() const {
+    return {batch(), starts.data(), q.data(), k.data(), v.data(), g.data(), beta.data(), s0_states.data()};
   }
 };
 
@@ -56,6 +61,7 @@ Problem make_problem(int64_t H, int64_t K, int64_t V, std::vector<int64_t> lengt
   for (float& x : p.beta) x = 1.0f / (1.0f + std::exp(-normal(rng)));
   p.s0.resize(size_t(p.batch() * H * K * V));
   for (float& x : p.s0) x = 0.3f * normal(rng);
+  p.s0_states = states_of(p.s0, p.batch(), p.shape);
   return p;
 }
 
@@ -102,7 +108,8 @@ Output run_forward(const Problem& p, KdaOptions options, KdaSavedStates* saved =
   KdaWorkspace local;
   Output out{std::vector<float>(size_t(p.rows() * p.shape.heads * p.shape.value_dim)),
              std::vector<float>(p.s0.size())};
-  kda_forward(p.shape, p.inputs(), options, out.o.data(), out.s.data(), saved, workspace ? *workspace : local);
+  const auto finals = states_of(out.s, p.batch(), p.shape);
+  kda_forward(p.shape, p.inputs(), options, out.o.data(), finals.data(), saved, workspace ? *workspace : local);
   return out;
 }
 
@@ -226,15 +233,17 @@ TEST(Kda, ContinuationPrefillInPiecesThenDecode) {
   for (int piece = 0; piece < 3; ++piece) {
     const int64_t a = cuts[piece], n = cuts[piece + 1] - a;
     const int64_t starts[2] = {0, n};
+    float* state_pointer = state.data();
+    const float* initial = state.data();
     const KdaInputs in{1, starts, full.q.data() + a * H * K, full.k.data() + a * H * K, full.v.data() + a * H * V,
-                       full.g.data() + a * H * K, full.beta.data() + a * H, state.data()};
-    std::vector<float> next(state.size());
-    kda_forward(full.shape, in, options(paths[piece]), o.data() + a * H * V, next.data(), nullptr, ws);
-    state = next;
+                       full.g.data() + a * H * K, full.beta.data() + a * H, &initial};
+    // Continue in place: the final state overwrites the initial one.
+    kda_forward(full.shape, in, options(paths[piece]), o.data() + a * H * V, &state_pointer, nullptr, ws);
   }
+  float* state_pointer = state.data();
   for (int64_t t = 190; t < 200; ++t)
     kda_decode_step(full.shape, 1, full.q.data() + t * H * K, full.k.data() + t * H * K, full.v.data() + t * H * V,
-                    full.g.data() + t * H * K, full.beta.data() + t * H, state.data(), o.data() + t * H * V);
+                    full.g.data() + t * H * K, full.beta.data() + t * H, &state_pointer, o.data() + t * H * V);
   EXPECT_LT(relative_error(o, whole.o), 1e-4);
   EXPECT_LT(relative_error(state, whole.s), 1e-4);
 }
@@ -266,11 +275,14 @@ TEST(Kda, ColumnSplitsForFewHeadsMatchOneThread) {
       KdaSavedStates saved;
       std::vector<float> o(size_t(150 * 40)), s(p.s0.size()), d_o(o.size(), 0.5f), d_s(s.size(), -0.25f);
       for (size_t i = 0; i < d_o.size(); ++i) d_o[i] = float(i % 7) - 3.0f;
-      kda_forward(p.shape, p.inputs(), options(path, 64), o.data(), s.data(), &saved, ws);
+      const auto finals = states_of(s, 1, p.shape);
+      const auto d_finals = states_of(d_s, 1, p.shape);
+      kda_forward(p.shape, p.inputs(), options(path, 64), o.data(), finals.data(), &saved, ws);
       std::vector<float> dq(p.q.size()), dk(p.k.size()), dv(p.v.size()), dg(p.g.size()), db(p.beta.size()),
           ds0(p.s0.size());
-      kda_backward(p.shape, p.inputs(), options(path, 64), d_o.data(), d_s.data(), saved,
-                   {dq.data(), dk.data(), dv.data(), dg.data(), db.data(), ds0.data()}, ws);
+      const auto d_initials = states_of(ds0, 1, p.shape);
+      kda_backward(p.shape, p.inputs(), options(path, 64), d_o.data(), d_finals.data(), saved,
+                   {dq.data(), dk.data(), dv.data(), dg.data(), db.data(), d_initials.data()}, ws);
       results[n - 1] = {o, s, dq, dk, dv, dg, db, ds0};
     }
     for (size_t i = 0; i < results[0].size(); ++i)
@@ -306,11 +318,14 @@ TEST(Kda, BackwardMatchesFiniteDifferences) {
     KdaWorkspace ws;
     KdaSavedStates saved;
     std::vector<float> o(size_t(N * H * V)), s(p.s0.size());
-    kda_forward(p.shape, p.inputs(), opt, o.data(), s.data(), &saved, ws);
+    const auto finals = states_of(s, p.batch(), p.shape);
+    kda_forward(p.shape, p.inputs(), opt, o.data(), finals.data(), &saved, ws);
     std::vector<float> dq(p.q.size()), dk(p.k.size()), dv(p.v.size()), dg(p.g.size()), db(p.beta.size()),
         ds0(p.s0.size());
-    kda_backward(p.shape, p.inputs(), opt, Wo.data(), Ws.data(), saved,
-                 {dq.data(), dk.data(), dv.data(), dg.data(), db.data(), ds0.data()}, ws);
+    const auto d_finals = states_of(Ws, p.batch(), p.shape);
+    const auto d_initials = states_of(ds0, p.batch(), p.shape);
+    kda_backward(p.shape, p.inputs(), opt, Wo.data(), d_finals.data(), saved,
+                 {dq.data(), dk.data(), dv.data(), dg.data(), db.data(), d_initials.data()}, ws);
     struct Check {
       const char* name;
       std::vector<double> Inputs::*field;
@@ -351,12 +366,15 @@ TEST(Kda, ChunkedBackwardMatchesRecurrentBackward) {
       KdaWorkspace ws;
       KdaSavedStates saved;
       std::vector<float> o(d_o.size()), s(p.s0.size());
-      kda_forward(p.shape, p.inputs(), options(path), o.data(), s.data(), &saved, ws);
+      const auto finals = states_of(s, p.batch(), p.shape);
+      kda_forward(p.shape, p.inputs(), options(path), o.data(), finals.data(), &saved, ws);
       std::vector<std::vector<float>> g = {std::vector<float>(p.q.size()), std::vector<float>(p.k.size()),
                                            std::vector<float>(p.v.size()), std::vector<float>(p.g.size()),
                                            std::vector<float>(p.beta.size()), std::vector<float>(p.s0.size())};
-      kda_backward(p.shape, p.inputs(), options(path), d_o.data(), d_s.data(), saved,
-                   {g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(), g[5].data()}, ws);
+      const auto d_finals = states_of(d_s, p.batch(), p.shape);
+      const auto d_initials = states_of(g[5], p.batch(), p.shape);
+      kda_backward(p.shape, p.inputs(), options(path), d_o.data(), d_finals.data(), saved,
+                   {g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(), d_initials.data()}, ws);
       if (reference_grads.empty()) {
         reference_grads = g;
         continue;

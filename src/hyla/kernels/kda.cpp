@@ -116,7 +116,7 @@ class FlushDenormals {
 }  // namespace
 
 void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
-                 float* final_state, KdaSavedStates* saved, KdaWorkspace& workspace) {
+                 float* const* final_states, KdaSavedStates* saved, KdaWorkspace& workspace) {
   check(shape, in, options);
   workspace.reserve();
   if (saved) {
@@ -139,15 +139,15 @@ void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& o
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < list.size(); ++i) {
       if (options.path == KdaPath::Recurrent)
-        kda_recurrent_forward_task(shape, in, options, list[i], o, final_state, saved, ws);
+        kda_recurrent_forward_task(shape, in, options, list[i], o, final_states, saved, ws);
       else
-        kda_chunked_forward_task(shape, in, options, list[i], o, final_state, saved, ws);
+        kda_chunked_forward_task(shape, in, options, list[i], o, final_states, saved, ws);
     }
   }
 }
 
 void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, const float* d_o,
-                  const float* d_final_state, const KdaSavedStates& saved, const KdaGrads& grads,
+                  const float* const* d_final_states, const KdaSavedStates& saved, const KdaGrads& grads,
                   KdaWorkspace& workspace) {
   check(shape, in, options);
   HYLA_CHECK(saved.chunk_base.size() == size_t(in.batch) + 1, "kda: backward needs the states of its forward");
@@ -165,7 +165,7 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
   auto grads_of = [&](const KdaTask& task) {
     if (splits == 1) return grads;
     float* base = workspace.partials.data<float>() + task.split * (3 * nqk + nb);
-    return KdaGrads{base, base + nqk, grads.dv, base + 2 * nqk, base + 3 * nqk, grads.d_initial_state};
+    return KdaGrads{base, base + nqk, grads.dv, base + 2 * nqk, base + 3 * nqk, grads.d_initial_states};
   };
 #pragma omp parallel
   {
@@ -175,9 +175,9 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
     for (size_t i = 0; i < list.size(); ++i) {
       const KdaGrads task_grads = grads_of(list[i]);
       if (options.path == KdaPath::Recurrent)
-        kda_recurrent_backward_task(shape, in, options, list[i], d_o, d_final_state, saved, task_grads, ws);
+        kda_recurrent_backward_task(shape, in, options, list[i], d_o, d_final_states, saved, task_grads, ws);
       else
-        kda_chunked_backward_task(shape, in, options, list[i], d_o, d_final_state, saved, task_grads, ws);
+        kda_chunked_backward_task(shape, in, options, list[i], d_o, d_final_states, saved, task_grads, ws);
     }
     if (splits > 1) {
       const float* partials = workspace.partials.data<float>();
@@ -193,6 +193,12 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
       }
     }
   }
+}
+
+std::vector<float*> kda_state_pointers(float* states, int64_t batch, const KdaShape& shape) {
+  std::vector<float*> pointers(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) pointers[size_t(b)] = states + b * shape.heads * shape.key_dim * shape.value_dim;
+  return pointers;
 }
 
 KdaPath kda_fastest_path(int64_t key_dim, int64_t value_dim, bool backward, bool bf16_matmul, bool lower_bounded_gate) {

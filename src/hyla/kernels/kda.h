@@ -39,7 +39,8 @@ struct KdaInputs {
   const float* v;               // [N, H, V]
   const float* g;               // [N, H, K], log decay <= 0
   const float* beta;            // [N, H]
-  const float* initial_state;   // [batch, H, K, V], or nullptr for zeros
+  // One [H, K, V] state per sequence (e.g. each sequence's cache), or nullptr for zeros.
+  const float* const* initial_states;
 };
 
 struct KdaOptions {
@@ -55,7 +56,7 @@ struct KdaGrads {
   float* dv;               // [N, H, V]
   float* dg;               // [N, H, K]
   float* dbeta;            // [N, H]
-  float* d_initial_state;  // [batch, H, K, V], or nullptr when not wanted
+  float* const* d_initial_states;  // one [H, K, V] per sequence, or nullptr when not wanted
 };
 
 // Per-thread scratch, grown on first use and reused: calls allocate nothing in steady state.
@@ -85,20 +86,24 @@ struct KdaSavedStates {
   std::vector<int64_t> chunk_base; // first chunk index of each sequence
 };
 
-// Forward. `final_state` [batch, H, K, V] may be nullptr; `saved` may be nullptr (inference).
+// Forward. `final_states` (one [H, K, V] per sequence; may equal initial_states, for an in-place
+// update of a cache) may be nullptr; `saved` may be nullptr (inference).
 void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
-                 float* final_state, KdaSavedStates* saved, KdaWorkspace& workspace);
+                 float* const* final_states, KdaSavedStates* saved, KdaWorkspace& workspace);
 
-// Backward of kda_forward on the same inputs, given dL/do (and dL/d final_state, may be null).
+// Backward of kda_forward on the same inputs, given dL/do (and dL/d final states, may be null).
 // Gradients are written (not accumulated).
 void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, const float* d_o,
-                  const float* d_final_state, const KdaSavedStates& saved, const KdaGrads& grads,
+                  const float* const* d_final_states, const KdaSavedStates& saved, const KdaGrads& grads,
                   KdaWorkspace& workspace);
 
-// One decode step: one token for each of `batch` sequences; states [batch, H, K, V] are updated
+// One decode step: one token for each of `batch` sequences, whose [H, K, V] states are updated
 // in place; q, k, g [batch, H, K], v [batch, H, V], beta [batch, H], o [batch, H, V].
 void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const float* k, const float* v,
-                     const float* g, const float* beta, float* states, float* o);
+                     const float* g, const float* beta, float* const* states, float* o);
+
+// Pointers to `batch` consecutive [H, K, V] states in one buffer.
+std::vector<float*> kda_state_pointers(float* states, int64_t batch, const KdaShape& shape);
 
 // The faster path for a head shape on CPU, from `hyla bench kda` (BENCHMARKS.md, 2 Zen 5 cores):
 // with the state block in L1 the recurrence is not memory-bound, so it wins the forward for

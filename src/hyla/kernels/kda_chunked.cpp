@@ -75,8 +75,8 @@ struct Dims {
   KdaStrides st;
   int64_t v_full;     // the states' full width (their row stride)
   int64_t v0;         // the task's first column
-  int64_t v_offset(int64_t h) const { return h * v_full + v0; }                 // within an input row
-  int64_t state_offset(int64_t b, int64_t h, int64_t heads) const { return (b * heads + h) * K * v_full + v0; }
+  int64_t v_offset(int64_t h) const { return h * v_full + v0; }         // within an input row
+  int64_t state_offset(int64_t h) const { return h * K * v_full + v0; }  // within a sequence's [H, K, V]
 };
 
 Dims make_dims(const KdaShape& shape, const KdaOptions& options, const KdaTask& task) {
@@ -337,7 +337,7 @@ void* mm_scratch(KdaWorkspace::Thread& ws, const Dims& d, bool bf16) {
 }  // namespace
 
 void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                              const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
+                              const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
                               KdaWorkspace::Thread& ws) {
   const Dims d = make_dims(shape, options, task);
   const int64_t K = d.K, V = d.V, b = task.b, h = task.h;
@@ -346,7 +346,7 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
   float* S = ws.take(K * V);
   Chunk c = take_chunk(ws, d);
   const Mm mm{options.bf16_matmul, mm_scratch(ws, d, options.bf16_matmul)};
-  if (in.initial_state) copy_rows(in.initial_state + d.state_offset(b, h, shape.heads), d.v_full, S, V, K, V);
+  if (in.initial_states) copy_rows(in.initial_states[b] + d.state_offset(h), d.v_full, S, V, K, V);
   else std::fill(S, S + K * V, 0.0f);
 
   for (int64_t t0 = 0; t0 < len; t0 += d.C) {
@@ -366,12 +366,12 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
     }
     advance_state(c, d, S, mm);
   }
-  if (final_state) copy_rows(S, V, final_state + d.state_offset(b, h, shape.heads), d.v_full, K, V);
+  if (final_states) copy_rows(S, V, final_states[b] + d.state_offset(h), d.v_full, K, V);
   ws.release();
 }
 
 void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                               const KdaTask& task, const float* d_o, const float* d_final_state,
+                               const KdaTask& task, const float* d_o, const float* const* d_final_states,
                                const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws) {
   const Dims d = make_dims(shape, options, task);
   const int64_t K = d.K, V = d.V, C = d.C, b = task.b, h = task.h, ld_s0 = d.v_full;
@@ -407,7 +407,7 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
   float* dQKd = ws.take(2 * kSub * K);
   float* dkr = ws.take(C * K);
 
-  if (d_final_state) copy_rows(d_final_state + d.state_offset(b, h, shape.heads), d.v_full, dS, V, K, V);
+  if (d_final_states) copy_rows(d_final_states[b] + d.state_offset(h), d.v_full, dS, V, K, V);
   else std::fill(dS, dS + K * V, 0.0f);
 
   for (int64_t t0 = len <= 0 ? -1 : (len - 1) / C * C; t0 >= 0; t0 -= C) {
@@ -568,8 +568,7 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     }
     std::swap(dS, dS0);
   }
-  if (grads.d_initial_state)
-    copy_rows(dS, V, grads.d_initial_state + d.state_offset(b, h, shape.heads), d.v_full, K, V);
+  if (grads.d_initial_states) copy_rows(dS, V, grads.d_initial_states[b] + d.state_offset(h), d.v_full, K, V);
   ws.release();
 }
 

@@ -54,16 +54,16 @@ inline void copy_rows(const float* src, int64_t ld_src, float* dst, int64_t ld_d
 }
 
 void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                                const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
+                                const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
                                 KdaWorkspace::Thread& ws);
 void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                                 const KdaTask& task, const float* d_o, const float* d_final_state,
+                                 const KdaTask& task, const float* d_o, const float* const* d_final_states,
                                  const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws);
 void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                              const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
+                              const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
                               KdaWorkspace::Thread& ws);
 void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                               const KdaTask& task, const float* d_o, const float* d_final_state,
+                               const KdaTask& task, const float* d_o, const float* const* d_final_states,
                                const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws);
 
 }  // namespace hyla

@@ -143,7 +143,7 @@ void rank1_update(float* S, int64_t K, int64_t w, int64_t ld, const float* k, co
 }  // namespace
 
 void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                                const KdaTask& task, float* o, float* final_state, KdaSavedStates* saved,
+                                const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
                                 KdaWorkspace::Thread& ws) {
   const int64_t b = task.b, h = task.h;
   const int64_t K = shape.key_dim, V = shape.value_dim, C = options.chunk_size;
@@ -154,7 +154,7 @@ void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, cons
   float* kS = ws.take(kBlock);
   float* qS = ws.take(kBlock);
   float* u = ws.take(kBlock);
-  const float* initial = in.initial_state ? in.initial_state + (b * shape.heads + h) * K * V : nullptr;
+  const float* initial = in.initial_states ? in.initial_states[b] + h * K * V : nullptr;
   for (int64_t v0 = task.v0; v0 < task.v0 + task.width; v0 += kBlock) {
     const int64_t w = std::min(kBlock, task.v0 + task.width - v0);
     if (initial) copy_rows(initial + v0, V, S, kBlock, K, w);
@@ -184,7 +184,7 @@ void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, cons
       pending_k = kt;
     }
     if (pending_k) rank1_update(S, K, w, kBlock, pending_k, u);
-    if (final_state) copy_rows(S, kBlock, final_state + (b * shape.heads + h) * K * V + v0, V, K, w);
+    if (final_states) copy_rows(S, kBlock, final_states[b] + h * K * V + v0, V, K, w);
   }
   ws.release();
 }
@@ -192,7 +192,7 @@ void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, cons
 // Backward by reverse-mode through the recurrence. Each chunk's states are recomputed once from
 // the chunk-start state the forward saved, keeping S_{t-1}, u_t and e_t of every token of the chunk.
 void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
-                                 const KdaTask& task, const float* d_o, const float* d_final_state,
+                                 const KdaTask& task, const float* d_o, const float* const* d_final_states,
                                  const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws) {
   const int64_t b = task.b, h = task.h;
   const int64_t K = shape.key_dim, V = shape.value_dim, C = options.chunk_size;
@@ -217,7 +217,7 @@ void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, con
   }
   for (int64_t v0 = task.v0; v0 < task.v0 + task.width; v0 += kBlock) {
     const int64_t w = std::min(kBlock, task.v0 + task.width - v0);
-    if (d_final_state) copy_rows(d_final_state + (b * shape.heads + h) * K * V + v0, V, dS, kBlock, K, w);
+    if (d_final_states) copy_rows(d_final_states[b] + h * K * V + v0, V, dS, kBlock, K, w);
     else std::fill(dS, dS + K * kBlock, 0.0f);
     for (int64_t c0 = len <= 0 ? -1 : (len - 1) / C * C; c0 >= 0; c0 -= C) {
       const int64_t c1 = std::min(len, c0 + C);
@@ -272,14 +272,13 @@ void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, con
         });
       }
     }
-    if (grads.d_initial_state)
-      copy_rows(dS, kBlock, grads.d_initial_state + (b * shape.heads + h) * K * V + v0, V, K, w);
+    if (grads.d_initial_states) copy_rows(dS, kBlock, grads.d_initial_states[b] + h * K * V + v0, V, K, w);
   }
   ws.release();
 }
 
 void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const float* k, const float* v,
-                     const float* g, const float* beta, float* states, float* o) {
+                     const float* g, const float* beta, float* const* states, float* o) {
   const int64_t H = shape.heads, K = shape.key_dim, V = shape.value_dim;
 #pragma omp parallel
   {
@@ -296,7 +295,7 @@ void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const
         const float qk = dot(qt, kt, K);
         for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
           const int64_t w = std::min(kBlock, V - v0);
-          float* S = states + x * K * V + v0;
+          float* S = states[b] + h * K * V + v0;
           state_pass(S, K, w, V, nullptr, nullptr, decay, kt, qt, kS, qS);
           float u[kBlock];
           for (int64_t j = 0; j < w; ++j) {
