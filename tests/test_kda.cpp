@@ -35,7 +35,7 @@ Problem make_problem(int64_t H, int64_t K, int64_t V, std::vector<int64_t> lengt
                      float lb = -5.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  Problem p{{H, K, V}, {0}, {}, {}, {}, {}, {}, {}};
+  Problem p{{H, K, V}, {0}, {}, {}, {}, {}, {}, {}, {}};
   for (int64_t n : lengths) p.starts.push_back(p.starts.back() + n);
   const int64_t N = p.rows();
   auto unit_rows = [&](std::vector<float>& x, float scale) {
