@@ -38,10 +38,10 @@ void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float*
       float* dxr = dx + r * ld_dx;
 #pragma omp simd
       for (int64_t j = 0; j < dim; ++j) {
-        const float n = xr[j] * inv;
-        const float g = inv * (dyr[j] * w[j] - n * mean_dn_n);
+        const float n = xr[j] * inv, d = dyr[j];  // read dy before dx is written: they may alias
+        dw_local[j] += d * n;
+        const float g = inv * (d * w[j] - n * mean_dn_n);
         dxr[j] = accumulate_dx ? dxr[j] + g : g;
-        dw_local[j] += dyr[j] * n;
       }
     }
   }

@@ -9,7 +9,8 @@ namespace hyla {
 void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                      int64_t ld_y, float* rstd);
 
-// Given dy, writes dx (row stride ld_dx; accumulates when accumulate_dx) and adds to dw [dim].
+// Given dy, writes dx (row stride ld_dx; accumulates when accumulate_dx; dx may alias dy) and
+// adds to dw [dim].
 // rstd from the forward. Rows run in parallel; dw sums per-thread partials in a fixed order.
 void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float* rstd, const float* dy, int64_t ld_dy,
                       int64_t rows, int64_t dim, float* dx, int64_t ld_dx, bool accumulate_dx, float* dw);

@@ -1,8 +1,13 @@
 #pragma once
-// KDA mixer (SPEC §3): projections, short causal convs, gates, the gated delta rule, output
-// norm and gate. The recurrence and its chunked forms live in kernels/kda.h.
+// KDA mixer (SPEC §3): fused projections of u, short causal convs, per-head L2 norms, the gates,
+// the gated delta rule (kernels/kda.h), per-head output RMSNorm with a sigmoid gate, and the
+// output projection. Forward and backward for training; a cached forward for inference.
+#include <span>
 #include <string>
 
+#include "hyla/kernels/kda.h"
+#include "hyla/model/config.h"
+#include "hyla/model/context.h"
 #include "hyla/model/layers.h"
 
 namespace hyla {
@@ -11,13 +16,54 @@ class KdaMixer {
  public:
   KdaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config);
 
+  // u: [N, d] (valid until backward when saving) → y: [N, d]. Every sequence starts from a zero state.
+  void forward(const float* u, float* y, const ForwardContext& ctx);
+  // dy → du (overwritten); parameter gradients added.
+  void backward(const float* dy, float* du);
+
+  // One sequence's inference state for this layer: conv tails [3, kernel-1, H·K] (q, k, v) and
+  // the delta-rule state [H, K, V], both f32 and updated in place.
+  struct CacheView {
+    float* conv_tails;
+    float* state;
+  };
+  int64_t conv_tail_floats() const { return 3 * (config_.kda.conv_kernel - 1) * heads_ * head_dim_; }
+  int64_t state_floats() const { return heads_ * head_dim_ * head_dim_; }
+  // Forward for the new tokens of each sequence (ctx.tokens), continuing from and updating the caches.
+  void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<const CacheView> caches);
+
  private:
+  void project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails);
+  void output(float* y, const ForwardContext& ctx, bool save);
+  float* plane(int which) { return qkv_.data<float>() + which * rows_ * width_; }
+  KdaOptions kernel_options(bool backward, Precision p) const;
+
   const ModelConfig& config_;
-  int64_t heads_, head_dim_;
+  int64_t heads_, head_dim_, width_;  // width_ = H·K
+  float gate_lower_bound_;
   // Registered in this order so that [q k v f g b] is one [5 H K + H, d] matrix.
   Linear q_proj_, k_proj_, v_proj_, f_proj_, g_proj_, b_proj_, o_proj_;
+  Linear in_proj_;  // the fused view
   Param *q_conv_, *k_conv_, *v_conv_, *a_log_, *dt_bias_;
   RmsNorm o_norm_;
+
+  // Activations of the last forward (rows × columns), grown to the largest batch and reused.
+  int64_t rows_ = 0;
+  const float* u_ = nullptr;
+  Tensor proj_;          // [N, 5HK + H]: q k v (pre-conv), f, g (output gate logits), b
+  Tensor conv_;          // [N, 3HK]: conv outputs of q k v, before silu
+  Tensor qkv_;           // three [N, HK] planes q, k, v: silu(conv), q and k L2-normalised (q scaled)
+  Tensor inv_norm_;      // [N, 2H]: 1/sqrt(Σx² + 1e-6) of q and k per head
+  Tensor decay_, beta_;  // g [N, HK], β [N, H]
+  Tensor o_;             // [N, HV] kernel output
+  Tensor gated_;         // [N, HV] RMSNorm(o) ⊙ σ(gate)
+  Tensor normed_;        // [N, HV] RMSNorm(o)
+  Tensor rstd_;          // [N·H] of the output norm
+  KdaSavedStates saved_states_;
+  KdaWorkspace workspace_;
+  const TokenBatch* tokens_ = nullptr;
+  Precision precision_ = Precision::F32;
+  Tensor grad_proj_, grad_out_, grad_qkvg_, grad_beta_;  // backward temporaries
 };
 
 }  // namespace hyla

@@ -47,6 +47,14 @@ Linear Linear::fuse(std::initializer_list<const Linear*> parts) {
   return fused;
 }
 
+Linear Linear::over(Param& weight) {
+  Linear l;
+  l.weight_ = &weight;
+  l.out_ = weight.shape[0];
+  l.in_ = weight.shape[1];
+  return l;
+}
+
 void Linear::forward(const float* x, int64_t n, float* y, Precision p, float beta, int64_t ld_x, int64_t ld_y) const {
   ld_x = ld_x < 0 ? in_ : ld_x;
   ld_y = ld_y < 0 ? out_ : ld_y;

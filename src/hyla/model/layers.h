@@ -18,6 +18,8 @@ class Linear {
   // One matrix over parameters registered one after another with the same input width (they are
   // contiguous in the store): e.g. KDA's [q k v f g b] projections as a single GEMM.
   static Linear fuse(std::initializer_list<const Linear*> parts);
+  // A Linear over an existing [out, in] parameter (e.g. a tied LM head over the embedding).
+  static Linear over(Param& weight);
 
   bool defined() const { return weight_ != nullptr; }
   int64_t in() const { return in_; }

@@ -1,0 +1,107 @@
+#include "hyla/kernels/conv1d.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace hyla {
+namespace {
+
+// Row r of sequence b shifted back by `back` rows: the input row, the tail row, or null (zero).
+const float* input_row(const Conv1dShape& s, const float* x, int64_t ld_x, const float* const* tails, int64_t b,
+                       int64_t r, int64_t back) {
+  const int64_t t = r - s.starts[b] - back;  // index within the sequence
+  if (t >= 0) return x + (r - back) * ld_x;
+  if (!tails || !tails[b]) return nullptr;
+  return tails[b] + (s.kernel - 1 + t) * s.channels;  // t in [-(kernel-1), -1]
+}
+
+// w [channels, kernel] transposed to [kernel, channels] for contiguous channel loops.
+std::vector<float> taps_by_offset(const Conv1dShape& s, const float* w) {
+  std::vector<float> taps(size_t(s.kernel * s.channels));
+  for (int64_t c = 0; c < s.channels; ++c)
+    for (int64_t j = 0; j < s.kernel; ++j) taps[size_t(j * s.channels + c)] = w[c * s.kernel + j];
+  return taps;
+}
+
+}  // namespace
+
+void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
+                           const float* const* tails, float* y, int64_t ld_y) {
+  const std::vector<float> taps = taps_by_offset(s, w);
+  for (int64_t b = 0; b < s.batch; ++b) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = s.starts[b]; r < s.starts[b + 1]; ++r) {
+      float* out = y + r * ld_y;
+      std::fill(out, out + s.channels, 0.0f);
+      for (int64_t j = 0; j < s.kernel; ++j) {
+        const float* in = input_row(s, x, ld_x, tails, b, r, s.kernel - 1 - j);
+        if (!in) continue;
+        const float* tap = taps.data() + j * s.channels;
+#pragma omp simd
+        for (int64_t c = 0; c < s.channels; ++c) out[c] += tap[c] * in[c];
+      }
+    }
+  }
+}
+
+void causal_conv1d_backward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w, const float* dy,
+                            int64_t ld_dy, float* dx, int64_t ld_dx, float* dw) {
+  const std::vector<float> taps = taps_by_offset(s, w);
+  const int threads = omp_get_max_threads();
+  std::vector<float> partial(size_t(threads) * size_t(s.kernel * s.channels), 0.0f);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t first = s.starts[b], last = s.starts[b + 1];
+#pragma omp parallel
+    {
+      float* dw_local = partial.data() + size_t(omp_get_thread_num()) * size_t(s.kernel * s.channels);
+#pragma omp for schedule(static)
+      for (int64_t r = first; r < last; ++r) {
+        // dx_r = Σ_j w[:, j] ⊙ dy_{r + kernel-1-j} (the outputs that read row r).
+        float* out = dx + r * ld_dx;
+        std::fill(out, out + s.channels, 0.0f);
+        for (int64_t j = 0; j < s.kernel; ++j) {
+          const int64_t ahead = r + s.kernel - 1 - j;
+          if (ahead >= last) continue;
+          const float* g = dy + ahead * ld_dy;
+          const float* tap = taps.data() + j * s.channels;
+#pragma omp simd
+          for (int64_t c = 0; c < s.channels; ++c) out[c] += tap[c] * g[c];
+        }
+        // dw[:, j] += dy_r ⊙ x_{r-(kernel-1-j)}.
+        const float* g = dy + r * ld_dy;
+        for (int64_t j = 0; j < s.kernel; ++j) {
+          const float* in = input_row(s, x, ld_x, nullptr, b, r, s.kernel - 1 - j);
+          if (!in) continue;
+          float* acc = dw_local + j * s.channels;
+#pragma omp simd
+          for (int64_t c = 0; c < s.channels; ++c) acc[c] += g[c] * in[c];
+        }
+      }
+    }
+  }
+  for (int t = 0; t < threads; ++t)
+    for (int64_t j = 0; j < s.kernel; ++j)
+      for (int64_t c = 0; c < s.channels; ++c)
+        dw[c * s.kernel + j] += partial[size_t(t) * size_t(s.kernel * s.channels) + size_t(j * s.channels + c)];
+}
+
+void causal_conv1d_update_tails(const Conv1dShape& s, const float* x, int64_t ld_x, float* const* tails) {
+  const int64_t keep = s.kernel - 1;
+  if (keep == 0) return;
+  std::vector<float> rows(size_t(keep * s.channels));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    // The new tail is the last `keep` inputs of [old tail ; new rows].
+    const int64_t last = s.starts[b + 1];
+    for (int64_t i = 0; i < keep; ++i) {
+      const float* in = input_row(s, x, ld_x, tails, b, last, keep - i);
+      if (in) std::memcpy(rows.data() + i * s.channels, in, size_t(s.channels) * sizeof(float));
+      else std::fill(rows.begin() + i * s.channels, rows.begin() + (i + 1) * s.channels, 0.0f);
+    }
+    std::memcpy(tails[b], rows.data(), rows.size() * sizeof(float));
+  }
+}
+
+}  // namespace hyla

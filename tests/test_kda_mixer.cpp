@@ -1,0 +1,221 @@
+// KDA mixer (SPEC §3): forward vs a double-precision reference written from the spec, backward vs
+// central finite differences of that reference, both gates; the cached forward (prefill in pieces,
+// then decode) equals the full forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <array>
+#include <map>
+
+#include "hyla/model/kda_mixer.h"
+#include "model_test_util.h"
+
+namespace hyla {
+namespace {
+
+using Doubles = std::vector<double>;
+using ParamValues = std::map<std::string, Doubles>;
+
+double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// y = SPEC §3's KDA mixer of u [N, d], in double precision, for sequences `starts`.
+Doubles reference(const ModelConfig& c, const std::string& p, ParamValues& w, const std::vector<int64_t>& starts,
+                  const Doubles& u) {
+  const int64_t d = c.hidden_size, H = c.kda.num_heads, K = c.kda.head_dim, HK = H * K, kernel = c.kda.conv_kernel;
+  const int64_t N = starts.back();
+  auto linear = [&](const std::string& name, const Doubles& x, int64_t in, int64_t out) {
+    const Doubles& W = w[p + name + ".weight"];
+    Doubles y(size_t(N * out), 0.0);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) y[size_t(r * out + o)] += W[size_t(o * in + i)] * x[size_t(r * in + i)];
+    return y;
+  };
+  auto conv_silu = [&](const std::string& name, const Doubles& x) {
+    const Doubles& W = w[p + name];
+    Doubles y(x.size(), 0.0);
+    for (size_t b = 0; b + 1 < starts.size(); ++b)
+      for (int64_t t = starts[b]; t < starts[b + 1]; ++t)
+        for (int64_t ch = 0; ch < HK; ++ch) {
+          double s = 0;
+          for (int64_t j = 0; j < kernel; ++j) {
+            const int64_t src = t - kernel + 1 + j;
+            if (src >= starts[b]) s += W[size_t(ch * kernel + j)] * x[size_t(src * HK + ch)];
+          }
+          y[size_t(t * HK + ch)] = s * sigmoid_d(s);
+        }
+    return y;
+  };
+  Doubles q = conv_silu("q_conv1d.weight", linear("q_proj", u, d, HK));
+  Doubles k = conv_silu("k_conv1d.weight", linear("k_proj", u, d, HK));
+  const Doubles v = conv_silu("v_conv1d.weight", linear("v_proj", u, d, HK));
+  const Doubles f = linear("f_proj", u, d, HK), gl = linear("g_proj", u, d, HK), bl = linear("b_proj", u, d, H);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      for (Doubles* x : {&q, &k}) {
+        double s = 0;
+        for (int64_t j = 0; j < K; ++j) s += std::pow((*x)[size_t(r * HK + h * K + j)], 2);
+        const double scale = 1.0 / std::sqrt(s + 1e-6) * (x == &q ? 1.0 / std::sqrt(double(K)) : 1.0);
+        for (int64_t j = 0; j < K; ++j) (*x)[size_t(r * HK + h * K + j)] *= scale;
+      }
+  Doubles o(size_t(N * HK), 0.0), S(size_t(K * K));
+  for (size_t b = 0; b + 1 < starts.size(); ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::fill(S.begin(), S.end(), 0.0);
+      for (int64_t t = starts[b]; t < starts[b + 1]; ++t) {
+        const double a = std::exp(w[p + "A_log"][size_t(h)]), beta = sigmoid_d(bl[size_t(t * H + h)]);
+        for (int64_t i = 0; i < K; ++i) {
+          const double z = f[size_t(t * HK + h * K + i)] + w[p + "dt_bias"][size_t(h * K + i)];
+          const double g = c.kda.gate == KdaGate::LowerBound ? c.kda.gate_lower_bound * sigmoid_d(a * z)
+                                                             : -a * std::log1p(std::exp(z));
+          for (int64_t j = 0; j < K; ++j) S[size_t(i * K + j)] *= std::exp(g);
+        }
+        const double* kt = &k[size_t(t * HK + h * K)];
+        for (int64_t j = 0; j < K; ++j) {
+          double e = v[size_t(t * HK + h * K + j)];
+          for (int64_t i = 0; i < K; ++i) e -= S[size_t(i * K + j)] * kt[i];
+          for (int64_t i = 0; i < K; ++i) S[size_t(i * K + j)] += beta * kt[i] * e;
+        }
+        for (int64_t j = 0; j < K; ++j)
+          for (int64_t i = 0; i < K; ++i) o[size_t(t * HK + h * K + j)] += S[size_t(i * K + j)] * q[size_t(t * HK + h * K + i)];
+      }
+    }
+  Doubles gated(o.size());
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t h = 0; h < H; ++h) {
+      double ms = 0;
+      for (int64_t j = 0; j < K; ++j) ms += std::pow(o[size_t(r * HK + h * K + j)], 2) / double(K);
+      for (int64_t j = 0; j < K; ++j) {
+        const size_t x = size_t(r * HK + h * K + j);
+        gated[x] = o[x] / std::sqrt(ms + c.rms_norm_eps) * w[p + "o_norm.weight"][size_t(j)] * sigmoid_d(gl[x]);
+      }
+    }
+  return linear("o_proj", gated, HK, d);
+}
+
+struct MixerSetup {
+  ModelConfig config;
+  ParamStore store;
+  std::unique_ptr<KdaMixer> mixer;
+  const std::string prefix = "model.layers.0.self_attn.";
+  explicit MixerSetup(const ModelConfig& c) : config(c) {
+    mixer = std::make_unique<KdaMixer>(store, prefix, config);
+    store.allocate();
+    test::randomize_params(store, 7);
+  }
+  ParamValues values() const {
+    ParamValues out;
+    for (const auto& p : store.params()) out[p->name] = Doubles(p->v(), p->v() + p->numel());
+    return out;
+  }
+};
+
+double max_relative(const std::vector<float>& a, const Doubles& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    scale = std::max(scale, std::fabs(b[i]));
+  }
+  return diff / scale;
+}
+
+void check_gate(KdaGate gate) {
+  MixerSetup s(test::nano_config([&](nlohmann::json& j) { j["kda"]["gate"] = gate == KdaGate::LowerBound ? "lower_bound" : "softplus"; }));
+  const std::vector<int64_t> lengths = {7, 19};
+  const TokenBatch tokens = TokenBatch::packed(lengths);
+  const int64_t N = tokens.rows, d = s.config.hidden_size;
+  const std::vector<float> u = test::random_vector(size_t(N * d), 3);
+  const std::vector<float> R = test::random_vector(size_t(N * d), 4);
+  std::vector<float> y(size_t(N * d)), du(size_t(N * d));
+  s.store.zero_grads();
+  s.mixer->forward(u.data(), y.data(), {tokens, Precision::F32, true});
+  ParamValues w = s.values();
+  const Doubles ud(u.begin(), u.end());
+  EXPECT_LT(max_relative(y, reference(s.config, s.prefix, w, tokens.starts, ud)), 1e-4);
+  s.mixer->backward(R.data(), du.data());
+
+  auto loss = [&](ParamValues& weights, const Doubles& input) {
+    const Doubles out = reference(s.config, s.prefix, weights, tokens.starts, input);
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += out[i] * R[i];
+    return l;
+  };
+  const double eps = 1e-5;
+  std::mt19937 rng(11);
+  double du_scale = 0;
+  for (float x : du) du_scale = std::max(du_scale, double(std::fabs(x)));
+  for (int trial = 0; trial < 12; ++trial) {
+    const size_t i = rng() % u.size();
+    Doubles plus = ud, minus = ud;
+    plus[i] += eps, minus[i] -= eps;
+    const double fd = (loss(w, plus) - loss(w, minus)) / (2 * eps);
+    EXPECT_NEAR(du[i], fd, 1e-3 * du_scale + 1e-6) << "du[" << i << "]";
+  }
+  for (const auto& p : s.store.params()) {
+    double scale = 0;
+    for (int64_t i = 0; i < p->numel(); ++i) scale = std::max(scale, double(std::fabs(p->g()[i])));
+    for (int trial = 0; trial < 4; ++trial) {
+      const size_t i = rng() % size_t(p->numel());
+      ParamValues plus = w, minus = w;
+      plus[p->name][i] += eps, minus[p->name][i] -= eps;
+      const double fd = (loss(plus, ud) - loss(minus, ud)) / (2 * eps);
+      EXPECT_NEAR(p->g()[i], fd, 1e-3 * scale + 1e-6) << p->name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(KdaMixer, LowerBoundGateMatchesReferenceAndFiniteDifferences) { check_gate(KdaGate::LowerBound); }
+TEST(KdaMixer, SoftplusGateMatchesReferenceAndFiniteDifferences) { check_gate(KdaGate::Softplus); }
+
+TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) {
+  MixerSetup s(test::nano_config());
+  const int64_t d = s.config.hidden_size, T = 40;
+  const std::vector<int64_t> lengths = {T, 25};
+  const TokenBatch full = TokenBatch::packed(lengths);
+  const std::vector<float> u = test::random_vector(size_t(full.rows * d), 5);
+  std::vector<float> y_full(u.size());
+  s.mixer->forward(u.data(), y_full.data(), {full, Precision::F32, false});
+
+  // Two sequences with their own caches: prefill pieces of different sizes, then single tokens.
+  std::vector<std::vector<float>> tails(2, std::vector<float>(size_t(s.mixer->conv_tail_floats()), 0.0f));
+  std::vector<std::vector<float>> states(2, std::vector<float>(size_t(s.mixer->state_floats()), 0.0f));
+  std::vector<float> y(u.size());
+  int64_t done[2] = {0, 0};
+  const std::vector<std::array<int64_t, 2>> steps = {{9, 3}, {17, 12}, {1, 1}, {5, 9}, {1, 0}, {7, 0}};
+  for (auto step : steps) {
+    std::vector<int64_t> n, offsets;
+    std::vector<KdaMixer::CacheView> caches;
+    std::vector<float> input;
+    for (int b = 0; b < 2; ++b) {
+      const int64_t take = std::min(step[size_t(b)], lengths[size_t(b)] - done[b]);
+      if (take == 0) continue;
+      n.push_back(take), offsets.push_back(done[b]);
+      caches.push_back({tails[size_t(b)].data(), states[size_t(b)].data()});
+      const int64_t row0 = full.starts[size_t(b)] + done[b];
+      input.insert(input.end(), u.begin() + row0 * d, u.begin() + (row0 + take) * d);
+    }
+    const TokenBatch tokens = TokenBatch::packed(n, offsets);
+    std::vector<float> out(input.size());
+    s.mixer->forward_cached(input.data(), out.data(), {tokens, Precision::F32, false}, caches);
+    size_t at = 0;
+    for (int b = 0; b < 2; ++b) {
+      const int64_t take = std::min(step[size_t(b)], lengths[size_t(b)] - done[b]);
+      if (take == 0) continue;
+      const int64_t row0 = full.starts[size_t(b)] + done[b];
+      std::copy(out.begin() + int64_t(at), out.begin() + int64_t(at) + take * d, y.begin() + row0 * d);
+      at += size_t(take * d);
+      done[b] += take;
+    }
+  }
+  ASSERT_EQ(done[0], lengths[0]);
+  ASSERT_EQ(done[1], lengths[1]);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(y[i] - y_full[i])));
+    scale = std::max(scale, double(std::fabs(y_full[i])));
+  }
+  EXPECT_LT(diff / scale, 1e-5);
+}
+
+}  // namespace
+}  // namespace hyla
