@@ -17,7 +17,7 @@ AttnRes::AttnRes(ParamStore& store, const std::string& query_name, const std::st
 void AttnRes::forward(const std::vector<const float*>& sources, int64_t rows, float* out, bool save) {
   const int64_t n = int64_t(sources.size()), d = dim_;
   if (!weights_.defined() || weights_.numel() < rows * n) weights_ = Tensor::empty(DType::F32, {std::max<int64_t>(rows * n, 1)});
-  std::vector<float> c(size_t(d));  // w ⊙ γ: z_n = rstd(V_n) · (V_n · c)
+  std::vector<float> c(static_cast<size_t>(d));  // w ⊙ γ: z_n = rstd(V_n) · (V_n · c)
   for (int64_t j = 0; j < d; ++j) c[size_t(j)] = query_->v()[j] * norm_->v()[j];
   float* weights = weights_.data<float>();
 #pragma omp parallel for schedule(static)
@@ -47,7 +47,7 @@ void AttnRes::forward(const std::vector<const float*>& sources, int64_t rows, fl
 void AttnRes::backward(const float* d_out, const std::vector<float*>& source_grads) {
   const int64_t n = int64_t(sources_.size()), d = dim_, rows = rows_;
   HYLA_ASSERT(int64_t(source_grads.size()) == n);
-  std::vector<float> c(size_t(d));
+  std::vector<float> c(static_cast<size_t>(d));
   const float* w = query_->v();
   const float* gamma = norm_->v();
   for (int64_t j = 0; j < d; ++j) c[size_t(j)] = w[j] * gamma[j];
