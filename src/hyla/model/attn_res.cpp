@@ -57,7 +57,7 @@ void AttnRes::backward(const float* d_out, const std::vector<float*>& source_gra
 #pragma omp parallel
   {
     float* acc = partial.data() + size_t(omp_get_thread_num()) * size_t(d);
-    std::vector<float> dp(size_t(n)), rstd(size_t(n)), z(size_t(n));
+    std::vector<float> dp(static_cast<size_t>(n)), rstd(static_cast<size_t>(n)), z(static_cast<size_t>(n));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float* p = weights + r * n;

@@ -1,49 +1,67 @@
 #include "hyla/model/model.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "hyla/io/file.h"
+#include "hyla/io/safetensors.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
 
-AttnResParam::AttnResParam(ParamStore& store, const std::string& query_name, const std::string& norm_name, int64_t d,
-                           float eps)
-    : query(&store.add(query_name, {d}, Init::Zeros, Component::AttnRes, /*weight_decay=*/false)),
-      norm(store, norm_name, d, Component::AttnRes, eps) {}
+namespace {
+
+template <typename F>
+void parallel_rows(int64_t rows, F&& f) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) f(r);
+}
+
+}  // namespace
 
 Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
   config_.validate();
   const int64_t d = config_.hidden_size;
+  const float eps = float(config_.rms_norm_eps);
   embed_ = &params_.add("model.embed_tokens.weight", {config_.vocab_size, d}, Init::Normal, Component::Embeddings);
   if (config_.vision.enabled) {
     const VisionConfig& v = config_.vision;
-    vision_.patch_proj = Linear(params_, "model.vision.patch_proj", v.patch_size * v.patch_size * v.channels, d,
-                                Component::Vision);
-    vision_.patch_bias = &params_.add("model.vision.patch_proj.bias", {d}, Init::Zeros, Component::Vision, false);
-    vision_.row_embed = &params_.add("model.vision.row_embed", {v.max_grid, d}, Init::Normal, Component::Vision);
-    vision_.col_embed = &params_.add("model.vision.col_embed", {v.max_grid, d}, Init::Normal, Component::Vision);
+    patch_proj_ = Linear(params_, "model.vision.patch_proj", v.patch_size * v.patch_size * v.channels, d,
+                         Component::Vision);
+    patch_bias_ = &params_.add("model.vision.patch_proj.bias", {d}, Init::Zeros, Component::Vision, false);
+    row_embed_ = &params_.add("model.vision.row_embed", {v.max_grid, d}, Init::Normal, Component::Vision);
+    col_embed_ = &params_.add("model.vision.col_embed", {v.max_grid, d}, Init::Normal, Component::Vision);
   }
   layers_.resize(size_t(config_.num_hidden_layers));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     DecoderLayer& layer = layers_[size_t(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    layer.input_norm = RmsNorm(params_, p + "input_layernorm", d, Component::Norms, float(config_.rms_norm_eps));
+    layer.input_norm = RmsNorm(params_, p + "input_layernorm", d, Component::Norms, eps);
     const LayerType type = config_.layer_types[size_t(l)];
     if (type == LayerType::Kda) layer.mixer = std::make_unique<KdaMixer>(params_, p + "self_attn.", config_);
     else layer.mixer = std::make_unique<MlaMixer>(params_, p + "self_attn.", config_, type);
-    layer.post_attention_norm = RmsNorm(params_, p + "post_attention_layernorm", d, Component::Norms, float(config_.rms_norm_eps));
+    layer.post_attention_norm = RmsNorm(params_, p + "post_attention_layernorm", d, Component::Norms, eps);
     if (config_.is_moe_layer(l)) layer.ffn = std::make_unique<MoeFfn>(params_, p + "mlp.", config_);
     else layer.ffn = std::make_unique<DenseFfn>(params_, p + "mlp.", config_);
     if (config_.attn_res.enabled) {
-      layer.mixer_res = AttnResParam(params_, p + "attn_res_query", p + "attn_res_norm", d, float(config_.rms_norm_eps));
-      layer.ffn_res = AttnResParam(params_, p + "mlp_res_query", p + "mlp_res_norm", d, float(config_.rms_norm_eps));
+      layer.mixer_res = AttnRes(params_, p + "attn_res_query", p + "attn_res_norm", d, eps);
+      layer.ffn_res = AttnRes(params_, p + "mlp_res_query", p + "mlp_res_norm", d, eps);
     }
   }
-  final_norm_ = RmsNorm(params_, "model.norm", d, Component::Norms, float(config_.rms_norm_eps));
-  if (config_.attn_res.enabled) out_res_ = AttnResParam(params_, "model.out_res_query", "model.out_res_norm", d, float(config_.rms_norm_eps));
-  lm_head_ = config_.tie_word_embeddings
-                 ? embed_
-                 : &params_.add("lm_head.weight", {config_.vocab_size, d}, Init::Normal, Component::Embeddings);
+  final_norm_ = RmsNorm(params_, "model.norm", d, Component::Norms, eps);
+  if (config_.attn_res.enabled) out_res_ = AttnRes(params_, "model.out_res_query", "model.out_res_norm", d, eps);
+  if (config_.tie_word_embeddings) {
+    // The LM head reads the embedding matrix [V, d]: a Linear d → V over the same parameter.
+    lm_head_ = Linear::over(*embed_);
+  } else {
+    lm_head_ = Linear(params_, "lm_head", d, config_.vocab_size, Component::Embeddings);
+  }
   if (allocate) params_.allocate();
+}
+
+void Model::initialize(uint64_t seed) {
+  params_.initialize(config_, seed);
+  params_.refresh_bf16();
 }
 
 void Model::save(const fs::path& dir, DType dtype, const std::vector<fs::path>& extra_files) const {
@@ -62,7 +80,353 @@ std::unique_ptr<Model> Model::load(const fs::path& dir) {
   const ModelConfig config = ModelConfig::load((dir / "config.json").string());
   auto model = std::make_unique<Model>(config);
   model->params_.load(ModelWeights(dir), dir.string());
+  model->params_.refresh_bf16();
   return model;
+}
+
+void Model::grow(int64_t rows) {
+  rows_ = rows;
+  if (rows <= capacity_) return;
+  capacity_ = std::max<int64_t>(rows, 1);
+  const int64_t d = config_.hidden_size, L = config_.num_hidden_layers;
+  auto make = [&] { return Tensor::empty(DType::F32, {capacity_, d}); };
+  stream_.clear(), stream_grad_.clear(), sublayer_in_.clear(), sublayer_u_.clear();
+  for (int64_t i = 0; i < 1 + 2 * L; ++i) stream_.push_back(make()), stream_grad_.push_back(make());
+  for (int64_t i = 0; i < 2 * L; ++i) {
+    sublayer_u_.push_back(make());
+    if (config_.attn_res.enabled) sublayer_in_.push_back(make());
+  }
+  sublayer_out_ = make(), d_u_ = make(), d_h_ = make(), final_h_ = make(), final_normed_ = make(), d_final_ = make();
+}
+
+void Model::embed(const ModelInput& in) {
+  const int64_t N = in.tokens.rows, d = config_.hidden_size, V = config_.vocab_size;
+  HYLA_CHECK(int64_t(in.ids.size()) == N, "model input: {} token ids for {} rows", in.ids.size(), N);
+  HYLA_CHECK(in.targets.empty() || int64_t(in.targets.size()) == N, "model input: {} targets for {} rows",
+             in.targets.size(), N);
+  for (int64_t r = 0; r < N; ++r)
+    HYLA_CHECK(in.ids[size_t(r)] >= 0 && in.ids[size_t(r)] < V, "model input: token id {} at row {} is outside [0, {})",
+               in.ids[size_t(r)], r, V);
+  for (int64_t r = 0; r < N; ++r)
+    HYLA_CHECK(in.tokens.positions[size_t(r)] < config_.max_position_embeddings,
+               "model input: position {} reaches max_position_embeddings ({})", in.tokens.positions[size_t(r)],
+               config_.max_position_embeddings);
+  float* x0 = stream_[0].data<float>();
+  const float* table = embed_->v();
+  parallel_rows(N, [&](int64_t r) { std::memcpy(x0 + r * d, table + int64_t(in.ids[size_t(r)]) * d, size_t(d) * 4); });
+
+  // Images: each patch row's embedding is W_patch · patch + b + row_embed[r] + col_embed[c].
+  patch_rows_.clear();
+  int64_t pads = 0;
+  if (in.image_pad_id >= 0)
+    for (int32_t id : in.ids) pads += id == in.image_pad_id;
+  if (in.images.empty()) {
+    HYLA_CHECK(pads == 0 || !config_.vision.enabled, "model input: {} <|image_pad|> rows but no images", pads);
+    return;
+  }
+  HYLA_CHECK(config_.vision.enabled, "model input has images but vision.enabled is false");
+  HYLA_CHECK(in.image_pad_id >= 0, "model input has images but no image_pad_id");
+  const VisionConfig& v = config_.vision;
+  const int64_t P = v.patch_size, patch = P * P * v.channels;
+  std::vector<std::pair<int64_t, int64_t>> grid;  // (row, column) of each patch, in order
+  for (size_t i = 0; i < in.images.size(); ++i) {
+    const Image& img = in.images[i];
+    HYLA_CHECK(img.channels == v.channels, "image {}: {} channels, the model reads {}", i, img.channels, v.channels);
+    HYLA_CHECK(img.height > 0 && img.width > 0 && img.height % P == 0 && img.width % P == 0,
+               "image {}: {}x{} is not a multiple of the patch size {}", i, img.height, img.width, P);
+    HYLA_CHECK(img.height / P <= v.max_grid && img.width / P <= v.max_grid,
+               "image {}: {}x{} patches exceed vision.max_grid {}", i, img.height / P, img.width / P, v.max_grid);
+    HYLA_CHECK(int64_t(img.pixels.size()) == img.height * img.width * img.channels,
+               "image {}: {} bytes for {}x{}x{}", i, img.pixels.size(), img.height, img.width, img.channels);
+    for (int64_t gr = 0; gr < img.height / P; ++gr)
+      for (int64_t gc = 0; gc < img.width / P; ++gc) grid.emplace_back(gr, gc);
+  }
+  HYLA_CHECK(pads == int64_t(grid.size()), "model input: {} <|image_pad|> rows but the images have {} patches", pads,
+             grid.size());
+  for (int64_t r = 0; r < N; ++r)
+    if (in.ids[size_t(r)] == in.image_pad_id) patch_rows_.push_back(r);
+  patches_ = Tensor::empty(DType::F32, {std::max<int64_t>(pads, 1), patch});
+  int64_t k = 0;
+  for (const Image& img : in.images)
+    for (int64_t gr = 0; gr < img.height / P; ++gr)
+      for (int64_t gc = 0; gc < img.width / P; ++gc, ++k) {
+        float* out = patches_.data<float>() + k * patch;
+        for (int64_t y = 0; y < P; ++y)
+          for (int64_t x = 0; x < P; ++x)
+            for (int64_t c = 0; c < img.channels; ++c) {
+              const uint8_t px = img.pixels[size_t(((gr * P + y) * img.width + gc * P + x) * img.channels + c)];
+              *out++ = (float(px) / 255.0f - 0.5f) / 0.5f;
+            }
+      }
+  Tensor embedded = Tensor::empty(DType::F32, {pads, d});
+  patch_proj_.forward(patches_.data<float>(), pads, embedded.data<float>(), Precision::F32);
+  for (int64_t i = 0; i < pads; ++i) {
+    float* row = x0 + patch_rows_[size_t(i)] * d;
+    const float* e = embedded.data<float>() + i * d;
+    const float* re = row_embed_->v() + grid[size_t(i)].first * d;
+    const float* ce = col_embed_->v() + grid[size_t(i)].second * d;
+    for (int64_t j = 0; j < d; ++j) row[j] = e[j] + patch_bias_->v()[j] + re[j] + ce[j];
+  }
+  patch_grid_ = grid;
+}
+
+const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span<SequenceCache> caches) {
+  const int64_t N = ctx.tokens.rows, d = config_.hidden_size, L = config_.num_hidden_layers;
+  const bool attn_res = config_.attn_res.enabled, save = mode == Mode::Train;
+  const int64_t B = ctx.tokens.batch();
+  ar_sources_.assign(size_t(2 * L + 1), {});
+  base_.assign(size_t(2 * L), -1);
+  std::vector<int> blocks{0};
+  int partial = -1, current = 0, next = 1;
+  int64_t kda_index = 0, latent_index = 0;
+  auto values = [&](const std::vector<int>& ids) {
+    std::vector<const float*> v;
+    for (int i : ids) v.push_back(stream_[size_t(i)].data<float>());
+    return v;
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    DecoderLayer& layer = layers_[size_t(l)];
+    if (attn_res && l > 0 && l % config_.attn_res.block_size == 0) {
+      blocks.push_back(partial);
+      partial = -1;
+    }
+    for (int sub = 0; sub < 2; ++sub) {
+      const int64_t s = 2 * l + sub;
+      // The sublayer's input h: AttnRes over the blocks and the partial sum, or the stream.
+      const float* h;
+      if (attn_res) {
+        std::vector<int> sources = blocks;
+        if (partial >= 0) sources.push_back(partial);
+        AttnRes& res = sub == 0 ? layer.mixer_res : layer.ffn_res;
+        res.forward(values(sources), N, sublayer_in_[size_t(s)].data<float>(), save);
+        ar_sources_[size_t(s)] = sources;
+        h = sublayer_in_[size_t(s)].data<float>();
+      } else {
+        h = stream_[size_t(current)].data<float>();
+      }
+      float* u = sublayer_u_[size_t(s)].data<float>();
+      (sub == 0 ? layer.input_norm : layer.post_attention_norm).forward(h, N, u, save);
+      float* out = sublayer_out_.data<float>();
+      if (sub == 0) {
+        if (auto* kda = std::get_if<std::unique_ptr<KdaMixer>>(&layer.mixer)) {
+          if (mode == Mode::Cached) {
+            std::vector<KdaMixer::CacheView> views;
+            for (int64_t b = 0; b < B; ++b) views.push_back(caches[size_t(b)].kda[size_t(kda_index)]);
+            (*kda)->forward_cached(u, out, ctx, views);
+          } else {
+            (*kda)->forward(u, out, ctx);
+          }
+          ++kda_index;
+        } else {
+          auto& mla = std::get<std::unique_ptr<MlaMixer>>(layer.mixer);
+          if (mode == Mode::Cached) {
+            std::vector<MlaMixer::CacheView> views;
+            for (int64_t b = 0; b < B; ++b) views.push_back(caches[size_t(b)].latent[size_t(latent_index)]);
+            mla->forward_cached(u, out, ctx, views);
+            for (int64_t b = 0; b < B; ++b) caches[size_t(b)].latent[size_t(latent_index)].length = views[size_t(b)].length;
+          } else {
+            mla->forward(u, out, ctx);
+          }
+          ++latent_index;
+        }
+      } else {
+        std::visit([&](auto& ffn) { ffn->forward(u, out, ctx); }, layer.ffn);
+      }
+      // The new stream entry: (partial or stream) + the sublayer's output.
+      const int base = attn_res ? partial : current;
+      base_[size_t(s)] = base;
+      float* entry = stream_[size_t(next)].data<float>();
+      const float* prior = base >= 0 ? stream_[size_t(base)].data<float>() : nullptr;
+      parallel_rows(N, [&](int64_t r) {
+        for (int64_t j = 0; j < d; ++j) entry[r * d + j] = out[r * d + j] + (prior ? prior[r * d + j] : 0.0f);
+      });
+      if (attn_res) partial = next;
+      else current = next;
+      ++next;
+    }
+  }
+  if (!attn_res) return stream_[size_t(current)].data<float>();
+  std::vector<int> sources = blocks;
+  sources.push_back(partial);
+  out_res_.forward(values(sources), N, final_h_.data<float>(), save);
+  ar_sources_.back() = sources;
+  return final_h_.data<float>();
+}
+
+void Model::body_backward(const float* d_final) {
+  const int64_t N = rows_, d = config_.hidden_size, L = config_.num_hidden_layers;
+  const bool attn_res = config_.attn_res.enabled;
+  for (int64_t i = 0; i < 1 + 2 * L; ++i) std::memset(stream_grad_[size_t(i)].raw(), 0, size_t(N * d) * 4);
+  auto grads_of = [&](const std::vector<int>& ids) {
+    std::vector<float*> g;
+    for (int i : ids) g.push_back(stream_grad_[size_t(i)].data<float>());
+    return g;
+  };
+  if (attn_res) out_res_.backward(d_final, grads_of(ar_sources_.back()));
+  else std::memcpy(stream_grad_[size_t(2 * L)].raw(), d_final, size_t(N * d) * 4);
+  for (int64_t s = 2 * L - 1; s >= 0; --s) {
+    DecoderLayer& layer = layers_[size_t(s / 2)];
+    const bool mixer = s % 2 == 0;
+    // entry = base + out: the entry's gradient is the output's, and flows to the base too.
+    float* g = stream_grad_[size_t(s + 1)].data<float>();
+    const int base = base_[size_t(s)];
+    if (base >= 0) {
+      float* gb = stream_grad_[size_t(base)].data<float>();
+      parallel_rows(N, [&](int64_t r) {
+        for (int64_t j = 0; j < d; ++j) gb[r * d + j] += g[r * d + j];
+      });
+    }
+    float* du = d_u_.data<float>();
+    if (mixer) std::visit([&](auto& m) { m->backward(g, du); }, layer.mixer);
+    else std::visit([&](auto& f) { f->backward(g, du); }, layer.ffn);
+    RmsNorm& norm = mixer ? layer.input_norm : layer.post_attention_norm;
+    if (attn_res) {
+      norm.backward(du, d_h_.data<float>(), /*accumulate=*/false);
+      (mixer ? layer.mixer_res : layer.ffn_res).backward(d_h_.data<float>(), grads_of(ar_sources_[size_t(s)]));
+    } else {
+      norm.backward(du, stream_grad_[size_t(base)].data<float>(), /*accumulate=*/true);  // h was the base entry
+    }
+  }
+  // The embedding rows (scatter-add by token id) and the image patches.
+  const float* dx0 = stream_grad_[0].data<float>();
+  float* dembed = embed_->g();
+  const ModelInput& in = *input_;
+  std::vector<bool> is_patch(size_t(N), false);
+  for (int64_t r : patch_rows_) is_patch[size_t(r)] = true;
+#pragma omp parallel for schedule(static)
+  for (int64_t j0 = 0; j0 < d; j0 += 16) {  // columns split across threads: no two threads add to one element
+    const int64_t j1 = std::min(d, j0 + 16);
+    for (int64_t r = 0; r < N; ++r) {
+      if (is_patch[size_t(r)]) continue;
+      float* row = dembed + int64_t(in.ids[size_t(r)]) * d;
+      for (int64_t j = j0; j < j1; ++j) row[j] += dx0[r * d + j];
+    }
+  }
+  if (patch_rows_.empty()) return;
+  const int64_t pads = int64_t(patch_rows_.size());
+  Tensor dpatch = Tensor::empty(DType::F32, {pads, d});
+  for (int64_t i = 0; i < pads; ++i) {
+    const float* src = dx0 + patch_rows_[size_t(i)] * d;
+    std::memcpy(dpatch.data<float>() + i * d, src, size_t(d) * 4);
+    for (int64_t j = 0; j < d; ++j) {
+      patch_bias_->g()[j] += src[j];
+      row_embed_->g()[patch_grid_[size_t(i)].first * d + j] += src[j];
+      col_embed_->g()[patch_grid_[size_t(i)].second * d + j] += src[j];
+    }
+  }
+  patch_proj_.backward_weight(patches_.data<float>(), dpatch.data<float>(), pads, Precision::F32);
+}
+
+LossResult Model::head_loss(const float* normed, const std::vector<int32_t>& targets, Precision p, float* d_normed,
+                            float loss_scale) {
+  const int64_t N = rows_, d = config_.hidden_size, V = config_.vocab_size;
+  constexpr int64_t kChunk = 256;  // rows of logits held at once: [256, V], never [rows, V]
+  LossResult result;
+  for (int32_t t : targets) {
+    HYLA_CHECK(t < V, "model input: target {} is outside [0, {})", t, V);
+    result.targets += t >= 0;
+  }
+  if (!logits_chunk_.defined()) logits_chunk_ = Tensor::empty(DType::F32, {kChunk, V});
+  const float grad_scale = result.targets ? loss_scale / float(result.targets) : 0.0f;
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += kChunk) {
+    const int64_t n = std::min(kChunk, N - r0);
+    float* logits = logits_chunk_.data<float>();
+    lm_head_.forward(normed + r0 * d, n, logits, p);
+    double chunk_loss = 0;
+#pragma omp parallel for schedule(static) reduction(+ : chunk_loss)
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = logits + i * V;
+      const int32_t t = targets.empty() ? -1 : targets[size_t(r0 + i)];
+      if (t < 0) {
+        if (d_normed) std::fill(row, row + V, 0.0f);
+        continue;
+      }
+      float top = row[0];
+      for (int64_t j = 1; j < V; ++j) top = std::max(top, row[j]);
+      double sum = 0;
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - top));
+      const double lse = double(top) + std::log(sum);
+      chunk_loss += lse - double(row[t]);
+      if (d_normed) {  // softmax − onehot, scaled to this row's share of the mean
+        for (int64_t j = 0; j < V; ++j) row[j] = float(std::exp(double(row[j]) - lse)) * grad_scale;
+        row[t] -= grad_scale;
+      }
+    }
+    total += chunk_loss;
+    if (d_normed) {
+      lm_head_.backward_input(logits, n, d_normed + r0 * d, p);
+      lm_head_.backward_weight(normed + r0 * d, logits, n, p);
+    }
+  }
+  result.loss = result.targets ? total / double(result.targets) : 0.0;
+  return result;
+}
+
+LossResult Model::forward_backward(const ModelInput& in, Precision precision, float loss_scale) {
+  grow(in.tokens.rows);
+  input_ = &in;
+  precision_ = precision;
+  embed(in);
+  const ForwardContext ctx{in.tokens, precision, true, loss_scale};
+  const float* h = body_forward(ctx, Mode::Train, {});
+  final_norm_.forward(h, rows_, final_normed_.data<float>(), true);
+  LossResult result = head_loss(final_normed_.data<float>(), in.targets, precision, d_u_.data<float>(), loss_scale);
+  final_norm_.backward(d_u_.data<float>(), d_final_.data<float>(), false);
+  for (const DecoderLayer& layer : layers_)
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) result.aux_loss += (*moe)->aux_loss();
+  body_backward(d_final_.data<float>());
+  return result;
+}
+
+LossResult Model::evaluate(const ModelInput& in, Precision precision) {
+  grow(in.tokens.rows);
+  input_ = &in;
+  embed(in);
+  const float* h = body_forward({in.tokens, precision, false}, Mode::Eval, {});
+  final_norm_.forward(h, rows_, final_normed_.data<float>(), false);
+  return head_loss(final_normed_.data<float>(), in.targets, precision, nullptr, 1.0f);
+}
+
+Tensor Model::logits(const ModelInput& in, Precision precision) {
+  grow(in.tokens.rows);
+  input_ = &in;
+  embed(in);
+  const float* h = body_forward({in.tokens, precision, false}, Mode::Eval, {});
+  final_norm_.forward(h, rows_, final_normed_.data<float>(), false);
+  Tensor out = Tensor::empty(DType::F32, {rows_, config_.vocab_size});
+  lm_head_.forward(final_normed_.data<float>(), rows_, out.data<float>(), precision);
+  return out;
+}
+
+Tensor Model::forward_cached(const ModelInput& in, std::span<SequenceCache> caches, Precision precision) {
+  const int64_t B = in.tokens.batch(), d = config_.hidden_size;
+  HYLA_CHECK(int64_t(caches.size()) == B, "forward_cached: {} caches for {} sequences", caches.size(), B);
+  for (int64_t b = 0; b < B; ++b) HYLA_CHECK(in.tokens.length(b) > 0, "forward_cached: sequence {} has no new tokens", b);
+  grow(in.tokens.rows);
+  input_ = &in;
+  embed(in);
+  const float* h = body_forward({in.tokens, precision, false}, Mode::Cached, caches);
+  // Only each sequence's last row is needed.
+  Tensor last = Tensor::empty(DType::F32, {B, d});
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(last.data<float>() + b * d, h + (in.tokens.starts[size_t(b) + 1] - 1) * d, size_t(d) * 4);
+  final_norm_.forward(last.data<float>(), B, last.data<float>(), false);
+  Tensor out = Tensor::empty(DType::F32, {B, config_.vocab_size});
+  lm_head_.forward(last.data<float>(), B, out.data<float>(), precision);
+  return out;
+}
+
+void Model::update_balancing() {
+  for (DecoderLayer& layer : layers_)
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->update_balancing();
+}
+
+std::vector<MoeFfn::LoadStats> Model::load_stats() const {
+  std::vector<MoeFfn::LoadStats> stats;
+  for (const DecoderLayer& layer : layers_)
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) stats.push_back((*moe)->load_stats());
+  return stats;
 }
 
 }  // namespace hyla
