@@ -9,6 +9,7 @@ void add_inspect(CLI::App& app);
 void add_init(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_logits(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
 

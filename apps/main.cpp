@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   hyla::cli::add_init(app);
   hyla::cli::add_plan(app);
   hyla::cli::add_bench(app);
+  hyla::cli::add_logits(app);
   hyla::cli::add_tokenizer(app);
   hyla::cli::add_data(app);
   try {

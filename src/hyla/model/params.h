@@ -57,6 +57,7 @@ class ParamStore {
   bool allocated() const { return allocated_; }
   float* values() { return values_.data<float>(); }
   float* grads() { return grads_.data<float>(); }
+  bf16* values_bf16() { return values_bf16_.data<bf16>(); }
   void zero_grads();
   // Rounds every value into its bf16 copy (after initialisation, loading or an optimiser step).
   void refresh_bf16();

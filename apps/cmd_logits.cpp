@@ -1,0 +1,55 @@
+// `hyla logits`: the f32 logits [T, V] of one token sequence, for cross-implementation checks
+// of SPEC (an independent implementation given config.json and model.safetensors must
+// reproduce them).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "commands.h"
+#include "hyla/core/error.h"
+#include "hyla/data/tokenizer.h"
+#include "hyla/io/safetensors.h"
+#include "hyla/model/model.h"
+
+namespace hyla::cli {
+
+void add_logits(CLI::App& app) {
+  auto* cmd = app.add_subcommand("logits", "Write the logits [T, V] of a sequence to a safetensors file (key 'logits')");
+  static std::string model_dir, tokens_json, text, out, dtype = "f32";
+  cmd->add_option("--model", model_dir, "Model directory")->required();
+  auto* tokens_opt = cmd->add_option("--tokens", tokens_json, "Token ids as a JSON list, e.g. '[1, 2, 3]'");
+  auto* text_opt = cmd->add_option("--text", text, "Text, encoded with the model directory's tokenizer.json");
+  tokens_opt->excludes(text_opt);
+  cmd->add_option("--out", out, "Output .safetensors file")->required();
+  cmd->add_option("--dtype", dtype, "Matmul inputs: f32 (the SPEC contract) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->callback([] {
+    HYLA_CHECK(!tokens_json.empty() || !text.empty(), "logits: give --tokens or --text");
+    auto model = Model::load(model_dir);
+    ModelInput in;
+    if (!text.empty()) {
+      const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
+      in.ids = tokenizer.encode(text, /*allow_special=*/true);
+    } else {
+      nlohmann::json ids;
+      try {
+        ids = nlohmann::json::parse(tokens_json);
+      } catch (const nlohmann::json::exception& e) {
+        fail("--tokens is not valid JSON: {}", e.what());
+      }
+      HYLA_CHECK(ids.is_array(), "--tokens must be a JSON list of integers");
+      for (const auto& id : ids) {
+        HYLA_CHECK(id.is_number_integer(), "--tokens must be a JSON list of integers, got {}", id.dump());
+        in.ids.push_back(id.get<int32_t>());
+      }
+    }
+    HYLA_CHECK(!in.ids.empty(), "logits: the sequence is empty");
+    in.tokens = TokenBatch::uniform(1, int64_t(in.ids.size()));
+    const Tensor logits = model->logits(in, dtype == "bf16" ? Precision::BF16 : Precision::F32);
+    save_safetensors(out, {{"logits", logits}}, {{"dtype", dtype}});
+    fmt::print("wrote {} (logits [{}, {}], {} matmul inputs)\n", out, logits.dim(0), logits.dim(1), dtype);
+  });
+}
+
+}  // namespace hyla::cli

@@ -1,0 +1,158 @@
+#include "hyla/train/train_config.h"
+
+#include "hyla/core/error.h"
+#include "hyla/io/json_fields.h"
+
+namespace hyla {
+using json = nlohmann::json;
+
+TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
+  TrainConfig c;
+  JsonFields f(j, source);
+  int64_t seed = int64_t(c.seed);
+  f.read("seed", seed);
+  c.seed = uint64_t(seed);
+  std::string precision = "bf16", schedule = "cosine";
+  f.read("precision", precision);
+  if (precision != "bf16" && precision != "f32") f.fail_rule("precision must be \"bf16\" or \"f32\", got \"" + precision + "\"");
+  c.precision = precision == "bf16" ? Precision::BF16 : Precision::F32;
+
+  JsonFields opt = f.object("optimizer");
+  opt.read("lr", c.lr);
+  opt.read("beta1", c.beta1);
+  opt.read("beta2", c.beta2);
+  opt.read("eps", c.eps);
+  opt.read("weight_decay", c.weight_decay);
+  opt.finish();
+  f.read("grad_clip", c.grad_clip);
+  f.read("grad_accum", c.grad_accum);
+
+  JsonFields sched = f.object("schedule");
+  sched.read("type", schedule);
+  if (schedule != "cosine" && schedule != "wsd")
+    sched.fail_rule("schedule.type must be \"cosine\" or \"wsd\", got \"" + schedule + "\"");
+  c.schedule = schedule == "cosine" ? ScheduleType::Cosine : ScheduleType::WarmupStableDecay;
+  sched.read("warmup_steps", c.warmup_steps);
+  sched.read("min_lr_ratio", c.min_lr_ratio);
+  sched.read("decay_fraction", c.decay_fraction);
+  sched.finish();
+
+  if (f.has("curriculum")) {
+    const json& stages = f.raw("curriculum");
+    if (!stages.is_array() || stages.empty()) f.fail_rule("curriculum must be a non-empty list of stages");
+    c.curriculum.clear();
+    for (size_t i = 0; i < stages.size(); ++i) {
+      JsonFields s(stages[i], source, "curriculum[" + std::to_string(i) + "]");
+      CurriculumStage stage;
+      s.read("seq_len", stage.seq_len);
+      s.read("tokens", stage.tokens);
+      s.read("batch_tokens", stage.batch_tokens);
+      s.read("lr_scale", stage.lr_scale);
+      s.finish();
+      c.curriculum.push_back(stage);
+    }
+  }
+  JsonFields eval = f.object("eval");
+  eval.read("every", c.eval_every);
+  eval.read("batches", c.eval_batches);
+  eval.finish();
+  JsonFields ckpt = f.object("checkpoint");
+  ckpt.read("every", c.checkpoint_every);
+  ckpt.read("keep", c.keep_checkpoints);
+  ckpt.finish();
+  f.read("log_every", c.log_every);
+  JsonFields sample = f.object("sample");
+  sample.read("every", c.sample_every);
+  sample.read("tokens", c.sample_tokens);
+  sample.read("prompt", c.sample_prompt);
+  sample.read("temperature", c.sample_temperature);
+  sample.finish();
+  f.read("max_bad_steps", c.max_bad_steps);
+  f.finish();
+  c.validate(source);
+  return c;
+}
+
+TrainConfig TrainConfig::load(const std::string& path) { return from_json(parse_json_file(path), path); }
+
+void TrainConfig::validate(const std::string& source) const {
+  auto rule = [&](bool ok, const std::string& message) { HYLA_CHECK(ok, "{}: {}", source, message); };
+  rule(lr > 0, fmt::format("optimizer.lr ({}) must be > 0", lr));
+  rule(beta1 >= 0 && beta1 < 1, fmt::format("optimizer.beta1 ({}) must lie in [0, 1)", beta1));
+  rule(beta2 >= 0 && beta2 < 1, fmt::format("optimizer.beta2 ({}) must lie in [0, 1)", beta2));
+  rule(eps > 0, fmt::format("optimizer.eps ({}) must be > 0", eps));
+  rule(weight_decay >= 0, fmt::format("optimizer.weight_decay ({}) must be >= 0", weight_decay));
+  rule(grad_clip >= 0, fmt::format("grad_clip ({}) must be >= 0", grad_clip));
+  rule(grad_accum >= 1, fmt::format("grad_accum ({}) must be >= 1", grad_accum));
+  rule(warmup_steps >= 0, fmt::format("schedule.warmup_steps ({}) must be >= 0", warmup_steps));
+  rule(min_lr_ratio >= 0 && min_lr_ratio <= 1, fmt::format("schedule.min_lr_ratio ({}) must lie in [0, 1]", min_lr_ratio));
+  rule(decay_fraction > 0 && decay_fraction <= 1,
+       fmt::format("schedule.decay_fraction ({}) must lie in (0, 1]", decay_fraction));
+  for (size_t i = 0; i < curriculum.size(); ++i) {
+    const CurriculumStage& s = curriculum[i];
+    const std::string at = "curriculum[" + std::to_string(i) + "]";
+    rule(s.seq_len > 0, fmt::format("{}.seq_len ({}) must be > 0", at, s.seq_len));
+    rule(s.tokens > 0, fmt::format("{}.tokens ({}) must be > 0", at, s.tokens));
+    rule(s.batch_tokens >= s.seq_len && s.batch_tokens % s.seq_len == 0,
+         fmt::format("{}.batch_tokens ({}) must be a multiple of seq_len ({})", at, s.batch_tokens, s.seq_len));
+    rule(s.sequences() % grad_accum == 0,
+         fmt::format("{}: {} sequences per step do not split into grad_accum ({}) micro-batches", at, s.sequences(),
+                     grad_accum));
+    rule(s.lr_scale > 0, fmt::format("{}.lr_scale ({}) must be > 0", at, s.lr_scale));
+  }
+  rule(eval_every >= 0 && eval_batches >= 1, "eval.every must be >= 0 and eval.batches >= 1");
+  rule(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint.every must be >= 0 and checkpoint.keep >= 1");
+  rule(log_every >= 1, fmt::format("log_every ({}) must be >= 1", log_every));
+  rule(sample_every >= 0 && sample_tokens >= 1, "sample.every must be >= 0 and sample.tokens >= 1");
+  rule(sample_temperature >= 0, "sample.temperature must be >= 0");
+  rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
+}
+
+int64_t TrainConfig::total_steps() const {
+  int64_t n = 0;
+  for (const CurriculumStage& s : curriculum) n += s.steps();
+  return n;
+}
+
+int64_t TrainConfig::stage_start(int64_t stage) const {
+  int64_t start = 0;
+  for (int64_t i = 0; i < stage; ++i) start += curriculum[size_t(i)].steps();
+  return start;
+}
+
+int64_t TrainConfig::stage_of(int64_t step) const {
+  int64_t end = 0;
+  for (size_t i = 0; i < curriculum.size(); ++i) {
+    end += curriculum[i].steps();
+    if (step < end) return int64_t(i);
+  }
+  return int64_t(curriculum.size()) - 1;
+}
+
+json TrainConfig::to_json() const {
+  json stages = json::array();
+  for (const CurriculumStage& s : curriculum)
+    stages.push_back({{"seq_len", s.seq_len}, {"tokens", s.tokens}, {"batch_tokens", s.batch_tokens},
+                      {"lr_scale", s.lr_scale}});
+  return {{"seed", seed},
+          {"precision", precision == Precision::BF16 ? "bf16" : "f32"},
+          {"optimizer",
+           {{"lr", lr}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"weight_decay", weight_decay}}},
+          {"grad_clip", grad_clip},
+          {"grad_accum", grad_accum},
+          {"schedule",
+           {{"type", schedule == ScheduleType::Cosine ? "cosine" : "wsd"},
+            {"warmup_steps", warmup_steps},
+            {"min_lr_ratio", min_lr_ratio},
+            {"decay_fraction", decay_fraction}}},
+          {"curriculum", stages},
+          {"eval", {{"every", eval_every}, {"batches", eval_batches}}},
+          {"checkpoint", {{"every", checkpoint_every}, {"keep", keep_checkpoints}}},
+          {"log_every", log_every},
+          {"sample",
+           {{"every", sample_every}, {"tokens", sample_tokens}, {"prompt", sample_prompt},
+            {"temperature", sample_temperature}}},
+          {"max_bad_steps", max_bad_steps}};
+}
+
+}  // namespace hyla

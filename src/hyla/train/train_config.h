@@ -1,0 +1,55 @@
+#pragma once
+// TRAIN.json: optimiser, schedule, precision, the context curriculum, evaluation, checkpoints.
+// Parsed strictly like config.json (unknown keys and broken rules are errors naming the key).
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hyla/model/context.h"
+
+namespace hyla {
+
+enum class ScheduleType { Cosine, WarmupStableDecay };
+
+struct CurriculumStage {
+  int64_t seq_len = 256;        // tokens per sequence (T)
+  int64_t tokens = 1000000;     // training tokens in this stage
+  int64_t batch_tokens = 8192;  // tokens per optimiser step (B·T, across gradient accumulation)
+  double lr_scale = 1.0;        // multiplies the schedule's learning rate during the stage
+  int64_t steps() const { return (tokens + batch_tokens - 1) / batch_tokens; }
+  int64_t sequences() const { return batch_tokens / seq_len; }
+};
+
+struct TrainConfig {
+  uint64_t seed = 1;
+  Precision precision = Precision::BF16;
+  // AdamW (decoupled weight decay; SPEC §9's no-decay groups).
+  double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double grad_clip = 1.0;  // global L2 norm; 0 disables
+  int64_t grad_accum = 1;  // micro-batches per step
+  ScheduleType schedule = ScheduleType::Cosine;
+  int64_t warmup_steps = 100;
+  double min_lr_ratio = 0.1;    // the schedule's floor, as a fraction of lr
+  double decay_fraction = 0.2;  // warmup-stable-decay: the final fraction of steps that decays
+  std::vector<CurriculumStage> curriculum{CurriculumStage{}};
+  int64_t eval_every = 100, eval_batches = 8;
+  int64_t checkpoint_every = 200, keep_checkpoints = 2;
+  int64_t log_every = 1;
+  int64_t sample_every = 0, sample_tokens = 64;  // 0: no samples
+  std::string sample_prompt = "";
+  double sample_temperature = 0.8;
+  int64_t max_bad_steps = 5;  // consecutive non-finite steps before the run stops
+
+  static TrainConfig from_json(const nlohmann::json& j, const std::string& source = "train.json");
+  static TrainConfig load(const std::string& path);
+  nlohmann::json to_json() const;
+  void validate(const std::string& source = "train.json") const;
+  int64_t total_steps() const;
+  // The stage that step `step` (0-based) belongs to, and the first step of each stage.
+  int64_t stage_of(int64_t step) const;
+  int64_t stage_start(int64_t stage) const;
+};
+
+}  // namespace hyla
