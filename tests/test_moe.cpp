@@ -376,21 +376,38 @@ TEST(Moe, PlainRouterAuxLossTwoShared) {
             24, 1.0f, "plain/aux_loss/k=3/2 shared");
 }
 
-// More slots per expert than one block of the expert kernel, so blocks split and gradients of one
-// expert accumulate over several blocks.
+// More slots per expert than one block of the expert kernel, so that an expert's slots split into
+// blocks and its gradients accumulate over them: the output matches the reference, and the
+// gradients equal those of the two halves of the batch run separately (one block each; tokens are
+// independent without the aux_loss term).
 TEST(Moe, ExpertsSpanningSeveralBlocks) {
-  const ModelConfig config = tiny_config([](json& j) {
-    j["moe"]["num_experts"] = 4;
-    j["moe"]["num_experts_per_tok"] = 2;
-  });
-  const int64_t n = 300;  // ~150 slots per expert > RoutedExperts::kTokenBlock
+  const ModelConfig config = tiny_config([](json& j) { j["moe"]["num_experts"] = 4; });
+  const int64_t n = 640, half = n / 2;  // ~320 slots per expert > RoutedExperts::kTokenBlock ≥ 160
   Layered<MoeFfn> s(config);
-  const std::vector<float> u = random_vector(n * s.d(), 3);
-  const std::vector<float> y = forward(*s.layer, u, n, s.d());
+  const int64_t d = s.d();
+  const std::vector<float> u = random_vector(n * d, 3), dy = random_vector(n * d, 4);
+  s.store.zero_grads();
+  const std::vector<float> y = forward(*s.layer, u, n, d);
   expect_close(y, reference_moe(s.config, params_of(s.store), to_double(u), n).y, 1e-5, "blocks forward");
   const ExpertLoadStats stats = s.layer->load_stats();
   EXPECT_GT(*std::max_element(stats.tokens_per_expert.begin(), stats.tokens_per_expert.end()),
             RoutedExperts::kTokenBlock);
+  std::vector<float> du(static_cast<size_t>(n * d)), du_halves(du.size());
+  s.layer->backward(dy.data(), du.data());
+  const std::vector<float> grads(s.store.grads(), s.store.grads() + s.store.numel());
+  s.store.zero_grads();
+  for (int64_t h = 0; h < 2; ++h) {
+    const std::vector<float> part(u.begin() + h * half * d, u.begin() + (h + 1) * half * d);
+    forward(*s.layer, part, half, d);
+    s.layer->backward(dy.data() + h * half * d, du_halves.data() + h * half * d);
+  }
+  double worst = 0.0, scale = 0.0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    worst = std::max(worst, double(std::abs(grads[i] - s.store.grads()[i])));
+    scale = std::max(scale, double(std::abs(grads[i])));
+  }
+  EXPECT_LE(worst, 1e-5 * scale);
+  for (size_t i = 0; i < du.size(); ++i) ASSERT_NEAR(du[i], du_halves[i], 1e-5f) << i;
 }
 
 // With k = E every expert is selected: the layer is the dense mixture Σ_e (s_e / Σ s) · S · E_e + shared.

@@ -39,12 +39,13 @@ RoutedExperts::RoutedExperts(ParamStore& store, const std::string& prefix, const
   for (int64_t e = 0; e < config.moe.num_experts; ++e)
     experts_.emplace_back(store, prefix + "experts." + std::to_string(e) + ".", in, width_, Component::RoutedExperts);
   const int64_t B = kTokenBlock, D = in_, w = width_;
-  // The largest packing space among the block products of forward and backward.
-  const int64_t pack_bytes = std::max({small_gemm_bf16_scratch(2 * w, B, D), small_gemm_bf16_scratch(D, B, w),
+  // The largest packing space among the bf16 block products that pack their operands.
+  const int64_t pack_bytes = std::max({small_gemm_bf16_scratch(B, 2 * w, D), small_gemm_bf16_scratch(B, D, w),
                                        small_gemm_bf16_scratch(B, w, D), small_gemm_bf16_scratch(B, D, 2 * w),
                                        small_gemm_bf16_scratch(2 * w, D, B), small_gemm_bf16_scratch(D, w, B)});
-  scratch_floats_ = round_up(2 * B * D, 16) + round_up(2 * w * B, 16) + 3 * round_up(w * B, 16) +
-                    round_up((pack_bytes + 3) / 4, 16);
+  const int64_t transposed = std::max(D * round_up(2 * w, 16), w * round_up(D, 16));
+  scratch_floats_ = 2 * round_up(B * D, 16) + round_up(B * 2 * w, 16) + 2 * round_up(B * w, 16) +
+                    round_up(transposed, 16) + round_up((pack_bytes + 3) / 4, 16);
 }
 
 RoutedExperts::BlockBuffers RoutedExperts::thread_buffers(int thread) {
@@ -57,11 +58,11 @@ RoutedExperts::BlockBuffers RoutedExperts::thread_buffers(int thread) {
   };
   BlockBuffers b;
   b.rows = take(B * D);
-  b.features = take(B * D);
-  b.gu = take(2 * w * B);
-  b.h = take(w * B);
-  b.h_rows = take(B * w);
-  b.dh_rows = take(B * w);
+  b.grad_rows = take(B * D);
+  b.gu = take(B * 2 * w);
+  b.h = take(B * w);
+  b.h_other = take(B * w);
+  b.weights_t = take(std::max(D * round_up(2 * w, 16), w * round_up(D, 16)));
   b.pack = p;
   return b;
 }
@@ -94,21 +95,52 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   }
   grow_buffer<float>(scratch_, omp_get_max_threads() * scratch_floats_);
   plan(dispatch, first, last, /*whole_experts=*/false);
+  // bf16: input rows converted once, then gathered as the kernel's packed left operand; the
+  // weights' bf16 copies, transposed as 32-bit words, are its packed right operand. (Odd widths
+  // have no bf16 pairs along the reduced dimension: those take the packing products.)
+  const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0;
+  const bf16* x16 = nullptr;
+  if (packed_bf16) {
+    bf16* converted = grow_buffer<bf16>(x_bf16_, dispatch.tokens * D);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < dispatch.tokens; ++t) convert(x + t * D, converted + t * D, size_t(D));
+    x16 = converted;
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block blk = blocks_[i];
     const int64_t n = blk.size;
     const BlockBuffers buf = thread_buffers(omp_get_thread_num());
-    const BlockProduct mm{precision, buf.pack};
     const GatedMlp& expert = experts_[size_t(blk.expert)];
+    const int32_t* tokens = dispatch.slot_token.data() + blk.begin;
     float* gu = save ? saved_gu_.data<float>() + blk.begin * 2 * w : buf.gu;
     float* h = save ? saved_h_.data<float>() + blk.begin * w : buf.h;
-    gather_rows(x, D, dispatch.slot_token.data() + blk.begin, n, buf.rows);
-    transpose(buf.rows, n, D, D, buf.features, n);
-    mm(false, 2 * w, n, D, expert.gate_proj.w(), D, buf.features, n, 0.0f, gu, n);  // [gate; up] Xᵀ
-    gated_activation_forward(activation_, gu, 1, w * n, h);
-    mm(false, D, n, w, expert.down_proj.w(), w, h, n, 0.0f, buf.features, n);  // Yᵀ = W_down H
-    transpose(buf.features, D, n, n, out + blk.begin * D, D);
+    float* y = out + blk.begin * D;
+    if (packed_bf16) {
+      // Word p of bf16 row c of W [c, k] is the pair (Wᵀ[2p][c], Wᵀ[2p+1][c]).
+      const auto word_transpose = [&](const bf16* weights, int64_t rows, int64_t cols, int64_t ld_pairs) {
+        transpose(reinterpret_cast<const float*>(weights), rows, cols / 2, cols / 2, buf.weights_t, ld_pairs);
+        return reinterpret_cast<const uint32_t*>(buf.weights_t);
+      };
+      bf16* rows = reinterpret_cast<bf16*>(buf.rows);
+      for (int64_t j = 0; j < n; ++j) std::memcpy(rows + j * D, x16 + int64_t(tokens[j]) * D, size_t(D) * sizeof(bf16));
+      const int64_t ld_gu = round_up(2 * w, 16), ld_down = round_up(D, 16);
+      small_gemm_bf16_packed(n, 2 * w, D, 1.0f, rows, D, word_transpose(expert.gate_proj.param().v16(), 2 * w, D, ld_gu),
+                             ld_gu, 0.0f, gu, 2 * w);
+      gated_activation_forward(activation_, gu, n, w, h);
+      bf16* h16 = reinterpret_cast<bf16*>(buf.h_other);
+      convert(h, h16, size_t(n * w));
+      small_gemm_bf16_packed(n, D, w, 1.0f, h16, w, word_transpose(expert.down_proj.param().v16(), D, w, ld_down),
+                             ld_down, 0.0f, y, D);
+    } else {
+      const BlockProduct mm{precision, buf.pack};
+      gather_rows(x, D, tokens, n, buf.rows);
+      transpose(expert.gate_proj.w(), 2 * w, D, D, buf.weights_t, 2 * w);
+      mm(false, n, 2 * w, D, buf.rows, D, buf.weights_t, 2 * w, 0.0f, gu, 2 * w);  // X [W_gate; W_up]ᵀ
+      gated_activation_forward(activation_, gu, n, w, h);
+      transpose(expert.down_proj.w(), D, w, w, buf.weights_t, D);
+      mm(false, n, D, w, h, w, buf.weights_t, D, 0.0f, y, D);  // H W_downᵀ
+    }
   }
 }
 
@@ -123,35 +155,28 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
     const BlockBuffers buf = thread_buffers(omp_get_thread_num());
     const BlockProduct mm{saved_precision_, buf.pack};
     const GatedMlp& expert = experts_[size_t(whole.expert)];
-    const float* w_gu = expert.gate_proj.w();
-    const float* w_down = expert.down_proj.w();
-    // The forward's blocks of this expert, in the same partition.
     const int64_t parts = (whole.size + kTokenBlock - 1) / kTokenBlock;
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t lo = whole.size * p / parts, begin = whole.begin + lo, n = whole.size * (p + 1) / parts - lo;
       const int32_t* tokens = dispatch.slot_token.data() + begin;
       const float* routing_weight = dispatch.slot_weight.data() + begin;
-      const float* gu = saved_gu_.data<float>() + begin * 2 * w;
       const float* h = saved_h_.data<float>() + begin * w;
-      float* g = buf.rows;  // [n, D] dL/dy of the slots' tokens, unweighted
+      float* g = buf.grad_rows;  // dL/dy of the slots' tokens, before the routing weight
       gather_rows(dm, D, tokens, n, g);
-      mm(false, n, w, D, g, D, w_down, w, 0.0f, buf.dh_rows, w);  // dL/dh before the routing weight
-      transpose(h, w, n, n, buf.h_rows, w);
+      mm(false, n, w, D, g, D, expert.down_proj.w(), w, 0.0f, buf.h, w);  // G W_down
       for (int64_t j = 0; j < n; ++j) {
-        // y_slot = c · E(x)  ⇒  dL/dc = dL/dy · E(x) = (dL/dy W_down) · h.
-        float* dh_row = buf.dh_rows + j * w;
-        float* h_row = buf.h_rows + j * w;
-        d_weight[begin + j] = dot(dh_row, h_row, w);
+        // y = c · E(x)  ⇒  dL/dc = dL/dy · E(x) = (dL/dy W_down) · h.
+        float* dh = buf.h + j * w;
+        float* weighted_h = buf.h_other + j * w;
         const float c = routing_weight[j];
-        for (int64_t r = 0; r < w; ++r) dh_row[r] *= c, h_row[r] *= c;
+        d_weight[begin + j] = dot(dh, h + j * w, w);
+        for (int64_t r = 0; r < w; ++r) dh[r] *= c, weighted_h[r] = c * h[j * w + r];
       }
-      transpose(buf.dh_rows, n, w, w, buf.h, n);  // dHᵀ [w, n]
-      gated_activation_backward(activation_, gu, buf.h, 1, w * n, buf.gu);  // dGUᵀ [2w, n]
-      mm(true, n, D, 2 * w, buf.gu, n, w_gu, D, 0.0f, d_in + begin * D, D);  // dX = dGU W_gu
-      float* rows = buf.features;  // [n, D] the slots' inputs
-      gather_rows(x, D, tokens, n, rows);
-      mm(false, 2 * w, D, n, buf.gu, n, rows, D, 1.0f, expert.gate_proj.dw(), D);  // dW_gu += dGUᵀ X
-      mm(true, D, w, n, g, D, buf.h_rows, w, 1.0f, expert.down_proj.dw(), w);      // dW_down += Gᵀ (c ⊙ H)
+      gated_activation_backward(activation_, saved_gu_.data<float>() + begin * 2 * w, buf.h, n, w, buf.gu);
+      mm(false, n, D, 2 * w, buf.gu, 2 * w, expert.gate_proj.w(), D, 0.0f, d_in + begin * D, D);  // dGU W_gu
+      gather_rows(x, D, tokens, n, buf.rows);
+      mm(true, 2 * w, D, n, buf.gu, 2 * w, buf.rows, D, 1.0f, expert.gate_proj.dw(), D);        // += dGUᵀ X
+      mm(true, D, w, n, g, D, buf.h_other, w, 1.0f, expert.down_proj.dw(), w);                  // += Gᵀ (c ⊙ H)
     }
   }
 }
