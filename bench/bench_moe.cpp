@@ -4,7 +4,7 @@
 // shared expert's per token (backward twice the forward), over the whole layer's time (router,
 // dispatch, activations and combine included), as a fraction of a 2048³ gemm of the same dtype
 // measured first in the same run. The routing is balanced as in training: a few quantile
-// balancing steps run before the timing.
+// balancing steps on other batches run before the timing (the load column is the timed batch's).
 //
 // `experts/...` rows time the alternatives for the forward expert products alone (gate+up and
 // down, 128 tokens for every expert, inputs already gathered): one oneDNN call per expert, one
@@ -105,8 +105,9 @@ void BM_layer(benchmark::State& state, int64_t n, Precision precision, bool back
   std::vector<float> y(size_t(n * d)), du(size_t(n * d));
   const hyla::TokenBatch tokens = hyla::TokenBatch::uniform(1, n);
   const hyla::ForwardContext train{tokens, precision, true, 1.0f}, infer{tokens, precision, false, 1.0f};
-  for (int step = 0; step < 4; ++step) {  // balance the routing, as after some training
-    layer.ffn->forward(u.data(), y.data(), train);
+  for (int step = 0; step < 4; ++step) {  // balance the routing on other batches, as after some training
+    const auto batch = random_vector(n * d, 10 + step);
+    layer.ffn->forward(batch.data(), y.data(), train);
     layer.ffn->backward(dy.data(), du.data());
     layer.ffn->update_balancing();
   }
