@@ -10,7 +10,6 @@ enum class GatedActivation : uint8_t {
 };
 
 // gu: [rows, 2·width] holding [a | b] per row (the fused gate+up projection); h: [rows, width].
-// A feature-major block (all of a, then all of b, e.g. a [2·w, n] product) is one row of width w·n.
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h);
 // Given dh [rows, width], writes dgu [rows, 2·width].
 void gated_activation_backward(GatedActivation act, const float* gu, const float* dh, int64_t rows, int64_t width,
