@@ -55,6 +55,42 @@ TEST(SmallGemm, MatchesReferenceAcrossShapes) {
   check(true, 128, 128, 64, 1.0f, 1.0f, true);
 }
 
+// Packed operands: A as bf16 rows (a bf16 weight copy), B packed by pack_bf16_pairs or as bf16
+// rows of Bᵀ transposed as 32-bit words; both give the product of the bf16-rounded inputs.
+TEST(SmallGemm, Bf16PackedOperands) {
+  for (int64_t M : {1, 6, 13})
+    for (int64_t N : {1, 16, 33, 64, 130})
+      for (int64_t K : {2, 16, 62}) {
+        std::mt19937 rng(unsigned(M * 131 + N * 7 + K));
+        std::normal_distribution<float> dist;
+        const int64_t lda = K + 4, ldb = (N + 15) / 16 * 16 + 16, ldc = N + 1;
+        std::vector<float> a(size_t(M * lda)), b(size_t(K * N)), c(size_t(M * ldc));
+        for (auto* v : {&a, &b, &c})
+          for (float& x : *v) x = dist(rng);
+        std::vector<bf16> a16(a.size()), bt16(size_t(N * K));  // bt16: bf16 rows of Bᵀ
+        convert(a.data(), a16.data(), a.size());
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < N; ++j) bt16[size_t(j * K + k)] = to_bf16(b[size_t(k * N + j)]);
+        std::vector<uint32_t> packed(size_t(K / 2 * ldb)), words(size_t(K / 2 * ldb));
+        pack_bf16_pairs(b.data(), K, N, N, packed.data(), ldb);
+        transpose(reinterpret_cast<const float*>(bt16.data()), N, K / 2, K / 2, reinterpret_cast<float*>(words.data()),
+                  ldb);
+        for (const auto* pairs : {&packed, &words}) {
+          std::vector<float> got = c;
+          small_gemm_bf16_packed(M, N, K, 0.5f, a16.data(), lda, pairs->data(), ldb, 2.0f, got.data(), ldc);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double s = 0;
+              for (int64_t k = 0; k < K; ++k) s += double(to_f32(a16[size_t(i * lda + k)])) * to_f32(bt16[size_t(j * K + k)]);
+              const double expected = 0.5 * s + 2.0 * c[size_t(i * ldc + j)];
+              ASSERT_NEAR(got[size_t(i * ldc + j)], expected, 1e-5 * (std::sqrt(double(K)) + std::fabs(expected)))
+                  << M << "x" << N << "x" << K << " at " << i << "," << j;
+            }
+          for (int64_t i = 0; i < M; ++i) ASSERT_EQ(got[size_t(i * ldc + N)], c[size_t(i * ldc + N)]);
+        }
+      }
+}
+
 TEST(SmallGemm, Transpose) {
   for (int64_t rows : {1, 7, 16, 33})
     for (int64_t cols : {1, 15, 16, 19, 40}) {

@@ -1,11 +1,13 @@
 #include "hyla/kernels/small_gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "hyla/core/error.h"
 #include "hyla/core/simd.h"
 #include "hyla/kernels/vec.h"
 
@@ -172,6 +174,25 @@ void row_panel_bf16(int64_t N, int64_t pairs, float alpha, const uint32_t* A32, 
   }
 }
 
+// All of C, in panels of 6 rows.
+void panels_bf16(int64_t M, int64_t N, int64_t pairs, float alpha, const uint32_t* a32, int64_t a_row, int64_t a_col,
+                 const uint32_t* b32, int64_t ldb32, float beta, float* C, int64_t ldc) {
+  constexpr int kRows = 6;
+  int64_t i = 0;
+  for (; i + kRows <= M; i += kRows)
+    row_panel_bf16<kRows>(N, pairs, alpha, a32 + i * a_row, a_row, a_col, b32, ldb32, beta, C + i * ldc, ldc);
+  const uint32_t* at = a32 + i * a_row;
+  float* ct = C + i * ldc;
+  switch (M - i) {
+    case 1: row_panel_bf16<1>(N, pairs, alpha, at, a_row, a_col, b32, ldb32, beta, ct, ldc); break;
+    case 2: row_panel_bf16<2>(N, pairs, alpha, at, a_row, a_col, b32, ldb32, beta, ct, ldc); break;
+    case 3: row_panel_bf16<3>(N, pairs, alpha, at, a_row, a_col, b32, ldb32, beta, ct, ldc); break;
+    case 4: row_panel_bf16<4>(N, pairs, alpha, at, a_row, a_col, b32, ldb32, beta, ct, ldc); break;
+    case 5: row_panel_bf16<5>(N, pairs, alpha, at, a_row, a_col, b32, ldb32, beta, ct, ldc); break;
+    default: break;
+  }
+}
+
 #endif  // __AVX512BF16__
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -199,20 +220,7 @@ void small_gemm_bf16(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
     pack_rows(A, M, K, lda, reinterpret_cast<uint16_t*>(a32), 2 * pairs);  // (r, p) at a32[r * pairs + p]
     a_row = pairs, a_col = 1;
   }
-  constexpr int kRows = 6;
-  int64_t i = 0;
-  for (; i + kRows <= M; i += kRows)
-    row_panel_bf16<kRows>(N, pairs, alpha, a32 + i * a_row, a_row, a_col, b32, np, beta, C + i * ldc, ldc);
-  const uint32_t* at = a32 + i * a_row;
-  float* ct = C + i * ldc;
-  switch (M - i) {
-    case 1: row_panel_bf16<1>(N, pairs, alpha, at, a_row, a_col, b32, np, beta, ct, ldc); break;
-    case 2: row_panel_bf16<2>(N, pairs, alpha, at, a_row, a_col, b32, np, beta, ct, ldc); break;
-    case 3: row_panel_bf16<3>(N, pairs, alpha, at, a_row, a_col, b32, np, beta, ct, ldc); break;
-    case 4: row_panel_bf16<4>(N, pairs, alpha, at, a_row, a_col, b32, np, beta, ct, ldc); break;
-    case 5: row_panel_bf16<5>(N, pairs, alpha, at, a_row, a_col, b32, np, beta, ct, ldc); break;
-    default: break;
-  }
+  panels_bf16(M, N, pairs, alpha, a32, a_row, a_col, b32, np, beta, C, ldc);
 #else
   (void)scratch;
   // Without bf16 instructions: round the inputs exactly as the fast path does, multiply in f32.
@@ -223,6 +231,40 @@ void small_gemm_bf16(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
   for (float& x : a_rounded) x = to_f32(to_bf16(x));
   for (float& x : b_rounded) x = to_f32(to_bf16(x));
   small_gemm(trans_a, M, N, K, alpha, a_rounded.data(), lda, b_rounded.data(), ldb, beta, C, ldc);
+#endif
+}
+
+void small_gemm_bf16_packed(int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                            const uint32_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  HYLA_ASSERT(K % 2 == 0 && lda % 2 == 0 && ldb % 16 == 0 && ldb >= N);
+  if (M <= 0 || N <= 0) return;
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  panels_bf16(M, N, K / 2, alpha, reinterpret_cast<const uint32_t*>(A), lda / 2, 1, B, ldb, beta, C, ldc);
+#else
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < K / 2; ++p) {
+        const uint32_t b = B[p * ldb + j];
+        acc += to_f32(A[i * lda + 2 * p]) * std::bit_cast<float>(b << 16) +
+               to_f32(A[i * lda + 2 * p + 1]) * std::bit_cast<float>(b & 0xffff0000u);
+      }
+      C[i * ldc + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
+    }
+#endif
+}
+
+void pack_bf16_pairs(const float* x, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ld_dst) {
+  HYLA_ASSERT(ld_dst % 16 == 0 && ld_dst >= cols);
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  pack_row_pairs(x, rows, cols, ld, dst, ld_dst);
+#else
+  for (int64_t p = 0; p < (rows + 1) / 2; ++p)
+    for (int64_t c = 0; c < ld_dst; ++c) {
+      const uint32_t lo = c < cols ? to_bf16(x[2 * p * ld + c]).bits : 0u;
+      const uint32_t hi = c < cols && 2 * p + 1 < rows ? to_bf16(x[(2 * p + 1) * ld + c]).bits : 0u;
+      dst[p * ld_dst + c] = lo | hi << 16;
+    }
 #endif
 }
 

@@ -1,41 +1,83 @@
 #pragma once
 // Feed-forward sublayers (SPEC §5): the dense SwiGLU FFN and the MoE FFN with its router,
 // routed experts, shared experts and optional latent projection.
+//
+// MoE forward stages (moe_dispatch.h): route (router.h) → dispatch → expert compute over an expert
+// range (moe_experts.h) → combine; the shared experts run on all tokens beside them.
 #include <string>
 #include <vector>
 
+#include "hyla/model/balancing.h"
+#include "hyla/model/gated_mlp.h"
 #include "hyla/model/layers.h"
+#include "hyla/model/moe_dispatch.h"
+#include "hyla/model/moe_experts.h"
+#include "hyla/model/router.h"
 
 namespace hyla {
-
-// W_down(act(W_gate x, W_up x)); gate and up are registered together so [gate; up] is one matrix.
-struct GatedMlp {
-  Linear gate_proj, up_proj, down_proj;
-  GatedMlp() = default;
-  GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int64_t hidden, Component component);
-};
 
 class DenseFfn {
  public:
   DenseFfn(ParamStore& store, const std::string& prefix, const ModelConfig& config);
+  // y = W_down(silu(W_gate u) ⊙ W_up u), u and y [N, d]; u must stay valid until backward when saving.
+  void forward(const float* u, float* y, const ForwardContext& ctx);
+  // du = dL/du (overwritten); adds the parameter gradients.
+  void backward(const float* dy, float* du);
 
  private:
   GatedMlp mlp_;
+  DenseGatedMlp dense_;
 };
 
 class MoeFfn {
  public:
+  using LoadStats = ExpertLoadStats;
+
   MoeFfn(ParamStore& store, const std::string& prefix, const ModelConfig& config);
 
+  // u and y [N, d]; u must stay valid until backward when saving.
+  void forward(const float* u, float* y, const ForwardContext& ctx);
+  // du = dL/du (overwritten; includes the aux_loss term's gradient, scaled by the forward's
+  // loss_scale); adds the parameter gradients. The balancing bias has none.
+  void backward(const float* dy, float* du);
+  // The aux_loss term of the last forward (0 unless balancing is aux_loss).
+  float aux_loss() const { return aux_loss_; }
+  // Once after each optimiser step: moves the balancing bias by the configured rule from the
+  // routing of every saving forward since the last call; it routes from the next forward on.
+  void update_balancing();
+  // Loads of the saving forwards since the last update_balancing, or of the last forward if none.
+  LoadStats load_stats() const { return balancer_.stats(); }
+
+  const Router& router() const { return router_; }
+
  private:
+  // Everything a forward leaves for backward; non-saving forwards use a second set, so an
+  // evaluation between a forward and its backward leaves the saved one intact.
+  struct ForwardState {
+    Routing routing;
+    ExpertDispatch dispatch;
+    Tensor x_latent;  // [N, ℓ] expert input W_lat_down u (ℓ > 0)
+    Tensor m;         // [N, ℓ] combined experts (ℓ > 0)
+    Tensor m_norm;    // [N, ℓ] RMSNorm_{lat_norm}(m) (ℓ > 0)
+  };
+
   const ModelConfig& config_;
-  Linear router_, router_proj_;  // plain router [E, d], or latent router projection [r, d]
-  Param* router_centres_ = nullptr;
-  Param* score_bias_ = nullptr;  // the balancing bias b: a buffer, saved with the model
+  Router router_;
   Linear lat_down_, lat_up_;
   RmsNorm lat_norm_;
-  std::vector<GatedMlp> experts_;
+  RoutedExperts experts_;
   GatedMlp shared_;
+  DenseGatedMlp shared_mlp_;
+  LoadBalancer balancer_;
+
+  ForwardState saved_, work_;
+  const float* saved_u_ = nullptr;
+  Precision saved_precision_ = Precision::F32;
+  float saved_loss_scale_ = 1.0f;
+  float aux_loss_ = 0.0f;
+  // Work space: expert outputs (forward) or input gradients (backward) per slot [N·k, width],
+  // per-slot and per-choice weight gradients, router score gradients, latent gradients.
+  Tensor slot_rows_, d_slot_weight_, d_weights_, d_scores_, d_m_, d_m_norm_, d_x_latent_;
 };
 
 }  // namespace hyla

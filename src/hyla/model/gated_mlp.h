@@ -1,0 +1,37 @@
+#pragma once
+// The gated MLP of the FFN sublayers (SPEC §5): its parameters, and its application to every row
+// (the dense FFN and the shared experts; the routed experts run per expert in moe_experts.h).
+#include <string>
+
+#include "hyla/model/layers.h"
+
+namespace hyla {
+
+// W_down(act(W_gate x, W_up x)); gate and up are registered together so [gate; up] is one matrix.
+struct GatedMlp {
+  Linear gate_proj, up_proj, down_proj;
+  GatedMlp() = default;
+  GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int64_t hidden, Component component);
+};
+
+// A GatedMlp with swiglu applied to every row (the dense FFN, the shared experts): [gate; up] x
+// as one GEMM, then down.
+class DenseGatedMlp {
+ public:
+  DenseGatedMlp() = default;
+  explicit DenseGatedMlp(const GatedMlp& mlp);
+  // y = W_down(silu(W_gate x) ⊙ W_up x) + beta·y for n rows; when saving, x must stay valid until backward.
+  void forward(const float* x, int64_t n, float* y, Precision precision, bool save, float beta = 0.0f);
+  // dx = dL/dx + beta·dx from dy; adds the parameter gradients.
+  void backward(const float* dy, float* dx, float beta = 0.0f);
+
+ private:
+  Linear gate_up_, down_;
+  const float* saved_x_ = nullptr;
+  int64_t saved_rows_ = 0;
+  Precision saved_precision_ = Precision::F32;
+  Tensor saved_gu_, saved_h_;  // [n, 2w] pre-activations, [n, w] activations
+  Tensor work_gu_, work_h_;    // the same for non-saving forwards; dgu and dh in backward
+};
+
+}  // namespace hyla

@@ -1,0 +1,47 @@
+#include "hyla/model/moe_dispatch.h"
+
+#include <algorithm>
+
+namespace hyla {
+
+void ExpertDispatch::build(const Routing& routing) {
+  tokens = routing.tokens, k = routing.k, experts = routing.experts;
+  const int64_t slots = tokens * k;
+  const int32_t* ids = routing.expert_ids();
+  const float* w = routing.w();
+  load.assign(size_t(experts), 0);
+  for (int64_t i = 0; i < slots; ++i) ++load[size_t(ids[i])];
+  offsets.resize(size_t(experts + 1));
+  offsets[0] = 0;
+  for (int64_t e = 0; e < experts; ++e) offsets[size_t(e + 1)] = offsets[size_t(e)] + load[size_t(e)];
+  slot_token.resize(size_t(slots));
+  slot_weight.resize(size_t(slots));
+  token_slot.resize(size_t(slots));
+  // `load` becomes each expert's next free slot; restored from the offsets below.
+  for (int64_t e = 0; e < experts; ++e) load[size_t(e)] = offsets[size_t(e)];
+  for (int64_t i = 0; i < slots; ++i) {
+    const int64_t slot = load[size_t(ids[i])]++;
+    slot_token[size_t(slot)] = int32_t(i / k);
+    slot_weight[size_t(slot)] = w[i];
+    token_slot[size_t(i)] = int32_t(slot);
+  }
+  for (int64_t e = 0; e < experts; ++e) load[size_t(e)] = offsets[size_t(e + 1)] - offsets[size_t(e)];
+}
+
+void combine_slots(const ExpertDispatch& dispatch, const float* slot_rows, int64_t width, bool weighted,
+                   bool accumulate, float* y) {
+  const int64_t k = dispatch.k;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < dispatch.tokens; ++t) {
+    float* out = y + t * width;
+    if (!accumulate) std::fill(out, out + width, 0.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t slot = dispatch.token_slot[size_t(t * k + i)];
+      const float c = weighted ? dispatch.slot_weight[size_t(slot)] : 1.0f;
+      const float* row = slot_rows + slot * width;
+      for (int64_t j = 0; j < width; ++j) out[j] += c * row[j];
+    }
+  }
+}
+
+}  // namespace hyla

@@ -1,0 +1,184 @@
+#include "hyla/model/moe_experts.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "hyla/kernels/small_gemm.h"
+#include "hyla/kernels/vmath.h"
+#include "hyla/model/layer_buffer.h"
+
+namespace hyla {
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// C = alpha · op(A) · B + beta · C on one thread, with bf16-rounded inputs under Precision::BF16.
+struct BlockProduct {
+  Precision precision;
+  void* pack;  // small_gemm_bf16's packing space
+  void operator()(bool trans_a, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float beta, float* C, int64_t ldc) const {
+    if (precision == Precision::BF16) small_gemm_bf16(trans_a, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, pack);
+    else small_gemm(trans_a, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  }
+};
+
+void gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * width, x + int64_t(rows[j]) * width, size_t(width) * sizeof(float));
+}
+
+}  // namespace
+
+RoutedExperts::RoutedExperts(ParamStore& store, const std::string& prefix, const ModelConfig& config, int64_t in)
+    : activation_(config.moe.activation == Activation::Situ ? GatedActivation::Situ : GatedActivation::Swiglu),
+      in_(in),
+      width_(config.moe.moe_intermediate_size) {
+  experts_.reserve(size_t(config.moe.num_experts));
+  for (int64_t e = 0; e < config.moe.num_experts; ++e)
+    experts_.emplace_back(store, prefix + "experts." + std::to_string(e) + ".", in, width_, Component::RoutedExperts);
+  const int64_t B = kTokenBlock, D = in_, w = width_;
+  // The largest packing space among the bf16 block products that pack their operands.
+  const int64_t pack_bytes = std::max({small_gemm_bf16_scratch(B, 2 * w, D), small_gemm_bf16_scratch(B, D, w),
+                                       small_gemm_bf16_scratch(B, w, D), small_gemm_bf16_scratch(B, D, 2 * w),
+                                       small_gemm_bf16_scratch(2 * w, D, B), small_gemm_bf16_scratch(D, w, B)});
+  const int64_t transposed = std::max(D * round_up(2 * w, 16), w * round_up(D, 16));
+  scratch_floats_ = 2 * round_up(B * D, 16) + round_up(B * 2 * w, 16) + 2 * round_up(B * w, 16) +
+                    round_up(transposed, 16) + round_up((pack_bytes + 3) / 4, 16);
+}
+
+RoutedExperts::BlockBuffers RoutedExperts::thread_buffers(int thread) {
+  const int64_t B = kTokenBlock, D = in_, w = width_;
+  float* p = scratch_.data<float>() + thread * scratch_floats_;
+  auto take = [&p](int64_t floats) {
+    float* start = p;
+    p += round_up(floats, 16);  // keeps every buffer 64-byte aligned
+    return start;
+  };
+  BlockBuffers b;
+  b.rows = take(B * D);
+  b.grad_rows = take(B * D);
+  b.gu = take(B * 2 * w);
+  b.h = take(B * w);
+  b.h_other = take(B * w);
+  b.weights_t = take(std::max(D * round_up(2 * w, 16), w * round_up(D, 16)));
+  b.pack = p;
+  return b;
+}
+
+void RoutedExperts::plan(const ExpertDispatch& dispatch, int64_t first, int64_t last, bool whole_experts) {
+  blocks_.clear();
+  for (int64_t e = first; e < last; ++e) {
+    const int64_t begin = dispatch.offsets[size_t(e)], slots = dispatch.load[size_t(e)];
+    if (slots == 0) continue;
+    if (whole_experts) {
+      blocks_.push_back({e, begin, slots});
+      continue;
+    }
+    const int64_t parts = (slots + kTokenBlock - 1) / kTokenBlock;
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t lo = slots * p / parts, hi = slots * (p + 1) / parts;
+      blocks_.push_back({e, begin + lo, hi - lo});
+    }
+  }
+  std::stable_sort(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) { return a.size > b.size; });
+}
+
+void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last,
+                            Precision precision, bool save, float* out) {
+  const int64_t D = in_, w = width_, slots = dispatch.tokens * dispatch.k;
+  if (save) {
+    grow_buffer<float>(saved_gu_, slots * 2 * w);
+    grow_buffer<float>(saved_h_, slots * w);
+    saved_precision_ = precision;
+  }
+  grow_buffer<float>(scratch_, omp_get_max_threads() * scratch_floats_);
+  plan(dispatch, first, last, /*whole_experts=*/false);
+  // bf16: input rows converted once, then gathered as the kernel's packed left operand; the
+  // weights' bf16 copies, transposed as 32-bit words, are its packed right operand. (Odd widths
+  // have no bf16 pairs along the reduced dimension: those take the packing products.)
+  const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0;
+  const bf16* x16 = nullptr;
+  if (packed_bf16) {
+    bf16* converted = grow_buffer<bf16>(x_bf16_, dispatch.tokens * D);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < dispatch.tokens; ++t) convert(x + t * D, converted + t * D, size_t(D));
+    x16 = converted;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block blk = blocks_[i];
+    const int64_t n = blk.size;
+    const BlockBuffers buf = thread_buffers(omp_get_thread_num());
+    const GatedMlp& expert = experts_[size_t(blk.expert)];
+    const int32_t* tokens = dispatch.slot_token.data() + blk.begin;
+    float* gu = save ? saved_gu_.data<float>() + blk.begin * 2 * w : buf.gu;
+    float* h = save ? saved_h_.data<float>() + blk.begin * w : buf.h;
+    float* y = out + blk.begin * D;
+    if (packed_bf16) {
+      // Word p of bf16 row c of W [c, k] is the pair (Wᵀ[2p][c], Wᵀ[2p+1][c]).
+      const auto word_transpose = [&](const bf16* weights, int64_t rows, int64_t cols, int64_t ld_pairs) {
+        transpose(reinterpret_cast<const float*>(weights), rows, cols / 2, cols / 2, buf.weights_t, ld_pairs);
+        return reinterpret_cast<const uint32_t*>(buf.weights_t);
+      };
+      bf16* rows = reinterpret_cast<bf16*>(buf.rows);
+      for (int64_t j = 0; j < n; ++j) std::memcpy(rows + j * D, x16 + int64_t(tokens[j]) * D, size_t(D) * sizeof(bf16));
+      const int64_t ld_gu = round_up(2 * w, 16), ld_down = round_up(D, 16);
+      small_gemm_bf16_packed(n, 2 * w, D, 1.0f, rows, D, word_transpose(expert.gate_proj.param().v16(), 2 * w, D, ld_gu),
+                             ld_gu, 0.0f, gu, 2 * w);
+      gated_activation_forward(activation_, gu, n, w, h);
+      bf16* h16 = reinterpret_cast<bf16*>(buf.h_other);
+      convert(h, h16, size_t(n * w));
+      small_gemm_bf16_packed(n, D, w, 1.0f, h16, w, word_transpose(expert.down_proj.param().v16(), D, w, ld_down),
+                             ld_down, 0.0f, y, D);
+    } else {
+      const BlockProduct mm{precision, buf.pack};
+      gather_rows(x, D, tokens, n, buf.rows);
+      transpose(expert.gate_proj.w(), 2 * w, D, D, buf.weights_t, 2 * w);
+      mm(false, n, 2 * w, D, buf.rows, D, buf.weights_t, 2 * w, 0.0f, gu, 2 * w);  // X [W_gate; W_up]ᵀ
+      gated_activation_forward(activation_, gu, n, w, h);
+      transpose(expert.down_proj.w(), D, w, w, buf.weights_t, D);
+      mm(false, n, D, w, h, w, buf.weights_t, D, 0.0f, y, D);  // H W_downᵀ
+    }
+  }
+}
+
+void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first,
+                             int64_t last, float* d_in, float* d_weight) {
+  const int64_t D = in_, w = width_;
+  grow_buffer<float>(scratch_, omp_get_max_threads() * scratch_floats_);
+  plan(dispatch, first, last, /*whole_experts=*/true);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block whole = blocks_[i];
+    const BlockBuffers buf = thread_buffers(omp_get_thread_num());
+    const BlockProduct mm{saved_precision_, buf.pack};
+    const GatedMlp& expert = experts_[size_t(whole.expert)];
+    const int64_t parts = (whole.size + kTokenBlock - 1) / kTokenBlock;
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t lo = whole.size * p / parts, begin = whole.begin + lo, n = whole.size * (p + 1) / parts - lo;
+      const int32_t* tokens = dispatch.slot_token.data() + begin;
+      const float* routing_weight = dispatch.slot_weight.data() + begin;
+      const float* h = saved_h_.data<float>() + begin * w;
+      float* g = buf.grad_rows;  // dL/dy of the slots' tokens, before the routing weight
+      gather_rows(dm, D, tokens, n, g);
+      mm(false, n, w, D, g, D, expert.down_proj.w(), w, 0.0f, buf.h, w);  // G W_down
+      for (int64_t j = 0; j < n; ++j) {
+        // y = c · E(x)  ⇒  dL/dc = dL/dy · E(x) = (dL/dy W_down) · h.
+        float* dh = buf.h + j * w;
+        float* weighted_h = buf.h_other + j * w;
+        const float c = routing_weight[j];
+        d_weight[begin + j] = dot(dh, h + j * w, w);
+        for (int64_t r = 0; r < w; ++r) dh[r] *= c, weighted_h[r] = c * h[j * w + r];
+      }
+      gated_activation_backward(activation_, saved_gu_.data<float>() + begin * 2 * w, buf.h, n, w, buf.gu);
+      mm(false, n, D, 2 * w, buf.gu, 2 * w, expert.gate_proj.w(), D, 0.0f, d_in + begin * D, D);  // dGU W_gu
+      gather_rows(x, D, tokens, n, buf.rows);
+      mm(true, 2 * w, D, n, buf.gu, 2 * w, buf.rows, D, 1.0f, expert.gate_proj.dw(), D);        // += dGUᵀ X
+      mm(true, D, w, n, g, D, buf.h_other, w, 1.0f, expert.down_proj.dw(), w);                  // += Gᵀ (c ⊙ H)
+    }
+  }
+}
+
+}  // namespace hyla

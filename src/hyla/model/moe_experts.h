@@ -1,0 +1,73 @@
+#pragma once
+// The routed experts of the MoE layer (SPEC §5), E_i(x) = W_down,i act(W_gate,i x, W_up,i x): the
+// "expert compute over an expert range" stage of moe_dispatch.h.
+//
+// Experts are small (configs/small.json: 128 experts of width 128, ~128 tokens each at 4096
+// tokens): too small for a multi-threaded oneDNN call each, and a per-expert oneDNN primitive
+// would be created for every distinct token count. Instead threads take blocks of ≤ kTokenBlock
+// slots of one expert, largest first, and run single-threaded register-blocked products on them
+// (kernels/small_gemm.h), tokens as rows. The forward transposes the expert's weights into the
+// kernel's right-operand layout per block (for bf16, 32-bit word transposes of the bf16 copies);
+// the backward uses them as stored. BENCHMARKS.md "MoE layer" has the alternatives measured.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hyla/kernels/activations.h"
+#include "hyla/model/gated_mlp.h"
+#include "hyla/model/moe_dispatch.h"
+
+namespace hyla {
+
+class RoutedExperts {
+ public:
+  static constexpr int64_t kTokenBlock = 256;
+
+  RoutedExperts() = default;
+  // Registers experts.{i}.gate_proj/up_proj/down_proj for i < E, each on inputs `in` wide.
+  RoutedExperts(ParamStore& store, const std::string& prefix, const ModelConfig& config, int64_t in);
+
+  // For the experts in [first, last): out slot rows [slots, in] = E_e(x[slot_token[j]]), unweighted.
+  // Keeps what backward needs when `save` (x must then stay valid until backward).
+  void forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last, Precision precision,
+               bool save, float* out);
+
+  // dm [tokens, in]: dL/d(combined output). For the experts in [first, last): writes the slot rows
+  // of d_in [slots, in] (dL/dx of each slot, routing weight applied) and d_weight [slots] (dL/dw of
+  // each slot's routing weight), and adds the experts' parameter gradients. x and dispatch as in
+  // the saving forward.
+  void backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first, int64_t last,
+                float* d_in, float* d_weight);
+
+ private:
+  struct Block {
+    int64_t expert, begin, size;  // slots [begin, begin + size)
+  };
+  // One thread's work buffers for a block of ≤ kTokenBlock slots, carved out of scratch_.
+  struct BlockBuffers {
+    float* rows;       // [block, in] the slots' inputs (bf16 rows in the bf16 forward)
+    float* grad_rows;  // [block, in] dL/dy of the slots' tokens
+    float* gu;         // [block, 2w] pre-activations (forward without saving), their gradient (backward)
+    float* h;          // [block, w] activations (forward without saving), their gradient (backward)
+    float* h_other;    // [block, w] bf16 activation rows (bf16 forward), weighted activations (backward)
+    float* weights_t;  // a transposed weight matrix: [in, 2w] or [w, in] (f32 or bf16 pairs)
+    void* pack;        // small_gemm_bf16's packing space
+  };
+  // Blocks of the experts in [first, last), largest first; with `whole_experts` one entry per
+  // expert (begin/size span all its slots), so that one thread owns each expert's gradients.
+  void plan(const ExpertDispatch& dispatch, int64_t first, int64_t last, bool whole_experts);
+  BlockBuffers thread_buffers(int thread);
+
+  std::vector<GatedMlp> experts_;
+  GatedActivation activation_ = GatedActivation::Swiglu;
+  int64_t in_ = 0, width_ = 0;
+  Precision saved_precision_ = Precision::F32;
+  Tensor saved_gu_;  // [slots, 2w] pre-activations [W_gate x | W_up x]
+  Tensor saved_h_;   // [slots, w] activations
+  Tensor x_bf16_;    // [tokens, in] the inputs in bf16 (bf16 forward)
+  std::vector<Block> blocks_;
+  Tensor scratch_;   // per thread: the block buffers and the bf16 products' packing space
+  int64_t scratch_floats_ = 0;
+};
+
+}  // namespace hyla

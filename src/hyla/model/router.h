@@ -1,0 +1,63 @@
+#pragma once
+// The MoE router (SPEC §5): scores s = σ(W_r u), or with a latent router s_e = σ(c_e · (W_rl u));
+// selection of the top-k experts by s + b (b the balancing bias, a buffer without gradient);
+// routing weights from the unbiased s, w_i = s_i / Σ_{j∈top-k} s_j · routed_scaling_factor.
+//
+// The router's products stay f32 under Precision::BF16 too: the selection is discrete, and bf16
+// rounding of u (3 significant digits) would flip near-tied choices between the two precisions.
+// They are ~6% of the layer's FLOPs at configs/small.json.
+#include <cstdint>
+#include <string>
+
+#include "hyla/model/layers.h"
+
+namespace hyla {
+
+// One forward's routing of `tokens` rows.
+struct Routing {
+  int64_t tokens = 0, experts = 0, k = 0;
+  Tensor scores;    // [tokens, experts] s
+  Tensor selected;  // [tokens, k] int32 expert ids, best first by s + b; ties go to the lower id
+  Tensor weights;   // [tokens, k] w_i
+  Tensor latent;    // [tokens, r] W_rl u (latent router only)
+
+  const float* s() const { return scores.data<float>(); }
+  const int32_t* expert_ids() const { return selected.data<int32_t>(); }
+  const float* w() const { return weights.data<float>(); }
+};
+
+class Router {
+ public:
+  Router() = default;
+  // Registers gate.weight (or gate.proj.weight and gate.centres), then gate.e_score_correction_bias.
+  Router(ParamStore& store, const std::string& prefix, const ModelConfig& config);
+
+  Param& bias() const { return *bias_; }
+
+  // Routes n rows of u ([n, d]) into `routing` (its tensors grown as needed).
+  void route(const float* u, int64_t n, Routing& routing) const;
+
+  // d_scores [n, E] (dL/ds, overwritten with dL/dlogits) → the router's parameter gradients (+=)
+  // and du += dL/du; u and routing as in the forward.
+  void backward(const float* u, const Routing& routing, float* d_scores, float* du);
+
+ private:
+  Linear weight_;  // plain router [E, d]
+  Linear proj_;    // latent router projection [r, d]
+  Param* centres_ = nullptr;  // [E, r]
+  Param* bias_ = nullptr;     // [E]
+  int64_t experts_ = 0, k_ = 0, latent_ = 0;
+  float scaling_ = 1.0f;
+  Tensor d_latent_;  // [n, r] work space of backward
+};
+
+// Top-k of scores + bias per token into `selected` ([n, k], best first; a tie goes to the lower
+// expert id) and the normalised weights from the unbiased scores.
+void select_experts(const float* scores, const float* bias, int64_t n, int64_t experts, int64_t k, float scaling,
+                    int32_t* selected, float* weights);
+
+// dL/ds [n, E] (overwritten) from dL/dw [n, k] through the weights' normalisation; only the
+// selected experts' entries are non-zero.
+void routing_weights_backward(const Routing& routing, float scaling, const float* d_weights, float* d_scores);
+
+}  // namespace hyla
