@@ -253,7 +253,7 @@ TEST(Loader, RandomBatchesResumeExactlyFromASavedState) {
   PreparedData data;
   data.prepare(data.out);
   TokenLoader loader = TokenLoader::from_directory(data.out, "train", 4, 16, LoaderMode::Random, 123);
-  TokenBatch batch;
+  LoaderBatch batch;
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(loader.next(batch));
   EXPECT_EQ(batch.rows, 4);
   EXPECT_EQ(batch.width, 17);
@@ -288,7 +288,7 @@ TEST(Loader, SequentialPassCoversEveryTargetOnceAndReportsThePartialWindow) {
   EXPECT_EQ(loader.windows_per_pass(), (val.size() - 2) / T + 1);
   EXPECT_EQ(loader.partial_windows_per_pass(), 1u);
   std::vector<int32_t> targets;
-  TokenBatch batch;
+  LoaderBatch batch;
   uint64_t windows = 0, partial = 0;
   while (loader.next(batch)) {
     for (int64_t r = 0; r < batch.rows; ++r) {
@@ -311,7 +311,7 @@ TEST(Loader, SequenceLengthChangesMidStreamAndSurvivesResume) {
   PreparedData data;
   data.prepare(data.out);
   TokenLoader loader = TokenLoader::from_directory(data.out, "train", 2, 8, LoaderMode::Sequential);
-  TokenBatch batch;
+  LoaderBatch batch;
   loader.next(batch);
   EXPECT_EQ(batch.width, 9);
   loader.set_seq_len(20);
@@ -325,7 +325,7 @@ TEST(Loader, SequenceLengthChangesMidStreamAndSurvivesResume) {
   TokenLoader resumed = TokenLoader::from_directory(data.out, "train", 2, 8, LoaderMode::Sequential);
   resumed.set_state(saved);
   EXPECT_EQ(resumed.seq_len(), 20);
-  TokenBatch again;
+  LoaderBatch again;
   resumed.next(again);
   EXPECT_EQ(again.tokens, batch.tokens);
   // Random mode follows the new length too.

@@ -9,7 +9,7 @@
 
 namespace hyla {
 
-int64_t TokenBatch::used_rows() const {
+int64_t LoaderBatch::used_rows() const {
   return int64_t(std::count_if(lengths.begin(), lengths.end(), [](int32_t n) { return n > 0; }));
 }
 
@@ -76,7 +76,7 @@ void TokenLoader::read_window(size_t shard, uint64_t offset, int64_t length, int
   shards_[shard].read(offset, std::span<int32_t>(row, size_t(length)));
 }
 
-bool TokenLoader::next(TokenBatch& batch) {
+bool TokenLoader::next(LoaderBatch& batch) {
   const int64_t width = seq_len_ + 1;
   batch.rows = batch_size_;
   batch.width = width;
@@ -87,7 +87,7 @@ bool TokenLoader::next(TokenBatch& batch) {
   return filled;
 }
 
-bool TokenLoader::next_random(TokenBatch& batch) {
+bool TokenLoader::next_random(LoaderBatch& batch) {
   for (int64_t r = 0; r < batch_size_; ++r) {
     const uint64_t start = rng_.below(window_starts_.back());
     shard_ = size_t(std::upper_bound(window_starts_.begin(), window_starts_.end(), start) - window_starts_.begin() - 1);
@@ -98,7 +98,7 @@ bool TokenLoader::next_random(TokenBatch& batch) {
   return true;
 }
 
-bool TokenLoader::next_sequential(TokenBatch& batch) {
+bool TokenLoader::next_sequential(LoaderBatch& batch) {
   int64_t r = 0;
   while (r < batch_size_ && shard_ < shards_.size()) {
     const uint64_t size = shards_[shard_].size();

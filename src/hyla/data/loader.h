@@ -22,7 +22,9 @@ namespace hyla {
 
 enum class LoaderMode { Random, Sequential };
 
-struct TokenBatch {
+// B windows of T + 1 tokens from the shards (not model/context.h's TokenBatch, the row layout of a
+// forward pass: one name for two types broke the one-definition rule in binaries using both).
+struct LoaderBatch {
   int64_t rows = 0, width = 0;   // B and T + 1
   std::vector<int32_t> tokens;   // rows * width, row-major; -1 past a row's length
   std::vector<int32_t> lengths;  // valid tokens per row: width, fewer for a last partial window, 0 for an unused row
@@ -38,7 +40,7 @@ class TokenLoader {
                                     int64_t seq_len, LoaderMode mode, uint64_t seed = 0);
 
   // Fills `batch`; false (and an empty batch) once a sequential pass is over.
-  bool next(TokenBatch& batch);
+  bool next(LoaderBatch& batch);
   void set_seq_len(int64_t seq_len);
   int64_t seq_len() const { return seq_len_; }
   int64_t batch_size() const { return batch_size_; }
@@ -52,8 +54,8 @@ class TokenLoader {
 
  private:
   void read_window(size_t shard, uint64_t offset, int64_t length, int32_t* row);
-  bool next_random(TokenBatch& batch);
-  bool next_sequential(TokenBatch& batch);
+  bool next_random(LoaderBatch& batch);
+  bool next_sequential(LoaderBatch& batch);
   void update_random_windows();
 
   std::vector<TokenShard> shards_;
