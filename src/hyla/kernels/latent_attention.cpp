@@ -1,0 +1,360 @@
+#include "hyla/kernels/latent_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "hyla/core/error.h"
+#include "hyla/core/memory.h"
+#include "hyla/kernels/vec.h"
+
+namespace hyla {
+
+using namespace vec;
+
+struct LatentAttentionWorkspace::State {
+  // Rows [begin, end) of sequence `seq`'s cache: one unit of parallel work.
+  struct Unit {
+    int64_t seq, begin, end;
+  };
+  std::vector<Unit> units;            // sorted by sequence
+  std::vector<int64_t> first_unit;    // per sequence, and one past the last
+  std::vector<std::shared_ptr<void>> thread_memory;
+  size_t thread_floats = 0;
+  std::shared_ptr<void> partial_memory;  // per unit: unnormalised o [H, R], running max [H], sum [H]
+  size_t partial_floats = 0;
+
+  // Grows the buffers (never shrinks them); called outside parallel regions.
+  void reserve(int threads, size_t per_thread, size_t partials) {
+    if (per_thread > thread_floats || size_t(threads) > thread_memory.size()) {
+      thread_floats = std::max(thread_floats, per_thread);
+      thread_memory.resize(std::max(thread_memory.size(), size_t(threads)));
+      for (auto& m : thread_memory) m = allocate_aligned(thread_floats * sizeof(float));
+    }
+    if (partials > partial_floats) {
+      partial_memory = allocate_aligned(partials * sizeof(float));
+      partial_floats = partials;
+    }
+  }
+  float* thread_buffer(int thread) { return static_cast<float*>(thread_memory[size_t(thread)].get()); }
+  float* partials() { return static_cast<float*>(partial_memory.get()); }
+};
+
+LatentAttentionWorkspace::LatentAttentionWorkspace() : state_(std::make_unique<State>()) {}
+LatentAttentionWorkspace::~LatentAttentionWorkspace() = default;
+LatentAttentionWorkspace::LatentAttentionWorkspace(LatentAttentionWorkspace&&) noexcept = default;
+LatentAttentionWorkspace& LatentAttentionWorkspace::operator=(LatentAttentionWorkspace&&) noexcept = default;
+
+size_t LatentAttentionWorkspace::bytes() const {
+  const State& s = *state_;
+  return (s.thread_memory.size() * s.thread_floats + s.partial_floats) * sizeof(float) +
+         s.units.capacity() * sizeof(State::Unit) + s.first_unit.capacity() * sizeof(int64_t);
+}
+
+namespace {
+
+// Cached rows per tile: a tile's rows (16 KB at R = 128 in bf16) and scores stay in L1 across
+// the score pass and the value passes that reread them.
+constexpr int64_t kTile = 64;
+// A sequence is cut into at most 8 units of at most this many rows: enough units for the threads
+// when one sequence decodes alone, few enough partial results (H·R floats each) that writing and
+// merging them stays a small fraction of reading the cache. The cut depends only on the
+// sequence's length, so results do not depend on the thread count or on the rest of the batch.
+constexpr int64_t kMaxUnitRows = 1024;
+constexpr int64_t kUnitsPerSequence = 8;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+struct Geometry {
+  int64_t H;      // heads
+  int64_t Hp;     // heads padded so that a vector holds whole (row, head-block) score groups
+  int64_t R;      // latent values per row
+  int64_t K;      // values per row: R + Dr
+  int64_t Kp;     // K rounded up to whole vectors (the query operand's row length)
+  int64_t period; // lcm(Hp, 16): the score buffer's head pattern repeats every `period` floats
+  float scale;
+
+  explicit Geometry(const LatentAttentionDims& d)
+      : H(d.heads),
+        Hp(d.heads <= 2 ? 2 : d.heads <= 4 ? 4 : d.heads <= 8 ? 8 : round_up(d.heads, 8)),
+        R(d.latent),
+        K(d.latent + d.rope),
+        Kp(round_up(d.latent + d.rope, kLanes)),
+        period(std::lcm(Hp, int64_t(kLanes))),
+        scale(d.scale) {}
+  // Score blocks: HB heads × KB rows = one vector of scores.
+  int64_t score_heads() const { return std::min<int64_t>(Hp, 8); }
+  size_t thread_floats() const { return size_t(Hp * Kp + kTile * Hp + 3 * period + 3 * Hp); }
+  size_t partial_floats() const { return size_t(H * R + 2 * H); }
+};
+
+inline Vec load_row(const float* p) { return load(p); }
+inline Vec load_row(const float* p, Mask m) { return load(p, m); }
+inline Vec load_row(const bf16* p) { return load_bf16(p); }
+inline Vec load_row(const bf16* p, Mask m) { return load_bf16(p, m); }
+
+// Scores of KB consecutive rows (rows past `valid` repeat the last valid one) against HB query
+// rows, as one vector whose lane k·HB + h is q_h·row_k. Lanes run along the row's values, so each
+// (row, head) dot product ends as a vector that sum_each reduces together with the other 15.
+template <int KB, int HB, typename T>
+Vec score_block(const T* rows, int64_t K, int64_t valid, const float* q, int64_t ldq) {
+  static_assert(KB * HB == kLanes);
+  const T* row[KB];
+  unroll<KB>([&](auto k) { row[k] = rows + std::min<int64_t>(k, valid - 1) * K; });
+  Vec acc[KB * HB];
+  unroll<KB * HB>([&](auto i) { acc[i] = zero(); });
+  auto step = [&](int64_t at, auto masked, Mask m) {
+    Vec c[KB];
+    unroll<KB>([&](auto k) {
+      if constexpr (decltype(masked)::value) c[k] = load_row(row[k] + at, m);
+      else c[k] = load_row(row[k] + at);
+    });
+    unroll<HB>([&](auto h) {
+      const Vec qh = load(q + h * ldq + at);  // zero past K
+      unroll<KB>([&](auto k) { acc[k * HB + h] = fmadd(c[k], qh, acc[k * HB + h]); });
+    });
+  };
+  int64_t at = 0;
+  for (; at + kLanes <= K; at += kLanes) step(at, std::false_type{}, kAll);
+  if (at < K) step(at, std::true_type{}, lane_range(0, K - at));
+  return sum_each(acc);
+}
+
+// scores [nk_pad × Hp] for the tile's rows; returns nk_pad (nk rounded up to whole blocks), whose
+// padding rows hold -inf.
+template <int HB, typename T>
+int64_t tile_scores(const Geometry& g, const T* tile, int64_t nk, const float* q, float* scores) {
+  constexpr int KB = kLanes / HB;
+  const int64_t nk_pad = round_up(nk, KB);
+  for (int64_t s = 0; s < nk_pad; s += KB)
+    for (int64_t h0 = 0; h0 < g.Hp; h0 += HB) {
+      const Vec r = score_block<KB, HB>(tile + s * g.K, g.K, nk - s, q + h0 * g.Kp, g.Kp);
+      if (HB == g.Hp) {
+        store(scores + s * HB, r);
+      } else {  // row k's HB lanes go to its own row of the buffer
+        unroll<KB>([&](auto k) {
+          store(scores + (s + k) * g.Hp + h0 - k * HB, r, lane_range(k * HB, (k + 1) * HB));
+        });
+      }
+    }
+  std::fill(scores + nk * g.Hp, scores + nk_pad * g.Hp, -std::numeric_limits<float>::infinity());
+  return nk_pad;
+}
+
+// Online softmax over one tile of scores [nk_pad × Hp] (head h in column h): overwrites them
+// with exp(score − m_new), updates the running max m and sum l per head and sets alpha to
+// exp(m_old − m_new), the factor for the output accumulated so far. The buffer's vectors see
+// heads in a pattern that repeats every g.period floats, so maxima and sums are taken lane-wise
+// per pattern position and folded per head once per tile.
+void softmax_tile(const Geometry& g, float* scores, int64_t nk_pad, float* m, float* l, float* alpha, float* work) {
+  const int64_t P = g.period / kLanes, vectors = nk_pad * g.Hp / kLanes;
+  float* column = work;               // [period] lane-wise max, then sum
+  float* base = work + g.period;      // [period] the new max of each lane's head
+  float* tile_max = base + g.period;  // [Hp]
+  for (int64_t p = 0; p < P; ++p) {
+    Vec mx[2] = {negative_infinity(), negative_infinity()};  // two chains: max's latency would bound one
+    int64_t j = p;
+    for (; j + P < vectors; j += 2 * P) {
+      mx[0] = max(mx[0], load(scores + j * kLanes));
+      mx[1] = max(mx[1], load(scores + (j + P) * kLanes));
+    }
+    if (j < vectors) mx[0] = max(mx[0], load(scores + j * kLanes));
+    store(column + p * kLanes, max(mx[0], mx[1]));
+  }
+  std::fill(tile_max, tile_max + g.Hp, -std::numeric_limits<float>::infinity());
+  for (int64_t f = 0; f < g.period; ++f) tile_max[f % g.Hp] = std::max(tile_max[f % g.Hp], column[f]);
+  for (int64_t h = 0; h < g.Hp; ++h) {
+    const float m_new = std::max(m[h], tile_max[h]);
+    // A head that has seen only -inf keeps max -inf; subtracting 0 instead keeps exp at 0, not NaN.
+    const float shift = m_new == -std::numeric_limits<float>::infinity() ? 0.0f : m_new;
+    alpha[h] = std::exp(m[h] - shift);
+    m[h] = m_new;
+    tile_max[h] = shift;
+  }
+  for (int64_t f = 0; f < g.period; ++f) base[f] = tile_max[f % g.Hp];
+  for (int64_t p = 0; p < P; ++p) {
+    const Vec b = load(base + p * kLanes);
+    Vec sum = zero();
+    for (int64_t j = p; j < vectors; j += P) {
+      const Vec e = exp(load(scores + j * kLanes) - b);
+      store(scores + j * kLanes, e);
+      sum = sum + e;
+    }
+    store(column + p * kLanes, sum);
+  }
+  for (int64_t h = 0; h < g.Hp; ++h) l[h] *= alpha[h];
+  for (int64_t f = 0; f < g.period; ++f) l[f % g.Hp] += column[f];
+}
+
+// o[h, c0 .. c0 + 16V) = alpha[h]·o + Σ_{s < nk} p[s, h]·row_s for HB heads: HB × V accumulators
+// (≤ 24 of the 32 vector registers) held over the tile's rows. The last vector is masked by tail.
+template <int HB, int V, typename T>
+void value_block(const T* tile, int64_t K, int64_t nk, const float* p, int64_t ldp, const float* alpha, float* o,
+                 int64_t ldo, int64_t c0, Mask tail) {
+  Vec acc[HB * V];
+  unroll<HB>([&](auto h) {
+    const Vec a = broadcast(alpha[h]);
+    unroll<V>([&](auto v) {
+      const float* x = o + h * ldo + c0 + v * kLanes;
+      acc[h * V + v] = a * (v == V - 1 ? load(x, tail) : load(x));
+    });
+  });
+  for (int64_t s = 0; s < nk; ++s) {
+    const T* row = tile + s * K + c0;
+    Vec c[V];
+    unroll<V>([&](auto v) { c[v] = v == V - 1 ? load_row(row + v * kLanes, tail) : load_row(row + v * kLanes); });
+    unroll<HB>([&](auto h) {
+      const Vec ph = broadcast(p[s * ldp + h]);
+      unroll<V>([&](auto v) { acc[h * V + v] = fmadd(ph, c[v], acc[h * V + v]); });
+    });
+  }
+  unroll<HB>([&](auto h) {
+    unroll<V>([&](auto v) {
+      float* x = o + h * ldo + c0 + v * kLanes;
+      if (v == V - 1) store(x, acc[h * V + v], tail);
+      else store(x, acc[h * V + v]);
+    });
+  });
+}
+
+constexpr int kValueHeads = 8;
+constexpr int kValueVectors = 4;
+constexpr int max_value_vectors(int heads) { return heads <= 6 ? 4 : 3; }  // HB·V ≤ 24
+
+template <typename T>
+using ValueFn = void (*)(const T*, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
+                         Mask);
+
+template <typename T, int... I>
+constexpr std::array<ValueFn<T>, sizeof...(I)> value_table(std::integer_sequence<int, I...>) {
+  return {&value_block<I / kValueVectors + 1, I % kValueVectors + 1, T>...};
+}
+
+template <typename T>
+void tile_values(const Geometry& g, const T* tile, int64_t nk, const float* p, const float* alpha, float* o) {
+  static constexpr auto blocks = value_table<T>(std::make_integer_sequence<int, kValueHeads * kValueVectors>());
+  for (int64_t h0 = 0; h0 < g.H; h0 += kValueHeads) {
+    const int64_t heads = std::min<int64_t>(kValueHeads, g.H - h0);
+    const int64_t chunk = max_value_vectors(int(heads)) * kLanes;
+    for (int64_t c0 = 0; c0 < g.R; c0 += chunk) {
+      const int64_t width = std::min(chunk, g.R - c0), vectors = ceil_div(width, kLanes);
+      const Mask tail = lane_range(0, width - (vectors - 1) * kLanes);
+      blocks[size_t((heads - 1) * kValueVectors + vectors - 1)](tile, g.K, nk, p + h0, g.Hp, alpha + h0, o + h0 * g.R,
+                                                                g.R, c0, tail);
+    }
+  }
+}
+
+// One unit: rows [begin, end) of one cache against that sequence's query. Writes the unnormalised
+// output [H, R], then the running max [H] and sum [H], to `partial`.
+template <typename T>
+void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, const float* q, float* partial,
+              float* buffer) {
+  float* q_op = buffer;                  // [Hp × Kp] scale · q, zero in padding heads and columns
+  float* scores = q_op + g.Hp * g.Kp;    // [kTile × Hp]
+  float* work = scores + kTile * g.Hp;   // [3 · period]
+  float* m = work + 3 * g.period;        // [Hp] running max
+  float* l = m + g.Hp;                   // [Hp] running sum
+  float* alpha = l + g.Hp;               // [Hp]
+  for (int64_t h = 0; h < g.Hp; ++h)
+    for (int64_t k = 0; k < g.Kp; ++k) q_op[h * g.Kp + k] = h < g.H && k < g.K ? g.scale * q[h * g.K + k] : 0.0f;
+  float* o = partial;
+  std::fill(o, o + g.H * g.R, 0.0f);
+  std::fill(m, m + g.Hp, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + g.Hp, 0.0f);
+  for (int64_t t0 = begin; t0 < end; t0 += kTile) {
+    const int64_t nk = std::min(kTile, end - t0);
+    const T* tile = rows + t0 * g.K;
+    int64_t nk_pad = 0;
+    switch (g.score_heads()) {
+      case 2: nk_pad = tile_scores<2>(g, tile, nk, q_op, scores); break;
+      case 4: nk_pad = tile_scores<4>(g, tile, nk, q_op, scores); break;
+      default: nk_pad = tile_scores<8>(g, tile, nk, q_op, scores); break;
+    }
+    softmax_tile(g, scores, nk_pad, m, l, alpha, work);
+    tile_values(g, tile, nk, scores, alpha, o);
+  }
+  std::copy(m, m + g.H, partial + g.H * g.R);
+  std::copy(l, l + g.H, partial + g.H * g.R + g.H);
+}
+
+}  // namespace
+
+void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const LatentCacheRows* caches,
+                             const float* q, float* o, LatentAttentionWorkspace& workspace) {
+  HYLA_CHECK(d.heads > 0 && d.latent > 0 && d.rope >= 0 && d.window >= 0,
+             "latent attention: need heads, latent > 0 and rope, window >= 0, got {}, {}, {}, {}", d.heads, d.latent,
+             d.rope, d.window);
+  HYLA_CHECK(batch >= 0, "latent attention: negative batch {}", batch);
+  const bool bf16_rows = batch > 0 && caches[0].rows_bf16 != nullptr;
+  for (int64_t b = 0; b < batch; ++b) {
+    const LatentCacheRows& c = caches[b];
+    HYLA_CHECK((c.rows_bf16 != nullptr) != (c.rows_f32 != nullptr),
+               "latent attention: cache {} needs exactly one of its bf16 and f32 rows", b);
+    HYLA_CHECK((c.rows_bf16 != nullptr) == bf16_rows, "latent attention: cache {} has another dtype than cache 0", b);
+    HYLA_CHECK(c.length >= 0, "latent attention: cache {} has negative length {}", b, c.length);
+  }
+  const Geometry g(d);
+  LatentAttentionWorkspace::State& ws = workspace.state();
+  ws.units.clear();
+  ws.first_unit.clear();
+  for (int64_t b = 0; b < batch; ++b) {
+    ws.first_unit.push_back(int64_t(ws.units.size()));
+    const int64_t length = caches[b].length;
+    const int64_t first = d.window ? std::max<int64_t>(0, length - d.window) : 0;
+    const int64_t rows = length - first;
+    if (rows == 0) continue;
+    const int64_t piece = std::min(kMaxUnitRows, round_up(ceil_div(rows, kUnitsPerSequence), kTile));
+    for (int64_t begin = first; begin < length; begin += piece)
+      ws.units.push_back({b, begin, std::min(length, begin + piece)});
+  }
+  ws.first_unit.push_back(int64_t(ws.units.size()));
+  const int threads = omp_get_max_threads();
+  const int64_t units = int64_t(ws.units.size());
+  ws.reserve(threads, g.thread_floats(), size_t(units) * g.partial_floats());
+  const int64_t ldq = g.H * g.K;
+
+#pragma omp parallel for schedule(dynamic, 1) if (units > 1)
+  for (int64_t u = 0; u < units; ++u) {
+    const LatentAttentionWorkspace::State::Unit& unit = ws.units[size_t(u)];
+    float* partial = ws.partials() + u * int64_t(g.partial_floats());
+    float* buffer = ws.thread_buffer(omp_get_thread_num());
+    const LatentCacheRows& c = caches[unit.seq];
+    if (bf16_rows) run_unit(g, c.rows_bf16, unit.begin, unit.end, q + unit.seq * ldq, partial, buffer);
+    else run_unit(g, c.rows_f32, unit.begin, unit.end, q + unit.seq * ldq, partial, buffer);
+  }
+
+  // Merge each (sequence, head)'s pieces by their log-sum-exp, in unit order.
+  const int64_t stride = int64_t(g.partial_floats());
+#pragma omp parallel for schedule(static) if (batch * g.H > 8)
+  for (int64_t bh = 0; bh < batch * g.H; ++bh) {
+    const int64_t b = bh / g.H, h = bh % g.H;
+    const int64_t u0 = ws.first_unit[size_t(b)], u1 = ws.first_unit[size_t(b) + 1];
+    float* out = o + bh * g.R;
+    std::fill(out, out + g.R, 0.0f);
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t u = u0; u < u1; ++u) m = std::max(m, ws.partials()[u * stride + g.H * g.R + h]);
+    if (m == -std::numeric_limits<float>::infinity()) continue;  // no visible row (or only -inf scores)
+    float total = 0.0f;
+    for (int64_t u = u0; u < u1; ++u) {
+      const float* part = ws.partials() + u * stride;
+      const float w = std::exp(part[g.H * g.R + h] - m);
+      total += w * part[g.H * g.R + g.H + h];
+      const float* po = part + h * g.R;
+#pragma omp simd
+      for (int64_t r = 0; r < g.R; ++r) out[r] += w * po[r];
+    }
+    const float inv = 1.0f / total;
+#pragma omp simd
+    for (int64_t r = 0; r < g.R; ++r) out[r] *= inv;
+  }
+}
+
+}  // namespace hyla
