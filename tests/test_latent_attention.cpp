@@ -73,8 +73,10 @@ std::vector<double> reference(const Case& c, const std::vector<std::vector<float
   return o;
 }
 
-// Runs one case with f32 and bf16 rows; the bf16 run is compared with the reference on the same
-// (rounded) rows, so both must agree to f32 rounding.
+// Runs one case with f32 and bf16 rows (and bf16 products where the latent width allows); the bf16
+// runs are compared with the reference on the same (rounded) rows. f32 arithmetic must agree to
+// f32 rounding. bf16 products round the query and the probabilities to bf16 (2^-9 relative):
+// scores move by ~2^-9 of their size, and the output by a few times 2^-9 of its scale. Bound: 1e-2.
 void check(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
@@ -96,7 +98,9 @@ void check(const Case& c, uint32_t seed) {
   for (float& x : q) x = 1.5f * normal(rng);  // sharp enough that the softmax is far from uniform
   LatentAttentionWorkspace ws;
   const LatentAttentionDims dims{c.heads, c.latent, c.rope, c.window, scale};
-  for (bool bf16_rows : {false, true}) {
+  for (int run = 0; run < 3; ++run) {
+    const bool bf16_rows = run > 0, bf16_products = run == 2;
+    if (bf16_products && c.latent % 32 != 0) continue;
     std::vector<LatentCacheRows> views;
     for (int64_t b = 0; b < B; ++b) {
       LatentCacheRows v;
@@ -106,16 +110,18 @@ void check(const Case& c, uint32_t seed) {
       views.push_back(v);
     }
     std::vector<float> o(size_t(B * c.heads * c.latent), NAN);
-    latent_attention_decode(dims, B, views.data(), q.data(), o.data(), ws);
+    LatentAttentionDims run_dims = dims;
+    run_dims.bf16_products = bf16_products;
+    latent_attention_decode(run_dims, B, views.data(), q.data(), o.data(), ws);
     const auto ref = reference(c, bf16_rows ? widened : caches.f32, q, scale);
     double worst = 0, magnitude = 0;
     for (size_t i = 0; i < o.size(); ++i) {
       worst = std::max(worst, std::abs(o[i] - ref[i]));
       magnitude = std::max(magnitude, std::abs(ref[i]));
     }
-    EXPECT_LE(worst, 2e-6 * std::max(magnitude, 1.0))
+    EXPECT_LE(worst, (bf16_products ? 1e-2 : 2e-6) * std::max(magnitude, 1.0))
         << "heads " << c.heads << " latent " << c.latent << " rope " << c.rope << " window " << c.window
-        << (bf16_rows ? " bf16" : " f32");
+        << (bf16_products ? " bf16 products" : bf16_rows ? " bf16 rows" : " f32");
   }
 }
 
@@ -130,6 +136,8 @@ TEST(LatentAttention, MatchesDoubleReference) {
       {8, 128, 8, 5, {1, 4, 5, 6, 200}},          // sliding window
       {4, 64, 0, 1, {10, 1}},                     // window of one row
       {8, 64, 0, 0, {5000}},                      // several units merged
+      {5, 96, 8, 0, {63, 64, 1}},                 // odd row counts in a tile (bf16 products pair rows)
+      {16, 32, 0, 3, {40}},                       // bf16 products, 16 heads in two value blocks
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check(c, seed++);
@@ -173,12 +181,13 @@ TEST(LatentAttention, WorkspaceStopsGrowing) {
   EXPECT_EQ(ws.bytes(), bytes);
 }
 
-TEST(LatentAttention, RejectsMixedDtypes) {
+TEST(LatentAttention, RejectsMixedDtypesAndBf16ProductsOnF32Rows) {
   std::vector<float> rows(32, 0.0f), q(64, 0.0f), o(64);
   std::vector<bf16> rows16(32);
   const LatentCacheRows caches[2] = {{nullptr, rows.data(), 1}, {rows16.data(), nullptr, 1}};
   LatentAttentionWorkspace ws;
   EXPECT_THROW(latent_attention_decode({1, 32, 0, 0, 1.0f}, 2, caches, q.data(), o.data(), ws), Error);
+  EXPECT_THROW(latent_attention_decode({1, 32, 0, 0, 1.0f, true}, 1, caches, q.data(), o.data(), ws), Error);
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ struct Geometry {
   int64_t R;      // latent values per row
   int64_t K;      // values per row: R + Dr
   int64_t Kp;     // K rounded up to whole vectors (the query operand's row length)
+  int64_t Kw;     // K/2 pair words rounded up to whole vectors (the pair query's row length, ≤ Kp)
   int64_t period; // lcm(Hp, 16): the score buffer's head pattern repeats every `period` floats
   float scale;
 
@@ -87,11 +88,14 @@ struct Geometry {
         R(d.latent),
         K(d.latent + d.rope),
         Kp(round_up(d.latent + d.rope, kLanes)),
+        Kw(round_up(ceil_div(d.latent + d.rope, 2), kLanes)),
         period(std::lcm(Hp, int64_t(kLanes))),
         scale(d.scale) {}
   // Score blocks: HB heads × KB rows = one vector of scores.
   int64_t score_heads() const { return std::min<int64_t>(Hp, 8); }
-  size_t thread_floats() const { return size_t(Hp * Kp + kTile * Hp + 3 * period + 3 * Hp); }
+  // The query operand (f32 [Hp × Kp], or pairs [Hp × Kw]), scores, probability pairs (bf16
+  // products), softmax work, running max, sum and rescale factors.
+  size_t thread_floats() const { return size_t(Hp * Kp + kTile * Hp + kTile / 2 * Hp + 3 * period + 3 * Hp); }
   size_t partial_floats() const { return size_t(H * R + 2 * H); }
 };
 
@@ -252,19 +256,211 @@ void tile_values(const Geometry& g, const T* tile, int64_t nk, const float* p, c
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// bf16 products: a 32-bit word holds two bf16 (the first in the low half), and one vdpbf16ps adds
+// a.lo·b.lo + a.hi·b.hi per lane in f32. Scores pair consecutive values of a row, exactly as the
+// cache stores them; the value product pairs two consecutive rows, interleaved on the fly.
+
+using Pair = uint32_t;
+
+Pair to_pair(float lo, float hi) { return uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16; }
+
+#if defined(__AVX512F__)
+using Words = __m512i;
+inline Words load_words(const Pair* p) { return _mm512_loadu_si512(p); }
+inline Words load_words(const Pair* p, Mask m) { return _mm512_maskz_loadu_epi32(m, p); }
+inline Words broadcast_word(Pair w) { return _mm512_set1_epi32(int(w)); }
+inline Words zero_words() { return _mm512_setzero_si512(); }
+// Rows a and b, 32 values each: lo lane 4i + j pairs value 8i + j of a with that of b, hi lane
+// 4i + j value 8i + 4 + j (unpack works within 128-bit lanes).
+inline void interleave(Words a, Words b, Words& lo, Words& hi) {
+  lo = _mm512_unpacklo_epi16(a, b);
+  hi = _mm512_unpackhi_epi16(a, b);
+}
+#if defined(__AVX512BF16__)
+inline Vec dot_pairs(Vec acc, Words a, Words b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+#else
+inline Vec dot_pairs(Vec acc, Words a, Words b) {  // the same products as two f32 FMAs
+  const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
+  acc = fmadd(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)), acc);
+  return fmadd(_mm512_castsi512_ps(_mm512_and_si512(a, high)), _mm512_castsi512_ps(_mm512_and_si512(b, high)), acc);
+}
+#endif
+#else
+struct Words {
+  Pair w[kLanes];
+};
+inline Words load_words(const Pair* p, Mask m = kAll) {
+  Words r;
+  for (int i = 0; i < kLanes; ++i) r.w[i] = (m >> i) & 1 ? p[i] : 0u;
+  return r;
+}
+inline Words broadcast_word(Pair w) {
+  Words r;
+  for (Pair& x : r.w) x = w;
+  return r;
+}
+inline Words zero_words() { return broadcast_word(0u); }
+inline void interleave(Words a, Words b, Words& lo, Words& hi) {
+  auto half = [](const Words& x, int k) { return uint16_t(x.w[k / 2] >> (16 * (k % 2))); };
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      lo.w[4 * i + j] = half(a, 8 * i + j) | uint32_t(half(b, 8 * i + j)) << 16;
+      hi.w[4 * i + j] = half(a, 8 * i + 4 + j) | uint32_t(half(b, 8 * i + 4 + j)) << 16;
+    }
+}
+inline Vec dot_pairs(Vec acc, Words a, Words b) {
+  Vec alo, ahi, blo, bhi;
+  load_bf16_pairs(a.w, kAll, alo, ahi);
+  load_bf16_pairs(b.w, kAll, blo, bhi);
+  return fmadd(ahi, bhi, fmadd(alo, blo, acc));
+}
+#endif
+
+// score_block with pairs: rows of K values are K/2 words (K even).
+template <int KB, int HB>
+Vec score_block_pairs(const bf16* rows, int64_t K, int64_t valid, const Pair* q, int64_t ldq) {
+  static_assert(KB * HB == kLanes);
+  const Pair* row[KB];
+  unroll<KB>([&](auto k) { row[k] = reinterpret_cast<const Pair*>(rows + std::min<int64_t>(k, valid - 1) * K); });
+  Vec acc[KB * HB];
+  unroll<KB * HB>([&](auto i) { acc[i] = zero(); });
+  auto step = [&](int64_t at, auto masked, Mask m) {
+    Words c[KB];
+    unroll<KB>([&](auto k) {
+      if constexpr (decltype(masked)::value) c[k] = load_words(row[k] + at, m);
+      else c[k] = load_words(row[k] + at);
+    });
+    unroll<HB>([&](auto h) {
+      const Words qh = load_words(q + h * ldq + at);  // zero past K/2
+      unroll<KB>([&](auto k) { acc[k * HB + h] = dot_pairs(acc[k * HB + h], c[k], qh); });
+    });
+  };
+  const int64_t words = K / 2;
+  int64_t at = 0;
+  for (; at + kLanes <= words; at += kLanes) step(at, std::false_type{}, kAll);
+  if (at < words) step(at, std::true_type{}, lane_range(0, words - at));
+  return sum_each(acc);
+}
+
+template <int HB>
+int64_t tile_scores_pairs(const Geometry& g, const bf16* tile, int64_t nk, const Pair* q, float* scores) {
+  constexpr int KB = kLanes / HB;
+  const int64_t nk_pad = round_up(nk, KB), ldq = g.Kw;
+  for (int64_t s = 0; s < nk_pad; s += KB)
+    for (int64_t h0 = 0; h0 < g.Hp; h0 += HB) {
+      const Vec r = score_block_pairs<KB, HB>(tile + s * g.K, g.K, nk - s, q + h0 * ldq, ldq);
+      if (HB == g.Hp) {
+        store(scores + s * HB, r);
+      } else {
+        unroll<KB>([&](auto k) {
+          store(scores + (s + k) * g.Hp + h0 - k * HB, r, lane_range(k * HB, (k + 1) * HB));
+        });
+      }
+    }
+  std::fill(scores + nk * g.Hp, scores + nk_pad * g.Hp, -std::numeric_limits<float>::infinity());
+  return nk_pad;
+}
+
+// o[h, segment] += Σ_t pair(p[2t, h], p[2t+1, h]) · interleave(row 2t, row 2t+1) for HB heads and
+// V segments of 32 values from c0, after o ← alpha[h]·o. o holds each segment permuted as
+// interleave delivers it (16 "lo" lanes, then 16 "hi" lanes); run_unit puts it in order at the end.
+template <int HB, int V>
+void value_block_pairs(const bf16* tile, int64_t K, int64_t nk, const Pair* p, int64_t ldp, const float* alpha,
+                       float* o, int64_t ldo, int64_t c0) {
+  Vec acc[HB * V * 2];
+  unroll<HB>([&](auto h) {
+    const Vec a = broadcast(alpha[h]);
+    unroll<V * 2>([&](auto i) { acc[h * V * 2 + i] = a * load(o + h * ldo + c0 + i * kLanes); });
+  });
+  auto step = [&](int64_t t, auto second_row) {
+    const bf16* first = tile + 2 * t * K + c0;
+    Words lo[V], hi[V];
+    unroll<V>([&](auto v) {
+      const Words a = load_words(reinterpret_cast<const Pair*>(first + v * 2 * kLanes));
+      Words b = zero_words();  // the tile's last row, when nk is odd, pairs with zeros
+      if constexpr (decltype(second_row)::value) b = load_words(reinterpret_cast<const Pair*>(first + K + v * 2 * kLanes));
+      interleave(a, b, lo[v], hi[v]);
+    });
+    unroll<HB>([&](auto h) {
+      const Words w = broadcast_word(p[t * ldp + h]);
+      unroll<V>([&](auto v) {
+        acc[h * V * 2 + 2 * v] = dot_pairs(acc[h * V * 2 + 2 * v], lo[v], w);
+        acc[h * V * 2 + 2 * v + 1] = dot_pairs(acc[h * V * 2 + 2 * v + 1], hi[v], w);
+      });
+    });
+  };
+  int64_t t = 0;
+  for (; 2 * t + 1 < nk; ++t) step(t, std::true_type{});
+  if (2 * t < nk) step(t, std::false_type{});
+  unroll<HB>([&](auto h) { unroll<V * 2>([&](auto i) { store(o + h * ldo + c0 + i * kLanes, acc[h * V * 2 + i]); }); });
+}
+
+constexpr int kPairSegments = 2;  // 32-value segments per value block: HB·2·V ≤ 24 accumulators
+constexpr int max_pair_segments(int heads) { return heads <= 6 ? 2 : 1; }
+
+using PairValueFn = void (*)(const bf16*, int64_t, int64_t, const Pair*, int64_t, const float*, float*, int64_t,
+                             int64_t);
+
+template <int... I>
+constexpr std::array<PairValueFn, sizeof...(I)> pair_value_table(std::integer_sequence<int, I...>) {
+  return {&value_block_pairs<I / kPairSegments + 1, I % kPairSegments + 1>...};
+}
+
+void tile_values_pairs(const Geometry& g, const bf16* tile, int64_t nk, const Pair* p, const float* alpha, float* o) {
+  static constexpr auto blocks = pair_value_table(std::make_integer_sequence<int, kValueHeads * kPairSegments>());
+  constexpr int64_t kSegment = 2 * kLanes;
+  for (int64_t h0 = 0; h0 < g.H; h0 += kValueHeads) {
+    const int64_t heads = std::min<int64_t>(kValueHeads, g.H - h0);
+    const int64_t chunk = max_pair_segments(int(heads)) * kSegment;
+    for (int64_t c0 = 0; c0 < g.R; c0 += chunk) {
+      const int64_t segments = std::min(chunk, g.R - c0) / kSegment;
+      blocks[size_t((heads - 1) * kPairSegments + segments - 1)](tile, g.K, nk, p + h0, g.Hp, alpha + h0,
+                                                                 o + h0 * g.R, g.R, c0);
+    }
+  }
+}
+
+// The probabilities of rows 2t and 2t+1 as one pair per head: out[t, h] (nk_pad even).
+void pair_probabilities(const float* p, int64_t nk_pad, int64_t Hp, Pair* out) {
+  for (int64_t t = 0; 2 * t < nk_pad; ++t)
+    for (int64_t h = 0; h < Hp; ++h) out[t * Hp + h] = to_pair(p[2 * t * Hp + h], p[(2 * t + 1) * Hp + h]);
+}
+
+// Undoes interleave's order in each 32-value segment of an output row.
+void order_segments(float* row, int64_t R) {
+  float tmp[2 * kLanes];
+  for (int64_t c0 = 0; c0 < R; c0 += 2 * kLanes) {
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        tmp[8 * i + j] = row[c0 + 4 * i + j];
+        tmp[8 * i + 4 + j] = row[c0 + kLanes + 4 * i + j];
+      }
+    std::copy(tmp, tmp + 2 * kLanes, row + c0);
+  }
+}
+
 // One unit: rows [begin, end) of one cache against that sequence's query. Writes the unnormalised
-// output [H, R], then the running max [H] and sum [H], to `partial`.
-template <typename T>
+// output [H, R], then the running max [H] and sum [H], to `partial`. kPairs: bf16 products (T is
+// bf16).
+template <bool kPairs, typename T>
 void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, const float* q, float* partial,
               float* buffer) {
-  float* q_op = buffer;                  // [Hp × Kp] scale · q, zero in padding heads and columns
-  float* scores = q_op + g.Hp * g.Kp;    // [kTile × Hp]
-  float* work = scores + kTile * g.Hp;   // [3 · period]
-  float* m = work + 3 * g.period;        // [Hp] running max
-  float* l = m + g.Hp;                   // [Hp] running sum
-  float* alpha = l + g.Hp;               // [Hp]
-  for (int64_t h = 0; h < g.Hp; ++h)
-    for (int64_t k = 0; k < g.Kp; ++k) q_op[h * g.Kp + k] = h < g.H && k < g.K ? g.scale * q[h * g.K + k] : 0.0f;
+  float* q_op = buffer;                           // [Hp × Kp] scale · q (or [Hp × Kw] pairs), zero-padded
+  float* scores = q_op + g.Hp * g.Kp;             // [kTile × Hp]
+  Pair* p_pairs = reinterpret_cast<Pair*>(scores + kTile * g.Hp);  // [kTile/2 × Hp]
+  float* work = scores + kTile * g.Hp + kTile / 2 * g.Hp;          // [3 · period]
+  float* m = work + 3 * g.period;                 // [Hp] running max
+  float* l = m + g.Hp;                            // [Hp] running sum
+  float* alpha = l + g.Hp;                        // [Hp]
+  auto q_value = [&](int64_t h, int64_t k) { return h < g.H && k < g.K ? g.scale * q[h * g.K + k] : 0.0f; };
+  Pair* q_pairs = reinterpret_cast<Pair*>(q_op);
+  for (int64_t h = 0; h < g.Hp; ++h) {
+    if constexpr (kPairs)
+      for (int64_t w = 0; w < g.Kw; ++w) q_pairs[h * g.Kw + w] = to_pair(q_value(h, 2 * w), q_value(h, 2 * w + 1));
+    else
+      for (int64_t k = 0; k < g.Kp; ++k) q_op[h * g.Kp + k] = q_value(h, k);
+  }
   float* o = partial;
   std::fill(o, o + g.H * g.R, 0.0f);
   std::fill(m, m + g.Hp, -std::numeric_limits<float>::infinity());
@@ -273,14 +469,27 @@ void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, cons
     const int64_t nk = std::min(kTile, end - t0);
     const T* tile = rows + t0 * g.K;
     int64_t nk_pad = 0;
-    switch (g.score_heads()) {
-      case 2: nk_pad = tile_scores<2>(g, tile, nk, q_op, scores); break;
-      case 4: nk_pad = tile_scores<4>(g, tile, nk, q_op, scores); break;
-      default: nk_pad = tile_scores<8>(g, tile, nk, q_op, scores); break;
+    if constexpr (kPairs) {
+      switch (g.score_heads()) {
+        case 2: nk_pad = tile_scores_pairs<2>(g, tile, nk, q_pairs, scores); break;
+        case 4: nk_pad = tile_scores_pairs<4>(g, tile, nk, q_pairs, scores); break;
+        default: nk_pad = tile_scores_pairs<8>(g, tile, nk, q_pairs, scores); break;
+      }
+      softmax_tile(g, scores, nk_pad, m, l, alpha, work);
+      pair_probabilities(scores, nk_pad, g.Hp, p_pairs);
+      tile_values_pairs(g, tile, nk, p_pairs, alpha, o);
+    } else {
+      switch (g.score_heads()) {
+        case 2: nk_pad = tile_scores<2>(g, tile, nk, q_op, scores); break;
+        case 4: nk_pad = tile_scores<4>(g, tile, nk, q_op, scores); break;
+        default: nk_pad = tile_scores<8>(g, tile, nk, q_op, scores); break;
+      }
+      softmax_tile(g, scores, nk_pad, m, l, alpha, work);
+      tile_values(g, tile, nk, scores, alpha, o);
     }
-    softmax_tile(g, scores, nk_pad, m, l, alpha, work);
-    tile_values(g, tile, nk, scores, alpha, o);
   }
+  if constexpr (kPairs)
+    for (int64_t h = 0; h < g.H; ++h) order_segments(o + h * g.R, g.R);
   std::copy(m, m + g.H, partial + g.H * g.R);
   std::copy(l, l + g.H, partial + g.H * g.R + g.H);
 }
@@ -294,6 +503,9 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
              d.rope, d.window);
   HYLA_CHECK(batch >= 0, "latent attention: negative batch {}", batch);
   const bool bf16_rows = batch > 0 && caches[0].rows_bf16 != nullptr;
+  HYLA_CHECK(!d.bf16_products || batch == 0 || (bf16_rows && d.latent % 32 == 0),
+             "latent attention: bf16 products need bf16 rows and a latent width that is a multiple of 32, got {} "
+             "rows of latent width {}", bf16_rows ? "bf16" : "f32", d.latent);
   for (int64_t b = 0; b < batch; ++b) {
     const LatentCacheRows& c = caches[b];
     HYLA_CHECK((c.rows_bf16 != nullptr) != (c.rows_f32 != nullptr),
@@ -327,8 +539,10 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
     float* partial = ws.partials() + u * int64_t(g.partial_floats());
     float* buffer = ws.thread_buffer(omp_get_thread_num());
     const LatentCacheRows& c = caches[unit.seq];
-    if (bf16_rows) run_unit(g, c.rows_bf16, unit.begin, unit.end, q + unit.seq * ldq, partial, buffer);
-    else run_unit(g, c.rows_f32, unit.begin, unit.end, q + unit.seq * ldq, partial, buffer);
+    const float* qs = q + unit.seq * ldq;
+    if (d.bf16_products) run_unit<true>(g, c.rows_bf16, unit.begin, unit.end, qs, partial, buffer);
+    else if (bf16_rows) run_unit<false>(g, c.rows_bf16, unit.begin, unit.end, qs, partial, buffer);
+    else run_unit<false>(g, c.rows_f32, unit.begin, unit.end, qs, partial, buffer);
   }
 
   // Merge each (sequence, head)'s pieces by their log-sum-exp, in unit order.

@@ -21,6 +21,11 @@ struct LatentAttentionDims {
   int64_t rope;    // Dr: rotated key values per cached row, after the latent ones (0 for NoPE)
   int64_t window;  // 0: the query sees every cached row; else only the last `window` rows
   float scale;     // (Dn + Dr)^-1/2
+  // bf16 rows with latent a multiple of 32 only: the products take the cached rows as they are and
+  // the query and probabilities rounded to bf16, two multiply-adds per lane and instruction
+  // (vdpbf16ps; f32 accumulation, softmax, max and sums in f32). Half the arithmetic of the f32
+  // path, with errors ~2^-9 of the output's scale.
+  bool bf16_products = false;
 };
 
 // One sequence's cache: `length` rows of R + Dr values, bf16 or f32 (exactly one pointer set).
@@ -50,8 +55,8 @@ class LatentAttentionWorkspace {
 
 // q [batch, H, R + Dr]: per head the absorbed query q̃ (R values) then the rotated q_pe (Dr).
 // Writes o [batch, H, R]. All caches of a call have the same dtype. A sequence whose cache is empty
-// gets o = 0. Arithmetic is f32 (bf16 rows are widened exactly), so an f32 cache gives the same
-// result as up-projecting the cache and running ordinary attention, to f32 rounding.
+// gets o = 0. Without bf16_products the arithmetic is f32 (bf16 rows are widened exactly), so the
+// result is that of up-projecting the cache and running ordinary attention, to f32 rounding.
 void latent_attention_decode(const LatentAttentionDims& dims, int64_t batch, const LatentCacheRows* caches,
                              const float* q, float* o, LatentAttentionWorkspace& workspace);
 

@@ -301,7 +301,7 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
   }
   float* o = grow(o_, N * heads_ * v_dim_);
   if (!prefill_.empty()) prefill_attention(tokens, caches, prefill_, q, p, o);
-  if (!decode_.empty()) decode_attention(tokens, caches, decode_, q, o);
+  if (!decode_.empty()) decode_attention(tokens, caches, decode_, q, p, o);
   for (int64_t b = 0; b < batch; ++b) caches[size_t(b)].length += tokens.length(b);
   output(proj, o, N, p, y);
 }
@@ -380,9 +380,11 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<const Cache
 // Single tokens, absorbed (SPEC §4): q̃_h = W_kb,hᵀ q_nope,h, attention over the latent cache rows
 // [c | k_pe] with the query [q̃_h | q_pe,h], then o_h = W_vb,h o_latent,h. W_kb,h and W_vb,h are
 // head h's key and value rows of kv_b_proj ([Dn, R] and [Dv, R]), so each product is one batched
-// GEMM over heads whose rows are the decoding sequences.
+// GEMM over heads whose rows are the decoding sequences. They use the f32 weights: the absorbed
+// query multiplies every cached row, so it is kept exact. Under Precision::BF16 on a bf16 cache
+// the attention itself runs on bf16 products (LatentAttentionDims::bf16_products).
 void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
-                                const std::vector<int64_t>& sequences, const float* q, float* o) {
+                                const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
   const int64_t count = int64_t(sequences.size()), R = kv_lora_rank_, width = cache_width();
   const int64_t ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_, head_rows = (nope_dim_ + v_dim_) * R;
   float* q_rows = grow(q_rows_, count * ldq);
@@ -407,7 +409,8 @@ void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<const CacheV
     decode_caches_.push_back({cache.latent_bf16, cache.latent_f32, cache.length + 1});
   }
   float* o_latent = grow(o_latent_, count * heads_ * R);
-  const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_};
+  const bool bf16_products = p == Precision::BF16 && caches[0].latent_bf16 && R % 32 == 0;
+  const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_, bf16_products};
   latent_attention_decode(dims, count, decode_caches_.data(), q_absorbed, o_latent, latent_ws_);
 
   float* o_rows = grow(o_rows_, count * ldo);

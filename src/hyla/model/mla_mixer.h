@@ -53,8 +53,9 @@ class MlaMixer {
   // caches[b].length + i. Writes their rows [length, length + new) of the cache, bumps length and
   // writes y for the new tokens. Every cache of a call has the same dtype. "swa" layers attend to
   // the last sliding_window positions only, although the cache keeps every token (the caller owns
-  // its memory and may recycle rows older than the window). Invalidates the state a training
-  // forward saved for backward.
+  // its memory and may recycle rows older than the window). Under Precision::BF16 the projections,
+  // the prefill attention and (on a bf16 cache) the decode attention use bf16 products. Invalidates
+  // the state a training forward saved for backward.
   void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<CacheView> caches,
                       DecodePath decode_path = DecodePath::Absorbed);
 
@@ -72,7 +73,7 @@ class MlaMixer {
   void prefill_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
                          const std::vector<int64_t>& sequences, const float* q, Precision p, float* o);
   void decode_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
-                        const std::vector<int64_t>& sequences, const float* q, float* o);
+                        const std::vector<int64_t>& sequences, const float* q, Precision p, float* o);
 
   const ModelConfig& config_;
   LayerType type_;
