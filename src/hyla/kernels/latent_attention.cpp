@@ -29,9 +29,15 @@ struct LatentAttentionWorkspace::State {
   size_t thread_floats = 0;
   std::shared_ptr<void> partial_memory;  // per unit: unnormalised o [H, R], running max [H], sum [H]
   size_t partial_floats = 0;
+  std::shared_ptr<void> query_memory;    // per sequence: the query operand of its units
+  size_t query_floats = 0;
 
   // Grows the buffers (never shrinks them); called outside parallel regions.
-  void reserve(int threads, size_t per_thread, size_t partials) {
+  void reserve(int threads, size_t per_thread, size_t partials, size_t queries) {
+    if (queries > query_floats) {
+      query_memory = allocate_aligned(queries * sizeof(float));
+      query_floats = queries;
+    }
     if (per_thread > thread_floats || size_t(threads) > thread_memory.size()) {
       thread_floats = std::max(thread_floats, per_thread);
       thread_memory.resize(std::max(thread_memory.size(), size_t(threads)));
@@ -44,6 +50,7 @@ struct LatentAttentionWorkspace::State {
   }
   float* thread_buffer(int thread) { return static_cast<float*>(thread_memory[size_t(thread)].get()); }
   float* partials() { return static_cast<float*>(partial_memory.get()); }
+  float* queries() { return static_cast<float*>(query_memory.get()); }
 };
 
 LatentAttentionWorkspace::LatentAttentionWorkspace() : state_(std::make_unique<State>()) {}
@@ -53,7 +60,7 @@ LatentAttentionWorkspace& LatentAttentionWorkspace::operator=(LatentAttentionWor
 
 size_t LatentAttentionWorkspace::bytes() const {
   const State& s = *state_;
-  return (s.thread_memory.size() * s.thread_floats + s.partial_floats) * sizeof(float) +
+  return (s.thread_memory.size() * s.thread_floats + s.partial_floats + s.query_floats) * sizeof(float) +
          s.units.capacity() * sizeof(State::Unit) + s.first_unit.capacity() * sizeof(int64_t);
 }
 
@@ -62,12 +69,14 @@ namespace {
 // Cached rows per tile: a tile's rows (16 KB at R = 128 in bf16) and scores stay in L1 across
 // the score pass and the value passes that reread them.
 constexpr int64_t kTile = 64;
-// A sequence is cut into at most 8 units of at most this many rows: enough units for the threads
-// when one sequence decodes alone, few enough partial results (H·R floats each) that writing and
-// merging them stays a small fraction of reading the cache. The cut depends only on the
-// sequence's length, so results do not depend on the thread count or on the rest of the batch.
+// A sequence is cut into units of 128 to 1024 rows, at most 4 unless they would be longer: enough
+// units for the threads when one sequence decodes alone, few enough partial results (H·R floats
+// each) that writing and merging them stays a small fraction of reading the cache, and long enough
+// that a unit's fixed costs (zeroing and merging its output) stay small. The cut depends only on
+// the sequence's length, so results do not depend on the thread count or on the rest of the batch.
+constexpr int64_t kMinUnitRows = 128;
 constexpr int64_t kMaxUnitRows = 1024;
-constexpr int64_t kUnitsPerSequence = 8;
+constexpr int64_t kUnitsPerSequence = 4;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
@@ -93,9 +102,14 @@ struct Geometry {
         scale(d.scale) {}
   // Score blocks: HB heads × KB rows = one vector of scores.
   int64_t score_heads() const { return std::min<int64_t>(Hp, 8); }
-  // The query operand (f32 [Hp × Kp], or pairs [Hp × Kw]), scores, probability pairs (bf16
-  // products), softmax work, running max, sum and rescale factors.
-  size_t thread_floats() const { return size_t(Hp * Kp + kTile * Hp + kTile / 2 * Hp + 3 * period + 3 * Hp); }
+  // Scores, probability pairs (bf16 products), softmax work, running max, sum and rescale factors;
+  // or, while queries are packed, one f32 row of a pair query.
+  size_t thread_floats() const {
+    return size_t(std::max(kTile * Hp + kTile / 2 * Hp + 3 * period + 3 * Hp, 2 * Kw));
+  }
+  // Per sequence: the query operand, scale · q as f32 [Hp × Kp] or as pairs [Hp × Kw] (both zero
+  // in padding heads and columns).
+  size_t query_floats() const { return size_t(Hp * Kp); }
   size_t partial_floats() const { return size_t(H * R + 2 * H); }
 };
 
@@ -103,6 +117,16 @@ inline Vec load_row(const float* p) { return load(p); }
 inline Vec load_row(const float* p, Mask m) { return load(p, m); }
 inline Vec load_row(const bf16* p) { return load_bf16(p); }
 inline Vec load_row(const bf16* p, Mask m) { return load_bf16(p, m); }
+
+// Asks for the `rows` rows from `at` to be brought into L1. Scores read a tile's rows for the first
+// time; prefetching the next tile's rows meanwhile keeps the loads from waiting on memory (measured
+// ~2x on a cache read from DRAM, where the hardware prefetchers alone left the loads stalled).
+template <typename T>
+inline void prefetch_rows(const T* at, int64_t rows, int64_t K) {
+  const char* p = reinterpret_cast<const char*>(at);
+  const int64_t bytes = rows * K * int64_t(sizeof(T));
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+}
 
 // Scores of KB consecutive rows (rows past `valid` repeat the last valid one) against HB query
 // rows, as one vector whose lane k·HB + h is q_h·row_k. Lanes run along the row's values, so each
@@ -137,7 +161,8 @@ template <int HB, typename T>
 int64_t tile_scores(const Geometry& g, const T* tile, int64_t nk, const float* q, float* scores) {
   constexpr int KB = kLanes / HB;
   const int64_t nk_pad = round_up(nk, KB);
-  for (int64_t s = 0; s < nk_pad; s += KB)
+  for (int64_t s = 0; s < nk_pad; s += KB) {
+    prefetch_rows(tile + (kTile + s) * g.K, KB, g.K);  // the next tile's rows (a hint: never faults)
     for (int64_t h0 = 0; h0 < g.Hp; h0 += HB) {
       const Vec r = score_block<KB, HB>(tile + s * g.K, g.K, nk - s, q + h0 * g.Kp, g.Kp);
       if (HB == g.Hp) {
@@ -148,6 +173,7 @@ int64_t tile_scores(const Geometry& g, const T* tile, int64_t nk, const float* q
         });
       }
     }
+  }
   std::fill(scores + nk * g.Hp, scores + nk_pad * g.Hp, -std::numeric_limits<float>::infinity());
   return nk_pad;
 }
@@ -172,8 +198,11 @@ void softmax_tile(const Geometry& g, float* scores, int64_t nk_pad, float* m, fl
     if (j < vectors) mx[0] = max(mx[0], load(scores + j * kLanes));
     store(column + p * kLanes, max(mx[0], mx[1]));
   }
+  // (Loops over pattern positions go f0 + h rather than f % Hp: a division per position would cost
+  // more than the tile's exponentials.)
   std::fill(tile_max, tile_max + g.Hp, -std::numeric_limits<float>::infinity());
-  for (int64_t f = 0; f < g.period; ++f) tile_max[f % g.Hp] = std::max(tile_max[f % g.Hp], column[f]);
+  for (int64_t f0 = 0; f0 < g.period; f0 += g.Hp)
+    for (int64_t h = 0; h < g.Hp; ++h) tile_max[h] = std::max(tile_max[h], column[f0 + h]);
   for (int64_t h = 0; h < g.Hp; ++h) {
     const float m_new = std::max(m[h], tile_max[h]);
     // A head that has seen only -inf keeps max -inf; subtracting 0 instead keeps exp at 0, not NaN.
@@ -182,7 +211,7 @@ void softmax_tile(const Geometry& g, float* scores, int64_t nk_pad, float* m, fl
     m[h] = m_new;
     tile_max[h] = shift;
   }
-  for (int64_t f = 0; f < g.period; ++f) base[f] = tile_max[f % g.Hp];
+  for (int64_t f0 = 0; f0 < g.period; f0 += g.Hp) std::copy(tile_max, tile_max + g.Hp, base + f0);
   for (int64_t p = 0; p < P; ++p) {
     const Vec b = load(base + p * kLanes);
     Vec sum = zero();
@@ -194,7 +223,8 @@ void softmax_tile(const Geometry& g, float* scores, int64_t nk_pad, float* m, fl
     store(column + p * kLanes, sum);
   }
   for (int64_t h = 0; h < g.Hp; ++h) l[h] *= alpha[h];
-  for (int64_t f = 0; f < g.period; ++f) l[f % g.Hp] += column[f];
+  for (int64_t f0 = 0; f0 < g.period; f0 += g.Hp)
+    for (int64_t h = 0; h < g.Hp; ++h) l[h] += column[f0 + h];
 }
 
 // o[h, c0 .. c0 + 16V) = alpha[h]·o + Σ_{s < nk} p[s, h]·row_s for HB heads: HB × V accumulators
@@ -347,7 +377,8 @@ template <int HB>
 int64_t tile_scores_pairs(const Geometry& g, const bf16* tile, int64_t nk, const Pair* q, float* scores) {
   constexpr int KB = kLanes / HB;
   const int64_t nk_pad = round_up(nk, KB), ldq = g.Kw;
-  for (int64_t s = 0; s < nk_pad; s += KB)
+  for (int64_t s = 0; s < nk_pad; s += KB) {
+    prefetch_rows(tile + (kTile + s) * g.K, KB, g.K);
     for (int64_t h0 = 0; h0 < g.Hp; h0 += HB) {
       const Vec r = score_block_pairs<KB, HB>(tile + s * g.K, g.K, nk - s, q + h0 * ldq, ldq);
       if (HB == g.Hp) {
@@ -358,6 +389,7 @@ int64_t tile_scores_pairs(const Geometry& g, const bf16* tile, int64_t nk, const
         });
       }
     }
+  }
   std::fill(scores + nk * g.Hp, scores + nk_pad * g.Hp, -std::numeric_limits<float>::infinity());
   return nk_pad;
 }
@@ -421,10 +453,27 @@ void tile_values_pairs(const Geometry& g, const bf16* tile, int64_t nk, const Pa
   }
 }
 
-// The probabilities of rows 2t and 2t+1 as one pair per head: out[t, h] (nk_pad even).
+// The probabilities of rows 2t and 2t+1 as one pair per head: out[t, h] (nk_pad even). Rounded
+// to bf16 in vectors: one scalar conversion per value would cost a fifth of the kernel's time.
 void pair_probabilities(const float* p, int64_t nk_pad, int64_t Hp, Pair* out) {
-  for (int64_t t = 0; 2 * t < nk_pad; ++t)
-    for (int64_t h = 0; h < Hp; ++h) out[t * Hp + h] = to_pair(p[2 * t * Hp + h], p[(2 * t + 1) * Hp + h]);
+  for (int64_t t = 0; 2 * t < nk_pad; ++t) {
+    const float* lo = p + 2 * t * Hp;
+    const float* hi = lo + Hp;
+    Pair* dst = out + t * Hp;
+    int64_t h = 0;
+#if defined(__AVX512BF16__)
+    // vcvtne2ps2bf16 puts lo's values in the low 16 halves and hi's in the high 16; vpermw
+    // interleaves them into pairs.
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (; h < Hp; h += kLanes) {
+      const Mask m = lane_range(0, Hp - h);
+      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(load(hi + h, m), load(lo + h, m));
+      _mm512_mask_storeu_epi32(dst + h, m, _mm512_permutexvar_epi16(interleave, halves));
+    }
+#endif
+    for (; h < Hp; ++h) dst[h] = to_pair(lo[h], hi[h]);
+  }
 }
 
 // Undoes interleave's order in each 32-value segment of an output row.
@@ -440,27 +489,28 @@ void order_segments(float* row, int64_t R) {
   }
 }
 
+// Row h of a sequence's query operand: scale · q_h, zero past K and in padding heads; as pairs
+// (consecutive bf16, i.e. a bf16 row of 2·Kw values) for bf16 products, staged in `buffer`.
+void pack_query_row(const Geometry& g, bool pairs, const float* q, int64_t h, float* op, float* buffer) {
+  const int64_t width = pairs ? 2 * g.Kw : g.Kp;
+  float* values = pairs ? buffer : op + h * g.Kp;
+  for (int64_t k = 0; k < width; ++k) values[k] = h < g.H && k < g.K ? g.scale * q[h * g.K + k] : 0.0f;
+  if (pairs) convert(values, reinterpret_cast<bf16*>(op) + h * 2 * g.Kw, size_t(width));
+}
+
 // One unit: rows [begin, end) of one cache against that sequence's query. Writes the unnormalised
 // output [H, R], then the running max [H] and sum [H], to `partial`. kPairs: bf16 products (T is
 // bf16).
 template <bool kPairs, typename T>
-void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, const float* q, float* partial,
+void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, const float* q_op, float* partial,
               float* buffer) {
-  float* q_op = buffer;                           // [Hp × Kp] scale · q (or [Hp × Kw] pairs), zero-padded
-  float* scores = q_op + g.Hp * g.Kp;             // [kTile × Hp]
+  float* scores = buffer;                                          // [kTile × Hp]
   Pair* p_pairs = reinterpret_cast<Pair*>(scores + kTile * g.Hp);  // [kTile/2 × Hp]
   float* work = scores + kTile * g.Hp + kTile / 2 * g.Hp;          // [3 · period]
-  float* m = work + 3 * g.period;                 // [Hp] running max
-  float* l = m + g.Hp;                            // [Hp] running sum
-  float* alpha = l + g.Hp;                        // [Hp]
-  auto q_value = [&](int64_t h, int64_t k) { return h < g.H && k < g.K ? g.scale * q[h * g.K + k] : 0.0f; };
-  Pair* q_pairs = reinterpret_cast<Pair*>(q_op);
-  for (int64_t h = 0; h < g.Hp; ++h) {
-    if constexpr (kPairs)
-      for (int64_t w = 0; w < g.Kw; ++w) q_pairs[h * g.Kw + w] = to_pair(q_value(h, 2 * w), q_value(h, 2 * w + 1));
-    else
-      for (int64_t k = 0; k < g.Kp; ++k) q_op[h * g.Kp + k] = q_value(h, k);
-  }
+  float* m = work + 3 * g.period;                                  // [Hp] running max
+  float* l = m + g.Hp;                                             // [Hp] running sum
+  float* alpha = l + g.Hp;                                         // [Hp]
+  const Pair* q_pairs = reinterpret_cast<const Pair*>(q_op);
   float* o = partial;
   std::fill(o, o + g.H * g.R, 0.0f);
   std::fill(m, m + g.Hp, -std::numeric_limits<float>::infinity());
@@ -523,26 +573,34 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
     const int64_t first = d.window ? std::max<int64_t>(0, length - d.window) : 0;
     const int64_t rows = length - first;
     if (rows == 0) continue;
-    const int64_t piece = std::min(kMaxUnitRows, round_up(ceil_div(rows, kUnitsPerSequence), kTile));
+    const int64_t piece =
+        std::clamp(round_up(ceil_div(rows, kUnitsPerSequence), kTile), kMinUnitRows, kMaxUnitRows);
     for (int64_t begin = first; begin < length; begin += piece)
       ws.units.push_back({b, begin, std::min(length, begin + piece)});
   }
   ws.first_unit.push_back(int64_t(ws.units.size()));
   const int threads = omp_get_max_threads();
   const int64_t units = int64_t(ws.units.size());
-  ws.reserve(threads, g.thread_floats(), size_t(units) * g.partial_floats());
-  const int64_t ldq = g.H * g.K;
+  ws.reserve(threads, g.thread_floats(), size_t(units) * g.partial_floats(), size_t(batch) * g.query_floats());
+  const int64_t ldq = g.H * g.K, query_floats = int64_t(g.query_floats());
 
-#pragma omp parallel for schedule(dynamic, 1) if (units > 1)
-  for (int64_t u = 0; u < units; ++u) {
-    const LatentAttentionWorkspace::State::Unit& unit = ws.units[size_t(u)];
-    float* partial = ws.partials() + u * int64_t(g.partial_floats());
-    float* buffer = ws.thread_buffer(omp_get_thread_num());
-    const LatentCacheRows& c = caches[unit.seq];
-    const float* qs = q + unit.seq * ldq;
-    if (d.bf16_products) run_unit<true>(g, c.rows_bf16, unit.begin, unit.end, qs, partial, buffer);
-    else if (bf16_rows) run_unit<false>(g, c.rows_bf16, unit.begin, unit.end, qs, partial, buffer);
-    else run_unit<false>(g, c.rows_f32, unit.begin, unit.end, qs, partial, buffer);
+#pragma omp parallel if (units > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < batch * g.Hp; ++bh)
+      pack_query_row(g, d.bf16_products, q + bh / g.Hp * ldq, bh % g.Hp, ws.queries() + bh / g.Hp * query_floats,
+                     ws.thread_buffer(omp_get_thread_num()));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const LatentAttentionWorkspace::State::Unit& unit = ws.units[size_t(u)];
+      float* partial = ws.partials() + u * int64_t(g.partial_floats());
+      float* buffer = ws.thread_buffer(omp_get_thread_num());
+      const LatentCacheRows& c = caches[unit.seq];
+      const float* q_op = ws.queries() + unit.seq * query_floats;
+      if (d.bf16_products) run_unit<true>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
+      else if (bf16_rows) run_unit<false>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
+      else run_unit<false>(g, c.rows_f32, unit.begin, unit.end, q_op, partial, buffer);
+    }
   }
 
   // Merge each (sequence, head)'s pieces by their log-sum-exp, in unit order.
