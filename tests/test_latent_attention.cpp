@@ -29,6 +29,24 @@ TEST(VecSumEach, LaneIHoldsTheSumOfInputI) {
   for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], expected[i]) << i;
 }
 
+TEST(VecSumHalves, LaneOHoldsTheTotalOfOutputO) {
+  // w[2b + c]: low half 8 partial sums of output b + 8c, high half of output b + 4 + 8c.
+  vec::Vec w[8];
+  float expected[16] = {};
+  for (int b = 0; b < 4; ++b)
+    for (int c = 0; c < 2; ++c) {
+      float lanes[16];
+      for (int i = 0; i < 16; ++i) {
+        const int output = b + 8 * c + (i < 8 ? 0 : 4);
+        expected[output] += lanes[i] = float(1000 * output + i);
+      }
+      w[2 * b + c] = vec::load(lanes);
+    }
+  float out[16];
+  vec::store(out, vec::sum_halves(w));
+  for (int o = 0; o < 16; ++o) EXPECT_EQ(out[o], expected[o]) << o;
+}
+
 TEST(VecLoadBf16, WidensExactlyAndZeroesMaskedLanes) {
   bf16 x[16];
   for (int i = 0; i < 16; ++i) x[i] = to_bf16(float(i) * 0.37f - 2.0f);
@@ -138,6 +156,7 @@ TEST(LatentAttention, MatchesDoubleReference) {
       {8, 64, 0, 0, {5000}},                      // several units merged
       {5, 96, 8, 0, {63, 64, 1}},                 // odd row counts in a tile (bf16 products pair rows)
       {16, 32, 0, 3, {40}},                       // bf16 products, 16 heads in two value blocks
+      {8, 32, 24, 0, {70, 5}},                    // row of 28 pair words: a partial step of 8
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check(c, seed++);

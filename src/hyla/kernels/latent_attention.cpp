@@ -13,6 +13,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/vec.h"
+#include "hyla/kernels/vmath.h"
 
 namespace hyla {
 
@@ -102,10 +103,13 @@ struct Geometry {
         scale(d.scale) {}
   // Score blocks: HB heads × KB rows = one vector of scores.
   int64_t score_heads() const { return std::min<int64_t>(Hp, 8); }
+  // bf16 products on blocks of 8 heads take score_block_halves, in steps of 8 pair words.
+  bool halves(bool bf16_products) const { return bf16_products && Hp >= 8; }
+  int64_t half_steps() const { return ceil_div(K / 2, 8); }
   // Scores, probability pairs (bf16 products), softmax work, running max, sum and rescale factors;
-  // or, while queries are packed, one f32 row of a pair query.
+  // or, while queries are packed, one f32 row of a pair query and its pairs.
   size_t thread_floats() const {
-    return size_t(std::max(kTile * Hp + kTile / 2 * Hp + 3 * period + 3 * Hp, 2 * Kw));
+    return size_t(std::max(kTile * Hp + kTile / 2 * Hp + 3 * period + 3 * Hp, 3 * Kw));
   }
   // Per sequence: the query operand, scale · q as f32 [Hp × Kp] or as pairs [Hp × Kw] (both zero
   // in padding heads and columns).
@@ -207,10 +211,11 @@ void softmax_tile(const Geometry& g, float* scores, int64_t nk_pad, float* m, fl
     const float m_new = std::max(m[h], tile_max[h]);
     // A head that has seen only -inf keeps max -inf; subtracting 0 instead keeps exp at 0, not NaN.
     const float shift = m_new == -std::numeric_limits<float>::infinity() ? 0.0f : m_new;
-    alpha[h] = std::exp(m[h] - shift);
+    alpha[h] = m[h] - shift;
     m[h] = m_new;
     tile_max[h] = shift;
   }
+  exp_inplace(alpha, g.Hp);
   for (int64_t f0 = 0; f0 < g.period; f0 += g.Hp) std::copy(tile_max, tile_max + g.Hp, base + f0);
   for (int64_t p = 0; p < P; ++p) {
     const Vec b = load(base + p * kLanes);
@@ -307,6 +312,11 @@ inline void interleave(Words a, Words b, Words& lo, Words& hi) {
   lo = _mm512_unpacklo_epi16(a, b);
   hi = _mm512_unpackhi_epi16(a, b);
 }
+// 8 words into both 256-bit halves (lanes past m's first 8 bits 0).
+inline Words broadcast_half(const Pair* p) {
+  return _mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline Words broadcast_half(const Pair* p, Mask m) { return _mm512_broadcast_i32x8(_mm256_maskz_loadu_epi32(__mmask8(m), p)); }
 #if defined(__AVX512BF16__)
 inline Vec dot_pairs(Vec acc, Words a, Words b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
 #else
@@ -331,6 +341,11 @@ inline Words broadcast_word(Pair w) {
   return r;
 }
 inline Words zero_words() { return broadcast_word(0u); }
+inline Words broadcast_half(const Pair* p, Mask m = 0xff) {
+  Words r;
+  for (int i = 0; i < kLanes; ++i) r.w[i] = (m >> (i % 8)) & 1 ? p[i % 8] : 0u;
+  return r;
+}
 inline void interleave(Words a, Words b, Words& lo, Words& hi) {
   auto half = [](const Words& x, int k) { return uint16_t(x.w[k / 2] >> (16 * (k % 2))); };
   for (int i = 0; i < 4; ++i)
@@ -387,6 +402,61 @@ int64_t tile_scores_pairs(const Geometry& g, const bf16* tile, int64_t nk, const
         unroll<KB>([&](auto k) {
           store(scores + (s + k) * g.Hp + h0 - k * HB, r, lane_range(k * HB, (k + 1) * HB));
         });
+      }
+    }
+  }
+  std::fill(scores + nk * g.Hp, scores + nk_pad * g.Hp, -std::numeric_limits<float>::infinity());
+  return nk_pad;
+}
+
+// Scores of 4 rows against a block of 8 heads, as two vectors (rows 0-1, then 2-3) with lane
+// k·8 + h. An accumulator holds two heads, one per 256-bit half (heads b and b + 4 against the
+// same row, broadcast to both halves), so 32 dot products end in 16 vectors that two sum_halves
+// reduce: half the shuffles of sum_each on one dot product per vector, which otherwise cost about
+// as much as the products. q: per head pair b and step t, 16 words (8 of head b, 8 of head b + 4).
+void score_block_halves(const bf16* rows, int64_t K, int64_t valid, const Pair* q, int64_t steps, Vec out[2]) {
+  constexpr int KB = 4;
+  const Pair* row[KB];
+  unroll<KB>([&](auto k) { row[k] = reinterpret_cast<const Pair*>(rows + std::min<int64_t>(k, valid - 1) * K); });
+  Vec acc[16];
+  unroll<16>([&](auto i) { acc[i] = zero(); });
+  const int64_t words = K / 2;
+  auto step = [&](int64_t t, auto masked) {
+    Words r[KB];
+    unroll<KB>([&](auto k) {
+      if constexpr (decltype(masked)::value) r[k] = broadcast_half(row[k] + 8 * t, lane_range(0, words - 8 * t));
+      else r[k] = broadcast_half(row[k] + 8 * t);
+    });
+    unroll<4>([&](auto b) {
+      const Words qb = load_words(q + (b * steps + t) * kLanes);
+      unroll<KB>([&](auto k) {  // sum_halves' layout: w[2b + c] for row c of a pair
+        constexpr int i = (k / 2) * 8 + 2 * b + k % 2;
+        acc[i] = dot_pairs(acc[i], r[k], qb);
+      });
+    });
+  };
+  int64_t t = 0;
+  for (; 8 * (t + 1) <= words; ++t) step(t, std::false_type{});
+  if (8 * t < words) step(t, std::true_type{});
+  out[0] = sum_halves(acc);
+  out[1] = sum_halves(acc + 8);
+}
+
+int64_t tile_scores_halves(const Geometry& g, const bf16* tile, int64_t nk, const Pair* q, float* scores) {
+  const int64_t nk_pad = round_up(nk, 4), steps = g.half_steps(), block = 8 * steps * 8;  // words per head block
+  for (int64_t s = 0; s < nk_pad; s += 4) {
+    prefetch_rows(tile + (kTile + s) * g.K, 4, g.K);
+    for (int64_t h0 = 0; h0 < g.Hp; h0 += 8) {
+      Vec out[2];
+      score_block_halves(tile + s * g.K, g.K, nk - s, q + h0 / 8 * block, steps, out);
+      for (int64_t pair = 0; pair < 2; ++pair) {
+        float* first = scores + (s + 2 * pair) * g.Hp + h0;
+        if (g.Hp == 8) {
+          store(first, out[pair]);
+        } else {
+          store(first, out[pair], 0x00ff);
+          store(first + g.Hp - 8, out[pair], 0xff00);
+        }
       }
     }
   }
@@ -489,13 +559,23 @@ void order_segments(float* row, int64_t R) {
   }
 }
 
-// Row h of a sequence's query operand: scale · q_h, zero past K and in padding heads; as pairs
-// (consecutive bf16, i.e. a bf16 row of 2·Kw values) for bf16 products, staged in `buffer`.
-void pack_query_row(const Geometry& g, bool pairs, const float* q, int64_t h, float* op, float* buffer) {
+// Row h of a sequence's query operand: scale · q_h, zero past K and in padding heads. As pairs
+// (consecutive bf16, i.e. a bf16 row of 2·Kw values) for bf16 products, staged in `buffer`; in
+// score_block_halves' layout when `halves`.
+void pack_query_row(const Geometry& g, bool pairs, bool halves, const float* q, int64_t h, float* op, float* buffer) {
   const int64_t width = pairs ? 2 * g.Kw : g.Kp;
   float* values = pairs ? buffer : op + h * g.Kp;
   for (int64_t k = 0; k < width; ++k) values[k] = h < g.H && k < g.K ? g.scale * q[h * g.K + k] : 0.0f;
-  if (pairs) convert(values, reinterpret_cast<bf16*>(op) + h * 2 * g.Kw, size_t(width));
+  if (!pairs) return;
+  if (!halves) {
+    convert(values, reinterpret_cast<bf16*>(op) + h * 2 * g.Kw, size_t(width));
+    return;
+  }
+  const int64_t steps = g.half_steps(), b = h % 4, half = h % 8 / 4;
+  Pair* block = reinterpret_cast<Pair*>(op) + h / 8 * 8 * steps * 8;
+  Pair* words = reinterpret_cast<Pair*>(buffer + width);
+  convert(values, reinterpret_cast<bf16*>(words), size_t(2 * steps * 8));
+  for (int64_t t = 0; t < steps; ++t) std::copy_n(words + 8 * t, 8, block + (b * steps + t) * kLanes + 8 * half);
 }
 
 // One unit: rows [begin, end) of one cache against that sequence's query. Writes the unnormalised
@@ -523,7 +603,7 @@ void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, cons
       switch (g.score_heads()) {
         case 2: nk_pad = tile_scores_pairs<2>(g, tile, nk, q_pairs, scores); break;
         case 4: nk_pad = tile_scores_pairs<4>(g, tile, nk, q_pairs, scores); break;
-        default: nk_pad = tile_scores_pairs<8>(g, tile, nk, q_pairs, scores); break;
+        default: nk_pad = tile_scores_halves(g, tile, nk, q_pairs, scores); break;
       }
       softmax_tile(g, scores, nk_pad, m, l, alpha, work);
       pair_probabilities(scores, nk_pad, g.Hp, p_pairs);
@@ -588,8 +668,8 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
   {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < batch * g.Hp; ++bh)
-      pack_query_row(g, d.bf16_products, q + bh / g.Hp * ldq, bh % g.Hp, ws.queries() + bh / g.Hp * query_floats,
-                     ws.thread_buffer(omp_get_thread_num()));
+      pack_query_row(g, d.bf16_products, g.halves(d.bf16_products), q + bh / g.Hp * ldq, bh % g.Hp,
+                     ws.queries() + bh / g.Hp * query_floats, ws.thread_buffer(omp_get_thread_num()));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const LatentAttentionWorkspace::State::Unit& unit = ws.units[size_t(u)];

@@ -91,26 +91,37 @@ inline Vec load_bf16(const bf16* p, Mask m = kAll) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// Lane i of the result is the sum of the 16 lanes of v[i]: a transpose-and-add in four levels,
-// each halving the lanes per input with one shuffle pair and one add (45 instructions for 16 sums,
-// against 16 separate horizontal reductions of ~8 each). The inputs are read in 4×4-transposed
-// order (4a + b as 4b + a) because the four levels deliver input 4a + b's sum in lane 4b + a.
-inline Vec sum_each(const Vec* v) {
-  constexpr int kOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-  Vec w[8], x[4], z[2];
-  unroll<8>([&](auto i) {  // 128-bit chunks [a0+a2, a1+a3, b0+b2, b1+b3]
-    const Vec a = v[kOrder[2 * i]], b = v[kOrder[2 * i + 1]];
-    w[i] = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)) + _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2));
-  });
-  unroll<4>([&](auto i) {  // chunk k: four partial sums of input 4i + k
+// Sixteen horizontal sums from 8 vectors of half sums: w[2b + c] holds 8 partial sums of output
+// b + 8c in its low 256 bits and 8 of output b + 4 + 8c in its high 256 bits (b < 4, c < 2). Lane
+// o of the result is output o's total. Three levels of one shuffle pair and one add each, halving
+// the partial sums per output (21 instructions).
+inline Vec sum_halves(const Vec* w) {
+  Vec x[4], z[2];
+  unroll<4>([&](auto i) {  // 128-bit chunk k of x[i]: four partial sums of output i + 4k
     const Vec c = w[2 * i], d = w[2 * i + 1];
     x[i] = _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0)) + _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1));
   });
-  unroll<2>([&](auto i) {  // within each chunk: two partial sums of each of two inputs
+  unroll<2>([&](auto i) {  // chunk k of z[i]: two partial sums of outputs 2i + 4k and 2i + 1 + 4k
     const Vec e = x[2 * i], f = x[2 * i + 1];
     z[i] = _mm512_shuffle_ps(e, f, _MM_SHUFFLE(1, 0, 1, 0)) + _mm512_shuffle_ps(e, f, _MM_SHUFFLE(3, 2, 3, 2));
   });
+  // chunk k: outputs 4k .. 4k + 3
   return _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)) + _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// Lane i of the result is the sum of the 16 lanes of v[i] (45 instructions for 16 sums, against
+// 16 separate horizontal reductions of ~8 each): one level of adds of 256-bit halves puts the
+// inputs in sum_halves' layout.
+inline Vec sum_each(const Vec* v) {
+  Vec w[8];
+  unroll<4>([&](auto b) {
+    unroll<2>([&](auto c) {  // [lo(b + 8c) + hi(b + 8c) | lo(b + 4 + 8c) + hi(b + 4 + 8c)]
+      const Vec a = v[b + 8 * c], d = v[b + 4 + 8 * c];
+      w[2 * b + c] =
+          _mm512_shuffle_f32x4(a, d, _MM_SHUFFLE(1, 0, 1, 0)) + _mm512_shuffle_f32x4(a, d, _MM_SHUFFLE(3, 2, 3, 2));
+    });
+  });
+  return sum_halves(w);
 }
 
 #else
@@ -179,7 +190,15 @@ inline Vec load_bf16(const bf16* p, Mask m = kAll) {
   return map([&](int i) { return (m >> i) & 1 ? to_f32(p[i]) : 0.0f; });
 }
 
-// Lane i of the result is the sum of the 16 lanes of v[i].
+inline Vec sum_halves(const Vec* w) {
+  return map([&](int o) {
+    const Vec& x = w[2 * (o % 4) + o / 8];
+    float total = 0.0f;
+    for (int i = 0; i < 8; ++i) total += x.v[8 * ((o / 4) % 2) + i];
+    return total;
+  });
+}
+
 inline Vec sum_each(const Vec* v) {
   return map([&](int i) { return sum(v[i]); });
 }
