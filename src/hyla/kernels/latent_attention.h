@@ -6,7 +6,7 @@
 //   score_h,s = scale · (q̃_h·c_s + q_pe,h·k_pe,s),   o_h = Σ_s softmax_s(score_h)·c_s  (R values)
 // The caller absorbs W_kvb into q̃_h = W_kb,hᵀ q_nope,h before and applies o_h ← W_vb,h o_h after.
 // Long caches are split into pieces computed in parallel and merged by their log-sum-exp.
-// See docs/kernels-attention.md ("Latent decode").
+// See docs/mla.md ("The latent decode kernel").
 #include <cstddef>
 #include <cstdint>
 #include <memory>
