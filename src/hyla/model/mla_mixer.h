@@ -29,7 +29,8 @@ class MlaMixer {
   // backward: the backward recomputes probabilities in f32 from the saved log-sum-exp, which must
   // come from the same f32 products (see docs/kernels-attention.md).
   void forward(const float* u, float* y, const ForwardContext& ctx);
-  // From dy [N, d] of the last saved forward: du [N, d] overwritten, parameter gradients added.
+  // From dy [N, d] of the last forward, which must have saved for backward (a later forward or
+  // forward_cached reuses the buffers): du [N, d] overwritten, parameter gradients added.
   void backward(const float* dy, float* du);
 
   // One sequence's latent cache, owned by the caller: `capacity` rows of cache_width() values
@@ -95,7 +96,8 @@ class MlaMixer {
   Precision saved_precision_ = Precision::F32;
   std::vector<int64_t> saved_starts_;
 
-  // Buffers, grown to the largest batch seen and reused. Rows × columns:
+  // Buffers, grown to the largest batch seen and reused. Rows × columns (N: the batch's rows; in a
+  // prefill k_, v_ and kv_ hold the visible cached rows instead):
   Tensor proj_;      // N × proj_width_ (the gate columns hold σ(W_g u))
   Tensor rope_;      // N × Dr: cos | sin of each row's angles
   Tensor q_a_;       // N × q_lora_rank (normalised)
