@@ -1,6 +1,31 @@
 #include "hyla/model/mla_mixer.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "hyla/kernels/activations.h"
+#include "hyla/kernels/matmul.h"
+#include "hyla/kernels/rope.h"
+
 namespace hyla {
+namespace {
+
+// A float buffer of at least n values, grown (never shrunk) and reused across calls.
+float* grow(Tensor& t, int64_t n) {
+  if (!t.defined() || t.numel() < n) t = Tensor::empty(DType::F32, {std::max<int64_t>(n, 1)});
+  return t.data<float>();
+}
+
+// Row loops touching fewer values than this run on one thread (a decode step's few rows).
+constexpr int64_t kParallelValues = 1 << 15;
+
+// The sequence of batch row r.
+int64_t sequence_of(const TokenBatch& tokens, int64_t r) {
+  return std::upper_bound(tokens.starts.begin(), tokens.starts.end(), r) - tokens.starts.begin() - 1;
+}
+
+}  // namespace
 
 MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config, LayerType type)
     : config_(config), type_(type) {
@@ -18,6 +43,381 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   kv_a_norm_ = RmsNorm(store, prefix + "kv_a_layernorm", m.kv_lora_rank, c, float(config.rms_norm_eps));
   kv_b_proj_ = Linear(store, prefix + "kv_b_proj", m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim), c);
   o_proj_ = Linear(store, prefix + "o_proj", H * m.v_head_dim, d, c, Init::NormalOutput);
+
+  const Linear* q_input = m.q_lora_rank ? &q_a_proj_ : &q_proj_;
+  input_proj_ = m.output_gate ? Linear::fuse({q_input, &kv_a_proj_, &g_proj_}) : Linear::fuse({q_input, &kv_a_proj_});
+  heads_ = H;
+  nope_dim_ = m.qk_nope_head_dim;
+  rope_dim_ = m.qk_rope_head_dim;
+  v_dim_ = m.v_head_dim;
+  kv_lora_rank_ = m.kv_lora_rank;
+  q_lora_rank_ = m.q_lora_rank;
+  qk_dim_ = qk;
+  kv_offset_ = q_input->out();
+  gate_offset_ = kv_offset_ + kv_lora_rank_ + rope_dim_;
+  proj_width_ = input_proj_.out();
+  window_ = type == LayerType::Swa ? m.sliding_window : 0;
+  scale_ = float(1.0 / std::sqrt(double(qk)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps shared by the training and the cached forward
+
+float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const int64_t* positions) {
+  float* proj = grow(proj_, rows * proj_width_);
+  input_proj_.forward(u, rows, proj, p);
+  if (g_proj_.defined()) {
+    const int64_t width = heads_ * v_dim_;
+#pragma omp parallel for schedule(static) if (rows * width > kParallelValues)
+    for (int64_t r = 0; r < rows; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
+  }
+  if (rope_dim_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, grow(rope_, rows * rope_dim_));
+  return proj;
+}
+
+// q in the attention layout [rows, H, Dn + Dr], q_pe rotated.
+float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save) {
+  const int64_t ldq = heads_ * qk_dim_;
+  float* q = grow(q_, rows * ldq);
+  const float* unrotated = q;
+  RopeLayout unrotated_layout{ldq, qk_dim_};
+  if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (nope parts only)
+#pragma omp parallel for schedule(static) if (rows * ldq > kParallelValues)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads_; ++h)
+        std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(nope_dim_) * sizeof(float));
+    unrotated = proj;
+    unrotated_layout = {proj_width_, qk_dim_};
+  } else {
+    float* q_a = grow(q_a_, rows * q_lora_rank_);
+    q_a_norm_.forward(proj, rows, q_a, save, proj_width_, q_lora_rank_);
+    q_b_proj_.forward(q_a, rows, q, p);
+  }
+  if (rope_dim_)
+    rope_forward(rope_.data<float>(), rows, heads_, rope_dim_, unrotated + nope_dim_, unrotated_layout, q + nope_dim_,
+                 {ldq, qk_dim_});
+  return q;
+}
+
+// c = RMSNorm(W_kva u)'s latent part, [rows, kv_lora_rank].
+float* MlaMixer::latents(const float* proj, int64_t rows, bool save) {
+  float* c = grow(c_, rows * kv_lora_rank_);
+  kv_a_norm_.forward(proj + kv_offset_, rows, c, save, proj_width_, kv_lora_rank_);
+  return c;
+}
+
+// The shared k_pe, rotated, [rows, Dr]; nullptr when Dr = 0.
+float* MlaMixer::rotated_key_pe(const float* proj, int64_t rows) {
+  if (!rope_dim_) return nullptr;
+  float* k_pe = grow(k_pe_, rows * rope_dim_);
+  rope_forward(rope_.data<float>(), rows, 1, rope_dim_, proj + kv_offset_ + kv_lora_rank_, {proj_width_, 0}, k_pe,
+               {rope_dim_, 0});
+  return k_pe;
+}
+
+// k [rows, H, Dn + Dr] = per head [k_nope | shared k_pe] and v [rows, H, Dv] from W_kvb c.
+void MlaMixer::up_project(const float* latent, int64_t ld_latent, const float* k_pe, int64_t ld_pe, int64_t rows,
+                          Precision p, float* k, float* v) {
+  const int64_t per_head = nope_dim_ + v_dim_, ldk = heads_ * qk_dim_, ldv = heads_ * v_dim_;
+  float* kv = grow(kv_, rows * heads_ * per_head);
+  kv_b_proj_.forward(latent, rows, kv, p, 0.0f, ld_latent);
+#pragma omp parallel for schedule(static) if (rows * ldk > kParallelValues)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads_; ++h) {
+      const float* src = kv + (r * heads_ + h) * per_head;
+      float* kh = k + r * ldk + h * qk_dim_;
+      std::memcpy(kh, src, size_t(nope_dim_) * sizeof(float));
+      if (rope_dim_) std::memcpy(kh + nope_dim_, k_pe + r * ld_pe, size_t(rope_dim_) * sizeof(float));
+      std::memcpy(v + r * ldv + h * v_dim_, src + nope_dim_, size_t(v_dim_) * sizeof(float));
+    }
+}
+
+// y = W_o (o ⊙ σ(g)) (or W_o o without the gate).
+void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision p, float* y) {
+  const float* attended = o;
+  if (g_proj_.defined()) {
+    const int64_t width = heads_ * v_dim_;
+    float* gated = grow(gated_, rows * width);
+#pragma omp parallel for schedule(static) if (rows * width > kParallelValues)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* gate = proj + r * proj_width_ + gate_offset_;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) gated[r * width + j] = o[r * width + j] * gate[j];
+    }
+    attended = gated;
+  }
+  o_proj_.forward(attended, rows, y, p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+void MlaMixer::forward(const float* u, float* y, const ForwardContext& ctx) {
+  const TokenBatch& tokens = ctx.tokens;
+  const int64_t N = tokens.rows;
+  const Precision p = ctx.precision;
+  const bool save = ctx.save_for_backward;
+  HYLA_CHECK(int64_t(tokens.positions.size()) == N, "MLA forward: {} positions for {} rows", tokens.positions.size(), N);
+  const float* proj = project_input(u, N, p, tokens.positions.data());
+  const float* q = queries(proj, N, p, save);
+  const float* c = latents(proj, N, save);
+  const float* k_pe = rotated_key_pe(proj, N);
+  float* k = grow(k_, N * heads_ * qk_dim_);
+  float* v = grow(v_, N * heads_ * v_dim_);
+  up_project(c, kv_lora_rank_, k_pe, rope_dim_, N, p, k, v);
+  float* o = grow(o_, N * heads_ * v_dim_);
+  float* lse = grow(lse_, N * heads_);
+  const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_, p == Precision::BF16 && !save};
+  attention_forward(dims, tokens.batch(), tokens.starts.data(), tokens.starts.data(), q, k, v, o, lse, attention_ws_);
+  output(proj, o, N, p, y);
+  saved_rows_ = save ? N : -1;
+  if (!save) return;
+  saved_u_ = u;
+  saved_precision_ = p;
+  saved_starts_.assign(tokens.starts.begin(), tokens.starts.end());
+}
+
+void MlaMixer::backward(const float* dy, float* du) {
+  HYLA_CHECK(saved_rows_ >= 0, "MLA backward: no saved forward (run forward with save_for_backward first)");
+  const int64_t N = saved_rows_, batch = int64_t(saved_starts_.size()) - 1;
+  const Precision p = saved_precision_;
+  const int64_t ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_, per_head = nope_dim_ + v_dim_;
+  const float* proj = proj_.data<float>();
+  const float* o = o_.data<float>();
+
+  // y = W_o (o ⊙ σ(g))
+  float* d_o = grow(d_o_, N * ldo);
+  o_proj_.backward_input(dy, N, d_o, p);
+  o_proj_.backward_weight(g_proj_.defined() ? gated_.data<float>() : o, dy, N, p);
+  float* dproj = grow(dproj_, N * proj_width_);
+  if (g_proj_.defined()) {
+#pragma omp parallel for schedule(static) if (N * ldo > kParallelValues)
+    for (int64_t r = 0; r < N; ++r) {
+      const float* gate = proj + r * proj_width_ + gate_offset_;
+      float* d_gate = dproj + r * proj_width_ + gate_offset_;
+      float* d_or = d_o + r * ldo;
+      const float* orow = o + r * ldo;
+#pragma omp simd
+      for (int64_t j = 0; j < ldo; ++j) {
+        d_gate[j] = d_or[j] * orow[j] * gate[j] * (1.0f - gate[j]);
+        d_or[j] *= gate[j];
+      }
+    }
+  }
+
+  // Attention
+  float* dq = grow(dq_, N * ldq);
+  float* dk = grow(dk_, N * ldq);
+  float* dv = grow(dv_, N * ldo);
+  const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_};
+  attention_backward(dims, batch, saved_starts_.data(), saved_starts_.data(), q_.data<float>(), k_.data<float>(),
+                     v_.data<float>(), o, lse_.data<float>(), d_o, dq, dk, dv, attention_ws_);
+
+  // Keys and values: per head back into W_kvb's row layout; the shared k_pe's gradient is the sum
+  // over heads, rotated back, in proj's k_pe columns.
+  float* dkv = grow(kv_, N * heads_ * per_head);
+  float* dk_pe = dproj + kv_offset_ + kv_lora_rank_;
+#pragma omp parallel for schedule(static) if (N * ldq > kParallelValues)
+  for (int64_t r = 0; r < N; ++r) {
+    float* sum = dk_pe + r * proj_width_;
+    std::fill(sum, sum + rope_dim_, 0.0f);
+    for (int64_t h = 0; h < heads_; ++h) {
+      const float* dkh = dk + r * ldq + h * qk_dim_;
+      float* dst = dkv + (r * heads_ + h) * per_head;
+      std::memcpy(dst, dkh, size_t(nope_dim_) * sizeof(float));
+      std::memcpy(dst + nope_dim_, dv + r * ldo + h * v_dim_, size_t(v_dim_) * sizeof(float));
+      for (int64_t i = 0; i < rope_dim_; ++i) sum[i] += dkh[nope_dim_ + i];
+    }
+  }
+  if (rope_dim_) rope_backward(rope_.data<float>(), N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
+  kv_b_proj_.backward_weight(c_.data<float>(), dkv, N, p);
+  float* dc = grow(dc_, N * kv_lora_rank_);
+  kv_b_proj_.backward_input(dkv, N, dc, p);
+  kv_a_norm_.backward(dc, dproj + kv_offset_, false, kv_lora_rank_, proj_width_);
+
+  // Queries
+  if (q_lora_rank_ == 0) {
+#pragma omp parallel for schedule(static) if (N * ldq > kParallelValues)
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t h = 0; h < heads_; ++h)
+        std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
+                    size_t(nope_dim_) * sizeof(float));
+    if (rope_dim_)
+      rope_backward(rope_.data<float>(), N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dproj + nope_dim_,
+                    {proj_width_, qk_dim_});
+  } else {
+    if (rope_dim_)
+      rope_backward(rope_.data<float>(), N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dq + nope_dim_,
+                    {ldq, qk_dim_});
+    q_b_proj_.backward_weight(q_a_.data<float>(), dq, N, p);
+    float* dq_a = grow(dq_a_, N * q_lora_rank_);
+    q_b_proj_.backward_input(dq, N, dq_a, p);
+    q_a_norm_.backward(dq_a, dproj, false, q_lora_rank_, proj_width_);
+  }
+
+  input_proj_.backward_weight(saved_u_, dproj, N, p);
+  input_proj_.backward_input(dproj, N, du, p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inference on a latent cache
+
+void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<CacheView> caches,
+                              DecodePath decode_path) {
+  const TokenBatch& tokens = ctx.tokens;
+  const int64_t N = tokens.rows, batch = tokens.batch();
+  HYLA_CHECK(int64_t(caches.size()) == batch, "MLA forward_cached: {} caches for {} sequences", caches.size(), batch);
+  HYLA_CHECK(int64_t(tokens.positions.size()) == N, "MLA forward_cached: {} positions for {} rows",
+             tokens.positions.size(), N);
+  for (int64_t b = 0; b < batch; ++b) {
+    const CacheView& c = caches[size_t(b)];
+    HYLA_CHECK((c.latent_bf16 != nullptr) != (c.latent_f32 != nullptr),
+               "MLA forward_cached: cache {} needs exactly one of latent_bf16 and latent_f32", b);
+    HYLA_CHECK((c.latent_bf16 != nullptr) == (caches[0].latent_bf16 != nullptr),
+               "MLA forward_cached: cache {} has another dtype than cache 0", b);
+    const int64_t n = tokens.length(b);
+    HYLA_CHECK(c.length >= 0 && c.length + n <= c.capacity,
+               "MLA forward_cached: cache {} holds {} of {} tokens; {} more do not fit", b, c.length, c.capacity, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t position = tokens.positions[size_t(tokens.starts[size_t(b)] + i)];
+      HYLA_CHECK(position == c.length + i, "MLA forward_cached: token {} of sequence {} has position {}, expected {}",
+                 i, b, position, c.length + i);
+    }
+  }
+  saved_rows_ = -1;  // the buffers below are the ones a saved forward left for backward
+  const Precision p = ctx.precision;
+  const float* proj = project_input(u, N, p, tokens.positions.data());
+  const float* q = queries(proj, N, p, false);
+  const float* c = latents(proj, N, false);
+  const float* k_pe = rotated_key_pe(proj, N);
+  append_to_caches(tokens, c, k_pe, caches);
+
+  prefill_.clear();
+  decode_.clear();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = tokens.length(b);
+    if (n == 1 && decode_path == DecodePath::Absorbed) decode_.push_back(b);
+    else if (n > 0) prefill_.push_back(b);
+  }
+  float* o = grow(o_, N * heads_ * v_dim_);
+  if (!prefill_.empty()) prefill_attention(tokens, caches, prefill_, q, p, o);
+  if (!decode_.empty()) decode_attention(tokens, caches, decode_, q, p, o);
+  for (int64_t b = 0; b < batch; ++b) caches[size_t(b)].length += tokens.length(b);
+  output(proj, o, N, p, y);
+}
+
+// Rows [length, length + new) of each cache = [c | k_pe] of the sequence's new tokens.
+void MlaMixer::append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe,
+                                std::span<CacheView> caches) {
+  const int64_t N = tokens.rows, width = cache_width();
+#pragma omp parallel for schedule(static) if (N * width > kParallelValues)
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t b = sequence_of(tokens, r);
+    const CacheView& cache = caches[size_t(b)];
+    const int64_t row = cache.length + r - tokens.starts[size_t(b)];
+    if (cache.latent_bf16) {
+      bf16* dst = cache.latent_bf16 + row * width;
+      convert(c + r * kv_lora_rank_, dst, size_t(kv_lora_rank_));
+      if (rope_dim_) convert(k_pe + r * rope_dim_, dst + kv_lora_rank_, size_t(rope_dim_));
+    } else {
+      float* dst = cache.latent_f32 + row * width;
+      std::memcpy(dst, c + r * kv_lora_rank_, size_t(kv_lora_rank_) * sizeof(float));
+      if (rope_dim_) std::memcpy(dst + kv_lora_rank_, k_pe + r * rope_dim_, size_t(rope_dim_) * sizeof(float));
+    }
+  }
+}
+
+// Chunks of several tokens: up-project each sequence's visible cached latents (its new tokens
+// included, as the cache holds them) to per-head keys and values, then run the blocked attention
+// kernel with q_len < kv_len. A query at position t sees rows max(0, t − window + 1) .. t, so a
+// sliding-window layer up-projects only the rows its first new token can see.
+void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+                                 const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
+  const int64_t width = cache_width(), ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_;
+  q_starts_.assign(1, 0);
+  k_starts_.assign(1, 0);
+  first_key_.clear();
+  for (int64_t b : sequences) {
+    const CacheView& cache = caches[size_t(b)];
+    const int64_t n = tokens.length(b), first = window_ ? std::max<int64_t>(0, cache.length - window_ + 1) : 0;
+    first_key_.push_back(first);
+    q_starts_.push_back(q_starts_.back() + n);
+    k_starts_.push_back(k_starts_.back() + cache.length + n - first);
+  }
+  const int64_t count = int64_t(sequences.size()), queries = q_starts_.back(), keys = k_starts_.back();
+
+  float* latent = grow(latent_, keys * width);
+#pragma omp parallel for schedule(static) if (keys * width > kParallelValues)
+  for (int64_t j = 0; j < keys; ++j) {
+    const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
+    const CacheView& cache = caches[size_t(sequences[size_t(s)])];
+    const int64_t row = first_key_[size_t(s)] + j - k_starts_[size_t(s)];
+    if (cache.latent_bf16) convert(cache.latent_bf16 + row * width, latent + j * width, size_t(width));
+    else std::memcpy(latent + j * width, cache.latent_f32 + row * width, size_t(width) * sizeof(float));
+  }
+  float* k = grow(k_, keys * ldq);
+  float* v = grow(v_, keys * ldo);
+  up_project(latent, width, latent + kv_lora_rank_, width, keys, p, k, v);
+
+  // The sequences' query rows, packed in their order (the kernel takes contiguous sequences).
+  float* q_rows = grow(q_rows_, queries * ldq);
+  float* o_rows = grow(o_rows_, queries * ldo);
+  for (int64_t s = 0; s < count; ++s) {
+    const int64_t from = tokens.starts[size_t(sequences[size_t(s)])];
+    std::memcpy(q_rows + q_starts_[size_t(s)] * ldq, q + from * ldq,
+                size_t((q_starts_[size_t(s) + 1] - q_starts_[size_t(s)]) * ldq) * sizeof(float));
+  }
+  const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_, p == Precision::BF16};
+  attention_forward(dims, count, q_starts_.data(), k_starts_.data(), q_rows, k, v, o_rows,
+                    grow(lse_, queries * heads_), attention_ws_);
+  for (int64_t s = 0; s < count; ++s) {
+    const int64_t to = tokens.starts[size_t(sequences[size_t(s)])];
+    std::memcpy(o + to * ldo, o_rows + q_starts_[size_t(s)] * ldo,
+                size_t((q_starts_[size_t(s) + 1] - q_starts_[size_t(s)]) * ldo) * sizeof(float));
+  }
+}
+
+// Single tokens, absorbed (SPEC §4): q̃_h = W_kb,hᵀ q_nope,h, attention over the latent cache rows
+// [c | k_pe] with the query [q̃_h | q_pe,h], then o_h = W_vb,h o_latent,h. W_kb,h and W_vb,h are
+// head h's key and value rows of kv_b_proj ([Dn, R] and [Dv, R]), so each product is one batched
+// GEMM over heads whose rows are the decoding sequences. They use the f32 weights: the absorbed
+// query multiplies every cached row, so it is kept exact. Under Precision::BF16 on a bf16 cache
+// the attention itself runs on bf16 products (LatentAttentionDims::bf16_products).
+void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+                                const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
+  const int64_t count = int64_t(sequences.size()), R = kv_lora_rank_, width = cache_width();
+  const int64_t ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_, head_rows = (nope_dim_ + v_dim_) * R;
+  float* q_rows = grow(q_rows_, count * ldq);
+  for (int64_t s = 0; s < count; ++s)
+    std::memcpy(q_rows + s * ldq, q + tokens.starts[size_t(sequences[size_t(s)])] * ldq, size_t(ldq) * sizeof(float));
+
+  float* q_absorbed = grow(q_absorbed_, count * heads_ * width);
+  const float* w_kvb = kv_b_proj_.w();
+  if (nope_dim_)
+    gemm_batched(heads_, Trans::N, Trans::N, count, R, nope_dim_, 1.0f, q_rows, ldq, qk_dim_, w_kvb, R, head_rows,
+                 0.0f, q_absorbed, heads_ * width, width);
+  for (int64_t s = 0; s < count; ++s)
+    for (int64_t h = 0; h < heads_; ++h) {
+      float* dst = q_absorbed + (s * heads_ + h) * width;
+      if (!nope_dim_) std::fill(dst, dst + R, 0.0f);
+      std::memcpy(dst + R, q_rows + s * ldq + h * qk_dim_ + nope_dim_, size_t(rope_dim_) * sizeof(float));
+    }
+
+  decode_caches_.clear();
+  for (int64_t b : sequences) {
+    const CacheView& cache = caches[size_t(b)];
+    decode_caches_.push_back({cache.latent_bf16, cache.latent_f32, cache.length + 1});
+  }
+  float* o_latent = grow(o_latent_, count * heads_ * R);
+  const bool bf16_products = p == Precision::BF16 && caches[0].latent_bf16 && R % 32 == 0;
+  const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_, bf16_products};
+  latent_attention_decode(dims, count, decode_caches_.data(), q_absorbed, o_latent, latent_ws_);
+
+  float* o_rows = grow(o_rows_, count * ldo);
+  gemm_batched(heads_, Trans::N, Trans::T, count, v_dim_, R, 1.0f, o_latent, heads_ * R, R, w_kvb + nope_dim_ * R, R,
+               head_rows, 0.0f, o_rows, ldo, v_dim_);
+  for (int64_t s = 0; s < count; ++s)
+    std::memcpy(o + tokens.starts[size_t(sequences[size_t(s)])] * ldo, o_rows + s * ldo, size_t(ldo) * sizeof(float));
 }
 
 }  // namespace hyla

@@ -1,7 +1,18 @@
 #pragma once
 // Gated latent attention mixer (SPEC §4): full causal ("mla") or sliding-window ("swa").
+//
+// Training: forward over a packed batch (saving what backward needs) and backward. Inference:
+// forward_cached on a latent cache per sequence, which holds per token only the normalised latent
+// c and the rotated k_pe. A chunk of several new tokens (prefill) up-projects the cached latents to
+// per-head keys and values and runs the blocked attention kernel; a single new token (decode) uses
+// the absorbed form, which reads only the latent cache (kernels/latent_attention.h).
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "hyla/kernels/attention.h"
+#include "hyla/kernels/latent_attention.h"
 #include "hyla/model/layers.h"
 
 namespace hyla {
@@ -10,12 +21,101 @@ class MlaMixer {
  public:
   MlaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config, LayerType type);
 
+  // Training / full-sequence forward: u [N, d] (the RMSNorm'd sublayer input; it must stay valid
+  // until backward when saving) → y [N, d]. Causal within each packed sequence
+  // (ctx.tokens.starts); "swa" layers see the last mla.sliding_window positions (the current one
+  // included). RoPE (qk_rope_head_dim > 0) uses ctx.tokens.positions. Under Precision::BF16 the
+  // projections run on bf16 inputs; the attention products do too, except when saving for
+  // backward: the backward recomputes probabilities in f32 from the saved log-sum-exp, which must
+  // come from the same f32 products (see docs/kernels-attention.md).
+  void forward(const float* u, float* y, const ForwardContext& ctx);
+  // From dy [N, d] of the last forward, which must have saved for backward (a later forward or
+  // forward_cached reuses the buffers): du [N, d] overwritten, parameter gradients added.
+  void backward(const float* dy, float* du);
+
+  // One sequence's latent cache, owned by the caller: `capacity` rows of cache_width() values
+  // (bf16, the default, or f32: exactly one pointer set), the first `length` of them filled.
+  struct CacheView {
+    bf16* latent_bf16 = nullptr;
+    float* latent_f32 = nullptr;
+    int64_t length = 0;
+    int64_t capacity = 0;
+  };
+  // Values per cached token: kv_lora_rank (the normalised latent c), then qk_rope_head_dim (k_pe,
+  // already rotated).
+  int64_t cache_width() const { return kv_lora_rank_ + rope_dim_; }
+
+  // How a sequence with a single new token attends. Absorbed (the default) reads only the latent
+  // cache; UpProjected treats it as a one-token prefill (up-project every visible cached latent,
+  // then attend), the reference the absorbed form is measured and tested against.
+  enum class DecodePath : uint8_t { Absorbed, UpProjected };
+
+  // Inference: caches[b] belongs to sequence b of ctx.tokens, whose new tokens have positions
+  // caches[b].length + i. Writes their rows [length, length + new) of the cache, bumps length and
+  // writes y for the new tokens. Every cache of a call has the same dtype. "swa" layers attend to
+  // the last sliding_window positions only, although the cache keeps every token (the caller owns
+  // its memory and may recycle rows older than the window). Under Precision::BF16 the projections,
+  // the prefill attention and (on a bf16 cache) the decode attention use bf16 products. Invalidates
+  // the state a training forward saved for backward.
+  void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<CacheView> caches,
+                      DecodePath decode_path = DecodePath::Absorbed);
+
  private:
+  // Steps shared by forward and forward_cached; each returns a layer-owned buffer.
+  float* project_input(const float* u, int64_t rows, Precision p, const int64_t* positions);
+  float* queries(const float* proj, int64_t rows, Precision p, bool save);
+  float* latents(const float* proj, int64_t rows, bool save);
+  float* rotated_key_pe(const float* proj, int64_t rows);
+  void up_project(const float* latent, int64_t ld_latent, const float* k_pe, int64_t ld_pe, int64_t rows,
+                  Precision p, float* k, float* v);
+  void output(const float* proj, const float* o, int64_t rows, Precision p, float* y);
+  // forward_cached's pieces: which rows of the batch each takes is in `sequences`.
+  void append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe, std::span<CacheView> caches);
+  void prefill_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+                         const std::vector<int64_t>& sequences, const float* q, Precision p, float* o);
+  void decode_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+                        const std::vector<int64_t>& sequences, const float* q, Precision p, float* o);
+
   const ModelConfig& config_;
   LayerType type_;
   // Registered in this order so that the projections of u, [q (or q_a) | kv_a | g], are one matrix.
   Linear q_proj_, q_a_proj_, kv_a_proj_, g_proj_, q_b_proj_, kv_b_proj_, o_proj_;
   RmsNorm q_a_norm_, kv_a_norm_;
+  Linear input_proj_;  // the fused [q (or q_a) | kv_a | g]
+
+  int64_t heads_, nope_dim_, rope_dim_, v_dim_, kv_lora_rank_, q_lora_rank_;
+  int64_t qk_dim_;      // nope_dim_ + rope_dim_
+  int64_t proj_width_;  // columns of input_proj_: [q or q_a | c | k_pe | g]
+  int64_t kv_offset_, gate_offset_;
+  int64_t window_;
+  float scale_;  // (Dn + Dr)^-1/2
+
+  // What backward needs from the last saving forward (saved_rows_ < 0: nothing saved).
+  const float* saved_u_ = nullptr;
+  int64_t saved_rows_ = -1;
+  Precision saved_precision_ = Precision::F32;
+  std::vector<int64_t> saved_starts_;
+
+  // Buffers, grown to the largest batch seen and reused. Rows × columns (N: the batch's rows; in a
+  // prefill k_, v_ and kv_ hold the visible cached rows instead):
+  Tensor proj_;      // N × proj_width_ (the gate columns hold σ(W_g u))
+  Tensor rope_;      // N × Dr: cos | sin of each row's angles
+  Tensor q_a_;       // N × q_lora_rank (normalised)
+  Tensor q_, k_;     // N × H·(Dn + Dr), attention layout
+  Tensor v_;         // N × H·Dv
+  Tensor c_;         // N × kv_lora_rank (normalised)
+  Tensor k_pe_;      // N × Dr (rotated)
+  Tensor kv_;        // N × H·(Dn + Dv): W_kvb c; in backward its gradient
+  Tensor o_, gated_; // N × H·Dv: attention output, and o ⊙ σ(g)
+  Tensor lse_;       // N × H
+  Tensor d_o_, dq_, dk_, dv_, dc_, dproj_, dq_a_;
+  Tensor latent_;              // prefill: visible cached rows as f32
+  Tensor q_rows_, o_rows_;     // prefill or decode: the rows of the sequences taking that path
+  Tensor q_absorbed_, o_latent_;
+  std::vector<int64_t> q_starts_, k_starts_, first_key_, prefill_, decode_;
+  std::vector<LatentCacheRows> decode_caches_;
+  AttentionWorkspace attention_ws_;
+  LatentAttentionWorkspace latent_ws_;
 };
 
 }  // namespace hyla

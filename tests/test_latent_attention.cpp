@@ -1,0 +1,213 @@
+// Latent-cache decode attention (kernels/latent_attention.h) against a double-precision reference,
+// and the vector helpers it is built on.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "hyla/core/error.h"
+#include "hyla/kernels/latent_attention.h"
+#include "hyla/kernels/vec.h"
+
+namespace hyla {
+namespace {
+
+TEST(VecSumEach, LaneIHoldsTheSumOfInputI) {
+  vec::Vec v[16];
+  float expected[16];
+  for (int i = 0; i < 16; ++i) {
+    float lanes[16];
+    expected[i] = 0.0f;
+    for (int j = 0; j < 16; ++j) expected[i] += lanes[j] = float(100 * i + j);
+    v[i] = vec::load(lanes);
+  }
+  float out[16];
+  vec::store(out, vec::sum_each(v));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], expected[i]) << i;
+}
+
+TEST(VecSumHalves, LaneOHoldsTheTotalOfOutputO) {
+  // w[2b + c]: low half 8 partial sums of output b + 8c, high half of output b + 4 + 8c.
+  vec::Vec w[8];
+  float expected[16] = {};
+  for (int b = 0; b < 4; ++b)
+    for (int c = 0; c < 2; ++c) {
+      float lanes[16];
+      for (int i = 0; i < 16; ++i) {
+        const int output = b + 8 * c + (i < 8 ? 0 : 4);
+        expected[output] += lanes[i] = float(1000 * output + i);
+      }
+      w[2 * b + c] = vec::load(lanes);
+    }
+  float out[16];
+  vec::store(out, vec::sum_halves(w));
+  for (int o = 0; o < 16; ++o) EXPECT_EQ(out[o], expected[o]) << o;
+}
+
+TEST(VecLoadBf16, WidensExactlyAndZeroesMaskedLanes) {
+  bf16 x[16];
+  for (int i = 0; i < 16; ++i) x[i] = to_bf16(float(i) * 0.37f - 2.0f);
+  float out[16];
+  vec::store(out, vec::load_bf16(x, vec::lane_range(0, 11)));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], i < 11 ? to_f32(x[i]) : 0.0f) << i;
+}
+
+struct Case {
+  int64_t heads, latent, rope, window;
+  std::vector<int64_t> lengths;
+};
+
+struct Caches {
+  std::vector<std::vector<float>> f32;
+  std::vector<std::vector<bf16>> bf;
+};
+
+// o[b, h] = Σ_s softmax(scale · q_h · row_s) · row_s[:R] over the visible rows, in double.
+std::vector<double> reference(const Case& c, const std::vector<std::vector<float>>& rows, const std::vector<float>& q,
+                              float scale) {
+  const int64_t K = c.latent + c.rope, B = int64_t(c.lengths.size());
+  std::vector<double> o(size_t(B * c.heads * c.latent), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t L = c.lengths[size_t(b)], first = c.window ? std::max<int64_t>(0, L - c.window) : 0;
+    for (int64_t h = 0; h < c.heads; ++h) {
+      const float* qh = q.data() + (b * c.heads + h) * K;
+      std::vector<double> score(size_t(L), -INFINITY);
+      double mx = -INFINITY;
+      for (int64_t s = first; s < L; ++s) {
+        double dot = 0;
+        for (int64_t k = 0; k < K; ++k) dot += double(qh[k]) * rows[size_t(b)][size_t(s * K + k)];
+        mx = std::max(mx, score[size_t(s)] = scale * dot);
+      }
+      double sum = 0;
+      for (int64_t s = first; s < L; ++s) sum += score[size_t(s)] = std::exp(score[size_t(s)] - mx);
+      for (int64_t s = first; s < L; ++s)
+        for (int64_t r = 0; r < c.latent; ++r)
+          o[size_t((b * c.heads + h) * c.latent + r)] += score[size_t(s)] / sum * rows[size_t(b)][size_t(s * K + r)];
+    }
+  }
+  return o;
+}
+
+// Runs one case with f32 and bf16 rows (and bf16 products where the latent width allows); the bf16
+// runs are compared with the reference on the same (rounded) rows. f32 arithmetic must agree to
+// f32 rounding. bf16 products round the query and the probabilities to bf16 (2^-9 relative):
+// scores move by ~2^-9 of their size, and the output by a few times 2^-9 of its scale. Bound: 1e-2.
+void check(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int64_t K = c.latent + c.rope, B = int64_t(c.lengths.size());
+  const float scale = 1.0f / std::sqrt(float(c.latent));
+  Caches caches;
+  std::vector<std::vector<float>> widened;
+  for (int64_t L : c.lengths) {
+    std::vector<float> rows(size_t(L * K));
+    for (float& x : rows) x = normal(rng);
+    std::vector<bf16> rows16(rows.size());
+    std::vector<float> back(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) back[i] = to_f32(rows16[i] = to_bf16(rows[i]));
+    caches.f32.push_back(std::move(rows));
+    caches.bf.push_back(std::move(rows16));
+    widened.push_back(std::move(back));
+  }
+  std::vector<float> q(size_t(B * c.heads * K));
+  for (float& x : q) x = 1.5f * normal(rng);  // sharp enough that the softmax is far from uniform
+  LatentAttentionWorkspace ws;
+  const LatentAttentionDims dims{c.heads, c.latent, c.rope, c.window, scale};
+  for (int run = 0; run < 3; ++run) {
+    const bool bf16_rows = run > 0, bf16_products = run == 2;
+    if (bf16_products && c.latent % 32 != 0) continue;
+    std::vector<LatentCacheRows> views;
+    for (int64_t b = 0; b < B; ++b) {
+      LatentCacheRows v;
+      if (bf16_rows) v.rows_bf16 = caches.bf[size_t(b)].data();
+      else v.rows_f32 = caches.f32[size_t(b)].data();
+      v.length = c.lengths[size_t(b)];
+      views.push_back(v);
+    }
+    std::vector<float> o(size_t(B * c.heads * c.latent), NAN);
+    LatentAttentionDims run_dims = dims;
+    run_dims.bf16_products = bf16_products;
+    latent_attention_decode(run_dims, B, views.data(), q.data(), o.data(), ws);
+    const auto ref = reference(c, bf16_rows ? widened : caches.f32, q, scale);
+    double worst = 0, magnitude = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      worst = std::max(worst, std::abs(o[i] - ref[i]));
+      magnitude = std::max(magnitude, std::abs(ref[i]));
+    }
+    EXPECT_LE(worst, (bf16_products ? 1e-2 : 2e-6) * std::max(magnitude, 1.0))
+        << "heads " << c.heads << " latent " << c.latent << " rope " << c.rope << " window " << c.window
+        << (bf16_products ? " bf16 products" : bf16_rows ? " bf16 rows" : " f32");
+  }
+}
+
+TEST(LatentAttention, MatchesDoubleReference) {
+  const std::vector<Case> cases = {
+      {8, 128, 0, 0, {1, 5, 64, 65, 300}},       // the small config's shape, lengths around a tile
+      {2, 32, 8, 0, {3, 17, 200}},                // nano: 2 heads (8 rows per score block)
+      {3, 40, 8, 0, {129, 2}},                    // heads padded to 4; rows not whole vectors
+      {1, 16, 0, 0, {7, 1000}},                   // one head (padded to 2)
+      {12, 48, 16, 0, {70, 3}},                   // more heads than a score block: 16 padded heads
+      {24, 32, 0, 0, {33}},                       // padded heads an odd multiple of 8
+      {8, 128, 8, 5, {1, 4, 5, 6, 200}},          // sliding window
+      {4, 64, 0, 1, {10, 1}},                     // window of one row
+      {8, 64, 0, 0, {5000}},                      // several units merged
+      {5, 96, 8, 0, {63, 64, 1}},                 // odd row counts in a tile (bf16 products pair rows)
+      {16, 32, 0, 3, {40}},                       // bf16 products, 16 heads in two value blocks
+      {8, 32, 24, 0, {70, 5}},                    // row of 28 pair words: a partial step of 8
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) check(c, seed++);
+}
+
+TEST(LatentAttention, EmptyCacheGivesZero) {
+  std::vector<float> rows(64, 1.0f), q(2 * 2 * 32, 1.0f), o(2 * 2 * 32, NAN);
+  const LatentCacheRows caches[2] = {{nullptr, rows.data(), 0}, {nullptr, rows.data(), 2}};
+  LatentAttentionWorkspace ws;
+  latent_attention_decode({2, 32, 0, 0, 0.1f}, 2, caches, q.data(), o.data(), ws);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(o[size_t(i)], 0.0f);
+  for (int i = 64; i < 128; ++i) EXPECT_FLOAT_EQ(o[size_t(i)], 1.0f);
+}
+
+TEST(LatentAttention, ThreadCountDoesNotChangeResults) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int64_t H = 8, R = 64, L = 3000;
+  std::vector<float> rows(size_t(L * R)), q(size_t(H * R));
+  for (float& x : rows) x = normal(rng);
+  for (float& x : q) x = normal(rng);
+  const LatentCacheRows cache{nullptr, rows.data(), L};
+  LatentAttentionWorkspace ws;
+  std::vector<float> one(size_t(H * R)), two(size_t(H * R));
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  latent_attention_decode({H, R, 0, 0, 0.125f}, 1, &cache, q.data(), one.data(), ws);
+  omp_set_num_threads(std::max(saved, 2));
+  latent_attention_decode({H, R, 0, 0, 0.125f}, 1, &cache, q.data(), two.data(), ws);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one, two);
+}
+
+TEST(LatentAttention, WorkspaceStopsGrowing) {
+  std::vector<float> rows(size_t(500 * 40), 0.5f), q(size_t(3 * 40), 0.1f), o(size_t(3 * 32));
+  const LatentCacheRows cache{nullptr, rows.data(), 500};
+  LatentAttentionWorkspace ws;
+  latent_attention_decode({3, 32, 8, 0, 0.2f}, 1, &cache, q.data(), o.data(), ws);
+  const size_t bytes = ws.bytes();
+  latent_attention_decode({3, 32, 8, 0, 0.2f}, 1, &cache, q.data(), o.data(), ws);
+  EXPECT_EQ(ws.bytes(), bytes);
+}
+
+TEST(LatentAttention, RejectsMixedDtypesAndBf16ProductsOnF32Rows) {
+  std::vector<float> rows(32, 0.0f), q(64, 0.0f), o(64);
+  std::vector<bf16> rows16(32);
+  const LatentCacheRows caches[2] = {{nullptr, rows.data(), 1}, {rows16.data(), nullptr, 1}};
+  LatentAttentionWorkspace ws;
+  EXPECT_THROW(latent_attention_decode({1, 32, 0, 0, 1.0f}, 2, caches, q.data(), o.data(), ws), Error);
+  EXPECT_THROW(latent_attention_decode({1, 32, 0, 0, 1.0f, true}, 1, caches, q.data(), o.data(), ws), Error);
+}
+
+}  // namespace
+}  // namespace hyla
