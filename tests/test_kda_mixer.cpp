@@ -9,89 +9,13 @@
 
 #include "hyla/model/kda_mixer.h"
 #include "model_test_util.h"
+#include "spec_reference.h"
 
 namespace hyla {
 namespace {
 
 using Doubles = std::vector<double>;
-using ParamValues = std::map<std::string, Doubles>;
-
-double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-// y = SPEC §3's KDA mixer of u [N, d], in double precision, for sequences `starts`.
-Doubles reference(const ModelConfig& c, const std::string& p, ParamValues& w, const std::vector<int64_t>& starts,
-                  const Doubles& u) {
-  const int64_t d = c.hidden_size, H = c.kda.num_heads, K = c.kda.head_dim, HK = H * K, kernel = c.kda.conv_kernel;
-  const int64_t N = starts.back();
-  auto linear = [&](const std::string& name, const Doubles& x, int64_t in, int64_t out) {
-    const Doubles& W = w[p + name + ".weight"];
-    Doubles y(size_t(N * out), 0.0);
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < in; ++i) y[size_t(r * out + o)] += W[size_t(o * in + i)] * x[size_t(r * in + i)];
-    return y;
-  };
-  auto conv_silu = [&](const std::string& name, const Doubles& x) {
-    const Doubles& W = w[p + name];
-    Doubles y(x.size(), 0.0);
-    for (size_t b = 0; b + 1 < starts.size(); ++b)
-      for (int64_t t = starts[b]; t < starts[b + 1]; ++t)
-        for (int64_t ch = 0; ch < HK; ++ch) {
-          double s = 0;
-          for (int64_t j = 0; j < kernel; ++j) {
-            const int64_t src = t - kernel + 1 + j;
-            if (src >= starts[b]) s += W[size_t(ch * kernel + j)] * x[size_t(src * HK + ch)];
-          }
-          y[size_t(t * HK + ch)] = s * sigmoid_d(s);
-        }
-    return y;
-  };
-  Doubles q = conv_silu("q_conv1d.weight", linear("q_proj", u, d, HK));
-  Doubles k = conv_silu("k_conv1d.weight", linear("k_proj", u, d, HK));
-  const Doubles v = conv_silu("v_conv1d.weight", linear("v_proj", u, d, HK));
-  const Doubles f = linear("f_proj", u, d, HK), gl = linear("g_proj", u, d, HK), bl = linear("b_proj", u, d, H);
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t h = 0; h < H; ++h)
-      for (Doubles* x : {&q, &k}) {
-        double s = 0;
-        for (int64_t j = 0; j < K; ++j) s += std::pow((*x)[size_t(r * HK + h * K + j)], 2);
-        const double scale = 1.0 / std::sqrt(s + 1e-6) * (x == &q ? 1.0 / std::sqrt(double(K)) : 1.0);
-        for (int64_t j = 0; j < K; ++j) (*x)[size_t(r * HK + h * K + j)] *= scale;
-      }
-  Doubles o(size_t(N * HK), 0.0), S(size_t(K * K));
-  for (size_t b = 0; b + 1 < starts.size(); ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      std::fill(S.begin(), S.end(), 0.0);
-      for (int64_t t = starts[b]; t < starts[b + 1]; ++t) {
-        const double a = std::exp(w[p + "A_log"][size_t(h)]), beta = sigmoid_d(bl[size_t(t * H + h)]);
-        for (int64_t i = 0; i < K; ++i) {
-          const double z = f[size_t(t * HK + h * K + i)] + w[p + "dt_bias"][size_t(h * K + i)];
-          const double g = c.kda.gate == KdaGate::LowerBound ? c.kda.gate_lower_bound * sigmoid_d(a * z)
-                                                             : -a * std::log1p(std::exp(z));
-          for (int64_t j = 0; j < K; ++j) S[size_t(i * K + j)] *= std::exp(g);
-        }
-        const double* kt = &k[size_t(t * HK + h * K)];
-        for (int64_t j = 0; j < K; ++j) {
-          double e = v[size_t(t * HK + h * K + j)];
-          for (int64_t i = 0; i < K; ++i) e -= S[size_t(i * K + j)] * kt[i];
-          for (int64_t i = 0; i < K; ++i) S[size_t(i * K + j)] += beta * kt[i] * e;
-        }
-        for (int64_t j = 0; j < K; ++j)
-          for (int64_t i = 0; i < K; ++i) o[size_t(t * HK + h * K + j)] += S[size_t(i * K + j)] * q[size_t(t * HK + h * K + i)];
-      }
-    }
-  Doubles gated(o.size());
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t h = 0; h < H; ++h) {
-      double ms = 0;
-      for (int64_t j = 0; j < K; ++j) ms += std::pow(o[size_t(r * HK + h * K + j)], 2) / double(K);
-      for (int64_t j = 0; j < K; ++j) {
-        const size_t x = size_t(r * HK + h * K + j);
-        gated[x] = o[x] / std::sqrt(ms + c.rms_norm_eps) * w[p + "o_norm.weight"][size_t(j)] * sigmoid_d(gl[x]);
-      }
-    }
-  return linear("o_proj", gated, HK, d);
-}
+using test::ParamValues;
 
 struct MixerSetup {
   ModelConfig config;
@@ -131,11 +55,11 @@ void check_gate(KdaGate gate) {
   s.mixer->forward(u.data(), y.data(), {tokens, Precision::F32, true});
   ParamValues w = s.values();
   const Doubles ud(u.begin(), u.end());
-  EXPECT_LT(max_relative(y, reference(s.config, s.prefix, w, tokens.starts, ud)), 1e-4);
+  EXPECT_LT(max_relative(y, test::reference_kda(s.config, {&w, s.prefix}, tokens.starts, ud)), 1e-4);
   s.mixer->backward(R.data(), du.data());
 
   auto loss = [&](ParamValues& weights, const Doubles& input) {
-    const Doubles out = reference(s.config, s.prefix, weights, tokens.starts, input);
+    const Doubles out = test::reference_kda(s.config, {&weights, s.prefix}, tokens.starts, input);
     double l = 0;
     for (size_t i = 0; i < out.size(); ++i) l += out[i] * R[i];
     return l;

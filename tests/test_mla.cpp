@@ -17,6 +17,7 @@
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/mla_mixer.h"
+#include "spec_reference.h"
 #include "test_util.h"
 
 namespace hyla {
@@ -74,95 +75,12 @@ struct Layer {
 };
 
 // Parameters as doubles, by name without the layer prefix ("kv_b_proj.weight").
-using Weights = std::map<std::string, std::vector<double>>;
+using Weights = test::ParamValues;
 
 Weights weights_of(const ParamStore& store) {
   Weights w;
   for (const auto& p : store.params()) w[p->name.substr(std::strlen(kPrefix))].assign(p->v(), p->v() + p->numel());
   return w;
-}
-
-std::vector<double> matvec(const std::vector<double>& W, int64_t out, int64_t in, const double* x) {
-  std::vector<double> y(size_t(out), 0.0);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) y[size_t(o)] += W[size_t(o * in + i)] * x[i];
-  return y;
-}
-
-std::vector<double> rmsnorm(std::vector<double> x, const std::vector<double>& w, double eps) {
-  double ms = 0;
-  for (double e : x) ms += e * e / double(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] / std::sqrt(ms + eps) * w[i];
-  return x;
-}
-
-// SPEC §4, loop by loop, in double.
-std::vector<double> reference_forward(const ModelConfig& cfg, LayerType type, const Weights& w,
-                                      const std::vector<double>& u, const TokenBatch& tokens) {
-  const MlaConfig& m = cfg.mla;
-  const int64_t d = cfg.hidden_size, H = m.num_heads, Dn = m.qk_nope_head_dim, Dr = m.qk_rope_head_dim;
-  const int64_t Dv = m.v_head_dim, R = m.kv_lora_rank, Q = m.q_lora_rank, qk = Dn + Dr, N = tokens.rows;
-  const int64_t window = type == LayerType::Swa ? m.sliding_window : 0;
-  auto rotate = [&](double* x, int64_t pos) {
-    for (int64_t i = 0; i < Dr / 2; ++i) {
-      const double angle = double(pos) * std::pow(m.rope_theta, -2.0 * double(i) / double(Dr));
-      const double x0 = x[2 * i], x1 = x[2 * i + 1];
-      x[2 * i] = x0 * std::cos(angle) - x1 * std::sin(angle);
-      x[2 * i + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
-    }
-  };
-  std::vector<std::vector<double>> q(static_cast<size_t>(N)), kv(q), k_pe(q), gate(q);
-  for (int64_t r = 0; r < N; ++r) {
-    const double* ur = &u[size_t(r * d)];
-    if (Q == 0) {
-      q[size_t(r)] = matvec(w.at("q_proj.weight"), H * qk, d, ur);
-    } else {
-      const auto qa = rmsnorm(matvec(w.at("q_a_proj.weight"), Q, d, ur), w.at("q_a_layernorm.weight"), cfg.rms_norm_eps);
-      q[size_t(r)] = matvec(w.at("q_b_proj.weight"), H * qk, Q, qa.data());
-    }
-    const auto kva = matvec(w.at("kv_a_proj_with_mqa.weight"), R + Dr, d, ur);
-    const auto c = rmsnorm(std::vector<double>(kva.begin(), kva.begin() + R), w.at("kv_a_layernorm.weight"),
-                           cfg.rms_norm_eps);
-    kv[size_t(r)] = matvec(w.at("kv_b_proj.weight"), H * (Dn + Dv), R, c.data());
-    k_pe[size_t(r)].assign(kva.begin() + R, kva.end());
-    const int64_t pos = tokens.positions[size_t(r)];
-    rotate(k_pe[size_t(r)].data(), pos);
-    for (int64_t h = 0; h < H; ++h) rotate(&q[size_t(r)][size_t(h * qk + Dn)], pos);
-    if (m.output_gate) {
-      gate[size_t(r)] = matvec(w.at("g_proj.weight"), H * Dv, d, ur);
-      for (double& g : gate[size_t(r)]) g = 1.0 / (1.0 + std::exp(-g));
-    }
-  }
-  std::vector<double> y(size_t(N * d));
-  for (int64_t b = 0; b < tokens.batch(); ++b) {
-    const int64_t start = tokens.starts[size_t(b)], T = tokens.length(b);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<double> o(size_t(H * Dv), 0.0);
-      for (int64_t h = 0; h < H; ++h) {
-        const double* qh = &q[size_t(start + t)][size_t(h * qk)];
-        std::vector<double> score(size_t(T), -INFINITY);
-        double mx = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) {
-          if (window && t - s >= window) continue;
-          const double* kn = &kv[size_t(start + s)][size_t(h * (Dn + Dv))];
-          double dot = 0;
-          for (int64_t i = 0; i < Dn; ++i) dot += qh[i] * kn[i];
-          for (int64_t i = 0; i < Dr; ++i) dot += qh[Dn + i] * k_pe[size_t(start + s)][size_t(i)];
-          mx = std::max(mx, score[size_t(s)] = dot / std::sqrt(double(Dn + Dr)));
-        }
-        double sum = 0;
-        for (int64_t s = 0; s <= t; ++s) sum += score[size_t(s)] = std::exp(score[size_t(s)] - mx);
-        for (int64_t s = 0; s <= t; ++s)
-          for (int64_t e = 0; e < Dv; ++e)
-            o[size_t(h * Dv + e)] += score[size_t(s)] / sum * kv[size_t(start + s)][size_t(h * (Dn + Dv) + Dn + e)];
-      }
-      if (m.output_gate)
-        for (int64_t j = 0; j < H * Dv; ++j) o[size_t(j)] *= gate[size_t(start + t)][size_t(j)];
-      const auto yr = matvec(w.at("o_proj.weight"), d, H * Dv, o.data());
-      std::copy(yr.begin(), yr.end(), y.begin() + (start + t) * d);
-    }
-  }
-  return y;
 }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -203,8 +121,9 @@ TEST(Mla, ForwardMatchesDoubleReference) {
     const auto u = random_floats(size_t(tokens.rows * layer.d()), seed++);
     std::vector<float> y(u.size(), NAN);
     layer.mixer->forward(u.data(), y.data(), {tokens});
-    const auto ref = reference_forward(layer.config, o.type, weights_of(layer.store),
-                                       std::vector<double>(u.begin(), u.end()), tokens);
+    const Weights w = weights_of(layer.store);
+    const auto ref = test::reference_mla(layer.config, o.type, test::SpecWeights{&w, ""},
+                                         std::vector<double>(u.begin(), u.end()), tokens);
     EXPECT_LE(relative_error(y, ref), 2e-6) << describe(o);
   }
 }
@@ -225,7 +144,7 @@ TEST(Mla, BackwardMatchesFiniteDifferences) {
     const Weights w = weights_of(layer.store);
     const std::vector<double> ud(u.begin(), u.end());
     auto loss = [&](const Weights& wt, const std::vector<double>& x) {
-      const auto yr = reference_forward(layer.config, o.type, wt, x, tokens);
+      const auto yr = test::reference_mla(layer.config, o.type, test::SpecWeights{&wt, ""}, x, tokens);
       double l = 0;
       for (size_t i = 0; i < yr.size(); ++i) l += yr[i] * dy[i];
       return l;

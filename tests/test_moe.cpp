@@ -17,13 +17,20 @@
 #include "hyla/io/json_fields.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/model/ffn.h"
+#include "spec_reference.h"
 #include "test_util.h"
 
 namespace hyla {
 namespace {
 
 using json = nlohmann::json;
-using Params = std::map<std::string, std::vector<double>>;
+using Params = test::ParamValues;
+using test::MoeReference;
+
+// The reference over parameters held by value (the call's temporaries live until it returns).
+MoeReference reference_moe_of(const ModelConfig& c, const Params& P, const std::vector<double>& u, int64_t n) {
+  return test::reference_moe(c, test::SpecWeights{&P, ""}, u, n);
+}
 
 // configs/nano.json with a tiny FFN: d = 16, 8 experts of width 8, top-2. initializer_range 0.5
 // puts the gates in their non-linear range, so the checks exercise every curvature.
@@ -84,115 +91,6 @@ std::vector<float> forward(Layer& layer, const std::vector<float>& u, int64_t n,
   const ForwardContext ctx{tokens, precision, save, loss_scale};
   std::vector<float> y(static_cast<size_t>(n * d));
   layer.forward(u.data(), y.data(), ctx);
-  return y;
-}
-
-// ---- the reference, in double, from SPEC §5 ----
-
-double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-double gate_ref(Activation act, double a, double b) {
-  if (act == Activation::Swiglu) return a * sigmoid_ref(a) * b;
-  return 4.0 * std::tanh(a / 4.0) * sigmoid_ref(a) * (25.0 * std::tanh(b / 25.0));
-}
-
-// Row r of a row-major [rows, cols] matrix times x.
-double row_dot(const std::vector<double>& w, int64_t r, int64_t cols, const double* x) {
-  double s = 0.0;
-  for (int64_t c = 0; c < cols; ++c) s += w[size_t(r * cols + c)] * x[c];
-  return s;
-}
-
-// out += scale · W_down[:, lo:hi] act(W_gate[lo:hi] x, W_up[lo:hi] x) for an MLP `hidden` wide.
-void add_mlp(const Params& P, const std::string& prefix, int64_t in, int64_t hidden, int64_t lo, int64_t hi,
-             Activation act, const double* x, double scale, double* out) {
-  const auto& gate = P.at(prefix + "gate_proj.weight");
-  const auto& up = P.at(prefix + "up_proj.weight");
-  const auto& down = P.at(prefix + "down_proj.weight");
-  for (int64_t j = lo; j < hi; ++j) {
-    const double h = gate_ref(act, row_dot(gate, j, in, x), row_dot(up, j, in, x));
-    for (int64_t i = 0; i < in; ++i) out[i] += scale * down[size_t(i * hidden + j)] * h;
-  }
-}
-
-struct Reference {
-  std::vector<double> y;
-  double aux = 0.0;
-  double min_gap = INFINITY;  // smallest gap between the k-th and (k+1)-th of s + b: no tie near
-  std::vector<int> selected;  // [n, k]
-};
-
-Reference reference_moe(const ModelConfig& c, const Params& P, const std::vector<double>& u, int64_t n) {
-  const MoeConfig& m = c.moe;
-  const int64_t d = c.hidden_size, E = m.num_experts, k = m.num_experts_per_tok, w = m.moe_intermediate_size;
-  const int64_t ell = m.latent_dim, width = ell > 0 ? ell : d, r = m.router_latent_dim;
-  const auto& bias = P.at("mlp.gate.e_score_correction_bias");
-  Reference ref;
-  ref.y.assign(static_cast<size_t>(n * d), 0.0);
-  std::vector<double> all_scores(static_cast<size_t>(n * E));
-  for (int64_t t = 0; t < n; ++t) {
-    const double* ut = u.data() + t * d;
-    std::vector<double> s(static_cast<size_t>(E));
-    if (r == 0) {
-      for (int64_t e = 0; e < E; ++e) s[e] = sigmoid_ref(row_dot(P.at("mlp.gate.weight"), e, d, ut));
-    } else {
-      std::vector<double> h(static_cast<size_t>(r));
-      for (int64_t i = 0; i < r; ++i) h[i] = row_dot(P.at("mlp.gate.proj.weight"), i, d, ut);
-      for (int64_t e = 0; e < E; ++e) s[e] = sigmoid_ref(row_dot(P.at("mlp.gate.centres"), e, r, h.data()));
-    }
-    std::copy(s.begin(), s.end(), all_scores.begin() + t * E);
-    std::vector<int> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return s[a] + bias[a] > s[b] + bias[b]; });
-    if (k < E) ref.min_gap = std::min(ref.min_gap, (s[order[k - 1]] + bias[order[k - 1]]) - (s[order[k]] + bias[order[k]]));
-    double z = 0.0;
-    for (int64_t i = 0; i < k; ++i) z += s[order[i]];
-
-    std::vector<double> x(ut, ut + d);
-    if (ell > 0)
-      for (int64_t i = 0; i < ell; ++i) x[i] = row_dot(P.at("mlp.lat_down.weight"), i, d, ut);
-    x.resize(static_cast<size_t>(width));
-    std::vector<double> mt(static_cast<size_t>(width), 0.0);
-    for (int64_t i = 0; i < k; ++i) {
-      const int e = order[i];
-      ref.selected.push_back(e);
-      add_mlp(P, "mlp.experts." + std::to_string(e) + ".", width, w, 0, w, m.activation, x.data(),
-              s[e] / z * m.routed_scaling_factor, mt.data());
-    }
-    for (int64_t sh = 0; sh < m.num_shared_experts; ++sh)  // SharedExpert_sh: its slice of the stored matrices
-      add_mlp(P, "mlp.shared_experts.", width, m.num_shared_experts * w, sh * w, (sh + 1) * w, Activation::Swiglu,
-              x.data(), 1.0, mt.data());
-    double* yt = ref.y.data() + t * d;
-    if (ell == 0) {
-      std::copy(mt.begin(), mt.end(), yt);
-    } else {
-      double ms = 0.0;
-      for (double v : mt) ms += v * v;
-      const double rstd = 1.0 / std::sqrt(ms / double(ell) + c.rms_norm_eps);
-      std::vector<double> normed(static_cast<size_t>(ell));
-      for (int64_t i = 0; i < ell; ++i) normed[i] = mt[i] * rstd * P.at("mlp.lat_norm.weight")[i];
-      for (int64_t i = 0; i < d; ++i) yt[i] = row_dot(P.at("mlp.lat_up.weight"), i, ell, normed.data());
-    }
-  }
-  if (m.balancing == Balancing::AuxLoss) {
-    std::vector<double> f(static_cast<size_t>(E), 0.0), p(static_cast<size_t>(E), 0.0);
-    for (int e : ref.selected) f[e] += 1.0 / double(n * k);
-    for (int64_t t = 0; t < n; ++t) {
-      double total = 0.0;
-      for (int64_t e = 0; e < E; ++e) total += all_scores[t * E + e];
-      for (int64_t e = 0; e < E; ++e) p[e] += all_scores[t * E + e] / total / double(n);
-    }
-    for (int64_t e = 0; e < E; ++e) ref.aux += m.aux_loss_coef * double(E) * f[e] * p[e];
-  }
-  return ref;
-}
-
-std::vector<double> reference_dense(const ModelConfig& c, const Params& P, const std::vector<double>& u, int64_t n) {
-  const int64_t d = c.hidden_size;
-  std::vector<double> y(static_cast<size_t>(n * d), 0.0);
-  for (int64_t t = 0; t < n; ++t)
-    add_mlp(P, "mlp.", d, c.moe.intermediate_size, 0, c.moe.intermediate_size, Activation::Swiglu, u.data() + t * d,
-            1.0, y.data() + t * d);
   return y;
 }
 
@@ -305,13 +203,13 @@ void check_moe(const ModelConfig& config, int64_t n, float loss_scale, const std
   const std::vector<float> bias = random_vector(config.moe.num_experts, 5, 0.1f);
   std::copy(bias.begin(), bias.end(), s.value("gate.e_score_correction_bias"));
   // The check is only meaningful away from routing ties (a tie flips under the differences).
-  const Reference unperturbed =
-      reference_moe(s.config, params_of(s.store), to_double(random_vector(n * s.d(), 11)), n);
+  const MoeReference unperturbed =
+      reference_moe_of(s.config, params_of(s.store), to_double(random_vector(n * s.d(), 11)), n);
   ASSERT_GT(unperturbed.min_gap, 1e-3) << what;
   check_layer(
       s,
       [&](const Params& P, const std::vector<double>& u) {
-        Reference r = reference_moe(s.config, P, u, n);
+        MoeReference r = test::reference_moe(s.config, test::SpecWeights{&P, ""}, u, n);
         return std::make_pair(r.y, r.aux);
       },
       n, loss_scale, what, aux_only);
@@ -322,7 +220,7 @@ TEST(Ffn, DenseMatchesReferenceAndDifferences) {
   check_layer(
       s,
       [&](const Params& P, const std::vector<double>& u) {
-        return std::make_pair(reference_dense(s.config, P, u, 20), 0.0);
+        return std::make_pair(test::reference_dense(s.config, test::SpecWeights{&P, ""}, u, 20), 0.0);
       },
       20, 1.0f, "dense");
 }
@@ -388,7 +286,7 @@ TEST(Moe, ExpertsSpanningSeveralBlocks) {
   const std::vector<float> u = random_vector(n * d, 3), dy = random_vector(n * d, 4);
   s.store.zero_grads();
   const std::vector<float> y = forward(*s.layer, u, n, d);
-  expect_close(y, reference_moe(s.config, params_of(s.store), to_double(u), n).y, 1e-5, "blocks forward");
+  expect_close(y, reference_moe_of(s.config, params_of(s.store), to_double(u), n).y, 1e-5, "blocks forward");
   const ExpertLoadStats stats = s.layer->load_stats();
   EXPECT_GT(*std::max_element(stats.tokens_per_expert.begin(), stats.tokens_per_expert.end()),
             RoutedExperts::kTokenBlock);
@@ -424,12 +322,12 @@ TEST(Moe, AllExpertsSelectedIsTheDenseMixture) {
   std::vector<double> want(static_cast<size_t>(n * d), 0.0);
   for (int64_t t = 0; t < n; ++t) {
     std::vector<double> ut(u.begin() + t * d, u.begin() + (t + 1) * d), s_t(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) s_t[e] = sigmoid_ref(row_dot(P.at("mlp.gate.weight"), e, d, ut.data()));
+    for (int64_t e = 0; e < E; ++e) s_t[e] = test::sigmoid_ref(test::row_dot(P.at("mlp.gate.weight"), e, d, ut.data()));
     const double total = std::accumulate(s_t.begin(), s_t.end(), 0.0);
     for (int64_t e = 0; e < E; ++e)
-      add_mlp(P, "mlp.experts." + std::to_string(e) + ".", d, w, 0, w, Activation::Swiglu, ut.data(),
+      test::add_mlp({&P, ""}, "mlp.experts." + std::to_string(e) + ".", d, w, 0, w, Activation::Swiglu, ut.data(),
               s_t[e] / total * config.moe.routed_scaling_factor, want.data() + t * d);
-    add_mlp(P, "mlp.shared_experts.", d, w, 0, w, Activation::Swiglu, ut.data(), 1.0, want.data() + t * d);
+    test::add_mlp({&P, ""}, "mlp.shared_experts.", d, w, 0, w, Activation::Swiglu, ut.data(), 1.0, want.data() + t * d);
   }
   expect_close(y, want, 1e-5, "k = E");
 }

