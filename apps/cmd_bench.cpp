@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -21,6 +22,10 @@
 #include "hyla/kernels/kda.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/vec.h"
+#include "hyla/core/random.h"
+#include "hyla/model/model.h"
+#include "hyla/model/param_count.h"
+#include "hyla/plan/flops.h"
 
 namespace hyla::cli {
 namespace {
@@ -188,6 +193,62 @@ void bench_kda(const KdaBenchArgs& a) {
   }
 }
 
+struct TrainBenchArgs {
+  std::string config = "configs/small.json";
+  std::vector<std::string> shapes{"8x512", "2x2048"};
+  std::string dtype = "bf16";
+  int64_t steps = 3;
+  bool json = false;
+};
+
+// Forward+backward of the whole model on random tokens: tokens/s, the time split by part, and
+// model FLOP utilisation against the bf16 GEMM peak measured in this run.
+void bench_train(const TrainBenchArgs& a) {
+  const ModelConfig config = ModelConfig::load(a.config);
+  const Precision precision = a.dtype == "bf16" ? Precision::BF16 : Precision::F32;
+  const double peak = gemm_peak_gflops(true);
+  Model model(config);
+  model.initialize(1);
+  const ParamCounts counts = count_parameters(config);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json)
+    fmt::print("{} ({} params, {} active), {} matmuls, threads {}, bf16 GEMM peak this run {:.0f} GFLOP/s\n", a.config,
+               counts.total_sum(), counts.active_sum(), a.dtype, num_threads(), peak);
+  for (const std::string& shape : a.shapes) {
+    int64_t B = 0, T = 0;
+    HYLA_CHECK(std::sscanf(shape.c_str(), "%ldx%ld", &B, &T) == 2 && B > 0 && T > 0,
+               "--shapes entries look like 8x512, got '{}'", shape);
+    ModelInput in;
+    in.tokens = TokenBatch::uniform(B, T);
+    Rng rng(7);
+    for (int64_t r = 0; r < B * T; ++r) in.ids.push_back(int32_t(rng.below(uint64_t(config.vocab_size))));
+    for (int64_t r = 0; r < B * T; ++r) in.targets.push_back(int32_t(rng.below(uint64_t(config.vocab_size))));
+    model.params().zero_grads();
+    model.forward_backward(in, precision);  // warm-up: buffers, primitives
+    ModelTimings sum;
+    double best = 1e30;
+    for (int64_t s = 0; s < a.steps; ++s) {
+      model.forward_backward(in, precision);
+      const ModelTimings& t = model.timings();
+      sum.kda += t.kda, sum.attention += t.attention, sum.ffn += t.ffn, sum.total += t.total;
+      best = std::min(best, t.total);
+    }
+    const double tokens_per_s = double(B * T) / best;
+    const double flops = 3.0 * token_flops(config, counts, T).prefill();  // forward + backward (2×)
+    const double mfu = tokens_per_s * flops * 1e-9 / peak;
+    rows.push_back({{"shape", shape}, {"tokens_per_s", tokens_per_s}, {"step_ms", best * 1e3}, {"mfu", mfu},
+                    {"kda_share", sum.kda / sum.total}, {"attention_share", sum.attention / sum.total},
+                    {"ffn_share", sum.ffn / sum.total}, {"rest_share", sum.rest() / sum.total},
+                    {"flops_per_token", flops}, {"peak_gflops", peak}});
+    if (!a.json)
+      fmt::print("{:>8}: {:8.0f} tokens/s  {:8.1f} ms/step  MFU {:5.1f}%   time: kda {:4.1f}%  attention {:4.1f}%  "
+                 "ffn/moe {:4.1f}%  rest {:4.1f}%   ({:.0f} MFLOP/token)\n",
+                 shape, tokens_per_s, best * 1e3, 100 * mfu, 100 * sum.kda / sum.total,
+                 100 * sum.attention / sum.total, 100 * sum.ffn / sum.total, 100 * sum.rest() / sum.total, flops * 1e-6);
+  }
+  if (a.json) fmt::print("{}\n", rows.dump(2));
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app) {
@@ -209,6 +270,15 @@ void add_bench(CLI::App& app) {
          "wall (default) or cpu: process CPU time per thread, robust to other load on a shared machine")
       ->check(CLI::IsMember({"wall", "cpu"}));
   kda->callback([] { bench_kda(args); });
+
+  auto* train = bench->add_subcommand("train", "Time forward+backward of a model config (tokens/s, split, MFU)");
+  static TrainBenchArgs train_args;
+  train->add_option("--config", train_args.config, "Model config.json")->check(CLI::ExistingFile);
+  train->add_option("--shapes", train_args.shapes, "Batch shapes BxT, comma separated")->delimiter(',');
+  train->add_option("--dtype", train_args.dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
+  train->add_option("--steps", train_args.steps, "Timed steps per shape (best is reported)")->check(CLI::Range(1, 1000));
+  train->add_flag("--json", train_args.json, "Print a JSON list of rows");
+  train->callback([] { bench_train(train_args); });
 }
 
 }  // namespace hyla::cli

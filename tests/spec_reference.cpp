@@ -269,13 +269,34 @@ std::vector<double> reference_kda(const ModelConfig& c, const SpecWeights& w, co
 
 
 std::vector<double> reference_logits(const ModelConfig& c, const ParamValues& params, const TokenBatch& tokens,
-                                     const std::vector<int32_t>& ids) {
+                                     const std::vector<int32_t>& ids, const std::vector<Image>& images,
+                                     int32_t image_pad_id) {
   using Rows = std::vector<double>;  // [N, d]
   const int64_t d = c.hidden_size, N = tokens.rows, V = c.vocab_size;
   const SpecWeights all{&params, ""};
   Rows x(size_t(N * d));
   for (int64_t r = 0; r < N; ++r)
     for (int64_t j = 0; j < d; ++j) x[size_t(r * d + j)] = all.at("model.embed_tokens.weight")[size_t(ids[size_t(r)] * d + j)];
+  // §7: pad rows, in order, take W_patch · patch + b + row_embed[r] + col_embed[c].
+  int64_t row = 0;
+  for (const Image& img : images) {
+    const int64_t P = c.vision.patch_size, C = img.channels;
+    for (int64_t gr = 0; gr < img.height / P; ++gr)
+      for (int64_t gc = 0; gc < img.width / P; ++gc) {
+        while (ids[size_t(row)] != image_pad_id) ++row;
+        std::vector<double> patch;
+        for (int64_t y = 0; y < P; ++y)
+          for (int64_t xx = 0; xx < P; ++xx)
+            for (int64_t ch = 0; ch < C; ++ch)
+              patch.push_back((img.pixels[size_t(((gr * P + y) * img.width + gc * P + xx) * C + ch)] / 255.0 - 0.5) / 0.5);
+        const std::vector<double> e = matvec(all.at("model.vision.patch_proj.weight"), d, P * P * C, patch.data());
+        for (int64_t j = 0; j < d; ++j)
+          x[size_t(row * d + j)] = e[size_t(j)] + all.at("model.vision.patch_proj.bias")[size_t(j)] +
+                                   all.at("model.vision.row_embed")[size_t(gr * d + j)] +
+                                   all.at("model.vision.col_embed")[size_t(gc * d + j)];
+        ++row;
+      }
+  }
   auto norm_rows = [&](const Rows& in, const std::string& weight) {
     Rows out(in.size());
     for (int64_t r = 0; r < N; ++r) {

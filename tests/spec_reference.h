@@ -8,6 +8,7 @@
 
 #include "hyla/model/config.h"
 #include "hyla/model/context.h"
+#include "hyla/model/model.h"
 
 namespace hyla::test {
 
@@ -48,8 +49,10 @@ MoeReference reference_moe(const ModelConfig& c, const SpecWeights& P, const std
 std::vector<double> reference_dense(const ModelConfig& c, const SpecWeights& P, const std::vector<double>& u,
                                     int64_t n);
 
-// §2 + §6: the logits [rows, V] of the whole model for token ids over a packed batch.
+// §2 + §6 (+ §7): the logits [rows, V] of the whole model for token ids over a packed batch; the
+// rows holding `image_pad_id` take the images' patch embeddings, in order.
 std::vector<double> reference_logits(const ModelConfig& c, const ParamValues& params, const TokenBatch& tokens,
-                                     const std::vector<int32_t>& ids);
+                                     const std::vector<int32_t>& ids, const std::vector<Image>& images = {},
+                                     int32_t image_pad_id = -1);
 
 }  // namespace hyla::test

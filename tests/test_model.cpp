@@ -126,6 +126,68 @@ TEST(Model, GradientsMatchFiniteDifferencesOfTheSpec) {
   }
 }
 
+// SPEC §7: an image's patches replace the <|image_pad|> rows; no loss is computed at them.
+TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
+  const ModelConfig config = test::nano_config([](json& j) { j["vision"]["enabled"] = true; j["vision"]["channels"] = 2; });
+  Model model(config);
+  test::randomize_params(model.params(), 21);
+  const int32_t pad = 250;
+  Image img{14, 21, 2, {}};  // 2 × 3 patches of 7×7×2
+  std::mt19937 rng(4);
+  for (int i = 0; i < 14 * 21 * 2; ++i) img.pixels.push_back(uint8_t(rng() % 256));
+  ModelInput in;
+  in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
+  in.tokens = TokenBatch::packed({12});
+  in.images = {img};
+  in.image_pad_id = pad;
+  for (size_t r = 0; r < in.ids.size(); ++r) in.targets.push_back(r + 1 < in.ids.size() && in.ids[r + 1] != pad ? in.ids[r + 1] : -1);
+  in.targets.back() = 3;
+  const Tensor logits = model.logits(in, Precision::F32);
+  test::ParamValues p = values_of(model);
+  EXPECT_LT(max_relative(logits.data<float>(), test::reference_logits(config, p, in.tokens, in.ids, in.images, pad)), 1e-4);
+
+  model.params().zero_grads();
+  model.forward_backward(in, Precision::F32);
+  auto loss = [&] {
+    const auto l = test::reference_logits(config, p, in.tokens, in.ids, in.images, pad);
+    double total = 0;
+    int n = 0;
+    for (size_t r = 0; r < in.ids.size(); ++r) {
+      if (in.targets[r] < 0) continue;
+      const double* row = l.data() + r * 256;
+      double top = row[0], sum = 0;
+      for (int j = 0; j < 256; ++j) top = std::max(top, row[j]);
+      for (int j = 0; j < 256; ++j) sum += std::exp(row[j] - top);
+      total += top + std::log(sum) - row[in.targets[r]];
+      ++n;
+    }
+    return total / n;
+  };
+  for (const char* name : {"model.vision.patch_proj.weight", "model.vision.patch_proj.bias", "model.vision.row_embed",
+                           "model.vision.col_embed"}) {
+    const Param& param = model.params().get(name);
+    double scale = 0;
+    for (int64_t i = 0; i < param.numel(); ++i) scale = std::max(scale, double(std::fabs(param.grad.data<float>()[i])));
+    EXPECT_GT(scale, 0.0) << name;
+    for (int trial = 0; trial < 4; ++trial) {
+      const size_t i = rng() % size_t(param.numel());
+      const double h = 1e-6, saved = p[name][i];
+      p[name][i] = saved + h;
+      const double plus = loss();
+      p[name][i] = saved - h;
+      const double minus = loss();
+      p[name][i] = saved;
+      EXPECT_NEAR(param.grad.data<float>()[i], (plus - minus) / (2 * h), 2e-3 * scale + 1e-7) << name << "[" << i << "]";
+    }
+  }
+  // Wrong inputs are errors, not crashes.
+  in.ids[3] = 7;  // one pad short of the image's 6 patches
+  EXPECT_THROW(model.logits(in, Precision::F32), Error);
+  in.ids[3] = pad;
+  in.images[0].width = 20;  // not a multiple of the patch size
+  EXPECT_THROW(model.logits(in, Precision::F32), Error);
+}
+
 TEST(Model, SaveLoadRoundTrips) {
   const ModelConfig config = test::nano_config();
   Model model(config);

@@ -1,5 +1,6 @@
 #include "hyla/model/model.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,10 @@ namespace hyla {
 namespace fs = std::filesystem;
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 template <typename F>
 void parallel_rows(int64_t rows, F&& f) {
@@ -207,6 +212,7 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
       float* u = sublayer_u_[size_t(s)].data<float>();
       (sub == 0 ? layer.input_norm : layer.post_attention_norm).forward(h, N, u, save);
       float* out = sublayer_out_.data<float>();
+      const auto t0 = std::chrono::steady_clock::now();
       if (sub == 0) {
         if (auto* kda = std::get_if<std::unique_ptr<KdaMixer>>(&layer.mixer)) {
           if (mode == Mode::Cached) {
@@ -232,6 +238,7 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
       } else {
         std::visit([&](auto& ffn) { ffn->forward(u, out, ctx); }, layer.ffn);
       }
+      (sub == 1 ? timings_.ffn : layer.mixer.index() == 0 ? timings_.kda : timings_.attention) += seconds_since(t0);
       // The new stream entry: (partial or stream) + the sublayer's output.
       const int base = attn_res ? partial : current;
       base_[size_t(s)] = base;
@@ -277,8 +284,10 @@ void Model::body_backward(const float* d_final) {
       });
     }
     float* du = d_u_.data<float>();
+    const auto t0 = std::chrono::steady_clock::now();
     if (mixer) std::visit([&](auto& m) { m->backward(g, du); }, layer.mixer);
     else std::visit([&](auto& f) { f->backward(g, du); }, layer.ffn);
+    (!mixer ? timings_.ffn : layer.mixer.index() == 0 ? timings_.kda : timings_.attention) += seconds_since(t0);
     RmsNorm& norm = mixer ? layer.input_norm : layer.post_attention_norm;
     if (attn_res) {
       norm.backward(du, d_h_.data<float>(), /*accumulate=*/false);
@@ -364,6 +373,8 @@ LossResult Model::head_loss(const float* normed, const std::vector<int32_t>& tar
 }
 
 LossResult Model::forward_backward(const ModelInput& in, Precision precision, float loss_scale) {
+  const auto t0 = std::chrono::steady_clock::now();
+  timings_ = {};
   grow(in.tokens.rows);
   input_ = &in;
   precision_ = precision;
@@ -376,10 +387,12 @@ LossResult Model::forward_backward(const ModelInput& in, Precision precision, fl
   for (const DecoderLayer& layer : layers_)
     if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) result.aux_loss += (*moe)->aux_loss();
   body_backward(d_final_.data<float>());
+  timings_.total = seconds_since(t0);
   return result;
 }
 
 LossResult Model::evaluate(const ModelInput& in, Precision precision) {
+  timings_ = {};
   grow(in.tokens.rows);
   input_ = &in;
   embed(in);

@@ -42,6 +42,12 @@ struct LossResult {
   int64_t targets = 0;  // rows that had a target
 };
 
+// Wall time of the last forward (and backward) by part of the model, in seconds.
+struct ModelTimings {
+  double kda = 0, attention = 0, ffn = 0, total = 0;  // attention: latent attention mixers; ffn: dense and MoE
+  double rest() const { return total - kda - attention - ffn; }
+};
+
 struct DecoderLayer {
   RmsNorm input_norm, post_attention_norm;
   std::variant<std::unique_ptr<KdaMixer>, std::unique_ptr<MlaMixer>> mixer;
@@ -84,6 +90,8 @@ class Model {
   // cache per sequence, updated in place; logits [sequences, V] of each sequence's last new token.
   Tensor forward_cached(const ModelInput& in, std::span<SequenceCache> caches, Precision precision);
 
+  const ModelTimings& timings() const { return timings_; }
+
   // MoE: balancing after an optimiser step, and per-layer load statistics.
   void update_balancing();
   std::vector<MoeFfn::LoadStats> load_stats() const;
@@ -125,6 +133,7 @@ class Model {
   // entries its AttnRes mixed, and the entry its output was added to (-1: none).
   std::vector<std::vector<int>> ar_sources_;
   std::vector<int> base_;
+  ModelTimings timings_;
 };
 
 }  // namespace hyla
