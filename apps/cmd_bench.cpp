@@ -59,16 +59,6 @@ double best_seconds(const std::function<void()>& run, int min_reps = 2, double m
   return best;
 }
 
-double gemm_peak_gflops(bool bf16) {
-  const int64_t n = 2048;
-  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
-  std::vector<hyla::bf16> ab(a.size(), to_bf16(0.5f)), bb(b.size(), to_bf16(0.25f));
-  const double s = best_seconds([&] {
-    if (bf16) gemm(Trans::N, Trans::N, n, n, n, 1.0f, ab.data(), n, bb.data(), n, 0.0f, c.data(), n);
-    else gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  }, 3, 0.5);
-  return 2.0 * double(n) * n * n / s * 1e-9;
-}
 
 // Streaming read of 512 MB with vector loads and independent accumulators (a plain float sum is
 // limited by its add latency, not by memory).
@@ -106,7 +96,7 @@ struct KdaBenchArgs {
 void bench_kda(const KdaBenchArgs& a) {
   const bool bf16 = a.dtype == "bf16";
   const int64_t H = a.heads, D = a.dim;
-  const double peak = gemm_peak_gflops(bf16);
+  const double peak = measure_gemm_peak_gflops(bf16);
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json)
     fmt::print("threads {}  matmul peak ({}, 2048^3 oneDNN, this run) {:.0f} GFLOP/s\n", num_threads(), a.dtype, peak);
@@ -206,7 +196,7 @@ struct TrainBenchArgs {
 void bench_train(const TrainBenchArgs& a) {
   const ModelConfig config = ModelConfig::load(a.config);
   const Precision precision = a.dtype == "bf16" ? Precision::BF16 : Precision::F32;
-  const double peak = gemm_peak_gflops(true);
+  const double peak = measure_gemm_peak_gflops(true);
   Model model(config);
   model.initialize(1);
   const ParamCounts counts = count_parameters(config);

@@ -14,7 +14,7 @@ namespace hyla::cli {
 
 namespace {
 
-void add_train(CLI::App& parent) {
+void add_tokenizer_train(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("train", "Train a byte-level BPE tokenizer (with the SPEC §8 special tokens)");
   static std::vector<std::string> inputs;
   static std::string out;
@@ -86,7 +86,7 @@ void add_decode(CLI::App& parent) {
 void add_tokenizer(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenizer", "Train byte-level BPE tokenizers; encode and decode files");
   cmd->require_subcommand(1);
-  add_train(*cmd);
+  add_tokenizer_train(*cmd);
   add_encode(*cmd);
   add_decode(*cmd);
 }

@@ -10,6 +10,9 @@ void add_init(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_logits(CLI::App& app);
+void add_train(CLI::App& app);
+void add_report(CLI::App& app);
+void add_generate(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
 

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   hyla::cli::add_plan(app);
   hyla::cli::add_bench(app);
   hyla::cli::add_logits(app);
+  hyla::cli::add_train(app);
+  hyla::cli::add_report(app);
+  hyla::cli::add_generate(app);
   hyla::cli::add_tokenizer(app);
   hyla::cli::add_data(app);
   try {

@@ -48,6 +48,11 @@ void TokenLoader::set_seq_len(int64_t seq_len) {
   if (mode_ == LoaderMode::Random) update_random_windows();
 }
 
+void TokenLoader::set_batch_size(int64_t batch_size) {
+  HYLA_CHECK(batch_size > 0, "loader: batch size must be positive, got {}", batch_size);
+  batch_size_ = batch_size;
+}
+
 void TokenLoader::update_random_windows() {
   window_starts_.assign(1, 0);
   for (const TokenShard& s : shards_) {

@@ -40,6 +40,8 @@ class TokenLoader {
   // Fills `batch`; false (and an empty batch) once a sequential pass is over.
   bool next(TokenWindows& batch);
   void set_seq_len(int64_t seq_len);
+  // A curriculum stage may also change the number of sequences per batch.
+  void set_batch_size(int64_t batch_size);
   int64_t seq_len() const { return seq_len_; }
   int64_t batch_size() const { return batch_size_; }
   // Sequential mode: windows in one pass over all shards at the current T, and how many of them are short.

@@ -152,8 +152,11 @@ PrepareSummary prepare_token_dataset(const Tokenizer& tokenizer, const std::file
   nlohmann::ordered_json meta;
   meta["format"] = "hyla-token-shards";
   meta["version"] = kTokenShardVersion;
-  meta["tokenizer"] = {{"file", tokenizer_file.filename().string()},
-                       {"fnv1a64", hex64(hash_string(read_file(tokenizer_file)))},
+  // The directory carries its tokenizer, so a training run needs nothing else to decode its data.
+  const std::string tokenizer_text = read_file(tokenizer_file);
+  write_file_atomic(out.temp() / "tokenizer.json", tokenizer_text);
+  meta["tokenizer"] = {{"file", "tokenizer.json"},
+                       {"fnv1a64", hex64(hash_string(tokenizer_text))},
                        {"vocab_size", tokenizer.vocab_size()},
                        {"endoftext_id", eot}};
   meta["token_bytes"] = token_bytes_for_vocab(tokenizer.vocab_size());

@@ -2,7 +2,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <vector>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -149,5 +152,23 @@ void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64
 }
 
 int64_t gemm_primitives_created() { return primitives_created.load(); }
+
+double measure_gemm_peak_gflops(bool bf16_inputs) {
+  constexpr int64_t n = 2048;
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  std::vector<bf16> ab(a.size(), to_bf16(0.5f)), bb(b.size(), to_bf16(0.25f));
+  auto once = [&] {
+    if (bf16_inputs) gemm(Trans::N, Trans::N, n, n, n, 1.0f, ab.data(), n, bb.data(), n, 0.0f, c.data(), n);
+    else gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  once();  // primitive creation, first touch
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    once();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best * 1e-9;
+}
 
 }  // namespace hyla

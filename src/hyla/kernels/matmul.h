@@ -23,6 +23,10 @@ void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64
                   const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb,
                   int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);
 
+// GFLOP/s of a 2048³ product on this machine now (best of three): the reference peak that
+// benchmarks and MFU figures divide by.
+double measure_gemm_peak_gflops(bool bf16_inputs);
+
 // Number of cached primitives (for tests that check a step creates none).
 int64_t gemm_primitives_created();
 

@@ -61,6 +61,12 @@ void LoadBalancer::record(const Routing& routing, const float* bias, bool traini
   }
 }
 
+void LoadBalancer::discard() {
+  std::fill(step_load_.begin(), step_load_.end(), 0);
+  step_tokens_ = 0;
+  margins_.clear();
+}
+
 void LoadBalancer::update(float* bias) {
   const int64_t E = experts_, T = step_tokens_;
   if (rule_ == Balancing::Quantile && T > 0) {

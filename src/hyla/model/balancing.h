@@ -34,6 +34,8 @@ class LoadBalancer {
   void record(const Routing& routing, const float* bias, bool training);
   // Applies the rule to `bias` from the step's training forwards, then starts the next step.
   void update(float* bias);
+  // Forgets the step's training forwards without moving the bias (a skipped step).
+  void discard();
   // The step's loads so far, or the last forward's when no training forward was recorded since update.
   ExpertLoadStats stats() const;
 

@@ -45,6 +45,8 @@ class MoeFfn {
   // Once after each optimiser step: moves the balancing bias by the configured rule from the
   // routing of every saving forward since the last call; it routes from the next forward on.
   void update_balancing();
+  // Drops the routing recorded since the last update without moving the bias (a skipped step).
+  void discard_routing() { balancer_.discard(); }
   // Loads of the saving forwards since the last update_balancing, or of the last forward if none.
   LoadStats load_stats() const { return balancer_.stats(); }
 

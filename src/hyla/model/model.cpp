@@ -415,11 +415,17 @@ Tensor Model::logits(const ModelInput& in, Precision precision) {
 Tensor Model::forward_cached(const ModelInput& in, std::span<SequenceCache> caches, Precision precision) {
   const int64_t B = in.tokens.batch(), d = config_.hidden_size;
   HYLA_CHECK(int64_t(caches.size()) == B, "forward_cached: {} caches for {} sequences", caches.size(), B);
-  for (int64_t b = 0; b < B; ++b) HYLA_CHECK(in.tokens.length(b) > 0, "forward_cached: sequence {} has no new tokens", b);
+  for (int64_t b = 0; b < B; ++b) {
+    HYLA_CHECK(in.tokens.length(b) > 0, "forward_cached: sequence {} has no new tokens", b);
+    HYLA_CHECK(in.tokens.positions[size_t(in.tokens.starts[size_t(b)])] == caches[size_t(b)].tokens,
+               "forward_cached: sequence {} continues at position {} but its cache holds {} tokens", b,
+               in.tokens.positions[size_t(in.tokens.starts[size_t(b)])], caches[size_t(b)].tokens);
+  }
   grow(in.tokens.rows);
   input_ = &in;
   embed(in);
   const float* h = body_forward({in.tokens, precision, false}, Mode::Cached, caches);
+  for (int64_t b = 0; b < B; ++b) caches[size_t(b)].tokens += in.tokens.length(b);
   // Only each sequence's last row is needed.
   Tensor last = Tensor::empty(DType::F32, {B, d});
   for (int64_t b = 0; b < B; ++b)
@@ -430,9 +436,28 @@ Tensor Model::forward_cached(const ModelInput& in, std::span<SequenceCache> cach
   return out;
 }
 
+std::vector<const KdaMixer*> Model::kda_mixers() const {
+  std::vector<const KdaMixer*> out;
+  for (const DecoderLayer& layer : layers_)
+    if (auto* m = std::get_if<std::unique_ptr<KdaMixer>>(&layer.mixer)) out.push_back(m->get());
+  return out;
+}
+
+std::vector<const MlaMixer*> Model::latent_mixers() const {
+  std::vector<const MlaMixer*> out;
+  for (const DecoderLayer& layer : layers_)
+    if (auto* m = std::get_if<std::unique_ptr<MlaMixer>>(&layer.mixer)) out.push_back(m->get());
+  return out;
+}
+
 void Model::update_balancing() {
   for (DecoderLayer& layer : layers_)
     if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->update_balancing();
+}
+
+void Model::discard_routing() {
+  for (DecoderLayer& layer : layers_)
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->discard_routing();
 }
 
 std::vector<MoeFfn::LoadStats> Model::load_stats() const {

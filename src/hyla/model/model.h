@@ -60,6 +60,7 @@ struct DecoderLayer {
 struct SequenceCache {
   std::vector<KdaMixer::CacheView> kda;      // one per KDA layer, in layer order
   std::vector<MlaMixer::CacheView> latent;   // one per latent attention layer, in layer order
+  int64_t tokens = 0;                        // tokens processed (positions continue from here)
 };
 
 class Model {
@@ -91,9 +92,13 @@ class Model {
   Tensor forward_cached(const ModelInput& in, std::span<SequenceCache> caches, Precision precision);
 
   const ModelTimings& timings() const { return timings_; }
+  // The mixers, in layer order, for sizing inference caches.
+  std::vector<const KdaMixer*> kda_mixers() const;
+  std::vector<const MlaMixer*> latent_mixers() const;
 
   // MoE: balancing after an optimiser step, and per-layer load statistics.
   void update_balancing();
+  void discard_routing();  // a skipped step: forget its routing, keep the bias
   std::vector<MoeFfn::LoadStats> load_stats() const;
 
  private:

@@ -1,0 +1,23 @@
+#include "commands.h"
+#include "hyla/train/trainer.h"
+
+namespace hyla::cli {
+
+void add_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model on a prepared token dataset (hyla data prepare)");
+  static TrainOptions o;
+  cmd->add_option("--config", o.model_config, "Model config.json")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--train", o.train_config, "Training config (TRAIN.json, docs/training.md)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--data", o.data_dir, "Prepared data directory")->required();
+  cmd->add_option("--out", o.run_dir, "Run directory (metrics, checkpoints, final model)")->required();
+  cmd->add_option("--steps", o.steps, "Total optimiser steps (the curriculum is scaled to fit)")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o.batch, "Sequences per step in every stage")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", o.seq, "A single stage of this sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber);
+  cmd->add_flag("--resume", o.resume, "Continue from the run directory's newest checkpoint");
+  cmd->add_flag("--deterministic", o.deterministic, "One thread: losses reproduce bit for bit, across a resume too");
+  cmd->add_flag("--quiet", o.quiet, "No per-step lines (evaluations, samples and stages still print)");
+  cmd->callback([] { run_training(o); });
+}
+
+}  // namespace hyla::cli

@@ -1,0 +1,41 @@
+#pragma once
+// One sequence's inference state for a model: per KDA layer the conv tails and the delta-rule
+// state (f32, fixed size), per latent attention layer the latent cache of c and k_pe per token
+// (bf16 by default, linear in tokens). Allocated once for a capacity; reused across requests.
+#include <cstdint>
+
+#include "hyla/core/tensor.h"
+#include "hyla/model/model.h"
+
+namespace hyla {
+
+class SequenceState {
+ public:
+  SequenceState(const Model& model, int64_t capacity, DType latent_dtype = DType::BF16);
+  SequenceState(const SequenceState&) = delete;
+  SequenceState& operator=(const SequenceState&) = delete;
+
+  SequenceCache& cache() { return cache_; }
+  int64_t length() const;  // tokens processed so far
+  int64_t capacity() const { return capacity_; }
+  void reset();            // back to an empty sequence (zero states, empty caches)
+
+  // Memory: the fixed part (KDA tails and states) and the part per cached token (latent caches).
+  int64_t fixed_bytes() const { return fixed_bytes_; }
+  int64_t bytes_per_token() const { return bytes_per_token_; }
+  int64_t bytes_at(int64_t tokens) const { return fixed_bytes_ + bytes_per_token_ * tokens; }
+
+  // The state after the first `length()` tokens, copied (for prompt-state reuse).
+  void copy_from(const SequenceState& other);
+
+ private:
+  int64_t capacity_;
+  DType latent_dtype_;
+  Tensor kda_;     // all KDA layers' tails and states, back to back
+  Tensor latent_;  // all latent layers' caches, back to back
+  SequenceCache cache_;
+  std::vector<int64_t> row_width_;  // values per cached token of each latent layer
+  int64_t fixed_bytes_ = 0, bytes_per_token_ = 0;
+};
+
+}  // namespace hyla

@@ -1,0 +1,293 @@
+#include "hyla/train/trainer.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "hyla/core/error.h"
+#include "hyla/core/threads.h"
+#include "hyla/data/loader.h"
+#include "hyla/data/token_shard.h"
+#include "hyla/data/tokenizer.h"
+#include "hyla/infer/generator.h"
+#include "hyla/io/file.h"
+#include "hyla/io/json_fields.h"
+#include "hyla/kernels/matmul.h"
+#include "hyla/model/model.h"
+#include "hyla/model/param_count.h"
+#include "hyla/plan/flops.h"
+#include "hyla/train/checkpoint.h"
+#include "hyla/train/optimizer.h"
+#include "hyla/train/schedule.h"
+
+namespace hyla {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Inputs and next-token targets from [B, T+1] windows; rows past a window's length get no target.
+ModelInput to_input(const TokenWindows& w) {
+  ModelInput in;
+  const int64_t T = w.width - 1;
+  std::vector<int64_t> lengths;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(w.lengths[size_t(r)], w.width) - 1);
+    if (n == 0) continue;
+    lengths.push_back(n);
+    for (int64_t t = 0; t < n; ++t) {
+      in.ids.push_back(w.tokens[size_t(r * w.width + t)]);
+      in.targets.push_back(w.tokens[size_t(r * w.width + t + 1)]);
+    }
+  }
+  (void)T;
+  in.tokens = TokenBatch::packed(lengths);
+  return in;
+}
+
+// Keeps the metrics lines of steps up to `step` (the checkpoint a resumed run continues from).
+void truncate_metrics(const fs::path& file, int64_t step) {
+  if (!fs::exists(file)) return;
+  std::ifstream in(file);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (json::parse(line).value("step", int64_t(0)) <= step) kept += line + "\n";
+    } catch (const json::exception&) {
+      // a line cut by the kill: dropped
+    }
+  }
+  write_file_atomic(file, kept);
+}
+
+struct EvalResult {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+
+EvalResult evaluate(Model& model, const fs::path& data_dir, int64_t batch, int64_t seq_len, int64_t batches,
+                    Precision precision) {
+  TokenLoader loader = TokenLoader::from_directory(data_dir, "val", batch, seq_len, LoaderMode::Sequential);
+  TokenWindows windows;
+  EvalResult r;
+  double total = 0;
+  for (int64_t i = 0; i < batches && loader.next(windows); ++i) {
+    const ModelInput in = to_input(windows);
+    if (in.tokens.rows == 0) continue;
+    const LossResult l = model.evaluate(in, precision);
+    total += l.loss * double(l.targets);
+    r.tokens += l.targets;
+  }
+  r.loss = r.tokens ? total / double(r.tokens) : NAN;
+  return r;
+}
+
+// −Σ p ln p over the token frequencies of the training split: the loss of a model that ignores
+// context, the line a trained model must get well below.
+double unigram_entropy(const fs::path& data_dir) {
+  const json meta = parse_json_file((data_dir / "meta.json").string());
+  std::vector<uint64_t> counts;
+  uint64_t total = 0;
+  std::vector<int32_t> block(size_t(1) << 16);
+  for (const auto& name : meta.at("splits").at("train").at("shards")) {
+    const TokenShard shard(data_dir / name.get<std::string>());
+    counts.resize(std::max(counts.size(), size_t(shard.vocab_size())), 0);
+    for (uint64_t at = 0; at < shard.size(); at += block.size()) {
+      const size_t n = size_t(std::min<uint64_t>(block.size(), shard.size() - at));
+      shard.read(at, std::span<int32_t>(block.data(), n));
+      for (size_t i = 0; i < n; ++i) ++counts[size_t(block[i])];
+      total += n;
+    }
+  }
+  double h = 0;
+  for (uint64_t c : counts)
+    if (c) h -= double(c) / double(total) * std::log(double(c) / double(total));
+  return h;
+}
+
+}  // namespace
+
+void run_training(const TrainOptions& o) {
+  if (o.deterministic) set_threads(1);
+  const fs::path run_dir = o.run_dir, data_dir = o.data_dir;
+  const ModelConfig config = ModelConfig::load(o.model_config);
+  TrainConfig tc = TrainConfig::load(o.train_config);
+  if (o.seq > 0) {
+    const int64_t sequences = o.batch > 0 ? o.batch : std::max<int64_t>(1, tc.curriculum.front().batch_tokens / o.seq);
+    int64_t tokens = 0;
+    for (const CurriculumStage& s : tc.curriculum) tokens += s.tokens;
+    tc.curriculum = {CurriculumStage{o.seq, tokens, sequences * o.seq, 1.0}};
+  } else if (o.batch > 0) {
+    for (CurriculumStage& s : tc.curriculum) s.batch_tokens = o.batch * s.seq_len;
+  }
+  if (o.lr > 0) tc.lr = o.lr;
+  if (o.steps > 0) {  // scale every stage's tokens so that the curriculum spans exactly `steps`
+    const int64_t total = tc.total_steps();
+    int64_t assigned = 0;
+    for (size_t i = 0; i < tc.curriculum.size(); ++i) {
+      CurriculumStage& s = tc.curriculum[i];
+      const int64_t steps = i + 1 == tc.curriculum.size()
+                                ? o.steps - assigned
+                                : std::max<int64_t>(1, int64_t(std::llround(double(s.steps()) * double(o.steps) / double(total))));
+      s.tokens = std::max<int64_t>(1, steps) * s.batch_tokens;
+      assigned += s.steps();
+    }
+  }
+  tc.validate("train config after command-line overrides");
+  HYLA_CHECK(fs::exists(data_dir / "meta.json"), "{}: not a prepared data directory (no meta.json)", data_dir.string());
+  const fs::path tokenizer_file = data_dir / "tokenizer.json";
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_file);
+  HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: the tokenizer has {} tokens but vocab_size is {}",
+             o.model_config, tokenizer.vocab_size(), config.vocab_size);
+
+  fs::create_directories(run_dir);
+  Model model(config);
+  AdamW optimizer(model.params(), tc);
+  const int64_t total_steps = tc.total_steps();
+  int64_t step = 0, bad_steps = 0;
+  json loader_state;
+  if (o.resume) {
+    const auto checkpoint = latest_checkpoint(run_dir);
+    HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
+    auto saved = Model::load(checkpoint->dir / "model");
+    HYLA_CHECK(saved->params().numel() == model.params().numel(), "{}: the checkpoint's model differs from {}",
+               checkpoint->dir.string(), o.model_config);
+    std::memcpy(model.params().values(), saved->params().values(), size_t(model.params().numel()) * 4);
+    model.params().refresh_bf16();
+    optimizer.load(checkpoint->dir / "optimizer.safetensors");
+    const json state = load_trainer_state(*checkpoint);
+    step = state.at("step").get<int64_t>();
+    bad_steps = state.at("bad_steps").get<int64_t>();
+    loader_state = state.at("loader");
+    truncate_metrics(run_dir / "metrics.jsonl", step);
+    fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
+  } else {
+    model.initialize(tc.seed);
+    const double entropy = unigram_entropy(data_dir);
+    fmt::print("data {}: unigram entropy {:.4f} nats per token (a context-free model's loss)\n", data_dir.string(), entropy);
+    write_file_atomic(run_dir / "run.json", json{{"model", config.to_json()},
+                                                 {"train", tc.to_json()},
+                                                 {"data", fs::absolute(data_dir).string()},
+                                                 {"unigram_entropy", entropy}}
+                                                    .dump(2) + "\n");
+    write_file_atomic(run_dir / "metrics.jsonl", "");
+  }
+
+  const ParamCounts counts = count_parameters(config);
+  const double peak = measure_gemm_peak_gflops(tc.precision == Precision::BF16);
+  fmt::print("model {} ({:.1f}M params, {:.1f}M active), {} steps, {} matmuls, {} threads, GEMM peak {:.0f} GFLOP/s\n",
+             o.model_config, counts.total_sum() * 1e-6, counts.active_sum() * 1e-6, total_steps,
+             tc.precision == Precision::BF16 ? "bf16" : "f32", num_threads(), peak);
+
+  int64_t stage = tc.stage_of(step);
+  auto micro_batch = [&](int64_t s) { return tc.curriculum[size_t(s)].sequences() / tc.grad_accum; };
+  TokenLoader loader = TokenLoader::from_directory(data_dir, "train", micro_batch(stage),
+                                                   tc.curriculum[size_t(stage)].seq_len, LoaderMode::Random, tc.seed);
+  if (!loader_state.is_null()) loader.set_state(loader_state);
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  int64_t announced_stage = -1;
+  TokenWindows windows;
+
+  while (step < total_steps) {
+    stage = tc.stage_of(step);
+    const CurriculumStage& st = tc.curriculum[size_t(stage)];
+    if (stage != announced_stage) {
+      loader.set_batch_size(micro_batch(stage));
+      loader.set_seq_len(st.seq_len);
+      fmt::print("stage {}/{}: seq_len {}, {} sequences per step ({} tokens), lr x{}, steps {}..{}\n", stage + 1,
+                 tc.curriculum.size(), st.seq_len, st.sequences(), st.batch_tokens, st.lr_scale, tc.stage_start(stage) + 1,
+                 tc.stage_start(stage) + st.steps());
+      announced_stage = stage;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    model.params().zero_grads();
+    double loss = 0, aux = 0;
+    int64_t tokens = 0;
+    for (int64_t m = 0; m < tc.grad_accum; ++m) {
+      loader.next(windows);
+      const ModelInput in = to_input(windows);
+      const LossResult r = model.forward_backward(in, tc.precision, 1.0f / float(tc.grad_accum));
+      loss += r.loss / double(tc.grad_accum);
+      aux += r.aux_loss / double(tc.grad_accum);
+      tokens += in.tokens.rows;
+    }
+    const double grad_norm = optimizer.grad_norm();
+    const double lr = learning_rate(tc, step);
+    json row{{"step", step + 1}, {"stage", stage + 1}, {"seq_len", st.seq_len}, {"loss", loss}, {"lr", lr},
+             {"grad_norm", grad_norm}, {"tokens", tokens}};
+    if (aux != 0) row["aux_loss"] = aux;
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      ++bad_steps;
+      model.discard_routing();
+      fmt::print(stderr, "warning: step {}: non-finite {} (loss {}, grad norm {}); step skipped ({} in a row)\n", step + 1,
+                 std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm, bad_steps);
+      HYLA_CHECK(bad_steps < tc.max_bad_steps, "training stopped at step {}: {} non-finite steps in a row", step + 1,
+                 bad_steps);
+      row["skipped"] = true;
+      row["loss"] = nullptr;
+      row["grad_norm"] = nullptr;
+    } else {
+      bad_steps = 0;
+      const float scale = tc.grad_clip > 0 && grad_norm > tc.grad_clip ? float(tc.grad_clip / grad_norm) : 1.0f;
+      optimizer.step(lr, scale);
+      model.update_balancing();
+    }
+    const double seconds = seconds_since(t0);
+    const double tokens_per_s = double(tokens) / seconds;
+    const double mfu = tokens_per_s * 3.0 * token_flops(config, counts, st.seq_len).prefill() * 1e-9 / peak;
+    row["step_ms"] = seconds * 1e3;
+    row["tokens_per_s"] = tokens_per_s;
+    row["mfu"] = mfu;
+    json moe = json::array();
+    const auto loads = model.load_stats();
+    for (size_t i = 0; i < loads.size(); ++i)
+      moe.push_back({{"max_over_mean", loads[i].max_over_mean}, {"dead", loads[i].dead_experts}});
+    if (!moe.empty()) row["moe"] = moe;
+    ++step;
+
+    const bool last = step == total_steps;
+    if (tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
+      const EvalResult e = evaluate(model, data_dir, micro_batch(stage), st.seq_len, tc.eval_batches, tc.precision);
+      row["val_loss"] = e.loss;
+      row["val_ppl"] = std::exp(e.loss);
+      fmt::print("eval step {}: val loss {:.4f}, perplexity {:.2f} ({} tokens)\n", step, e.loss, std::exp(e.loss), e.tokens);
+    }
+    metrics << row.dump() << "\n";
+    metrics.flush();
+    if (!o.quiet && (step % tc.log_every == 0 || last))
+      fmt::print("step {:>6}/{} | stage {} T={} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:6.0f} ms | {:6.0f} tok/s | MFU {:4.1f}%\n",
+                 step, total_steps, stage + 1, st.seq_len, row["loss"].is_null() ? NAN : loss, lr,
+                 row["grad_norm"].is_null() ? NAN : grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu);
+    if (tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
+      SequenceState state(model, int64_t(tokenizer.encode(tc.sample_prompt).size()) + tc.sample_tokens + 1, DType::F32);
+      std::vector<int32_t> prompt = tokenizer.encode(tc.sample_prompt);
+      if (prompt.empty()) prompt = {tokenizer.special_id("<|endoftext|>")};
+      GenerationOptions g;
+      g.max_tokens = tc.sample_tokens;
+      g.sampling.temperature = tc.sample_temperature;
+      g.sampling.seed = uint64_t(step);
+      g.precision = tc.precision;
+      const GenerationResult r = generate(model, tokenizer, prompt, g, state);
+      fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, r.text);
+    }
+    if (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last)) {
+      save_checkpoint(run_dir, step, model, optimizer,
+                      {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}}, tokenizer_file,
+                      tc.keep_checkpoints);
+    }
+  }
+  model.save(run_dir / "model", DType::F32, {tokenizer_file});
+  fmt::print("done: {} steps; model in {}\n", step, (run_dir / "model").string());
+}
+
+}  // namespace hyla

@@ -1,0 +1,22 @@
+#pragma once
+// `hyla train`: the training loop over a prepared token dataset, with the context curriculum,
+// evaluation, checkpoints, exact resume, NaN/Inf guard, metrics and samples.
+#include <cstdint>
+#include <string>
+
+namespace hyla {
+
+struct TrainOptions {
+  std::string model_config, train_config, data_dir, run_dir;
+  int64_t steps = 0;   // > 0: override the total step count
+  int64_t batch = 0;   // > 0: sequences per step in every stage
+  int64_t seq = 0;     // > 0: a single stage of this length
+  double lr = 0;       // > 0: override the peak learning rate
+  bool resume = false;
+  bool deterministic = false;  // one thread: bitwise-reproducible losses, across a resume too
+  bool quiet = false;          // no per-step console lines
+};
+
+void run_training(const TrainOptions& options);
+
+}  // namespace hyla
