@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <exception>
 
 #include "commands.h"
@@ -7,6 +8,9 @@
 #include "hyla/core/threads.h"
 
 int main(int argc, char** argv) {
+  // Line-buffered stdout: long runs (training logs, streamed text) show each line as it is
+  // printed even when the output goes to a file or a pipe.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"hyla: train, serve and evaluate hybrid linear-attention MoE language models"};
   app.require_subcommand(1);
   app.add_option_function<int>(

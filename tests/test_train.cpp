@@ -1,0 +1,186 @@
+// Training: TRAIN.json validation, the schedules, an end-to-end run through the CLI (curriculum
+// stages, evaluation, checkpoints, report), the exact resume after kill -9 in deterministic mode,
+// and the NaN guard.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "hyla/io/file.h"
+#include "hyla/io/json_fields.h"
+#include "hyla/train/schedule.h"
+#include "hyla/train/train_config.h"
+#include "model_test_util.h"
+#include "text_fixtures.h"
+
+extern char** environ;
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+void expect_config_error(const json& j, const std::string& what) {
+  try {
+    TrainConfig::from_json(j, "t.json");
+    FAIL() << "no error; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainConfig, ValidationNamesKeysAndRules) {
+  EXPECT_NO_THROW(TrainConfig::from_json(json::object()));
+  EXPECT_NO_THROW(TrainConfig::load((test::source_dir() / "configs/train-demo.json").string()));
+  expect_config_error({{"optimiser", {{"lr", 1}}}}, "unknown key optimiser");
+  expect_config_error({{"optimizer", {{"lr", -1}}}}, "optimizer.lr (-1) must be > 0");
+  expect_config_error({{"precision", "fp16"}}, "precision must be");
+  expect_config_error({{"schedule", {{"type", "linear"}}}}, "schedule.type must be");
+  expect_config_error({{"curriculum", json::array({{{"seq_len", 256}, {"batch_tokens", 1000}}})}},
+                      "curriculum[0].batch_tokens (1000) must be a multiple of seq_len (256)");
+  expect_config_error({{"grad_accum", 3}, {"curriculum", json::array({{{"seq_len", 256}, {"batch_tokens", 1024}}})}},
+                      "do not split into grad_accum (3)");
+  expect_config_error({{"curriculum", json::array({{{"seq_len", 256}, {"epochs", 2}}})}}, "unknown key curriculum[0].epochs");
+}
+
+TEST(TrainConfig, SchedulesAndStages) {
+  TrainConfig c = TrainConfig::from_json({{"optimizer", {{"lr", 1.0}}},
+                                          {"schedule", {{"warmup_steps", 10}, {"min_lr_ratio", 0.1}}},
+                                          {"curriculum", json::array({{{"seq_len", 4}, {"tokens", 400}, {"batch_tokens", 8}},
+                                                                      {{"seq_len", 8}, {"tokens", 400}, {"batch_tokens", 8}, {"lr_scale", 0.5}}})}});
+  EXPECT_EQ(c.total_steps(), 100);
+  EXPECT_EQ(c.stage_of(49), 0);
+  EXPECT_EQ(c.stage_of(50), 1);
+  EXPECT_EQ(c.stage_start(1), 50);
+  EXPECT_NEAR(learning_rate(c, 0), 0.1, 1e-12);   // warmup: (step + 1) / warmup
+  EXPECT_NEAR(learning_rate(c, 9), 1.0, 1e-12);
+  EXPECT_NEAR(learning_rate(c, 10), 1.0, 1e-12);  // cosine starts at the peak
+  EXPECT_NEAR(learning_rate(c, 99), 0.1 * 0.5, 1e-9);  // the floor, times the last stage's scale
+  c.schedule = ScheduleType::WarmupStableDecay;
+  c.decay_fraction = 0.2;
+  EXPECT_NEAR(learning_rate(c, 40), 1.0, 1e-12);       // stable
+  EXPECT_NEAR(learning_rate(c, 79), 0.5, 1e-12);       // stable, stage 2 scale
+  EXPECT_NEAR(learning_rate(c, 99), 0.1 * 0.5, 1e-9);  // decayed to the floor
+}
+
+// A tiny dataset and model, prepared once per test binary.
+struct TinyRun {
+  test::TempDir dir;
+  std::string data, config, train;
+  TinyRun() {
+    test::write_bytes(dir / "text.txt", test::sample_text(80, 3));
+    test::small_tokenizer().save(dir / "tok.json");
+    data = (dir / "data").string();
+    EXPECT_EQ(test::run_hyla("data prepare --tokenizer " + (dir / "tok.json").string() + " --input " +
+                             (dir / "text.txt").string() + " --out " + data + " --val-fraction 0.1").exit_code, 0);
+    json c = parse_json_file((test::source_dir() / "configs/nano.json").string());
+    c["vocab_size"] = 512;
+    test::write_bytes(dir / "model.json", c.dump());
+    config = (dir / "model.json").string();
+    const json t = {{"optimizer", {{"lr", 0.003}}},
+                    {"schedule", {{"warmup_steps", 3}}},
+                    {"curriculum", json::array({{{"seq_len", 32}, {"tokens", 6 * 256}, {"batch_tokens", 256}},
+                                                {{"seq_len", 64}, {"tokens", 6 * 256}, {"batch_tokens", 256}}})},
+                    {"eval", {{"every", 4}, {"batches", 2}}},
+                    {"checkpoint", {{"every", 3}, {"keep", 2}}}};
+    test::write_bytes(dir / "train.json", t.dump());
+    train = (dir / "train.json").string();
+  }
+  std::string args(const std::string& out) const {
+    return "train --config " + config + " --train " + train + " --data " + data + " --out " + out;
+  }
+};
+
+TinyRun& tiny() {
+  static TinyRun run;
+  return run;
+}
+
+std::vector<json> metrics(const std::string& run_dir) {
+  std::vector<json> rows;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) rows.push_back(json::parse(line));
+  return rows;
+}
+
+TEST(Train, RunsTheCurriculumEvaluatesCheckpointsAndReports) {
+  const std::string out = (tiny().dir / "run").string();
+  const auto r = test::run_hyla(tiny().args(out) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("stage 2/2: seq_len 64"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("unigram entropy"), std::string::npos);
+  const auto rows = metrics(out);
+  ASSERT_EQ(rows.size(), 12u);
+  for (const char* key : {"step", "seq_len", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "moe"})
+    EXPECT_TRUE(rows[0].contains(key)) << key;
+  EXPECT_EQ(rows[0]["seq_len"], 32);
+  EXPECT_EQ(rows[11]["seq_len"], 64);
+  EXPECT_TRUE(rows[3].contains("val_loss"));
+  EXPECT_FALSE(rows[4].contains("val_loss"));
+  EXPECT_LT(rows[11]["loss"].get<double>(), rows[0]["loss"].get<double>());
+  EXPECT_TRUE(std::filesystem::exists(out + "/checkpoints/step-00000012/trainer.json"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/checkpoints/step-00000009/model/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/checkpoints/step-00000006"));  // keep 2
+  EXPECT_EQ(test::run_hyla("inspect " + out + "/model").exit_code, 0);
+  ASSERT_EQ(test::run_hyla("report " + out).exit_code, 0);
+  const std::string html = read_file(out + "/report.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("stage boundary"), std::string::npos);
+  EXPECT_NE(html.find("Expert load"), std::string::npos);
+}
+
+// Bit-for-bit: a run killed with SIGKILL after its step-6 checkpoint and resumed gives the same
+// loss at every step as an uninterrupted run.
+TEST(Train, DeterministicResumeAfterKillIsBitwiseIdentical) {
+  const std::string whole = (tiny().dir / "whole").string(), killed = (tiny().dir / "killed").string();
+  ASSERT_EQ(test::run_hyla(tiny().args(whole) + " --deterministic --quiet").exit_code, 0);
+
+  const std::string command = std::string(HYLA_BINARY) + " " + tiny().args(killed) + " --deterministic --quiet > /dev/null 2>&1";
+  pid_t pid = 0;
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  // Wait until a step after the step-6 checkpoint is logged, then kill the whole process group's work.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(killed + "/checkpoints/step-00000006/trainer.json") && metrics(killed).size() >= 7) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::system(("pkill -KILL -f 'out " + killed + "'").c_str());
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_LT(metrics(killed).size(), 12u) << "the run finished before it could be killed";
+  const auto r = test::run_hyla(tiny().args(killed) + " --deterministic --quiet --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos);
+  const auto a = metrics(whole), b = metrics(killed);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]);
+    EXPECT_EQ(a[i]["loss"].dump(), b[i]["loss"].dump()) << "step " << i + 1;  // exact: same bits, same text
+    EXPECT_EQ(a[i]["grad_norm"].dump(), b[i]["grad_norm"].dump()) << "step " << i + 1;
+  }
+}
+
+TEST(Train, NonFiniteStepsAreSkippedThenStopTheRun) {
+  const std::string out = (tiny().dir / "nan").string();
+  const auto r = test::run_hyla(tiny().args(out) + " --lr 1e30 --quiet");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("step skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training stopped at step"), std::string::npos) << r.output;
+}
+
+TEST(Train, BadInputsAreClearErrors) {
+  auto r = test::run_hyla(tiny().args((tiny().dir / "x").string()) + " --data /nonexistent");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("not a prepared data directory"), std::string::npos) << r.output;
+  EXPECT_NE(test::run_hyla("report /nonexistent").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace hyla
