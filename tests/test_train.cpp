@@ -176,7 +176,8 @@ TEST(Train, NonFiniteStepsAreSkippedThenStopTheRun) {
 }
 
 TEST(Train, BadInputsAreClearErrors) {
-  auto r = test::run_hyla(tiny().args((tiny().dir / "x").string()) + " --data /nonexistent");
+  auto r = test::run_hyla("train --config " + tiny().config + " --train " + tiny().train + " --data /nonexistent --out " +
+                          (tiny().dir / "x").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("not a prepared data directory"), std::string::npos) << r.output;
   EXPECT_NE(test::run_hyla("report /nonexistent").exit_code, 0);

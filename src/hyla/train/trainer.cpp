@@ -191,8 +191,12 @@ void run_training(const TrainOptions& o) {
 
   int64_t stage = tc.stage_of(step);
   auto micro_batch = [&](int64_t s) { return tc.curriculum[size_t(s)].sequences() / tc.grad_accum; };
-  TokenLoader loader = TokenLoader::from_directory(data_dir, "train", micro_batch(stage),
-                                                   tc.curriculum[size_t(stage)].seq_len, LoaderMode::Random, tc.seed);
+  // A resumed loader starts in its saved shape (the checkpoint may sit at a stage's last step); the
+  // stage announcement below then moves it to the current stage's, as the uninterrupted run did.
+  const int64_t loader_batch = loader_state.is_null() ? micro_batch(stage) : loader_state.at("batch_size").get<int64_t>();
+  const int64_t loader_seq =
+      loader_state.is_null() ? tc.curriculum[size_t(stage)].seq_len : loader_state.at("seq_len").get<int64_t>();
+  TokenLoader loader = TokenLoader::from_directory(data_dir, "train", loader_batch, loader_seq, LoaderMode::Random, tc.seed);
   if (!loader_state.is_null()) loader.set_state(loader_state);
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   int64_t announced_stage = -1;
