@@ -64,4 +64,19 @@ void SequenceState::copy_from(const SequenceState& other) {
   cache_.tokens = n;
 }
 
+Tensor feed(Model& model, const std::vector<int32_t>& ids, SequenceState& state, int64_t chunk, Precision precision) {
+  HYLA_CHECK(!ids.empty(), "feed: no tokens");
+  HYLA_CHECK(state.length() + int64_t(ids.size()) <= state.capacity(), "feed: {} tokens exceed the context of {}",
+             state.length() + int64_t(ids.size()), state.capacity());
+  Tensor logits;
+  for (size_t at = 0; at < ids.size(); at += size_t(chunk)) {
+    const size_t n = std::min(ids.size() - at, size_t(chunk));
+    ModelInput in;
+    in.ids.assign(ids.begin() + int64_t(at), ids.begin() + int64_t(at + n));
+    in.tokens = TokenBatch::packed({int64_t(n)}, {state.length()});
+    logits = model.forward_cached(in, std::span<SequenceCache>(&state.cache(), 1), precision);
+  }
+  return logits;
+}
+
 }  // namespace hyla

@@ -18,6 +18,7 @@ class SequenceState {
   SequenceCache& cache() { return cache_; }
   int64_t length() const;  // tokens processed so far
   int64_t capacity() const { return capacity_; }
+  DType latent_dtype() const { return latent_dtype_; }
   void reset();            // back to an empty sequence (zero states, empty caches)
 
   // Memory: the fixed part (KDA tails and states) and the part per cached token (latent caches).
@@ -25,7 +26,7 @@ class SequenceState {
   int64_t bytes_per_token() const { return bytes_per_token_; }
   int64_t bytes_at(int64_t tokens) const { return fixed_bytes_ + bytes_per_token_ * tokens; }
 
-  // The state after the first `length()` tokens, copied (for prompt-state reuse).
+  // Becomes a copy of `other` (its first `other.length()` tokens; for prompt-state reuse).
   void copy_from(const SequenceState& other);
 
  private:
@@ -37,5 +38,8 @@ class SequenceState {
   std::vector<int64_t> row_width_;  // values per cached token of each latent layer
   int64_t fixed_bytes_ = 0, bytes_per_token_ = 0;
 };
+
+// Feeds `ids` to the state (chunks of `chunk` tokens); returns the logits [1, V] after the last.
+Tensor feed(Model& model, const std::vector<int32_t>& ids, SequenceState& state, int64_t chunk, Precision precision);
 
 }  // namespace hyla

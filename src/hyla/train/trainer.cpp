@@ -15,7 +15,7 @@
 #include "hyla/data/loader.h"
 #include "hyla/data/token_shard.h"
 #include "hyla/data/tokenizer.h"
-#include "hyla/infer/generator.h"
+#include "hyla/infer/engine.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/kernels/matmul.h"
@@ -273,16 +273,19 @@ void run_training(const TrainOptions& o) {
                  step, total_steps, stage + 1, st.seq_len, row["loss"].is_null() ? NAN : loss, lr,
                  row["grad_norm"].is_null() ? NAN : grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu);
     if (tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
-      SequenceState state(model, int64_t(tokenizer.encode(tc.sample_prompt).size()) + tc.sample_tokens + 1, DType::F32);
-      std::vector<int32_t> prompt = tokenizer.encode(tc.sample_prompt);
-      if (prompt.empty()) prompt = {tokenizer.special_id("<|endoftext|>")};
-      GenerationOptions g;
-      g.max_tokens = tc.sample_tokens;
-      g.sampling.temperature = tc.sample_temperature;
-      g.sampling.seed = uint64_t(step);
-      g.precision = tc.precision;
-      const GenerationResult r = generate(model, tokenizer, prompt, g, state);
-      fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, r.text);
+      GenerationRequest request;
+      request.prompt = tokenizer.encode(tc.sample_prompt);
+      if (request.prompt.empty()) request.prompt = {tokenizer.special_id("<|endoftext|>")};
+      request.max_tokens = tc.sample_tokens;
+      request.sampling.temperature = tc.sample_temperature;
+      request.sampling.seed = uint64_t(step);
+      EngineOptions options;
+      options.max_sequences = 1;
+      options.context = int64_t(request.prompt.size()) + tc.sample_tokens + 1;
+      options.precision = tc.precision;
+      options.prefix_cache_bytes = 0;
+      Engine engine(model, tokenizer, options);
+      fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, engine.submit(std::move(request)).get().text);
     }
     if (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last)) {
       save_checkpoint(run_dir, step, model, optimizer,

@@ -1,0 +1,287 @@
+#include "hyla/infer/engine.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "hyla/core/error.h"
+#include "hyla/infer/text_stream.h"
+
+namespace hyla {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+const std::vector<double> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}  // namespace
+
+struct Engine::Active {
+  GenerationRequest request;
+  std::promise<GenerationOutput> promise;
+  GenerationOutput output;
+  Sampler sampler;
+  TextStream text;
+  int slot = -1;
+  int64_t prefilled = 0;   // prompt tokens in the state
+  int32_t next = -1;       // the last sampled token, to be fed in the next step
+  Clock::time_point start, last;
+  Active(GenerationRequest r) : request(std::move(r)), sampler(request.sampling), text(request.stop) {}
+};
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : model_(&model),
+      tokenizer_(tokenizer),
+      options_(options),
+      prefix_cache_(options.prefix_cache_bytes, options.prefill_chunk) {
+  HYLA_CHECK(options.max_sequences > 0 && options.context > 1 && options.prefill_chunk > 0,
+             "engine: max_sequences, context and prefill_chunk must be positive");
+  for (int64_t i = 0; i < options.max_sequences; ++i)
+    slots_.push_back(std::make_unique<SequenceState>(model, options.context, options.latent_dtype));
+  slot_used_.assign(slots_.size(), false);
+  for (const char* name : {"<|endoftext|>", "<|im_end|>"})
+    if (auto id = tokenizer.token_id(name)) end_ids_.push_back(*id);
+  stats_.buckets = kBuckets;
+  stats_.ttft_counts.assign(kBuckets.size() + 1, 0);
+  stats_.itl_counts.assign(kBuckets.size() + 1, 0);
+  worker_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+int64_t Engine::memory_per_sequence() const { return slots_.front()->bytes_at(options_.context); }
+
+std::future<GenerationOutput> Engine::submit(GenerationRequest request) {
+  HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
+  HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
+  for (int32_t id : request.prompt)
+    HYLA_CHECK(id >= 0 && id < model_->config().vocab_size, "prompt token {} is outside the vocabulary (size {})", id,
+               model_->config().vocab_size);
+  const int64_t need = int64_t(request.prompt.size()) + std::max<int64_t>(request.max_tokens, 1);
+  HYLA_CHECK(need <= options_.context, "prompt ({} tokens) + max_tokens ({}) exceed the context of {} tokens",
+             request.prompt.size(), request.max_tokens, options_.context);
+  auto active = std::make_unique<Active>(std::move(request));
+  active->start = Clock::now();
+  std::future<GenerationOutput> future = active->promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    HYLA_CHECK(!stopping_, "the engine is shutting down");
+    ++stats_.requests;
+    waiting_.push_back(std::move(active));
+  }
+  wake_.notify_one();
+  return future;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EngineStats s = stats_;
+  s.running = int64_t(running_.size());
+  s.waiting = int64_t(waiting_.size());
+  return s;
+}
+
+void Engine::record_ttft(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i <= kBuckets.size(); ++i)
+    if (i == kBuckets.size() || seconds <= kBuckets[i]) ++stats_.ttft_counts[i];
+  stats_.ttft_sum += seconds;
+  ++stats_.ttft_total;
+}
+
+void Engine::record_itl(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i <= kBuckets.size(); ++i)
+    if (i == kBuckets.size() || seconds <= kBuckets[i]) ++stats_.itl_counts[i];
+  stats_.itl_sum += seconds;
+  ++stats_.itl_total;
+}
+
+void Engine::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+      if (stopping_) break;
+    }
+    try {
+      admit_waiting();
+      step();
+    } catch (const std::exception& e) {
+      // A failure inside the model fails every request in flight, not the process.
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& a : running_) {
+        a->promise.set_exception(std::make_exception_ptr(Error(std::string("inference failed: ") + e.what())));
+        slot_used_[size_t(a->slot)] = false;
+      }
+      running_.clear();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto* queue : {&running_}) {
+    for (auto& a : *queue) a->promise.set_exception(std::make_exception_ptr(Error("the engine stopped")));
+    queue->clear();
+  }
+  for (auto& a : waiting_) a->promise.set_exception(std::make_exception_ptr(Error("the engine stopped")));
+  waiting_.clear();
+}
+
+// Moves waiting requests into free slots, restoring cached prompt prefixes.
+void Engine::admit_waiting() {
+  for (;;) {
+    std::unique_ptr<Active> a;
+    int slot = -1;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (waiting_.empty()) return;
+      for (size_t i = 0; i < slot_used_.size(); ++i)
+        if (!slot_used_[i]) {
+          slot = int(i);
+          break;
+        }
+      if (slot < 0) return;
+      a = std::move(waiting_.front());
+      waiting_.pop_front();
+      slot_used_[size_t(slot)] = true;
+    }
+    a->slot = slot;
+    SequenceState& state = *slots_[size_t(slot)];
+    state.reset();
+    a->output.prompt_tokens = int64_t(a->request.prompt.size());
+    if (a->request.prompt_logprobs) {
+      // Scoring needs every prompt position's distribution: one full forward over the prompt.
+      ModelInput in;
+      in.ids = a->request.prompt;
+      in.tokens = TokenBatch::uniform(1, int64_t(in.ids.size()));
+      const Tensor logits = model_->logits(in, options_.precision);
+      const int64_t V = model_->config().vocab_size;
+      a->output.prompt_logprobs.push_back(NAN);
+      for (size_t i = 1; i < in.ids.size(); ++i) {
+        const float* row = logits.data<float>() + int64_t(i - 1) * V;
+        double top = row[0], sum = 0;
+        for (int64_t j = 1; j < V; ++j) top = std::max(top, double(row[j]));
+        for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - top);
+        a->output.prompt_logprobs.push_back(double(row[in.ids[i]]) - top - std::log(sum));
+      }
+    }
+    a->prefilled = prefix_cache_.restore(a->request.prompt, state);
+    a->output.cached_prompt_tokens = a->prefilled;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.prompt_tokens += a->output.prompt_tokens;
+      stats_.cached_prompt_tokens += a->prefilled;
+    }
+    if (a->request.max_tokens == 0) {  // scoring only: nothing to generate
+      finish(*a, "length");
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.push_back(std::move(a));
+  }
+}
+
+// One model call: a prefill chunk of the oldest request still reading its prompt, plus one token
+// for every sequence that is generating.
+void Engine::step() {
+  std::vector<Active*> batch;
+  std::vector<int64_t> lengths, offsets;
+  ModelInput in;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& a : running_)
+      if (a->prefilled < int64_t(a->request.prompt.size())) {
+        const int64_t n = std::min<int64_t>(options_.prefill_chunk, int64_t(a->request.prompt.size()) - a->prefilled);
+        batch.push_back(a.get());
+        lengths.push_back(n);
+        in.ids.insert(in.ids.end(), a->request.prompt.begin() + a->prefilled, a->request.prompt.begin() + a->prefilled + n);
+        break;
+      }
+    for (auto& a : running_)
+      if (a->next >= 0) {
+        batch.push_back(a.get());
+        lengths.push_back(1);
+        in.ids.push_back(a->next);
+      }
+  }
+  if (batch.empty()) return;
+  std::vector<SequenceCache> caches;
+  for (Active* a : batch) {
+    offsets.push_back(slots_[size_t(a->slot)]->length());
+    caches.push_back(slots_[size_t(a->slot)]->cache());
+  }
+  in.tokens = TokenBatch::packed(lengths, offsets);
+  const Tensor logits = model_->forward_cached(in, caches, options_.precision);
+  for (size_t i = 0; i < batch.size(); ++i) slots_[size_t(batch[i]->slot)]->cache() = caches[i];
+
+  const int64_t V = model_->config().vocab_size;
+  // A model's vocabulary may be padded past the tokenizer's: ids the tokenizer lacks are never sampled.
+  const int64_t sample_vocab = std::min<int64_t>(V, tokenizer_.vocab_size());
+  const auto now = Clock::now();
+  std::vector<Active*> done;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Active& a = *batch[i];
+    SequenceState& state = *slots_[size_t(a.slot)];
+    const bool prefilling = a.next < 0;
+    if (prefilling) {
+      a.prefilled += lengths[i];
+      if (a.prefilled % prefix_cache_.granularity() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
+        prefix_cache_.store(a.request.prompt, a.prefilled, state, *model_);
+      if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
+    }
+    double logprob = 0;
+    const int32_t token =
+        a.sampler.sample(logits.data<float>() + int64_t(i) * V, sample_vocab, a.request.logprobs ? &logprob : nullptr);
+    if (prefilling) {
+      a.output.time_to_first_token = seconds_between(a.start, now);
+      record_ttft(a.output.time_to_first_token);
+    } else {
+      record_itl(seconds_between(a.last, now));
+    }
+    a.last = now;
+    a.output.tokens.push_back(token);
+    if (a.request.logprobs) a.output.token_logprobs.push_back(logprob);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.generated_tokens;
+    }
+    std::string reason;
+    if (a.request.stop_at_end_tokens && std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) {
+      reason = "stop";
+    } else {
+      const std::string piece = a.text.push(tokenizer_.decode_token(token));
+      if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = "cancelled";
+      else if (a.text.stopped()) reason = "stop";
+      else if (int64_t(a.output.tokens.size()) >= a.request.max_tokens || state.length() + 1 >= state.capacity())
+        reason = "length";
+    }
+    if (reason.empty()) {
+      a.next = token;
+    } else {
+      a.output.finish_reason = reason;
+      done.push_back(&a);
+    }
+  }
+  for (Active* a : done) finish(*a, a->output.finish_reason);
+}
+
+void Engine::finish(Active& a, const std::string& reason) {
+  a.output.finish_reason = reason;
+  if (reason == "length") {
+    const std::string rest = a.text.flush();
+    if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
+  }
+  a.output.text = a.text.text();
+  a.output.seconds = seconds_between(a.start, Clock::now());
+  a.promise.set_value(std::move(a.output));
+  std::lock_guard<std::mutex> lock(mutex_);
+  slot_used_[size_t(a.slot)] = false;
+  std::erase_if(running_, [&](const std::unique_ptr<Active>& p) { return p.get() == &a; });
+}
+
+}  // namespace hyla

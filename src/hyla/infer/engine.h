@@ -1,0 +1,110 @@
+#pragma once
+// The inference engine: one worker thread owns the model and runs continuous batching. Each
+// iteration forwards, in one model call, at most one prefill chunk of an admitted request plus one
+// decode token for every running sequence (chunked prefill: a long prompt never stalls the others),
+// samples, streams, and retires finished or cancelled sequences. Prompt prefixes are restored from
+// the prefix cache when an earlier request shared them.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hyla/data/tokenizer.h"
+#include "hyla/infer/prefix_cache.h"
+#include "hyla/infer/sampler.h"
+#include "hyla/infer/sequence_state.h"
+#include "hyla/model/model.h"
+
+namespace hyla {
+
+struct EngineOptions {
+  int64_t max_sequences = 16;       // decoded together (slots)
+  int64_t context = 8192;           // tokens per sequence: prompt + generation
+  int64_t prefill_chunk = 512;      // prompt tokens per iteration
+  Precision precision = Precision::BF16;
+  DType latent_dtype = DType::BF16;
+  int64_t prefix_cache_bytes = int64_t(256) << 20;  // 0 disables prompt-state reuse
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stop_at_end_tokens = true;
+  bool logprobs = false;       // log-probability of each generated token
+  bool prompt_logprobs = false; // and of each prompt token after the first (for scoring, echo)
+  // Called on the engine thread with each new piece of text (complete UTF-8, stop strings held
+  // back); returning false cancels the request (e.g. the client disconnected).
+  std::function<bool(std::string_view text)> on_text;
+};
+
+struct GenerationOutput {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string finish_reason;  // "stop", "length" or "cancelled"
+  int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
+  std::vector<double> token_logprobs;   // per generated token (with logprobs)
+  std::vector<double> prompt_logprobs;  // per prompt token, NaN for the first (with prompt_logprobs)
+  double time_to_first_token = 0, seconds = 0;
+};
+
+// Counters and histograms for /metrics.
+struct EngineStats {
+  int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
+  std::vector<double> buckets;                  // histogram upper bounds (seconds)
+  std::vector<int64_t> ttft_counts, itl_counts; // cumulative counts per bucket (+Inf last)
+  double ttft_sum = 0, itl_sum = 0;
+  int64_t ttft_total = 0, itl_total = 0;
+};
+
+class Engine {
+ public:
+  // The engine uses the model and tokenizer (which must outlive it) from its worker thread only.
+  Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; the future is fulfilled when it finishes (errors arrive as exceptions).
+  std::future<GenerationOutput> submit(GenerationRequest request);
+  EngineStats stats() const;
+  const Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineOptions& options() const { return options_; }
+  int64_t memory_per_sequence() const;  // bytes of one slot at full context
+
+ private:
+  struct Active;
+  void run();
+  void admit_waiting();
+  void step();
+  void finish(Active& a, const std::string& reason);
+  void record_ttft(double seconds);
+  void record_itl(double seconds);
+
+  Model* model_;
+  const Tokenizer& tokenizer_;
+  EngineOptions options_;
+  std::vector<std::unique_ptr<SequenceState>> slots_;
+  std::vector<bool> slot_used_;
+  PrefixCache prefix_cache_;
+  std::vector<int32_t> end_ids_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Active>> waiting_;
+  std::vector<std::unique_ptr<Active>> running_;
+  EngineStats stats_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace hyla

@@ -1,0 +1,208 @@
+// Inference: decode after prefill equals one full forward (every layer type, AttnRes on and
+// off); the engine's batched continuous decoding equals one request at a time; prompt-state reuse
+// gives identical outputs; stop strings, max_tokens, cancellation, logprobs; the text stream.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "hyla/infer/engine.h"
+#include "hyla/infer/sequence_state.h"
+#include "hyla/infer/text_stream.h"
+#include "model_test_util.h"
+#include "text_fixtures.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(int32_t(rng() % uint32_t(vocab)));
+  return ids;
+}
+
+// max |a − b| / max |b| over n values.
+double relative_diff(const float* a, const float* b, int64_t n) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < n; ++i) d = std::max(d, double(std::fabs(a[i] - b[i]))), s = std::max(s, double(std::fabs(b[i])));
+  return d / s;
+}
+
+// Prefill in uneven chunks, then decode token by token, through the model's cached forward with
+// f32 caches: every position's logits equal the full forward's row.
+TEST(Inference, DecodeAfterPrefillEqualsFullForward) {
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> variants = {
+      {"nano (kda, mla with RoPE, swa, AttnRes)", {}},
+      {"pre-norm, q_lora, NoPE, softplus, latent MoE",
+       [](json& j) {
+         j["attn_res"]["enabled"] = false;
+         j["mla"]["q_lora_rank"] = 16;
+         j["mla"]["qk_rope_head_dim"] = 0;
+         j["kda"]["gate"] = "softplus";
+         j["moe"]["latent_dim"] = 32;
+       }},
+      {"attn_res block 1", [](json& j) { j["attn_res"]["block_size"] = 1; }},
+  };
+  for (const auto& [name, edit] : variants) {
+    const ModelConfig config = test::nano_config(edit);
+    Model model(config);
+    test::randomize_params(model.params(), 5);
+    const std::vector<int32_t> ids = random_ids(45, config.vocab_size, 8);
+    ModelInput full;
+    full.ids = ids;
+    full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
+    const Tensor reference = model.logits(full, Precision::F32);
+    SequenceState state(model, 64, DType::F32);
+    size_t at = 0;
+    for (size_t n : {7u, 16u, 1u, 9u}) {
+      const Tensor logits = feed(model, std::vector<int32_t>(ids.begin() + int64_t(at), ids.begin() + int64_t(at + n)), state,
+                                 64, Precision::F32);
+      at += n;
+      EXPECT_LT(relative_diff(logits.data<float>(), reference.data<float>() + int64_t(at - 1) * config.vocab_size,
+                              config.vocab_size), 1e-4) << name << " after " << at;
+    }
+    for (; at < ids.size(); ++at) {
+      const Tensor logits = feed(model, {ids[at]}, state, 64, Precision::F32);
+      EXPECT_LT(relative_diff(logits.data<float>(), reference.data<float>() + int64_t(at) * config.vocab_size,
+                              config.vocab_size), 1e-4) << name << " decode " << at;
+    }
+    EXPECT_EQ(state.length(), int64_t(ids.size()));
+  }
+}
+
+TEST(Inference, StateMemoryMatchesTheArithmetic) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  SequenceState state(model, 1000);
+  // KDA (layers 0, 2): conv tails 3·(kernel−1)·H·K and states H·K·K, f32.
+  const int64_t kda = 2 * (3 * 3 * 2 * 16 + 2 * 16 * 16) * 4;
+  // Latent attention (layers 1, 3): (kv_lora_rank + qk_rope_head_dim) bf16 values per token.
+  EXPECT_EQ(state.fixed_bytes(), kda);
+  EXPECT_EQ(state.bytes_per_token(), 2 * (32 + 8) * 2);
+  EXPECT_EQ(state.bytes_at(1000), kda + 1000 * 2 * (32 + 8) * 2);
+}
+
+struct EngineFixture {
+  ModelConfig config = test::nano_config([](json& j) { j["vocab_size"] = 512; });
+  Model model{config};
+  const Tokenizer& tokenizer = test::small_tokenizer();
+  EngineFixture() { test::randomize_params(model.params(), 3); }
+  GenerationRequest request(const std::string& text, int64_t max_tokens) {
+    GenerationRequest r;
+    r.prompt = tokenizer.encode(text);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.stop_at_end_tokens = false;
+    return r;
+  }
+};
+
+TEST(Engine, ConcurrentRequestsMatchOneAtATime) {
+  EngineFixture f;
+  EngineOptions one;
+  one.max_sequences = 1;
+  one.context = 256;
+  one.prefill_chunk = 8;
+  one.precision = Precision::F32;
+  one.latent_dtype = DType::F32;
+  one.prefix_cache_bytes = 0;
+  std::vector<std::string> prompts = {"The quick brown fox", "A different prompt that is a little longer than the first",
+                                      "x", "Numbers 1234 and words", "The quick brown fox jumps"};
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Engine engine(f.model, f.tokenizer, one);
+    for (const auto& p : prompts) expected.push_back(engine.submit(f.request(p, 12)).get().tokens);
+  }
+  EngineOptions many = one;
+  many.max_sequences = 3;  // fewer slots than requests: some wait, all share batched decode
+  Engine engine(f.model, f.tokenizer, many);
+  std::vector<std::future<GenerationOutput>> futures;
+  for (const auto& p : prompts) futures.push_back(engine.submit(f.request(p, 12)));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const GenerationOutput out = futures[i].get();
+    EXPECT_EQ(out.tokens, expected[i]) << prompts[i];
+    EXPECT_EQ(out.finish_reason, "length");
+  }
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.requests, 5);
+  EXPECT_EQ(s.generated_tokens, 5 * 12);
+}
+
+TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
+  EngineFixture f;
+  EngineOptions o;
+  o.max_sequences = 2;
+  o.context = 512;
+  o.prefill_chunk = 16;
+  o.precision = Precision::F32;
+  o.latent_dtype = DType::F32;
+  const std::string shared = test::sample_text(4, 9);  // a long shared prefix
+  GenerationRequest a = f.request(shared + " first question", 10), b = f.request(shared + " second one", 10);
+  ASSERT_GT(a.prompt.size(), 48u);
+  o.prefix_cache_bytes = 0;
+  std::vector<int32_t> cold_b;
+  {
+    Engine cold(f.model, f.tokenizer, o);
+    cold_b = cold.submit(b).get().tokens;
+  }
+  o.prefix_cache_bytes = int64_t(64) << 20;
+  Engine warm(f.model, f.tokenizer, o);
+  const GenerationOutput first = warm.submit(a).get();
+  EXPECT_EQ(first.cached_prompt_tokens, 0);
+  const GenerationOutput second = warm.submit(b).get();
+  EXPECT_GT(second.cached_prompt_tokens, 0);  // the shared prefix came from the cache
+  EXPECT_EQ(second.cached_prompt_tokens % 16, 0);
+  EXPECT_EQ(second.tokens, cold_b);
+}
+
+TEST(Engine, StopStringsMaxTokensCancelAndLogprobs) {
+  EngineFixture f;
+  EngineOptions o;
+  o.context = 256;
+  o.precision = Precision::F32;
+  Engine engine(f.model, f.tokenizer, o);
+  GenerationRequest r = f.request("The quick brown fox", 20);
+  const GenerationOutput plain = engine.submit(r).get();
+  ASSERT_GE(plain.text.size(), 4u);
+  r.stop = {plain.text.substr(2, 2)};
+  const GenerationOutput stopped = engine.submit(r).get();
+  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(stopped.text, plain.text.substr(0, plain.text.find(r.stop[0])));
+
+  GenerationRequest c = f.request("The quick brown fox", 20);
+  int pieces = 0;
+  c.on_text = [&](std::string_view) { return ++pieces < 3; };
+  const GenerationOutput cancelled = engine.submit(c).get();
+  EXPECT_EQ(cancelled.finish_reason, "cancelled");
+  EXPECT_LT(cancelled.tokens.size(), 20u);
+
+  GenerationRequest s = f.request("The quick brown fox jumps", 0);  // scoring only
+  s.prompt_logprobs = true;
+  const GenerationOutput scored = engine.submit(s).get();
+  EXPECT_TRUE(scored.tokens.empty());
+  ASSERT_EQ(scored.prompt_logprobs.size(), s.prompt.size());
+  EXPECT_TRUE(std::isnan(scored.prompt_logprobs[0]));
+  for (size_t i = 1; i < s.prompt.size(); ++i) EXPECT_LE(scored.prompt_logprobs[i], 0.0);
+
+  GenerationRequest too_long = f.request("The quick brown fox", 10000);
+  EXPECT_THROW(engine.submit(too_long), Error);
+}
+
+TEST(TextStream, HoldsBackIncompleteUtf8AndStopPrefixes) {
+  TextStream s({"STOP"});
+  EXPECT_EQ(s.push("ab"), "ab");
+  EXPECT_EQ(s.push("\xc3"), "");       // half of "é"
+  EXPECT_EQ(s.push("\xa9 S"), "\xc3\xa9 ");  // "S" could start "STOP"
+  EXPECT_EQ(s.push("T"), "");
+  EXPECT_EQ(s.push("x"), "STx");
+  EXPECT_EQ(s.push("yST"), "y");
+  EXPECT_EQ(s.push("OP and more"), "");
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.text(), "ab\xc3\xa9 STxy");
+}
+
+}  // namespace
+}  // namespace hyla
