@@ -13,6 +13,8 @@ void add_logits(CLI::App& app);
 void add_train(CLI::App& app);
 void add_report(CLI::App& app);
 void add_generate(CLI::App& app);
+void add_serve(CLI::App& app);
+void add_chat(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
 

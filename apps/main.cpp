@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   hyla::cli::add_train(app);
   hyla::cli::add_report(app);
   hyla::cli::add_generate(app);
+  hyla::cli::add_chat(app);
+  hyla::cli::add_serve(app);
   hyla::cli::add_tokenizer(app);
   hyla::cli::add_data(app);
   try {

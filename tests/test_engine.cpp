@@ -206,3 +206,75 @@ TEST(TextStream, HoldsBackIncompleteUtf8AndStopPrefixes) {
 
 }  // namespace
 }  // namespace hyla
+
+namespace hyla {
+namespace {
+
+TEST(Sampler, GreedyTopKOneAndSeedsAreDeterministic) {
+  const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f, 0.5f};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(Sampler(greedy).sample(logits.data(), 5), 1);
+  SamplingParams top1;
+  top1.top_k = 1;
+  EXPECT_EQ(Sampler(top1).sample(logits.data(), 5), 1);
+  SamplingParams seeded;
+  seeded.seed = 42;
+  Sampler a(seeded), b(seeded);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits.data(), 5), b.sample(logits.data(), 5));
+}
+
+// Frequencies over many draws follow the filtered, renormalised softmax at the temperature.
+TEST(Sampler, DrawsFollowTheFilteredDistribution) {
+  const std::vector<float> logits = {1.0f, 0.0f, 2.0f, -1.0f, 0.5f, -3.0f};
+  const auto frequencies = [&](SamplingParams p) {
+    Sampler s(p);
+    std::vector<double> f(logits.size(), 0.0);
+    const int draws = 200000;
+    for (int i = 0; i < draws; ++i) f[size_t(s.sample(logits.data(), int64_t(logits.size())))] += 1.0 / draws;
+    return f;
+  };
+  const auto softmax = [&](double t, const std::vector<int>& keep) {
+    std::vector<double> p(logits.size(), 0.0);
+    double sum = 0;
+    for (int i : keep) sum += p[size_t(i)] = std::exp(logits[size_t(i)] / t);
+    for (double& x : p) x /= sum;
+    return p;
+  };
+  const auto expect_close = [](const std::vector<double>& got, const std::vector<double>& want, const char* what) {
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.005) << what << " token " << i;
+  };
+  SamplingParams plain;
+  plain.temperature = 0.7;
+  plain.seed = 1;
+  expect_close(frequencies(plain), softmax(0.7, {0, 1, 2, 3, 4, 5}), "temperature 0.7");
+  SamplingParams top_k = plain;
+  top_k.top_k = 3;  // tokens 2, 0, 4
+  expect_close(frequencies(top_k), softmax(0.7, {2, 0, 4}), "top-k 3");
+  SamplingParams top_p;
+  top_p.temperature = 1;
+  top_p.top_p = 0.8;  // softmax: 2 → 0.57, 0 → 0.21 (0.78), 4 → 0.13 (0.91): keeps 2, 0, 4
+  top_p.seed = 2;
+  expect_close(frequencies(top_p), softmax(1, {2, 0, 4}), "top-p 0.8");
+  SamplingParams min_p;
+  min_p.temperature = 1;
+  min_p.min_p = 0.3;  // keeps p ≥ 0.3·p(2): logits ≥ 2 + log 0.3 = 0.80 → tokens 2, 0
+  min_p.seed = 3;
+  expect_close(frequencies(min_p), softmax(1, {2, 0}), "min-p 0.3");
+}
+
+TEST(Sampler, LogProbabilityAndTopAlternatives) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
+  double z = 0;
+  for (float x : logits) z += std::exp(double(x));
+  std::vector<TokenLogprob> best;
+  EXPECT_NEAR(log_probability(logits.data(), 4, 2, 3, &best), 2.0 - std::log(z), 1e-12);
+  ASSERT_EQ(best.size(), 3u);
+  EXPECT_EQ(best[0].token, 1);  // ties: lower id first
+  EXPECT_EQ(best[1].token, 3);
+  EXPECT_EQ(best[2].token, 2);
+  EXPECT_NEAR(best[0].logprob, 3.0 - std::log(z), 1e-12);
+}
+
+}  // namespace
+}  // namespace hyla

@@ -26,8 +26,10 @@ void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
   out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-CommandResult run_hyla(const std::string& args) {
-  const std::string command = std::string(HYLA_BINARY) + " " + args + " 2>&1";
+CommandResult run_hyla(const std::string& args) { return run_command(std::string(HYLA_BINARY) + " " + args); }
+
+CommandResult run_command(const std::string& shell_command) {
+  const std::string command = shell_command + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer;
@@ -37,5 +39,7 @@ CommandResult run_hyla(const std::string& args) {
 }
 
 std::filesystem::path source_dir() { return HYLA_SOURCE_DIR; }
+
+std::filesystem::path build_dir() { return std::filesystem::path(HYLA_BINARY).parent_path(); }
 
 }  // namespace hyla::test

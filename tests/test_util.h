@@ -25,10 +25,14 @@ struct CommandResult {
   int exit_code;
   std::string output;  // stdout and stderr together
 };
+// Runs a shell command, capturing stdout and stderr together.
+CommandResult run_command(const std::string& command);
 // Runs `hyla <args>` (the binary built with the tests) through the shell.
 CommandResult run_hyla(const std::string& args);
 
 // The repository root (for configs/).
 std::filesystem::path source_dir();
+// The build directory (where the hyla binary is).
+std::filesystem::path build_dir();
 
 }  // namespace hyla::test

@@ -111,6 +111,7 @@ void Engine::run() {
       if (stopping_) break;
     }
     try {
+      drop_cancelled();
       admit_waiting();
       step();
     } catch (const std::exception& e) {
@@ -130,6 +131,26 @@ void Engine::run() {
   }
   for (auto& a : waiting_) a->promise.set_exception(std::make_exception_ptr(Error("the engine stopped")));
   waiting_.clear();
+}
+
+// Finishes every waiting or running request whose client has gone.
+void Engine::drop_cancelled() {
+  std::vector<std::unique_ptr<Active>> gone_waiting;
+  std::vector<Active*> gone_running;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = waiting_.begin(); it != waiting_.end();)
+      if ((*it)->request.is_cancelled && (*it)->request.is_cancelled()) {
+        gone_waiting.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    for (auto& a : running_)
+      if (a->request.is_cancelled && a->request.is_cancelled()) gone_running.push_back(a.get());
+  }
+  for (auto& a : gone_waiting) finish(*a, "cancelled");
+  for (Active* a : gone_running) finish(*a, "cancelled");
 }
 
 // Moves waiting requests into free slots, restoring cached prompt prefixes.
@@ -162,12 +183,12 @@ void Engine::admit_waiting() {
       const Tensor logits = model_->logits(in, options_.precision);
       const int64_t V = model_->config().vocab_size;
       a->output.prompt_logprobs.push_back(NAN);
+      if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
       for (size_t i = 1; i < in.ids.size(); ++i) {
-        const float* row = logits.data<float>() + int64_t(i - 1) * V;
-        double top = row[0], sum = 0;
-        for (int64_t j = 1; j < V; ++j) top = std::max(top, double(row[j]));
-        for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - top);
-        a->output.prompt_logprobs.push_back(double(row[in.ids[i]]) - top - std::log(sum));
+        std::vector<TokenLogprob> best;
+        a->output.prompt_logprobs.push_back(log_probability(logits.data<float>() + int64_t(i - 1) * V, V, in.ids[i],
+                                                            a->request.top_logprobs, &best));
+        if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.push_back(std::move(best));
       }
     }
     a->prefilled = prefix_cache_.restore(a->request.prompt, state);
@@ -234,9 +255,8 @@ void Engine::step() {
         prefix_cache_.store(a.request.prompt, a.prefilled, state, *model_);
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }
-    double logprob = 0;
-    const int32_t token =
-        a.sampler.sample(logits.data<float>() + int64_t(i) * V, sample_vocab, a.request.logprobs ? &logprob : nullptr);
+    const float* row = logits.data<float>() + int64_t(i) * V;
+    const int32_t token = a.sampler.sample(row, sample_vocab);
     if (prefilling) {
       a.output.time_to_first_token = seconds_between(a.start, now);
       record_ttft(a.output.time_to_first_token);
@@ -245,7 +265,11 @@ void Engine::step() {
     }
     a.last = now;
     a.output.tokens.push_back(token);
-    if (a.request.logprobs) a.output.token_logprobs.push_back(logprob);
+    if (a.request.logprobs) {
+      std::vector<TokenLogprob> best;
+      a.output.token_logprobs.push_back(log_probability(row, V, token, a.request.top_logprobs, &best));
+      if (a.request.top_logprobs > 0) a.output.top_logprobs.push_back(std::move(best));
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.generated_tokens;
@@ -270,7 +294,7 @@ void Engine::step() {
   for (Active* a : done) finish(*a, a->output.finish_reason);
 }
 
-void Engine::finish(Active& a, const std::string& reason) {
+void Engine::finish(Active& a, std::string reason) {
   a.output.finish_reason = reason;
   if (reason == "length") {
     const std::string rest = a.text.flush();
@@ -280,7 +304,8 @@ void Engine::finish(Active& a, const std::string& reason) {
   a.output.seconds = seconds_between(a.start, Clock::now());
   a.promise.set_value(std::move(a.output));
   std::lock_guard<std::mutex> lock(mutex_);
-  slot_used_[size_t(a.slot)] = false;
+  ++stats_.finished[reason];
+  if (a.slot >= 0) slot_used_[size_t(a.slot)] = false;
   std::erase_if(running_, [&](const std::unique_ptr<Active>& p) { return p.get() == &a; });
 }
 

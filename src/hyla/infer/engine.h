@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -41,9 +42,13 @@ struct GenerationRequest {
   bool stop_at_end_tokens = true;
   bool logprobs = false;       // log-probability of each generated token
   bool prompt_logprobs = false; // and of each prompt token after the first (for scoring, echo)
+  int top_logprobs = 0;         // with either: also the most likely tokens at each position
   // Called on the engine thread with each new piece of text (complete UTF-8, stop strings held
   // back); returning false cancels the request (e.g. the client disconnected).
   std::function<bool(std::string_view text)> on_text;
+  // Polled on the engine thread before each step while the request waits or runs; returning true
+  // cancels it (e.g. a non-streaming client hung up).
+  std::function<bool()> is_cancelled;
 };
 
 struct GenerationOutput {
@@ -53,6 +58,7 @@ struct GenerationOutput {
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   std::vector<double> token_logprobs;   // per generated token (with logprobs)
   std::vector<double> prompt_logprobs;  // per prompt token, NaN for the first (with prompt_logprobs)
+  std::vector<std::vector<TokenLogprob>> top_logprobs, prompt_top_logprobs;  // with top_logprobs
   double time_to_first_token = 0, seconds = 0;
 };
 
@@ -63,6 +69,7 @@ struct EngineStats {
   std::vector<int64_t> ttft_counts, itl_counts; // cumulative counts per bucket (+Inf last)
   double ttft_sum = 0, itl_sum = 0;
   int64_t ttft_total = 0, itl_total = 0;
+  std::map<std::string, int64_t> finished;  // requests by finish reason
 };
 
 class Engine {
@@ -85,8 +92,9 @@ class Engine {
   struct Active;
   void run();
   void admit_waiting();
+  void drop_cancelled();
   void step();
-  void finish(Active& a, const std::string& reason);
+  void finish(Active& a, std::string reason);  // by value: callers pass a.output.finish_reason
   void record_ttft(double seconds);
   void record_itl(double seconds);
 

@@ -7,6 +7,20 @@
 
 namespace hyla {
 
+namespace {
+// Most likely first; equal logits keep the lower id first so results are deterministic.
+bool more_likely(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first != b.first ? a.first > b.first : a.second < b.second;
+}
+
+int32_t argmax(const float* logits, int64_t vocab) {
+  int32_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = int32_t(i);
+  return best;
+}
+}  // namespace
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   HYLA_CHECK(params.temperature >= 0, "temperature must be >= 0, got {}", params.temperature);
   HYLA_CHECK(params.top_k >= 0, "top_k must be >= 0, got {}", params.top_k);
@@ -14,44 +28,47 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   HYLA_CHECK(params.min_p >= 0 && params.min_p <= 1, "min_p must lie in [0, 1], got {}", params.min_p);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab, double* logprob) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = int32_t(i);
-  auto logprob_of = [&](int32_t token) {
+int32_t Sampler::sample(const float* logits, int64_t vocab) {
+  const int32_t best = argmax(logits, vocab);
+  if (params_.temperature == 0 || params_.top_k == 1) return best;
+  const double top = logits[best], inv_t = 1.0 / params_.temperature;
+  // min-p is a threshold on the logit: p_i ≥ min_p·p_max  ⇔  z_i ≥ z_max + T·log(min_p). Tokens
+  // below e^-40 of the top are dropped too: they can never be drawn from a double-precision sum.
+  const double floor = top + params_.temperature * std::max(std::log(std::max(params_.min_p, 1e-300)), -40.0);
+  if (params_.top_k == 0 && params_.top_p >= 1) {
+    // Plain sampling: inverse CDF over the vocabulary in id order, two passes, no sort.
     double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i] - logits[best]));
-    return double(logits[token] - logits[best]) - std::log(sum);
-  };
-  if (params_.temperature == 0) {
-    if (logprob) *logprob = logprob_of(best);
-    return best;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (logits[i] >= floor) sum += std::exp((logits[i] - top) * inv_t);
+    double u = rng_.uniform() * sum;
+    int32_t last = best;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (logits[i] >= floor) {
+        last = int32_t(i);
+        u -= std::exp((logits[i] - top) * inv_t);
+        if (u < 0) return int32_t(i);
+      }
+    return last;
   }
   candidates_.clear();
-  for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i], int32_t(i));
-  // Most likely first; equal logits keep the lower id first so results are deterministic.
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  for (int64_t i = 0; i < vocab; ++i)
+    if (logits[i] >= floor) candidates_.emplace_back(logits[i], int32_t(i));
   size_t keep = candidates_.size();
   if (params_.top_k > 0 && size_t(params_.top_k) < keep) {
     keep = size_t(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + int64_t(keep), candidates_.end(), by_logit);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + int64_t(keep), candidates_.end(), more_likely);
   } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    std::sort(candidates_.begin(), candidates_.end(), more_likely);
   }
-  // Probabilities at the temperature over the kept candidates.
   std::vector<double>& p = probs_;
   p.assign(keep, 0.0);
-  const double top = candidates_[0].first;
   double sum = 0;
-  for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp((candidates_[i].first - top) / params_.temperature);
-  for (double& x : p) x /= sum;
+  for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp((candidates_[i].first - top) * inv_t);
   size_t n = keep;
-  if (params_.min_p > 0)
-    while (n > 1 && p[n - 1] < params_.min_p * p[0]) --n;
   if (params_.top_p < 1) {
     double mass = 0;
-    for (size_t i = 0; i < n; ++i) {
-      mass += p[i];
+    for (size_t i = 0; i < keep; ++i) {
+      mass += p[i] / sum;
       if (mass >= params_.top_p) {
         n = i + 1;
         break;
@@ -61,17 +78,27 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, double* logprob) {
   double total = 0;
   for (size_t i = 0; i < n; ++i) total += p[i];
   double u = rng_.uniform() * total;
-  size_t chosen = n - 1;
   for (size_t i = 0; i < n; ++i) {
     u -= p[i];
-    if (u < 0) {
-      chosen = i;
-      break;
-    }
+    if (u < 0) return candidates_[i].second;
   }
-  const int32_t token = candidates_[chosen].second;
-  if (logprob) *logprob = logprob_of(token);
-  return token;
+  return candidates_[n - 1].second;
+}
+
+double log_probability(const float* logits, int64_t vocab, int32_t token, int top, std::vector<TokenLogprob>* best) {
+  const double max = logits[argmax(logits, vocab)];
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max);
+  const double log_z = max + std::log(sum);
+  if (top > 0 && best) {
+    std::vector<std::pair<float, int32_t>> all(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) all[size_t(i)] = {logits[i], int32_t(i)};
+    const int64_t k = std::min<int64_t>(top, vocab);
+    std::partial_sort(all.begin(), all.begin() + k, all.end(), more_likely);
+    best->clear();
+    for (int64_t i = 0; i < k; ++i) best->push_back({all[size_t(i)].second, double(all[size_t(i)].first) - log_z});
+  }
+  return double(logits[token]) - log_z;
 }
 
 }  // namespace hyla

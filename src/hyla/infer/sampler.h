@@ -1,6 +1,7 @@
 #pragma once
 // Choosing the next token from logits: greedy (temperature 0) or sampling with temperature,
-// top-k, top-p (nucleus) and min-p filters, from a seeded RNG.
+// top-k, top-p (nucleus) and min-p filters, from a seeded RNG; and the log-probabilities that
+// OpenAI-style `logprobs` report.
 #include <cstdint>
 #include <vector>
 
@@ -19,9 +20,8 @@ struct SamplingParams {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  // Picks a token from logits [vocab]; with `logprob`, also its log-probability under the
-  // unfiltered softmax at temperature 1.
-  int32_t sample(const float* logits, int64_t vocab, double* logprob = nullptr);
+  // Picks a token from logits [vocab]. Without top-k/top-p this is O(vocab) with no sort.
+  int32_t sample(const float* logits, int64_t vocab);
 
  private:
   SamplingParams params_;
@@ -29,5 +29,15 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> candidates_;  // reused
   std::vector<double> probs_;                          // reused
 };
+
+struct TokenLogprob {
+  int32_t token;
+  double logprob;
+};
+
+// log softmax(logits)[token] at temperature 1; with top > 0, also fills `best` with the `top` most
+// likely tokens, most likely first (equal logits: lower id first).
+double log_probability(const float* logits, int64_t vocab, int32_t token, int top = 0,
+                       std::vector<TokenLogprob>* best = nullptr);
 
 }  // namespace hyla

@@ -1,0 +1,68 @@
+// `hyla serve`: the OpenAI-compatible HTTP server (see src/hyla/serve/server.h).
+#include <fmt/format.h>
+
+#include <csignal>
+#include <thread>
+
+#include "commands.h"
+#include "hyla/core/error.h"
+#include "hyla/serve/server.h"
+
+namespace hyla::cli {
+
+void add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  static ServeOptions options;
+  static std::string dtype = "bf16", cache_dtype = "bf16";
+  static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
+  cmd->add_option("--model", options.model_dir, "Model directory (with tokenizer.json)")->required();
+  cmd->add_option("--host", options.host, "Address to listen on");
+  cmd->add_option("--port", options.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--model-name", options.model_name, "Model id clients use (default: the directory name)");
+  cmd->add_option("--api-key", options.api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");
+  cmd->add_option("--max-sequences", options.engine.max_sequences, "Sequences decoded together")->check(CLI::PositiveNumber);
+  cmd->add_option("--context", options.engine.context, "Tokens per sequence (prompt + completion)")->check(CLI::Range(2, 1 << 24));
+  cmd->add_option("--prefill-chunk", options.engine.prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
+  cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--cache-dtype", cache_dtype, "Latent KV cache values")->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--prefix-cache-mb", prefix_cache_mb, "Memory for reusable prompt states (0: off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-tokens", options.limits.max_tokens, "Largest max_tokens a request may ask for")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-body-kb", max_body_kb, "Largest request body")->check(CLI::PositiveNumber);
+  cmd->add_option("--http-threads", options.http_threads, "HTTP worker threads (0: 2 × max-sequences + 4)")->check(CLI::NonNegativeNumber);
+  cmd->callback([] {
+    options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
+    options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;
+    options.engine.prefix_cache_bytes = prefix_cache_mb << 20;
+    options.limits.max_body_bytes = size_t(max_body_kb) << 10;
+    // SIGINT/SIGTERM stop the server from a thread of their own (stopping is not signal-safe).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    Server server(options);
+    const int port = server.bind();
+    fmt::print("hyla serve: listening on http://{}:{} (loading {})\n", options.host, port, options.model_dir.string());
+    std::thread http([&] { server.listen(); });
+    std::thread watcher([&] {
+      int signal = 0;
+      sigwait(&signals, &signal);
+      if (signal != 0) fmt::print("hyla serve: signal {}, stopping\n", signal);
+      server.stop();
+    });
+    try {
+      server.load();
+    } catch (...) {
+      pthread_kill(watcher.native_handle(), SIGTERM);
+      watcher.join();
+      http.join();
+      throw;
+    }
+    fmt::print("hyla serve: model '{}' ready ({} slots × {} tokens)\n", server.model_name(), options.engine.max_sequences,
+               options.engine.context);
+    watcher.join();
+    http.join();
+  });
+}
+
+}  // namespace hyla::cli

@@ -1,0 +1,287 @@
+#include "hyla/serve/api_request.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "hyla/data/chat_template.h"
+#include "hyla/serve/api_error.h"
+
+namespace hyla {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string type_name(const json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_boolean()) return "boolean";
+  if (j.is_number()) return "number";
+  if (j.is_string()) return "string";
+  if (j.is_array()) return "array";
+  return "object";
+}
+
+[[noreturn]] void invalid(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+// A present, non-null field, or nullptr.
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& body, const char* name, double fallback, double lo, double hi) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number()) invalid(name, fmt::format("'{}' must be a number, got {}", name, type_name(*v)));
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) invalid(name, fmt::format("'{}' must lie in [{}, {}], got {}", name, lo, hi, x));
+  return x;
+}
+
+int64_t integer(const json& body, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number_integer()) invalid(name, fmt::format("'{}' must be an integer, got {}", name, type_name(*v)));
+  const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
+  if (x < lo || x > hi) invalid(name, fmt::format("'{}' must lie in [{}, {}], got {}", name, lo, hi, x));
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) invalid(name, fmt::format("'{}' must be a boolean, got {}", name, type_name(*v)));
+  return v->get<bool>();
+}
+
+std::string string(const json& j, const std::string& param) {
+  if (!j.is_string()) invalid(param, fmt::format("'{}' must be a string, got {}", param, type_name(j)));
+  return j.get<std::string>();
+}
+
+void check_model(const json& body, const std::string& served_model) {
+  const json* model = field(body, "model");
+  if (!model) return;
+  const std::string name = string(*model, "model");
+  if (name != served_model)
+    throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", name, served_model),
+                   "model", "model_not_found");
+}
+
+// Options the engine does not implement are refused when set to anything but their neutral value,
+// rather than silently ignored.
+void refuse_unsupported(const json& body) {
+  for (const char* name : {"presence_penalty", "frequency_penalty"})
+    if (number(body, name, 0, -2, 2) != 0) invalid(name, fmt::format("'{}' is not supported by hyla serve", name));
+  if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    invalid("logit_bias", "'logit_bias' is not supported by hyla serve");
+  if (integer(body, "best_of", 1, 1, 1) != 1) invalid("best_of", "'best_of' must be 1");
+  if (const json* suffix = field(body, "suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
+    invalid("suffix", "'suffix' is not supported by hyla serve");
+  if (const json* format = field(body, "response_format")) {
+    if (!format->is_object() || format->value("type", json()) != "text")
+      invalid("response_format", "only response_format {\"type\": \"text\"} is supported by hyla serve");
+  }
+}
+
+void read_common(const json& body, const ServeLimits& limits, ApiRequest& r) {
+  refuse_unsupported(body);
+  SamplingParams& s = r.generation.sampling;
+  s.temperature = number(body, "temperature", 1.0, 0, 2);
+  s.top_p = number(body, "top_p", 1.0, 0, 1);
+  if (s.top_p == 0) s.top_p = 1e-9;  // OpenAI accepts 0: keep only the most likely token
+  s.top_k = integer(body, "top_k", 0, 0, INT32_MAX);
+  s.min_p = number(body, "min_p", 0, 0, 1);
+  s.seed = field(body, "seed") ? uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX)) : std::random_device()();
+  r.n = integer(body, "n", 1, 1, limits.max_choices);
+  r.stream = boolean(body, "stream", false);
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) invalid("stream_options", "'stream_options' must be an object");
+    r.include_usage = boolean(*options, "include_usage", false);
+  }
+  if (const json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.generation.stop = {stop->get<std::string>()};
+    } else if (stop->is_array() && stop->size() <= 4) {
+      for (const json& s : *stop) r.generation.stop.push_back(string(s, "stop"));
+    } else {
+      invalid("stop", "'stop' must be a string or an array of at most 4 strings");
+    }
+    for (const std::string& s : r.generation.stop)
+      if (s.empty()) invalid("stop", "stop strings must not be empty");
+  }
+}
+
+// max_tokens against the per-request cap and the context.
+void check_lengths(ApiRequest& r, const ServeLimits& limits, const char* param) {
+  if (r.generation.max_tokens > limits.max_tokens)
+    invalid(param, fmt::format("'{}' is {}, above this server's limit of {}", param, r.generation.max_tokens, limits.max_tokens));
+  if (int64_t(r.prompts.size()) * r.n > limits.max_choices)
+    invalid("n", fmt::format("{} prompts × n = {} choices exceed this server's limit of {}", r.prompts.size(),
+                             int64_t(r.prompts.size()) * r.n, limits.max_choices));
+  for (const auto& prompt : r.prompts) {
+    const int64_t total = int64_t(prompt.size()) + std::max<int64_t>(r.generation.max_tokens, 1);
+    if (total > limits.context)
+      throw ApiError(400,
+                     fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                                 "({} in the prompt, {} for the completion). Please reduce the length of the prompt or "
+                                 "the completion.",
+                                 limits.context, total, prompt.size(), r.generation.max_tokens),
+                     "messages", "context_length_exceeded");
+  }
+}
+
+std::vector<int32_t> token_ids(const json& array, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  for (const json& id : array) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer.vocab_size())
+      invalid("prompt", fmt::format("prompt token ids must be integers in [0, {}), got {}", tokenizer.vocab_size(), id.dump()));
+    ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+ApiRequest parse_completion_request(const json& body, const Tokenizer& tokenizer, const std::string& served_model,
+                                    const ServeLimits& limits) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  check_model(body, served_model);
+  ApiRequest r;
+  read_common(body, limits, r);
+  const json* prompt = field(body, "prompt");
+  if (!prompt) invalid("prompt", "'prompt' is required");
+  // A string, an array of strings, an array of token ids, or an array of such arrays.
+  if (prompt->is_string()) {
+    r.prompts.push_back(tokenizer.encode(prompt->get<std::string>()));
+  } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
+    r.prompts.push_back(token_ids(*prompt, tokenizer));
+  } else if (prompt->is_array() && !prompt->empty()) {
+    for (const json& p : *prompt) {
+      if (p.is_string()) r.prompts.push_back(tokenizer.encode(p.get<std::string>()));
+      else if (p.is_array()) r.prompts.push_back(token_ids(p, tokenizer));
+      else invalid("prompt", "'prompt' must be a string, an array of strings, or token ids");
+    }
+  } else {
+    invalid("prompt", "'prompt' must be a non-empty string, array of strings, or array of token ids");
+  }
+  for (const auto& p : r.prompts)
+    if (p.empty()) invalid("prompt", "a prompt encodes to no tokens");
+  r.generation.max_tokens = integer(body, "max_tokens", 16, 0, INT64_MAX);
+  r.echo = boolean(body, "echo", false);
+  r.logprobs = int(integer(body, "logprobs", -1, 0, 5));
+  if (r.generation.max_tokens == 0 && !r.echo) invalid("max_tokens", "'max_tokens' 0 needs 'echo' (scoring the prompt)");
+  if (r.stream && r.generation.max_tokens == 0) invalid("stream", "'stream' needs 'max_tokens' > 0");
+  check_lengths(r, limits, "max_tokens");
+  r.generation.logprobs = r.logprobs >= 0;
+  r.generation.prompt_logprobs = r.echo && r.logprobs >= 0;
+  r.generation.top_logprobs = std::max(r.logprobs, 0);
+  return r;
+}
+
+ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, const std::string& served_model,
+                              const ServeLimits& limits) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  check_model(body, served_model);
+  ApiRequest r;
+  r.chat = true;
+  read_common(body, limits, r);
+
+  const json* messages = field(body, "messages");
+  if (!messages || !messages->is_array() || messages->empty())
+    invalid("messages", "'messages' must be a non-empty array");
+  std::vector<ChatMessage> chat;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) invalid(where, where + " must be an object");
+    if (!m.contains("role")) invalid(where + ".role", where + " has no 'role'");
+    ChatMessage message;
+    message.role = string(m["role"], where + ".role");
+    if (message.role == "developer") message.role = "system";
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" && message.role != "tool")
+      invalid(where + ".role", fmt::format("{}.role must be system, developer, user, assistant or tool, got '{}'", where, message.role));
+    if (const json* content = field(m, "content")) {
+      if (content->is_string()) {
+        message.content = content->get<std::string>();
+      } else if (content->is_array()) {
+        for (const json& part : *content) {
+          if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+            invalid(where + ".content", where + ".content: only {\"type\": \"text\", \"text\": ...} parts are supported");
+          message.content += part["text"].get<std::string>();
+        }
+      } else {
+        invalid(where + ".content", fmt::format("{}.content must be a string or an array of parts, got {}", where, type_name(*content)));
+      }
+    } else if (message.role != "assistant") {
+      invalid(where + ".content", where + " has no 'content'");
+    }
+    if (const json* calls = field(m, "tool_calls")) {
+      if (message.role != "assistant" || !calls->is_array())
+        invalid(where + ".tool_calls", "'tool_calls' must be an array on an assistant message");
+      for (const json& call : *calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+          invalid(where + ".tool_calls", "each tool call needs a 'function' object");
+        const json& f = call["function"];
+        ToolCall tc;
+        tc.name = string(f.value("name", json()), where + ".tool_calls.function.name");
+        const json args = f.value("arguments", json("{}"));
+        tc.arguments = args.is_string() ? args.get<std::string>() : args.dump();
+        message.tool_calls.push_back(std::move(tc));
+      }
+    }
+    chat.push_back(std::move(message));
+  }
+
+  std::vector<std::string> functions, names;
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) invalid("tools", "'tools' must be an array");
+    for (const json& tool : *tools) {
+      if (!tool.is_object() || tool.value("type", json()) != "function" || !tool.contains("function") ||
+          !tool["function"].is_object() || !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+        invalid("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
+      functions.push_back(tool["function"].dump());
+      names.push_back(tool["function"]["name"].get<std::string>());
+    }
+  }
+  std::string choice = functions.empty() ? "none" : "auto";
+  if (const json* tc = field(body, "tool_choice")) {
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required")
+        invalid("tool_choice", "'tool_choice' must be none, auto, required or a named function");
+    } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
+               (*tc)["function"].value("name", json()).is_string()) {
+      const std::string name = (*tc)["function"]["name"].get<std::string>();
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        invalid("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", name));
+      r.prefill = "<tool_call>\n{\"name\": " + json(name).dump() + ", \"arguments\": ";
+    } else {
+      invalid("tool_choice", "'tool_choice' must be none, auto, required or a named function");
+    }
+    if (choice != "none" && functions.empty()) invalid("tool_choice", "'tool_choice' needs 'tools'");
+  }
+  if (choice == "required") r.prefill = "<tool_call>\n";
+  r.tools_offered = choice != "none";
+  if (r.tools_offered) chat = with_tools(chat, functions);
+
+  std::vector<int32_t> prompt = encode_chat(tokenizer, chat, /*add_generation_prompt=*/true);
+  if (!r.prefill.empty()) tokenizer.encode_append(r.prefill, /*allow_special=*/true, prompt);
+  r.prompts.push_back(std::move(prompt));
+
+  const int64_t room = std::max<int64_t>(limits.context - int64_t(r.prompts[0].size()), 1);
+  const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  r.generation.max_tokens = integer(body, max_name, std::min(limits.max_tokens, room), 1, INT64_MAX);
+  r.generation.logprobs = boolean(body, "logprobs", false);
+  r.logprobs = r.generation.logprobs ? int(integer(body, "top_logprobs", 0, 0, 20)) : -1;
+  if (!r.generation.logprobs && field(body, "top_logprobs") && integer(body, "top_logprobs", 0, 0, 20) > 0)
+    invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  r.generation.top_logprobs = std::max(r.logprobs, 0);
+  check_lengths(r, limits, max_name);
+  return r;
+}
+
+}  // namespace hyla

@@ -1,0 +1,40 @@
+#pragma once
+// Reading OpenAI-style request bodies (/v1/completions and /v1/chat/completions) into engine
+// requests. Every field is type-checked and range-checked here; anything wrong is an ApiError
+// naming the field, never an exception from deep inside the engine.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hyla/data/tokenizer.h"
+#include "hyla/infer/engine.h"
+
+namespace hyla {
+
+struct ServeLimits {
+  size_t max_body_bytes = size_t(4) << 20;
+  int64_t max_tokens = 4096;  // per choice
+  int64_t max_choices = 64;   // prompts × n in one request
+  int64_t context = 8192;     // prompt + max_tokens (the engine's context)
+};
+
+struct ApiRequest {
+  bool chat = false;
+  std::vector<std::vector<int32_t>> prompts;  // token ids of each prompt
+  int64_t n = 1;                              // choices per prompt
+  bool stream = false, include_usage = false;
+  bool echo = false;      // completions: the prompt's text (and logprobs) lead each choice
+  int logprobs = -1;      // alternatives per position for logprobs, -1: no logprobs
+  bool tools_offered = false;
+  std::string prefill;    // chat: text forced at the start of the reply (tool_choice "required"/named)
+  GenerationRequest generation;  // max_tokens, sampling, stop (prompt filled per choice)
+};
+
+// `served_model`: requests naming another model are 404 model_not_found; a request without
+// "model" gets the served one.
+ApiRequest parse_completion_request(const nlohmann::json& body, const Tokenizer& tokenizer,
+                                    const std::string& served_model, const ServeLimits& limits);
+ApiRequest parse_chat_request(const nlohmann::json& body, const Tokenizer& tokenizer, const std::string& served_model,
+                              const ServeLimits& limits);
+
+}  // namespace hyla

@@ -1,0 +1,25 @@
+#pragma once
+// /metrics: the engine's counters and latency histograms and the server's HTTP responses in the
+// Prometheus text exposition format (version 0.0.4).
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "hyla/infer/engine.h"
+
+namespace hyla {
+
+class HttpCounters {
+ public:
+  void add(const std::string& path, int status);
+  std::map<std::pair<std::string, int>, int64_t> snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, int64_t> counts_;
+};
+
+std::string prometheus_metrics(const EngineStats& engine, const HttpCounters& http, int64_t slots);
+
+}  // namespace hyla

@@ -1,0 +1,49 @@
+#pragma once
+// `hyla serve`: an OpenAI-compatible HTTP server over the inference engine.
+//   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streams), GET /v1/models,
+//   GET /health (503 while the model loads, then 200), GET /metrics (Prometheus text).
+// Each HTTP request runs on a pool thread and waits on the engine, whose worker decodes every
+// running request together; a client that disconnects has its sequences cancelled.
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "hyla/infer/engine.h"
+#include "hyla/serve/api_request.h"
+
+namespace hyla {
+
+struct ServeOptions {
+  std::filesystem::path model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;              // 0: any free port
+  std::string model_name;       // the id clients name; default: the directory's name
+  std::string api_key;          // when set, requests need "Authorization: Bearer <key>"
+  EngineOptions engine;
+  ServeLimits limits;
+  int http_threads = 0;         // 0: 2 × engine slots + 4
+};
+
+class Server {
+ public:
+  explicit Server(ServeOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int bind();     // listens on the port (answering 503 until load() finishes); returns the port
+  void load();    // reads the model and tokenizer and starts the engine
+  void listen();  // serves until stop(); call after bind()
+  void stop();
+  bool ready() const { return ready_; }
+  const std::string& model_name() const { return options_.model_name; }
+
+ private:
+  struct Impl;
+  ServeOptions options_;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace hyla

@@ -1,0 +1,77 @@
+// Drives `hyla serve` with the official `openai` npm package (run by tests/test_serve.cpp):
+//   node openai_client.cjs BASE_URL MODEL SCENARIO.json
+// Exits non-zero with a message on the first failed check.
+const fs = require("fs");
+const assert = require("assert");
+const OpenAI = require("openai");
+
+const [baseURL, model, scenarioPath] = process.argv.slice(2);
+const scenario = JSON.parse(fs.readFileSync(scenarioPath, "utf8"));
+const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60000 });
+
+async function main() {
+  const models = await client.models.list();
+  assert.ok(models.data.some((m) => m.id === model), "models.list names the served model");
+
+  const completion = await client.completions.create({ model, prompt: "In the beginning", max_tokens: 5 });
+  assert.strictEqual(completion.object, "text_completion");
+  assert.strictEqual(completion.choices.length, 1);
+  assert.strictEqual(completion.usage.completion_tokens, 5);
+
+  const hello = await client.chat.completions.create({ model, messages: scenario.hello_messages, temperature: 0 });
+  assert.strictEqual(hello.choices[0].message.content, scenario.hello_reply);
+  assert.strictEqual(hello.choices[0].finish_reason, "stop");
+  assert.ok(hello.usage.total_tokens > 0, "chat usage");
+
+  const weather = await client.chat.completions.create({
+    model, messages: scenario.weather_messages, tools: scenario.tools, temperature: 0,
+  });
+  const call = weather.choices[0].message.tool_calls[0];
+  assert.strictEqual(weather.choices[0].finish_reason, "tool_calls");
+  assert.strictEqual(call.function.name, "get_weather");
+  assert.deepStrictEqual(JSON.parse(call.function.arguments), { city: "Paris" });
+
+  // Streaming chat: the text deltas add up to the unstreamed reply.
+  const stream = await client.chat.completions.create({
+    model, messages: scenario.hello_messages, temperature: 0, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "";
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.choices.length > 0 && chunk.choices[0].delta.content) text += chunk.choices[0].delta.content;
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.strictEqual(text, scenario.hello_reply);
+  assert.ok(usage && usage.completion_tokens === hello.usage.completion_tokens, "streamed usage");
+
+  // Streaming tool calls, accumulated by the library's stream helper.
+  const runner = client.chat.completions.stream({
+    model, messages: scenario.weather_messages, tools: scenario.tools, temperature: 0,
+  });
+  const final = await runner.finalChatCompletion();
+  assert.strictEqual(final.choices[0].message.tool_calls[0].function.name, "get_weather");
+  assert.deepStrictEqual(JSON.parse(final.choices[0].message.tool_calls[0].function.arguments), { city: "Paris" });
+
+  // Streaming completions.
+  const cstream = await client.completions.create({ model, prompt: "And it came", max_tokens: 4, stream: true });
+  let pieces = 0;
+  for await (const chunk of cstream) pieces += chunk.choices.length;
+  assert.ok(pieces >= 2, "completion stream chunks");
+
+  // Errors arrive as the library's typed errors.
+  await assert.rejects(
+    client.completions.create({ model, prompt: "x", max_tokens: 100000 }),
+    (e) => e instanceof OpenAI.BadRequestError && /max_tokens/.test(e.message));
+  await assert.rejects(
+    client.chat.completions.create({ model: "gpt-4o", messages: scenario.hello_messages }),
+    (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: "wizard", content: "hi" }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "messages[0].role");
+  console.log("openai client: all checks passed");
+}
+
+main().catch((e) => {
+  console.error("openai client: FAILED:", e && e.stack ? e.stack : e);
+  process.exit(1);
+});

@@ -1,0 +1,661 @@
+// The OpenAI-compatible server: request validation, tool-call parsing, and the server end to end
+// over loopback (httplib client, curl, and the official `openai` npm package) on a small model that
+// has memorised two conversations, one of which answers with a tool call.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "hyla/data/chat_template.h"
+#include "hyla/data/utf8.h"
+#include "hyla/serve/api_error.h"
+#include "hyla/serve/api_request.h"
+#include "hyla/serve/server.h"
+#include "hyla/serve/tool_stream.h"
+#include "hyla/train/optimizer.h"
+#include "model_test_util.h"
+#include "text_fixtures.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+// The two conversations the test model memorises.
+struct Scenario {
+  json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Current weather in a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  json weather_messages = json::parse(R"([{"role": "user", "content": "What is the weather in Paris?"}])");
+  json hello_messages = json::parse(R"([{"role": "user", "content": "Say hello"}])");
+  std::string hello_reply = "Hello there, friend!";
+  std::string call = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
+  json to_json() const {
+    return {{"tools", tools}, {"weather_messages", weather_messages}, {"hello_messages", hello_messages},
+            {"hello_reply", hello_reply}};
+  }
+};
+
+ServeLimits test_limits() {
+  ServeLimits limits;
+  limits.context = 1024;
+  return limits;
+}
+
+// Trains the nano model until it reproduces both replies; the directory is shared by the tests of
+// this run (written atomically, deterministic contents).
+std::filesystem::path memorised_model_dir() {
+  const auto dir = std::filesystem::temp_directory_path() / ("hyla-test-memorised-v1-" + std::to_string(getuid()));
+  // Test processes run in parallel: one trains while the others wait.
+  const int lock = open((dir.string() + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
+  flock(lock, LOCK_EX);
+  struct Unlock {
+    int fd;
+    ~Unlock() { close(fd); }
+  } unlock{lock};
+  if (std::filesystem::exists(dir / "tokenizer.json")) return dir;
+  const Tokenizer& tokenizer = test::small_tokenizer();
+  const Scenario s;
+  const ServeLimits limits = test_limits();
+  const auto prompt = [&](const json& messages, bool tools) {
+    json body = {{"messages", messages}};
+    if (tools) body["tools"] = s.tools;
+    return parse_chat_request(body, tokenizer, "m", limits).prompts[0];
+  };
+  std::vector<int32_t> weather_reply = {tokenizer.special_id("<tool_call>")};
+  tokenizer.encode_append("\n" + s.call + "\n", false, weather_reply);
+  weather_reply.push_back(tokenizer.special_id("</tool_call>"));
+  weather_reply.push_back(tokenizer.special_id("<|im_end|>"));
+  std::vector<int32_t> hello_reply = tokenizer.encode(s.hello_reply);
+  hello_reply.push_back(tokenizer.special_id("<|im_end|>"));
+
+  ModelInput in;
+  std::vector<int64_t> lengths;
+  for (const auto& [p, reply] : {std::pair{prompt(s.weather_messages, true), weather_reply},
+                                 std::pair{prompt(s.hello_messages, false), hello_reply}}) {
+    std::vector<int32_t> seq = p;
+    seq.insert(seq.end(), reply.begin(), reply.end());
+    for (size_t i = 0; i < seq.size(); ++i) {
+      in.ids.push_back(seq[i]);
+      // Only the reply is learnt: each position before a reply token predicts it.
+      in.targets.push_back(i + 1 < seq.size() && i + 1 >= p.size() ? seq[i + 1] : -1);
+    }
+    lengths.push_back(int64_t(seq.size()));
+  }
+  in.tokens = TokenBatch::packed(lengths);
+  Model model(test::nano_config([](json& j) { j["vocab_size"] = 512; }));
+  model.initialize(11);
+  TrainConfig tc;
+  tc.weight_decay = 0;
+  AdamW optimizer(model.params(), tc);
+  double loss = 1e9;
+  for (int step = 0; step < 600 && loss > 2e-3; ++step) {
+    model.params().zero_grads();
+    loss = model.forward_backward(in, Precision::F32).loss;
+    optimizer.step(3e-3, 1.0f);
+  }
+  EXPECT_LT(loss, 2e-3) << "the test model did not memorise its conversations";
+  test::TempDir staging;
+  test::small_tokenizer().save(staging / "tokenizer.json");
+  model.save(dir, DType::F32, {staging / "tokenizer.json"});
+  return dir;
+}
+
+// A server on a free loopback port, serving the memorised model.
+struct TestServer {
+  ServeOptions options;
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  int port = 0;
+  explicit TestServer(const std::function<void(ServeOptions&)>& edit = {}, bool load = true) {
+    options.model_dir = memorised_model_dir();
+    options.model_name = "hyla-test";
+    options.port = 0;
+    options.engine.max_sequences = 4;
+    options.engine.context = 1024;
+    options.engine.prefill_chunk = 64;
+    options.limits.max_body_bytes = 64 << 10;
+    options.limits.max_tokens = 256;
+    if (edit) edit(options);
+    server = std::make_unique<Server>(options);
+    port = server->bind();
+    thread = std::thread([this] { server->listen(); });
+    if (load) server->load();
+  }
+  ~TestServer() {
+    server->stop();
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+};
+
+json post(const TestServer& s, const std::string& path, const json& body, int expect_status = 200) {
+  auto c = s.client();
+  auto res = c.Post(path.c_str(), body.dump(), "application/json");
+  EXPECT_TRUE(res) << path;
+  if (!res) return {};
+  EXPECT_EQ(res->status, expect_status) << body.dump() << " -> " << res->body;
+  return json::parse(res->body);
+}
+
+// The data events of a server-sent event stream; the last must be [DONE].
+std::vector<json> sse_events(const std::string& text) {
+  std::vector<json> events;
+  size_t at = 0;
+  bool done = false;
+  while (at < text.size()) {
+    size_t end = text.find("\n\n", at);
+    if (end == std::string::npos) end = text.size();
+    const std::string event = text.substr(at, end - at);
+    at = end + 2;
+    if (event.rfind("data: ", 0) != 0) continue;
+    EXPECT_FALSE(done) << "data after [DONE]";
+    if (event == "data: [DONE]") done = true;
+    else events.push_back(json::parse(event.substr(6)));
+  }
+  EXPECT_TRUE(done) << "the stream did not end with data: [DONE]";
+  return events;
+}
+
+std::string post_stream(const TestServer& s, const std::string& path, const json& body) {
+  auto c = s.client();
+  std::string text;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    text.append(data, n);
+    return true;
+  };
+  auto res = c.send(req);
+  EXPECT_TRUE(res);
+  if (res) {
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request parsing and the chat format with tools.
+
+ApiError completion_error(const json& body) {
+  try {
+    parse_completion_request(body, test::small_tokenizer(), "m", test_limits());
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted " << body.dump();
+  return ApiError(0, "");
+}
+
+ApiError chat_error(const json& body) {
+  try {
+    parse_chat_request(body, test::small_tokenizer(), "m", test_limits());
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted " << body.dump();
+  return ApiError(0, "");
+}
+
+TEST(ServeRequest, ReadsEveryPromptFormAndSamplingField) {
+  const Tokenizer& tok = test::small_tokenizer();
+  const json body = json::parse(R"({"model": "m", "prompt": ["one", [5, 6, 7]], "max_tokens": 3, "temperature": 0.5,
+      "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 9, "n": 2, "stop": "END", "echo": true, "logprobs": 2})");
+  const ApiRequest r = parse_completion_request(body, tok, "m", test_limits());
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0], tok.encode("one"));
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.generation.max_tokens, 3);
+  EXPECT_EQ(r.generation.sampling.temperature, 0.5);
+  EXPECT_EQ(r.generation.sampling.top_k, 40);
+  EXPECT_EQ(r.generation.sampling.seed, 9u);
+  EXPECT_EQ(r.generation.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.echo && r.generation.prompt_logprobs && r.generation.logprobs);
+  EXPECT_EQ(r.generation.top_logprobs, 2);
+  // A prompt of token ids alone, and the default of 16 tokens.
+  const ApiRequest ids = parse_completion_request(json::parse(R"({"prompt": [1, 2, 3]})"), tok, "m", test_limits());
+  EXPECT_EQ(ids.prompts[0], (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(ids.generation.max_tokens, 16);
+}
+
+TEST(ServeRequest, RejectsBadFieldsNamingThem) {
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"model", "other"}}).status, 404);
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"model", "other"}}).code, "model_not_found");
+  EXPECT_EQ(completion_error(json::array()).status, 400);
+  EXPECT_EQ(completion_error(json::object()).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", 5}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", json::array()}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", {1, 100000}}}).param, "prompt");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", "ten"}}).param, "max_tokens");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", 1.5}}).param, "max_tokens");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", -1}}).param, "max_tokens");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", 5000}}).param, "max_tokens");  // above the cap
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"temperature", 3}}).param, "temperature");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"top_p", "high"}}).param, "top_p");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"stream", "yes"}}).param, "stream");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"stop", {"a", "b", "c", "d", "e"}}}).param, "stop");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"stop", ""}}).param, "stop");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"n", 0}}).param, "n");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", 9}}).param, "logprobs");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"frequency_penalty", 0.5}}).param, "frequency_penalty");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", 0}}).param, "max_tokens");  // without echo
+  const std::string long_prompt(20000, 'a');
+  const ApiError context = completion_error({{"prompt", long_prompt}});
+  EXPECT_EQ(context.code, "context_length_exceeded");
+  EXPECT_NE(std::string(context.what()).find("maximum context length is 1024"), std::string::npos) << context.what();
+
+  EXPECT_EQ(chat_error(json::object()).param, "messages");
+  EXPECT_EQ(chat_error({{"messages", json::array()}}).param, "messages");
+  EXPECT_EQ(chat_error({{"messages", {{{"content", "hi"}}}}}).param, "messages[0].role");
+  EXPECT_EQ(chat_error({{"messages", {{{"role", "wizard"}, {"content", "hi"}}}}}).param, "messages[0].role");
+  EXPECT_EQ(chat_error({{"messages", {{{"role", "user"}, {"content", 7}}}}}).param, "messages[0].content");
+  EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")).param,
+            "messages[0].content");
+  EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})")).param,
+            "tools");
+  EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})")).param,
+            "tool_choice");
+  EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})")).param,
+            "top_logprobs");
+  const json ok = parse_completion_request({{"prompt", "x"}}, test::small_tokenizer(), "m", test_limits()).generation.max_tokens;
+  EXPECT_EQ(ok, 16);
+}
+
+TEST(ServeRequest, ChatPromptFollowsTheTemplateWithToolsOffered) {
+  const Tokenizer& tok = test::small_tokenizer();
+  const Scenario s;
+  json body = {{"messages", s.weather_messages}, {"tools", s.tools}};
+  const ApiRequest r = parse_chat_request(body, tok, "m", test_limits());
+  EXPECT_TRUE(r.tools_offered);
+  std::vector<ChatMessage> messages = {{"user", "What is the weather in Paris?", {}}};
+  const std::vector<std::string> functions = {s.tools[0]["function"].dump()};
+  EXPECT_EQ(r.prompts[0], encode_chat(tok, with_tools(messages, functions), true));
+  EXPECT_NE(tok.decode(r.prompts[0]).find("<tools>\n{\"description\":\"Current weather in a city\""), std::string::npos);
+  // Default max_tokens: the room left in the context, capped.
+  EXPECT_EQ(r.generation.max_tokens, std::min<int64_t>(4096, 1024 - int64_t(r.prompts[0].size())));
+  // A named tool_choice starts the reply with the call's name.
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const ApiRequest named = parse_chat_request(body, tok, "m", test_limits());
+  EXPECT_EQ(named.prefill, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  EXPECT_EQ(tok.decode(named.prompts[0]), tok.decode(r.prompts[0]) + named.prefill);
+  body["tool_choice"] = "none";
+  EXPECT_FALSE(parse_chat_request(body, tok, "m", test_limits()).tools_offered);
+}
+
+TEST(ChatTemplate, ToolCallsAndResponsesUseTheirSpecialTokens) {
+  const Tokenizer& tok = test::small_tokenizer();
+  const std::vector<ChatMessage> chat = {
+      {"user", "Weather?", {}},
+      {"assistant", "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
+      {"tool", "sunny", {}},
+  };
+  const std::string text = apply_chat_template(chat);
+  EXPECT_EQ(text,
+            "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
+            "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+            "{}}\n</tool_call><|im_end|>\n<|im_start|>tool\n<tool_response>\nsunny\n</tool_response><|im_end|>\n");
+  const std::vector<int32_t> ids = encode_chat(tok, chat);
+  EXPECT_EQ(ids, tok.encode(text, true));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.special_id("<tool_call>")), 2);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.special_id("<tool_response>")), 1);
+}
+
+TEST(ChatTemplate, ParsesToolCallBlocksAndLeavesBrokenOnesAsText) {
+  AssistantReply r = parse_assistant_reply(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_time\"}\n</tool_call>");
+  EXPECT_EQ(r.content, "Let me check.");
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(r.tool_calls[0].arguments), json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(r.tool_calls[1].arguments, "{}");
+  r = parse_assistant_reply("<tool_call>\nnot json\n</tool_call>");
+  EXPECT_TRUE(r.tool_calls.empty());
+  EXPECT_EQ(r.content, "<tool_call>\nnot json\n</tool_call>");
+  r = parse_assistant_reply("plain answer");
+  EXPECT_EQ(r.content, "plain answer");
+  // Cut off before the closing marker: still a call when its JSON is complete.
+  r = parse_assistant_reply("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}");
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+}
+
+TEST(ToolCallStream, StreamsTextUntilAMarkerAndHoldsBackPartialMarkers) {
+  ToolCallStream s;
+  EXPECT_EQ(s.push("Sure, "), "Sure, ");
+  EXPECT_EQ(s.push("let me <tool"), "let me ");  // "<tool" may begin a marker
+  EXPECT_EQ(s.push("_call>\n{\"name\": \"f\", "), "");
+  EXPECT_EQ(s.push("\"arguments\": {\"a\": 1}}\n</tool_call>"), "");
+  const AssistantReply r = s.finish();
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].name, "f");
+  ToolCallStream plain;
+  EXPECT_EQ(plain.push("a <b"), "a <b");
+  EXPECT_EQ(plain.push("x <"), "x ");
+  EXPECT_EQ(plain.finish().content, "<");
+  ToolCallStream prefilled("<tool_call>\n");
+  EXPECT_EQ(prefilled.push("{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"), "");
+  EXPECT_EQ(prefilled.finish().tool_calls.at(0).name, "g");
+}
+
+// ---------------------------------------------------------------------------------------------
+// End to end.
+
+TEST(Serve, HealthIs503WhileLoadingThen200) {
+  TestServer s({}, /*load=*/false);
+  auto c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  auto early = c.Post("/v1/completions", R"({"prompt": "x"})", "application/json");
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->status, 503);
+  EXPECT_EQ(json::parse(early->body)["error"]["code"], "model_loading");
+  s.server->load();
+  health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json list = json::parse(models->body);
+  EXPECT_EQ(list["object"], "list");
+  EXPECT_EQ(list["data"][0]["id"], "hyla-test");
+  EXPECT_EQ(c.Get("/v1/models/hyla-test")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models/gpt-4")->status, 404);
+}
+
+TEST(Serve, ChatRepliesAndToolCallsStreamingAndNot) {
+  TestServer s;
+  const Scenario sc;
+  json hello = post(s, "/v1/chat/completions", {{"messages", sc.hello_messages}, {"temperature", 0}});
+  EXPECT_EQ(hello["object"], "chat.completion");
+  EXPECT_EQ(hello["choices"][0]["message"]["content"], sc.hello_reply);
+  EXPECT_EQ(hello["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(hello["usage"]["completion_tokens"].get<int>() + hello["usage"]["prompt_tokens"].get<int>(),
+            hello["usage"]["total_tokens"].get<int>());
+
+  const json weather_body = {{"messages", sc.weather_messages}, {"tools", sc.tools}, {"temperature", 0}};
+  json weather = post(s, "/v1/chat/completions", weather_body);
+  const json& choice = weather["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << weather.dump();
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+
+  // Streaming: role first, then content deltas, then the tool call, finish_reason, usage, [DONE].
+  json stream_body = weather_body;
+  stream_body["stream"] = true;
+  const std::vector<json> events = sse_events(post_stream(s, "/v1/chat/completions", stream_body));
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  json streamed_call;
+  std::string content;
+  for (const json& e : events) {
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) streamed_call = delta["tool_calls"][0];
+  }
+  EXPECT_EQ(content, "");
+  EXPECT_EQ(streamed_call["index"], 0);
+  EXPECT_EQ(streamed_call["function"]["name"], "get_weather");
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], weather["usage"]["completion_tokens"]);
+  EXPECT_EQ(events.back()["usage"]["prompt_tokens"], weather["usage"]["prompt_tokens"]);
+
+  json hello_stream = {{"messages", sc.hello_messages}, {"temperature", 0}, {"stream", true},
+                       {"stream_options", {{"include_usage", true}}}};
+  const std::vector<json> hello_events = sse_events(post_stream(s, "/v1/chat/completions", hello_stream));
+  std::string hello_text;
+  for (const json& e : hello_events)
+    if (!e["choices"].empty() && e["choices"][0]["delta"].contains("content"))
+      hello_text += e["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(hello_text, sc.hello_reply);
+  EXPECT_TRUE(hello_events.back()["choices"].empty());  // the include_usage chunk
+  EXPECT_EQ(hello_events.back()["usage"]["completion_tokens"], hello["usage"]["completion_tokens"]);
+}
+
+TEST(Serve, CompletionsEchoLogprobsScoreThePromptLikeTheModel) {
+  TestServer s([](ServeOptions& o) { o.engine.precision = Precision::F32; });
+  const Tokenizer& tok = test::small_tokenizer();
+  const std::string prompt = "The quick brown fox jumps over";
+  const json scored = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}});
+  const json& lp = scored["choices"][0]["logprobs"];
+  const std::vector<int32_t> ids = tok.encode(prompt);
+  ASSERT_EQ(lp["tokens"].size(), ids.size());
+  EXPECT_EQ(scored["choices"][0]["text"], prompt);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  // The reference: log-softmax of one f32 forward of the served weights.
+  auto model = Model::load(s.options.model_dir);
+  ModelInput in;
+  in.ids = ids;
+  in.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
+  const Tensor logits = model->logits(in, Precision::F32);
+  const int64_t V = model->config().vocab_size;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    const float* row = logits.data<float>() + int64_t(i - 1) * V;
+    double max = row[0], sum = 0;
+    for (int64_t j = 0; j < V; ++j) max = std::max(max, double(row[j]));
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - max);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), row[ids[i]] - max - std::log(sum), 1e-6);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 1u);
+    EXPECT_EQ(lp["text_offset"][i].get<size_t>(), tok.decode(std::span(ids).first(i)).size());
+  }
+  // Token-id prompts equal text prompts; greedy is reproducible; usage counts the prompt.
+  const json by_text = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}});
+  const json by_ids = post(s, "/v1/completions", {{"prompt", ids}, {"max_tokens", 6}, {"temperature", 0}});
+  EXPECT_EQ(by_text["choices"][0]["text"], by_ids["choices"][0]["text"]);
+  EXPECT_EQ(by_text["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(by_text["usage"]["completion_tokens"], 6);
+  // Several prompts and n: one choice each, in order.
+  const json many = post(s, "/v1/completions", {{"prompt", {prompt, "Another"}}, {"max_tokens", 3}, {"n", 2}, {"seed", 4}});
+  ASSERT_EQ(many["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(many["choices"][i]["index"], i);
+  // Streaming text equals the same request unstreamed.
+  const std::vector<json> events =
+      sse_events(post_stream(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"stream", true}}));
+  std::string text;
+  for (const json& e : events) text += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, by_text["choices"][0]["text"]);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
+}
+
+TEST(Serve, BadRequestsGetOpenAiShaped4xxAndTheServerLivesOn) {
+  TestServer s;
+  auto c = s.client();
+  const auto check = [&](const httplib::Result& res, int status, const std::string& what) {
+    ASSERT_TRUE(res) << what;
+    EXPECT_EQ(res->status, status) << what << ": " << res->body;
+    const json body = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(body.is_object() && body.contains("error")) << what << ": " << res->body;
+    EXPECT_FALSE(body["error"]["message"].get<std::string>().empty()) << what;
+    EXPECT_TRUE(body["error"].contains("type") && body["error"].contains("param") && body["error"].contains("code"));
+  };
+  check(c.Post("/v1/completions", "{not json", "application/json"), 400, "malformed JSON");
+  check(c.Post("/v1/completions", "", "application/json"), 400, "empty body");
+  check(c.Post("/v1/completions", "[1, 2]", "application/json"), 400, "array body");
+  check(c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": "many"})", "application/json"), 400, "wrong type");
+  check(c.Post("/v1/completions", R"({"prompt": "x", "model": "gpt-4"})", "application/json"), 404, "unknown model");
+  check(c.Post("/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", "application/json"), 400, "max_tokens cap");
+  check(c.Post("/v1/completions", json({{"prompt", std::string(8000, 'z')}, {"max_tokens", 200}}).dump(), "application/json"),
+        400, "context");
+  check(c.Post("/v1/completions", json({{"prompt", std::string(70 << 10, 'z')}}).dump(), "application/json"), 400,
+        "body over the limit");
+  check(c.Post("/v1/chat/completions", R"({"messages": "hello"})", "application/json"), 400, "messages type");
+  check(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user"}]})", "application/json"), 400, "no content");
+  check(c.Get("/v1/nothing"), 404, "unknown route");
+  check(c.Get("/v1/completions"), 404, "wrong method");
+  const json ok = post(s, "/v1/completions", {{"prompt", "still alive"}, {"max_tokens", 2}});
+  EXPECT_EQ(ok["choices"].size(), 1u);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("hyla_http_responses_total{path=\"/v1/completions\",status=\"400\"}"), std::string::npos);
+}
+
+TEST(Serve, ApiKeyIsRequiredWhenSet) {
+  TestServer s([](ServeOptions& o) { o.api_key = "sekret"; });
+  auto c = s.client();
+  auto denied = c.Get("/v1/models");
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(json::parse(denied->body)["error"]["code"], "invalid_api_key");
+  c.set_bearer_token_auth("sekret");
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  EXPECT_EQ(s.client().Get("/health")->status, 200);  // health needs no key
+}
+
+TEST(Serve, SixteenConcurrentClientsAllCompleteAndMatchOneAtATime) {
+  TestServer s([](ServeOptions& o) {
+    o.engine.precision = Precision::F32;
+    o.engine.latent_dtype = DType::F32;
+  });
+  const int clients = 16;
+  auto body = [](int i) {
+    const std::string words = test::sample_text(1, uint64_t(i)).substr(0, 40);
+    return json{{"prompt", "Client " + std::to_string(i) + " asks about " + words.substr(0, utf8_complete_prefix(words))},
+                {"max_tokens", 8}, {"temperature", 0}};
+  };
+  std::vector<std::string> expected;
+  for (int i = 0; i < clients; ++i) expected.push_back(post(s, "/v1/completions", body(i))["choices"][0]["text"]);
+  std::vector<std::string> got(clients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i)
+    threads.emplace_back([&, i] {
+      json b = body(i);
+      if (i % 2) {  // half of them stream
+        b["stream"] = true;
+        for (const json& e : sse_events(post_stream(s, "/v1/completions", b))) got[size_t(i)] += e["choices"][0]["text"];
+      } else {
+        got[size_t(i)] = post(s, "/v1/completions", b)["choices"][0]["text"];
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < clients; ++i) EXPECT_EQ(got[size_t(i)], expected[size_t(i)]) << "client " << i;
+  const std::string metrics = s.client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("hyla_requests_total 32\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("hyla_generation_tokens_total 256\n"), std::string::npos);
+  EXPECT_NE(metrics.find("hyla_time_to_first_token_seconds_count 32\n"), std::string::npos);
+  EXPECT_NE(metrics.find("hyla_requests_running 0\n"), std::string::npos);
+}
+
+int64_t cancelled_count(const TestServer& s) {
+  const std::string metrics = s.client().Get("/metrics")->body;
+  const std::string key = "hyla_requests_finished_total{reason=\"cancelled\"} ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? -1 : std::stoll(metrics.substr(at + key.size()));
+}
+
+bool wait_for(const std::function<bool()>& condition) {
+  for (int i = 0; i < 500; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST(Serve, DisconnectedClientsAreCancelled) {
+  TestServer s([](ServeOptions& o) { o.limits.max_tokens = 900; });
+  // A streaming client that hangs up after its first chunk.
+  {
+    auto c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json({{"prompt", "Go on forever"}, {"max_tokens", 900}, {"stream", true}}).dump();
+    req.set_header("Content-Type", "application/json");
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+    c.send(req);
+  }
+  EXPECT_TRUE(wait_for([&] { return cancelled_count(s) == 1; })) << cancelled_count(s);
+  // A non-streaming client that sends its request and closes the socket at once.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(s.port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body = json({{"prompt", "Also forever"}, {"max_tokens", 900}}).dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
+  close(fd);  // the server still reads the request, then finds the connection gone
+  EXPECT_TRUE(wait_for([&] { return cancelled_count(s) == 2; })) << cancelled_count(s);
+  EXPECT_TRUE(wait_for([&] { return s.client().Get("/metrics")->body.find("hyla_requests_running 0\n") != std::string::npos; }));
+}
+
+TEST(Serve, CurlEndToEnd) {
+  TestServer s;
+  const Scenario sc;
+  const std::string curl = "curl -sS --max-time 60 ";
+  auto r = test::run_command(curl + s.url() + "/v1/completions -H 'Content-Type: application/json' -d '" +
+                             json({{"prompt", "In the beginning"}, {"max_tokens", 5}}).dump() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json completion = json::parse(r.output);
+  EXPECT_EQ(completion["object"], "text_completion");
+  EXPECT_EQ(completion["usage"]["completion_tokens"], 5);
+
+  r = test::run_command(curl + "-N " + s.url() + "/v1/chat/completions -H 'Content-Type: application/json' -d '" +
+                        json({{"messages", sc.hello_messages}, {"temperature", 0}, {"stream", true}}).dump() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string text;
+  for (const json& e : sse_events(r.output))
+    if (e["choices"][0]["delta"].contains("content")) text += e["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(text, sc.hello_reply);
+
+  r = test::run_command(curl + "-o /dev/null -w '%{http_code}' " + s.url() +
+                        "/v1/chat/completions -H 'Content-Type: application/json' -d '{\"messages\": 3}'");
+  EXPECT_EQ(r.output, "400");
+  r = test::run_command(curl + s.url() + "/metrics");
+  EXPECT_NE(r.output.find("# TYPE hyla_time_to_first_token_seconds histogram"), std::string::npos) << r.output;
+}
+
+// The official client library: installed into the build tree on first use.
+std::filesystem::path openai_node_modules() {
+  const auto dir = test::build_dir() / "npm";
+  std::filesystem::create_directories(dir);
+  if (!std::filesystem::exists(dir / "node_modules/openai/package.json")) {
+    const auto r = test::run_command("flock " + (dir / ".lock").string() + " npm install --no-audit --no-fund --loglevel=error --prefix " +
+                                     dir.string() + " openai@6");
+    EXPECT_EQ(r.exit_code, 0) << "npm install openai@6 failed (is the npm registry reachable?):\n" << r.output;
+  }
+  return dir / "node_modules";
+}
+
+TEST(Serve, OpenAiNpmClientEndToEnd) {
+  const auto modules = openai_node_modules();
+  ASSERT_TRUE(std::filesystem::exists(modules / "openai/package.json"));
+  TestServer s;
+  test::TempDir dir;
+  test::write_bytes(dir / "scenario.json", Scenario().to_json().dump());
+  const auto r = test::run_command("NODE_PATH=" + modules.string() + " node " +
+                                   (test::source_dir() / "tests/serve/openai_client.cjs").string() + " " + s.url() +
+                                   "/v1 hyla-test " + (dir / "scenario.json").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("openai client: all checks passed"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hyla
