@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "bench_model.h"
+#include "bench_util.h"
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
@@ -29,61 +31,6 @@
 
 namespace hyla::cli {
 namespace {
-
-// Wall time, or (with --clock cpu) the process's CPU time divided by the thread count: on a shared
-// machine CPU time is not inflated by other processes taking the cores away.
-bool use_cpu_clock = false;
-
-double now_seconds() {
-  if (use_cpu_clock) {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9) / num_threads();
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Best time over repetitions (at least `min_reps`, until `min_seconds` have passed): the minimum
-// is the least noisy estimate on a shared machine.
-double best_seconds(const std::function<void()>& run, int min_reps = 2, double min_seconds = 1.0) {
-  run();  // warm up: first-touch, primitive creation
-  double best = 1e30, total = 0;
-  for (int rep = 0; rep < min_reps || total < min_seconds; ++rep) {
-    const double t0 = now_seconds();
-    run();
-    const double s = now_seconds() - t0;
-    best = std::min(best, s);
-    total += s;
-    if (rep >= 20) break;
-  }
-  return best;
-}
-
-
-// Streaming read of 512 MB with vector loads and independent accumulators (a plain float sum is
-// limited by its add latency, not by memory).
-double read_bandwidth_gbs() {
-  const int64_t n = int64_t(1) << 27;
-  Tensor buffer = Tensor::empty(DType::F32, {n});
-  float* x = buffer.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
-  float sink = 0;
-  const double s = best_seconds([&] {
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      vec::Vec acc[4] = {vec::zero(), vec::zero(), vec::zero(), vec::zero()};
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; i += 4 * vec::kLanes)
-        vec::unroll<4>([&](auto j) { acc[j] = acc[j] + vec::load(x + i + j * vec::kLanes); });
-      total += vec::sum(acc[0] + acc[1] + acc[2] + acc[3]);
-    }
-    sink += total;
-  }, 3, 0.5);
-  if (sink == 0.5f) fmt::print("");  // keep the sum alive
-  return double(n) * 4 / s * 1e-9;
-}
 
 struct KdaBenchArgs {
   int64_t heads = 8, dim = 64, chunk = 64;
@@ -242,8 +189,25 @@ void bench_train(const TrainBenchArgs& a) {
 }  // namespace
 
 void add_bench(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
+  auto* bench = app.add_subcommand("bench", "Benchmarks: `bench --model DIR` (inference, like llama-bench), `bench kda`, `bench train`");
+  bench->require_subcommand(0, 1);
+  static ModelBenchArgs model_args;
+  bench->add_option("--model", model_args.model_dir, "Model directory to time prefill and decode of")->check(CLI::ExistingDirectory);
+  bench->add_option("-p,--n-prompt", model_args.prompts, "Prompt lengths (ppN), comma separated")->delimiter(',');
+  bench->add_option("-n,--n-gen", model_args.generations, "Generated tokens (tgN), comma separated")->delimiter(',');
+  bench->add_option("-d,--n-depth", model_args.depths, "Tokens already in the context, comma separated")->delimiter(',');
+  bench->add_option("-t,--threads", model_args.threads, "Thread counts, comma separated (default: --threads)")->delimiter(',');
+  bench->add_option("-b,--batch", model_args.batches, "Sequences decoded together (tgN ×B rows), comma separated")->delimiter(',');
+  bench->add_option("-r,--repetitions", model_args.reps, "Timed repetitions per test")->check(CLI::Range(1, 1000));
+  bench->add_option("--dtype", model_args.dtypes, "Matmul inputs, comma separated")->delimiter(',')->check(CLI::IsMember({"f32", "bf16"}));
+  bench->add_option("--prefill-chunk", model_args.prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
+  bench->add_option("--ttft-prefix", model_args.ttft_prefix, "Also time the first token after this many shared prompt tokens, cold and cached")->check(CLI::NonNegativeNumber);
+  bench->add_flag("--json", model_args.json, "Print a JSON list of rows");
+  bench->callback([bench] {
+    if (!bench->get_subcommands().empty()) return;
+    HYLA_CHECK(!model_args.model_dir.empty(), "bench: give --model DIR, or a subcommand (kda, train)");
+    bench_model(model_args);
+  });
   auto* kda = bench->add_subcommand("kda", "Time the KDA paths (recurrent, chunked dense, chunked pairwise)");
   static KdaBenchArgs args;
   kda->add_option("--heads", args.heads, "Heads")->check(CLI::Range(1, 1024));

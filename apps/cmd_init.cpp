@@ -20,9 +20,7 @@ void add_init(CLI::App& app) {
     Model model(config);
     model.initialize(seed);
     const DType t = dtype == "bf16" ? DType::BF16 : dtype == "f16" ? DType::F16 : DType::F32;
-    std::vector<std::filesystem::path> extra;
-    if (!tokenizer.empty()) extra.emplace_back(tokenizer);
-    model.save(out, t, extra);
+    model.save(out, t, tokenizer);
     const ParamCounts counts = count_parameters(config);
     fmt::print("wrote {} ({} parameters, {} active per token, seed {}, {})\n", out, counts.total_sum(),
                counts.active_sum(), seed, dtype);

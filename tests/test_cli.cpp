@@ -2,8 +2,10 @@
 
 #include <fstream>
 
+#include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
 #include "test_util.h"
+#include "text_fixtures.h"
 
 namespace hyla {
 namespace {
@@ -37,6 +39,10 @@ TEST(Cli, InitThenInspectRoundTrips) {
                     c = read_file(out + "3/model.safetensors");
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
+  // A tokenizer given to init lands as tokenizer.json, whatever its file was called.
+  test::small_tokenizer().save(dir / "my-tok.json");
+  ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "4 --tokenizer " + (dir / "my-tok.json").string()).exit_code, 0);
+  EXPECT_EQ(Tokenizer::load(out + "4/tokenizer.json").vocab_size(), test::small_tokenizer().vocab_size());
 }
 
 TEST(Cli, InspectFailsWithOneLineErrors) {

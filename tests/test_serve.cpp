@@ -104,7 +104,7 @@ std::filesystem::path memorised_model_dir() {
   EXPECT_LT(loss, 2e-3) << "the test model did not memorise its conversations";
   test::TempDir staging;
   test::small_tokenizer().save(staging / "tokenizer.json");
-  model.save(dir, DType::F32, {staging / "tokenizer.json"});
+  model.save(dir, DType::F32, staging / "tokenizer.json");
   return dir;
 }
 

@@ -69,14 +69,14 @@ void Model::initialize(uint64_t seed) {
   params_.refresh_bf16();
 }
 
-void Model::save(const fs::path& dir, DType dtype, const std::vector<fs::path>& extra_files) const {
+void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) const {
   AtomicDirectory out(dir);
   write_file_atomic(out.temp() / "config.json", config_.to_json().dump(2) + "\n");
   save_model_weights(out.temp(), params_.named_values(dtype));
-  for (const fs::path& extra : extra_files) {
+  if (!tokenizer.empty()) {
     std::error_code ec;
-    fs::copy_file(extra, out.temp() / extra.filename(), ec);
-    HYLA_CHECK(!ec, "{}: cannot copy into the model directory: {}", extra.string(), ec.message());
+    fs::copy_file(tokenizer, out.temp() / "tokenizer.json", ec);
+    HYLA_CHECK(!ec, "{}: cannot copy into the model directory: {}", tokenizer.string(), ec.message());
   }
   out.commit();
 }

@@ -73,10 +73,9 @@ class Model {
   const ParamStore& params() const { return params_; }
 
   void initialize(uint64_t seed);
-  // Writes config.json, model.safetensors (weights in `dtype`) and copies of `extra_files`
-  // (e.g. tokenizer.json) into a new directory that atomically replaces `dir`.
-  void save(const std::filesystem::path& dir, DType dtype = DType::F32,
-            const std::vector<std::filesystem::path>& extra_files = {}) const;
+  // Writes config.json, model.safetensors (weights in `dtype`) and, when given, a copy of the
+  // tokenizer as tokenizer.json into a new directory that atomically replaces `dir`.
+  void save(const std::filesystem::path& dir, DType dtype = DType::F32, const std::filesystem::path& tokenizer = {}) const;
   // Loads config.json and the weights of a model directory (F32, BF16 or F16).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 

@@ -37,7 +37,7 @@ void save_checkpoint(const fs::path& run_dir, int64_t step, const Model& model, 
   const fs::path root = run_dir / "checkpoints";
   fs::create_directories(root);
   AtomicDirectory out(root / fmt::format("step-{:08d}", step));
-  model.save(out.temp() / "model", DType::F32, {tokenizer});
+  model.save(out.temp() / "model", DType::F32, tokenizer);
   optimizer.save(out.temp() / "optimizer.safetensors");
   write_file_atomic(out.temp() / "trainer.json", trainer_state.dump(2) + "\n");
   out.commit();

@@ -293,7 +293,7 @@ void run_training(const TrainOptions& o) {
                       tc.keep_checkpoints);
     }
   }
-  model.save(run_dir / "model", DType::F32, {tokenizer_file});
+  model.save(run_dir / "model", DType::F32, tokenizer_file);
   fmt::print("done: {} steps; model in {}\n", step, (run_dir / "model").string());
 }
 

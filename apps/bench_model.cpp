@@ -1,0 +1,201 @@
+// `hyla bench --model DIR`: prompt processing (ppP) and token generation (tgN) speed like
+// llama-bench, optionally after `depth` tokens already in the context, batched decode of B
+// sequences, and time to first token with a cached shared prefix. Decode rows also give the
+// fraction of the memory-bandwidth roofline: bytes a token must read (active weights, recurrent
+// state, latent cache) ÷ the read bandwidth measured in this process.
+#include "bench_model.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+#include "bench_util.h"
+#include "hyla/core/error.h"
+#include "hyla/core/random.h"
+#include "hyla/core/threads.h"
+#include "hyla/data/tokenizer.h"
+#include "hyla/infer/engine.h"
+#include "hyla/infer/sequence_state.h"
+#include "hyla/model/model.h"
+#include "hyla/model/param_count.h"
+
+namespace hyla::cli {
+namespace {
+
+struct Stat {
+  double mean = 0, std = 0;
+};
+
+// Mean and sample standard deviation of tokens/s over `reps` timed runs (after one warm-up).
+Stat tokens_per_second(int reps, double tokens, const std::function<void()>& prepare, const std::function<void()>& run) {
+  prepare();
+  run();
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    prepare();
+    const double t0 = now_seconds();
+    run();
+    rates.push_back(tokens / (now_seconds() - t0));
+  }
+  Stat s;
+  for (double x : rates) s.mean += x / double(reps);
+  for (double x : rates) s.std += (x - s.mean) * (x - s.mean) / std::max(1.0, double(reps - 1));
+  s.std = std::sqrt(s.std);
+  return s;
+}
+
+std::string human_bytes(double b) {
+  return b >= double(1 << 30) ? fmt::format("{:.2f} GiB", b / double(1 << 30)) : fmt::format("{:.1f} MiB", b / double(1 << 20));
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(int32_t(rng.below(uint64_t(vocab))));
+  return ids;
+}
+
+}  // namespace
+
+void bench_model(const ModelBenchArgs& a) {
+  auto model = Model::load(a.model_dir);
+  const ModelConfig& config = model->config();
+  const ParamCounts counts = count_parameters(config);
+  const int64_t V = config.vocab_size, hidden = config.hidden_size;
+  const std::string name = std::filesystem::path(a.model_dir).filename().string();
+  const double bandwidth = read_bandwidth_gbs() * 1e9;
+  // Weights a decoded token reads: every active parameter except the embedding table, of which it
+  // reads one row.
+  const double active_weights = double(counts.active_sum() - V * hidden + hidden);
+
+  int64_t max_depth = 0, max_gen = 0, max_prompt = 0;
+  for (int64_t d : a.depths) max_depth = std::max(max_depth, d);
+  for (int64_t n : a.generations) max_gen = std::max(max_gen, n);
+  for (int64_t p : a.prompts) max_prompt = std::max(max_prompt, p);
+  const int64_t capacity = max_depth + std::max(max_gen, max_prompt) + 2;
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json) {
+    fmt::print("read bandwidth this run: {:.1f} GB/s\n\n", bandwidth * 1e-9);
+    fmt::print("| model | size | params | dtype | threads | test | t/s | roofline |\n");
+    fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
+  }
+  std::vector<int64_t> thread_counts = a.threads.empty() ? std::vector<int64_t>{num_threads()} : a.threads;
+  for (const std::string& dtype : a.dtypes) {
+    const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
+    const double weight_bytes = dtype == "f32" ? 4.0 : 2.0;
+    const double model_bytes = double(counts.total_sum()) * weight_bytes;
+    for (int64_t threads : thread_counts) {
+      set_threads(int(threads));
+      SequenceState state(*model, capacity), at_depth(*model, capacity);
+      const auto emit = [&](const std::string& test, Stat s, double roof_tokens_per_s) {
+        const double roof = roof_tokens_per_s > 0 ? s.mean / roof_tokens_per_s : 0;
+        rows.push_back({{"model", name}, {"size_bytes", model_bytes}, {"params", counts.total_sum()}, {"dtype", dtype},
+                        {"threads", threads}, {"test", test}, {"tokens_per_s", s.mean}, {"std", s.std},
+                        {"roofline_fraction", roof}, {"bandwidth_gbs", bandwidth * 1e-9}});
+        if (!a.json)
+          fmt::print("| {} | {} | {:.1f} M | {} | {} | {} | {:.1f} ± {:.1f} | {} |\n", name, human_bytes(model_bytes),
+                     double(counts.total_sum()) * 1e-6, dtype, threads, test, s.mean, s.std,
+                     roof > 0 ? fmt::format("{:.0f}%", 100 * roof) : "");
+      };
+      for (int64_t depth : a.depths) {
+        const std::string at = depth > 0 ? fmt::format(" @ d{}", depth) : "";
+        at_depth.reset();
+        if (depth > 0) feed(*model, random_ids(depth, V, 1), at_depth, a.prefill_chunk, precision);
+        for (int64_t p : a.prompts) {
+          const std::vector<int32_t> ids = random_ids(p, V, 2);
+          emit(fmt::format("pp{}{}", p, at),
+               tokens_per_second(a.reps, double(p), [&] { state.copy_from(at_depth); },
+                                 [&] { feed(*model, ids, state, a.prefill_chunk, precision); }),
+               0);
+        }
+        for (int64_t n : a.generations) {
+          const std::vector<int32_t> ids = random_ids(n, V, 3);
+          // Bytes per generated token: weights, the KDA states read and written, and the latent
+          // cache read (at the mean position of the run).
+          const double bytes = active_weights * weight_bytes + 2.0 * double(state.fixed_bytes()) +
+                               double(state.bytes_per_token()) * (double(depth) + double(n) / 2);
+          emit(fmt::format("tg{}{}", n, at),
+               tokens_per_second(a.reps, double(n), [&] { state.copy_from(at_depth); },
+                                 [&] {
+                                   for (int32_t id : ids) feed(*model, {id}, state, 1, precision);
+                                 }),
+               bandwidth / bytes);
+        }
+      }
+      // Batched decode: B sequences, one token each per forward.
+      for (int64_t B : a.batches) {
+        if (B <= 1) continue;
+        std::vector<std::unique_ptr<SequenceState>> states;
+        for (int64_t b = 0; b < B; ++b) states.push_back(std::make_unique<SequenceState>(*model, max_gen + 20));
+        for (int64_t n : a.generations) {
+          const auto prepare = [&] {
+            for (int64_t b = 0; b < B; ++b) {
+              states[size_t(b)]->reset();
+              feed(*model, random_ids(16, V, uint64_t(10 + b)), *states[size_t(b)], 16, precision);
+            }
+          };
+          const auto run = [&] {
+            std::vector<SequenceCache> caches(static_cast<size_t>(B));
+            for (int64_t step = 0; step < n; ++step) {
+              ModelInput in;
+              std::vector<int64_t> ones(static_cast<size_t>(B), 1), offsets;
+              for (int64_t b = 0; b < B; ++b) {
+                caches[size_t(b)] = states[size_t(b)]->cache();
+                offsets.push_back(states[size_t(b)]->length());
+                in.ids.push_back(int32_t((step * 131 + b * 17) % V));
+              }
+              in.tokens = TokenBatch::packed(ones, offsets);
+              model->forward_cached(in, caches, precision);
+              for (int64_t b = 0; b < B; ++b) states[size_t(b)]->cache() = caches[size_t(b)];
+            }
+          };
+          // The weights are read once per step for all B sequences (experts: up to B·k of E).
+          emit(fmt::format("tg{} ×{} (aggregate)", n, B), tokens_per_second(a.reps, double(n * B), prepare, run), 0);
+        }
+      }
+    }
+  }
+  if (a.ttft_prefix > 0) {
+    const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(a.model_dir) / "tokenizer.json");
+    std::vector<int32_t> shared = random_ids(a.ttft_prefix, std::min<int64_t>(V, tokenizer.vocab_size()), 5);
+    const auto request = [&](uint64_t seed) {
+      GenerationRequest r;
+      r.prompt = shared;
+      const auto tail = random_ids(64, std::min<int64_t>(V, tokenizer.vocab_size()), seed);
+      r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+      r.max_tokens = 1;
+      r.sampling.temperature = 0;
+      r.stop_at_end_tokens = false;
+      return r;
+    };
+    for (const std::string& dtype : a.dtypes) {
+      EngineOptions o;
+      o.max_sequences = 1;
+      o.context = a.ttft_prefix + 128;
+      o.prefill_chunk = a.prefill_chunk;
+      o.precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
+      for (const bool cached : {false, true}) {
+        o.prefix_cache_bytes = cached ? int64_t(1) << 30 : 0;
+        Engine engine(*model, tokenizer, o);
+        engine.submit(request(100)).get();  // warm-up, and the cached prefix
+        std::vector<double> ttft;
+        for (int r = 0; r < a.reps; ++r) ttft.push_back(engine.submit(request(uint64_t(200 + r))).get().time_to_first_token);
+        double mean = 0, sd = 0;
+        for (double t : ttft) mean += t / double(a.reps);
+        for (double t : ttft) sd += (t - mean) * (t - mean) / std::max(1.0, double(a.reps - 1));
+        sd = std::sqrt(sd);
+        const std::string test = fmt::format("ttft {}+64 {}", a.ttft_prefix, cached ? "cached prefix" : "cold");
+        rows.push_back({{"model", name}, {"dtype", dtype}, {"threads", num_threads()}, {"test", test},
+                        {"seconds", mean}, {"std", sd}});
+        if (!a.json) fmt::print("\n{} {} threads {}: time to first token {:.1f} ± {:.1f} ms", dtype, test, num_threads(), mean * 1e3, sd * 1e3);
+      }
+    }
+    if (!a.json) fmt::print("\n");
+  }
+  if (a.json) fmt::print("{}\n", rows.dump(2));
+}
+
+}  // namespace hyla::cli
