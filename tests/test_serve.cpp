@@ -144,7 +144,7 @@ struct TestServer {
 json post(const TestServer& s, const std::string& path, const json& body, int expect_status = 200) {
   auto c = s.client();
   auto res = c.Post(path.c_str(), body.dump(), "application/json");
-  EXPECT_TRUE(res) << path;
+  EXPECT_TRUE(res) << path << ": " << httplib::to_string(res.error());
   if (!res) return {};
   EXPECT_EQ(res->status, expect_status) << body.dump() << " -> " << res->body;
   return json::parse(res->body);

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <exception>
 #include <mutex>
 
@@ -11,6 +12,12 @@ int resolve_threads(int requested);
 // Sets the OpenMP thread count used by hyla's kernels and by oneDNN.
 void set_threads(int n);
 int num_threads();
+
+// Whether a loop over `work` simple element operations is worth waking the thread team: a fork
+// and join costs about as much as ~16K such operations, and decoding one token runs hundreds of
+// loops over a single row. Used as `#pragma omp parallel for if (worth_parallel(...))`.
+constexpr int64_t kParallelGrain = int64_t(1) << 14;
+inline bool worth_parallel(int64_t work) { return work >= kParallelGrain; }
 
 // Carries the first exception out of an OpenMP parallel region, where an escaping exception would
 // terminate the program: run each iteration's body through run(), then call rethrow() after the region.

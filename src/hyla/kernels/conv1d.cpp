@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "hyla/core/threads.h"
+
 namespace hyla {
 namespace {
 
@@ -32,7 +34,7 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
                            const float* const* tails, float* y, int64_t ld_y) {
   const std::vector<float> taps = taps_by_offset(s, w);
   for (int64_t b = 0; b < s.batch; ++b) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel((s.starts[b + 1] - s.starts[b]) * s.channels * s.kernel))
     for (int64_t r = s.starts[b]; r < s.starts[b + 1]; ++r) {
       float* out = y + r * ld_y;
       std::fill(out, out + s.channels, 0.0f);

@@ -12,6 +12,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
+#include "hyla/kernels/skinny_gemm.h"
 
 namespace hyla {
 namespace {
@@ -131,11 +132,15 @@ GemmKey make_key(bool bf16_inputs, int64_t batch, Trans ta, Trans tb, int64_t M,
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (ta == Trans::N && tb == Trans::T && M <= kSkinnyMaxRows)
+    return skinny_gemm(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   run(make_key(false, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
 }
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
           const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (ta == Trans::N && tb == Trans::T && M <= kSkinnyMaxRows)
+    return skinny_gemm(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   run(make_key(true, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
 }
 

@@ -2,6 +2,8 @@
 // Dense matrix multiply on oneDNN: C = alpha * op(A) * op(B) + beta * C, row-major, with row
 // strides (lda, ldb, ldc) as in BLAS. Inputs f32 or bf16, accumulation and output f32.
 // Primitives are created once per shape and cached, so a training step never re-creates one.
+// Products of a few rows with a transposed B (x · Wᵀ in decoding) go to skinny_gemm instead,
+// which reads B once in its stored layout.
 #include <cstdint>
 
 #include "hyla/core/half.h"

@@ -5,13 +5,14 @@
 #include <cmath>
 #include <vector>
 
+#include "hyla/core/threads.h"
 #include "hyla/kernels/vmath.h"
 
 namespace hyla {
 
 void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                      int64_t ld_y, float* rstd) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld_x;
     const float inv = 1.0f / std::sqrt(dot(xr, xr, dim) / float(dim) + eps);

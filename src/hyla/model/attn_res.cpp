@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "hyla/core/threads.h"
 #include "hyla/kernels/vmath.h"
 
 namespace hyla {
@@ -20,7 +21,7 @@ void AttnRes::forward(const std::vector<const float*>& sources, int64_t rows, fl
   std::vector<float> c(static_cast<size_t>(d));  // w ⊙ γ: z_n = rstd(V_n) · (V_n · c)
   for (int64_t j = 0; j < d; ++j) c[size_t(j)] = query_->v()[j] * norm_->v()[j];
   float* weights = weights_.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * n * d))
   for (int64_t r = 0; r < rows; ++r) {
     float* p = weights + r * n;
     float top = -INFINITY;

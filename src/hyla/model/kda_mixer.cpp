@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "hyla/core/threads.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/conv1d.h"
 #include "hyla/kernels/norm.h"
@@ -93,7 +94,7 @@ void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, co
   const bool bounded = config_.kda.gate == KdaGate::LowerBound;
   const float* a_log = a_log_->value.data<float>();
   const float* dt_bias = dt_bias_->value.data<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * 3 * HK))
   for (int64_t r = 0; r < N; ++r) {
     const float* c = conv_.data<float>() + r * 3 * HK;
     for (int which = 0; which < 3; ++which) {
@@ -131,7 +132,7 @@ void KdaMixer::output(float* y, const ForwardContext& ctx, bool save) {
   grow(rstd_, N, H);
   rmsnorm_forward(o_.data<float>(), K, o_norm_.weight().value.data<float>(), N * H, K, float(config_.rms_norm_eps),
                   normed_.data<float>(), K, save ? rstd_.data<float>() : nullptr);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * HK))
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = proj_.data<float>() + r * P + 4 * HK;
     const float* n = normed_.data<float>() + r * HK;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "hyla/core/threads.h"
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
 
@@ -17,8 +18,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 template <typename F>
-void parallel_rows(int64_t rows, F&& f) {
-#pragma omp parallel for schedule(static)
+void parallel_rows(int64_t rows, int64_t cols, F&& f) {
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * cols))
   for (int64_t r = 0; r < rows; ++r) f(r);
 }
 
@@ -118,7 +119,7 @@ void Model::embed(const ModelInput& in) {
                config_.max_position_embeddings);
   float* x0 = stream_[0].data<float>();
   const float* table = embed_->v();
-  parallel_rows(N, [&](int64_t r) { std::memcpy(x0 + r * d, table + int64_t(in.ids[size_t(r)]) * d, size_t(d) * 4); });
+  parallel_rows(N, d, [&](int64_t r) { std::memcpy(x0 + r * d, table + int64_t(in.ids[size_t(r)]) * d, size_t(d) * 4); });
 
   // Images: each patch row's embedding is W_patch · patch + b + row_embed[r] + col_embed[c].
   patch_rows_.clear();
@@ -244,7 +245,7 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
       base_[size_t(s)] = base;
       float* entry = stream_[size_t(next)].data<float>();
       const float* prior = base >= 0 ? stream_[size_t(base)].data<float>() : nullptr;
-      parallel_rows(N, [&](int64_t r) {
+      parallel_rows(N, d, [&](int64_t r) {
         for (int64_t j = 0; j < d; ++j) entry[r * d + j] = out[r * d + j] + (prior ? prior[r * d + j] : 0.0f);
       });
       if (attn_res) partial = next;
@@ -279,7 +280,7 @@ void Model::body_backward(const float* d_final) {
     const int base = base_[size_t(s)];
     if (base >= 0) {
       float* gb = stream_grad_[size_t(base)].data<float>();
-      parallel_rows(N, [&](int64_t r) {
+      parallel_rows(N, d, [&](int64_t r) {
         for (int64_t j = 0; j < d; ++j) gb[r * d + j] += g[r * d + j];
       });
     }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "hyla/core/threads.h"
+
 namespace hyla {
 
 void ExpertDispatch::build(const Routing& routing) {
@@ -31,7 +33,7 @@ void ExpertDispatch::build(const Routing& routing) {
 void combine_slots(const ExpertDispatch& dispatch, const float* slot_rows, int64_t width, bool weighted,
                    bool accumulate, float* y) {
   const int64_t k = dispatch.k;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(dispatch.tokens * k * width))
   for (int64_t t = 0; t < dispatch.tokens; ++t) {
     float* out = y + t * width;
     if (!accumulate) std::fill(out, out + width, 0.0f);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hyla/core/threads.h"
+#include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
 #include "hyla/kernels/vmath.h"
 #include "hyla/model/layer_buffer.h"
@@ -102,7 +104,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   const bf16* x16 = nullptr;
   if (packed_bf16) {
     bf16* converted = grow_buffer<bf16>(x_bf16_, dispatch.tokens * D);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(dispatch.tokens * D))
     for (int64_t t = 0; t < dispatch.tokens; ++t) convert(x + t * D, converted + t * D, size_t(D));
     x16 = converted;
   }
@@ -116,7 +118,23 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     float* gu = save ? saved_gu_.data<float>() + blk.begin * 2 * w : buf.gu;
     float* h = save ? saved_h_.data<float>() + blk.begin * w : buf.h;
     float* y = out + blk.begin * D;
-    if (packed_bf16) {
+    if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
+      // Decode-sized blocks: the expert's weights are read once, in their stored layout.
+      if (packed_bf16) {
+        bf16* rows = reinterpret_cast<bf16*>(buf.rows);
+        for (int64_t j = 0; j < n; ++j) std::memcpy(rows + j * D, x16 + int64_t(tokens[j]) * D, size_t(D) * sizeof(bf16));
+        skinny_gemm(n, 2 * w, D, 1.0f, rows, D, expert.gate_proj.param().v16(), D, 0.0f, gu, 2 * w);
+        gated_activation_forward(activation_, gu, n, w, h);
+        bf16* h16 = reinterpret_cast<bf16*>(buf.h_other);
+        convert(h, h16, size_t(n * w));
+        skinny_gemm(n, D, w, 1.0f, h16, w, expert.down_proj.param().v16(), w, 0.0f, y, D);
+      } else {
+        gather_rows(x, D, tokens, n, buf.rows);
+        skinny_gemm(n, 2 * w, D, 1.0f, buf.rows, D, expert.gate_proj.w(), D, 0.0f, gu, 2 * w);
+        gated_activation_forward(activation_, gu, n, w, h);
+        skinny_gemm(n, D, w, 1.0f, h, w, expert.down_proj.w(), w, 0.0f, y, D);
+      }
+    } else if (packed_bf16) {
       // Word p of bf16 row c of W [c, k] is the pair (Wᵀ[2p][c], Wᵀ[2p+1][c]).
       const auto word_transpose = [&](const bf16* weights, int64_t rows, int64_t cols, int64_t ld_pairs) {
         transpose(reinterpret_cast<const float*>(weights), rows, cols / 2, cols / 2, buf.weights_t, ld_pairs);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "hyla/core/threads.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/model/layer_buffer.h"
@@ -37,7 +38,7 @@ void Router::route(const float* u, int64_t n, Routing& routing) const {
     proj_.forward(u, n, h, Precision::F32);
     gemm(Trans::N, Trans::T, n, experts_, latent_, 1.0f, h, latent_, centres_->v(), latent_, 0.0f, scores, experts_);
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(n * experts_))
   for (int64_t t = 0; t < n; ++t) sigmoid_inplace(scores + t * experts_, experts_);
   select_experts(scores, bias_->v(), n, experts_, k_, scaling_, selected, weights);
 }
@@ -62,7 +63,7 @@ void Router::backward(const float* u, const Routing& routing, float* d_scores, f
 
 void select_experts(const float* scores, const float* bias, int64_t n, int64_t experts, int64_t k, float scaling,
                     int32_t* selected, float* weights) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(n * experts))
   for (int64_t t = 0; t < n; ++t) {
     const float* s = scores + t * experts;
     int32_t* ids = selected + t * k;

@@ -1,0 +1,20 @@
+#pragma once
+// y = alpha · x · Wᵀ + beta · y for a few rows of x (decode: one row per sequence), W [N, K]
+// row-major as the model stores its weights. Decoding is bound by reading W once: these kernels
+// stream each weight row exactly once for all rows of x (16 accumulators per group of weight
+// rows, one 16-way horizontal reduction per group), where a general GEMM would first pack W into
+// its own layout. Parallel over W's rows.
+#include <cstdint>
+
+#include "hyla/core/half.h"
+
+namespace hyla {
+
+constexpr int64_t kSkinnyMaxRows = 4;  // rows of x (M) the kernels take
+
+void skinny_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* x, int64_t ldx, const float* W,
+                 int64_t ldw, float beta, float* y, int64_t ldy);
+void skinny_gemm(int64_t M, int64_t N, int64_t K, float alpha, const bf16* x, int64_t ldx, const bf16* W,
+                 int64_t ldw, float beta, float* y, int64_t ldy);
+
+}  // namespace hyla
