@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev         # libFuzzer target (scripts/fuzz.sh)
   bible-kjv dataset-fashion-mnist  # demo corpora
   curl                             # end-to-end server tests
+  jq                               # scripts/studies.sh summaries
 )
 # Node.js and npm run the `openai` npm client in the server tests. Machines that already have them
 # (e.g. from NodeSource, whose nodejs package conflicts with Debian's npm) keep theirs.

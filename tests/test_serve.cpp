@@ -256,6 +256,7 @@ TEST(ServeRequest, RejectsBadFieldsNamingThem) {
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", 9}}).param, "logprobs");
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"frequency_penalty", 0.5}}).param, "frequency_penalty");
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", 0}}).param, "max_tokens");  // without echo
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"stream", true}, {"logprobs", 1}}).param, "logprobs");
   const std::string long_prompt(20000, 'a');
   const ApiError context = completion_error({{"prompt", long_prompt}});
   EXPECT_EQ(context.code, "context_length_exceeded");

@@ -134,6 +134,11 @@ void check_lengths(ApiRequest& r, const ServeLimits& limits, const char* param) 
   }
 }
 
+void refuse_streamed_logprobs(const ApiRequest& r) {
+  if (r.stream && r.logprobs >= 0)
+    invalid("logprobs", "'logprobs' are only returned by complete responses here; send the request with stream: false");
+}
+
 std::vector<int32_t> token_ids(const json& array, const Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
   for (const json& id : array) {
@@ -179,6 +184,7 @@ ApiRequest parse_completion_request(const json& body, const Tokenizer& tokenizer
   r.generation.logprobs = r.logprobs >= 0;
   r.generation.prompt_logprobs = r.echo && r.logprobs >= 0;
   r.generation.top_logprobs = std::max(r.logprobs, 0);
+  refuse_streamed_logprobs(r);
   return r;
 }
 
@@ -280,6 +286,7 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   if (!r.generation.logprobs && field(body, "top_logprobs") && integer(body, "top_logprobs", 0, 0, 20) > 0)
     invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   r.generation.top_logprobs = std::max(r.logprobs, 0);
+  refuse_streamed_logprobs(r);
   check_lengths(r, limits, max_name);
   return r;
 }
