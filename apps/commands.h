@@ -15,5 +15,7 @@ void add_report(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
+void add_quantize(CLI::App& app);
+void add_eval(CLI::App& app);
 
 }  // namespace hyla::cli
