@@ -23,6 +23,8 @@ constexpr int kTileRows = 4, kTilePanels = 3;
 constexpr int64_t kChunkBytes = 256 << 10;
 // Below this many multiply-adds a product runs on the calling thread: the fork would cost more.
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
+// Up to this many values of x are quantised by the calling thread alone (~4 ns per 32).
+constexpr int64_t kSerialQuantisation = 16 << 10;
 // Software prefetch distance along each panel's stream (16 lines ahead): the hardware prefetcher
 // alone leaves a single-row product at ~60% of the streaming bandwidth, ~85% with this.
 constexpr int64_t kPrefetchBytes = 1024;
@@ -201,43 +203,109 @@ void run_panels(const Int8Rows& x, std::span<const Int8PackedMatrix> parts, int6
   }
 }
 
-// One step of x to q = x · (127 / max|x|) with max|x| over the whole block, rounded to nearest
-// even and clamped to ±127; returns Σ q. Both versions use the same f32 products, so for finite x
-// they write the same bytes (and neither has undefined behaviour on NaN: the clamp maps it to −127).
-int32_t quantize_step_portable(const float* x, int64_t step, float inv, int8_t* q) {
-  int32_t total = 0;
-  for (int64_t k = 0; k < step; ++k) {
-    const int32_t qi = int32_t(std::nearbyint(std::fmin(std::fmax(x[k] * inv, -127.0f), 127.0f)));
-    q[k] = int8_t(qi);
-    total += qi;
+// Row r of x to q = x · (127 / max|x|) per block, rounded to nearest even and clamped to ±127,
+// with the blocks' scales and the steps' accumulator starts. Both versions use the same f32
+// products and IEEE divisions, so for finite x they write the same bytes (and neither has
+// undefined behaviour on NaN: the clamp sends it to −127).
+void quantize_row_portable(const float* x, const Int8Rows& out, int64_t r) {
+  const int64_t block = out.block, step = int8_step(block);
+  // Adding and subtracting 1.5 · 2^23 rounds |v| < 2^22 to an integer, to nearest even, in plain
+  // f32 arithmetic the compiler vectorises (std::nearbyint would be a call per value).
+  constexpr float kRound = 0x1.8p23f;
+  for (int64_t b = 0; b < out.cols / block; ++b) {
+    const float* xb = x + b * block;
+    float max_abs = 0.0f;
+    for (int64_t k = 0; k < block; ++k) max_abs = std::max(max_abs, std::fabs(xb[k]));
+    const float inv = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
+    out.scales[r * (out.cols / block) + b] = max_abs / 127.0f;
+    for (int64_t s = 0; s < block; s += step) {
+      int8_t* q = out.values + r * out.cols + b * block + s;
+      int32_t total = 0;
+      for (int64_t k = 0; k < step; ++k) {
+        float v = xb[s + k] * inv;
+        v = v >= -127.0f ? v : -127.0f;
+        v = v <= 127.0f ? v : 127.0f;
+        const int32_t qi = int32_t((v + kRound) - kRound);
+        q[k] = int8_t(qi);
+        total += qi;
+      }
+      out.starts[r * (out.cols / step) + (b * block + s) / step] = -128 * total;
+    }
   }
-  return total;
-}
-
-float max_abs_portable(const float* x, int64_t n) {
-  float top = 0.0f;
-  for (int64_t k = 0; k < n; ++k) top = std::max(top, std::fabs(x[k]));
-  return top;
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-int32_t quantize_step_native(const float* x, int64_t step, float inv, int8_t* q) {
-  const __m512 scale = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  __m512i sum = _mm512_setzero_si512();
-  for (int64_t k = 0; k < step; k += 16) {
-    const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + k), scale), lo), hi);
-    const __m512i qi = _mm512_cvtps_epi32(v);  // MXCSR's default rounding: nearest even
-    sum = _mm512_add_epi32(sum, qi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(qi));
-  }
-  return _mm512_reduce_add_epi32(sum);
+
+// Lane i: the maximum of v[i]'s 16 lanes (vec::sum_each's shuffle network with max for +).
+__m512 max_each(const __m512* v) {
+  __m512 w[8], x[4], z[2];
+  vec::unroll<4>([&](auto b) {
+    vec::unroll<2>([&](auto c) {
+      const __m512 a = v[b + 8 * c], d = v[b + 4 + 8 * c];
+      w[2 * b + c] = _mm512_max_ps(_mm512_shuffle_f32x4(a, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    });
+  });
+  vec::unroll<4>([&](auto i) {
+    const __m512 c = w[2 * i], d = w[2 * i + 1];
+    x[i] = _mm512_max_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+  });
+  vec::unroll<2>([&](auto i) {
+    const __m512 e = x[2 * i], f = x[2 * i + 1];
+    z[i] = _mm512_max_ps(_mm512_shuffle_ps(e, f, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(e, f, _MM_SHUFFLE(3, 2, 3, 2)));
+  });
+  return _mm512_max_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-float max_abs_native(const float* x, int64_t n) {
-  __m512 top = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n; k += 16) top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
-  return _mm512_reduce_max_ps(top);
+// 16 blocks at a time: their maxima, scales and inverses as vectors (one reduction network and
+// two divisions instead of 16 horizontal maxima and divisions, whose latency chains made the
+// per-block loop cost ~28 cycles a block), then 16 steps at a time likewise for the starts.
+void quantize_row_native(const float* x, const Int8Rows& out, int64_t r) {
+  const int64_t block = out.block, blocks = out.cols / block, step = int8_step(block), steps = out.cols / step;
+  const __m512 limit = _mm512_set1_ps(127.0f), low = _mm512_set1_ps(-127.0f);
+  alignas(64) float inv[16];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int64_t nb = std::min<int64_t>(16, blocks - b0);
+    __m512 top[16];
+    vec::unroll<16>([&](auto i) {
+      __m512 m = _mm512_setzero_ps();
+      if (i < nb)
+        for (int64_t k = (b0 + i) * block; k < (b0 + i + 1) * block; k += 16)
+          m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+      top[i] = m;
+    });
+    const __m512 maxima = max_each(top);
+    const __mmask16 valid = __mmask16((1u << nb) - 1u);
+    _mm512_mask_storeu_ps(out.scales + r * blocks + b0, valid, _mm512_div_ps(maxima, limit));
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(maxima, _mm512_setzero_ps(), _CMP_GT_OQ), limit, maxima));
+    const int64_t s1 = (b0 + nb) * block / step;
+    for (int64_t j0 = b0 * block / step; j0 < s1; j0 += 16) {
+      const int64_t count = std::min<int64_t>(16, s1 - j0);
+      __m512 sums[16];  // per step: its q summed lane-wise (exact: |Σ| ≤ 2 · 127 per lane)
+      vec::unroll<16>([&](auto i) {
+        __m512i sum = _mm512_setzero_si512();
+        if (i < count) {
+          const int64_t k0 = (j0 + i) * step;
+          const __m512 scale = _mm512_set1_ps(inv[k0 / block - b0]);
+          for (int64_t k = k0; k < k0 + step; k += 16) {
+            const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + k), scale), low), limit);
+            const __m512i qi = _mm512_cvtps_epi32(v);  // MXCSR's default rounding: nearest even
+            sum = _mm512_add_epi32(sum, qi);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out.values + r * out.cols + k), _mm512_cvtepi32_epi8(qi));
+          }
+        }
+        sums[i] = _mm512_cvtepi32_ps(sum);
+      });
+      // Integer totals ≤ 32 · 127 in magnitude: exact in f32 through the whole reduction.
+      const __m512i totals = _mm512_cvtps_epi32(vec::sum_each(sums));
+      _mm512_mask_storeu_epi32(out.starts + r * steps + j0, __mmask16((1u << count) - 1u),
+                               _mm512_mullo_epi32(totals, _mm512_set1_epi32(-128)));
+    }
+  }
 }
+
 #endif
 
 }  // namespace
@@ -298,34 +366,16 @@ Int8Rows int8_rows_view(void* workspace, int64_t rows, int64_t cols, int64_t blo
 
 void quantize_int8_rows(const float* x, int64_t ld_x, const Int8Rows& out, int64_t first, int64_t last,
                         Int8Kernel kernel) {
-  const int64_t block = out.block, blocks = out.cols / block, step = int8_step(block), steps = block / step;
+  for (int64_t r = first; r < last; ++r) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  const bool native = kernel == Int8Kernel::Native;
-#else
-  const bool native = false;
-  (void)kernel;
-#endif
-  for (int64_t r = first; r < last; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* xb = x + r * ld_x + b * block;
-      int8_t* q = out.values + r * out.cols + b * block;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-      const float max_abs = native ? max_abs_native(xb, block) : max_abs_portable(xb, block);
-#else
-      const float max_abs = max_abs_portable(xb, block);
-#endif
-      const float inv = max_abs > 0.0f ? 127.0f / max_abs : 0.0f;
-      for (int64_t s = 0; s < steps; ++s) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-        const int32_t total = native ? quantize_step_native(xb + s * step, step, inv, q + s * step)
-                                     : quantize_step_portable(xb + s * step, step, inv, q + s * step);
-#else
-        const int32_t total = quantize_step_portable(xb + s * step, step, inv, q + s * step);
-#endif
-        out.starts[r * (out.cols / step) + b * steps + s] = -128 * total;
-      }
-      out.scales[r * blocks + b] = max_abs / 127.0f;
+    if (kernel == Int8Kernel::Native) {
+      quantize_row_native(x + r * ld_x, out, r);
+      continue;
     }
+#endif
+    (void)kernel;
+    quantize_row_portable(x + r * ld_x, out, r);
+  }
 }
 
 void int8_matmul_rows(const Int8Rows& x, std::span<const Int8PackedMatrix> parts, float* y, int64_t ld_y, float beta,
@@ -352,16 +402,17 @@ void int8_matmul(const float* x, int64_t n, int64_t ld_x, std::span<const Int8Pa
   const int threads = omp_in_parallel() || n * rows * cols < kParallelMacs
                           ? 1
                           : int(std::min<int64_t>(omp_get_max_threads(), panels));
-  if (threads == 1) {
-    quantize_int8_rows(x, ld_x, xq, 0, n, kernel);
-    run_panels(xq, parts, 0, panels, y, ld_y, beta, kernel);
-    return;
-  }
+  // A few rows (decode) are quantised before the fork: a barrier inside would cost more.
+  const bool split_quantisation = threads > 1 && n * cols > kSerialQuantisation;
+  if (!split_quantisation) quantize_int8_rows(x, ld_x, xq, 0, n, kernel);
+  if (threads == 1) return run_panels(xq, parts, 0, panels, y, ld_y, beta, kernel);
 #pragma omp parallel num_threads(threads)
   {
     const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
-    quantize_int8_rows(x, ld_x, xq, n * t / count, n * (t + 1) / count, kernel);
+    if (split_quantisation) {
+      quantize_int8_rows(x, ld_x, xq, n * t / count, n * (t + 1) / count, kernel);
 #pragma omp barrier
+    }
     run_panels(xq, parts, panels * t / count, panels * (t + 1) / count, y, ld_y, beta, kernel);
   }
 }
