@@ -17,5 +17,7 @@ void add_serve(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
+void add_quantize(CLI::App& app);
+void add_eval(CLI::App& app);
 
 }  // namespace hyla::cli

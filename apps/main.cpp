@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   hyla::cli::add_serve(app);
   hyla::cli::add_tokenizer(app);
   hyla::cli::add_data(app);
+  hyla::cli::add_quantize(app);
+  hyla::cli::add_eval(app);
   try {
     hyla::set_threads(hyla::resolve_threads(0));
     app.parse(argc, argv);

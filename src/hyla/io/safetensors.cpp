@@ -239,6 +239,12 @@ Tensor ModelWeights::get(std::string_view name) const {
   return files_[it->second.first].get(name);
 }
 
+const SafetensorsFile& ModelWeights::file_of(std::string_view name) const {
+  auto it = where_.find(name);
+  HYLA_CHECK(it != where_.end(), "model weights have no tensor named '{}'", name);
+  return files_[it->second.first];
+}
+
 void save_safetensors(const fs::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   std::vector<const std::pair<std::string, Tensor>*> order;

@@ -59,6 +59,8 @@ class ModelWeights {
   bool contains(std::string_view name) const;
   const SafetensorsEntry& entry(std::string_view name) const;
   Tensor get(std::string_view name) const;
+  // The file that holds a tensor (its __metadata__, its path for messages).
+  const SafetensorsFile& file_of(std::string_view name) const;
   const std::vector<SafetensorsFile>& files() const { return files_; }
 
  private:

@@ -8,10 +8,10 @@ namespace hyla {
 GatedMlp::GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int64_t hidden, Component component)
     : gate_proj(store, prefix + "gate_proj", in, hidden, component),
       up_proj(store, prefix + "up_proj", in, hidden, component),
-      down_proj(store, prefix + "down_proj", hidden, in, component, Init::NormalOutput) {}
+      down_proj(store, prefix + "down_proj", hidden, in, component, Init::NormalOutput),
+      gate_up(Linear::fuse({&gate_proj, &up_proj})) {}
 
-DenseGatedMlp::DenseGatedMlp(const GatedMlp& mlp)
-    : gate_up_(Linear::fuse({&mlp.gate_proj, &mlp.up_proj})), down_(mlp.down_proj) {}
+DenseGatedMlp::DenseGatedMlp(const GatedMlp& mlp) : gate_up_(mlp.gate_up), down_(mlp.down_proj) {}
 
 void DenseGatedMlp::forward(const float* x, int64_t n, float* y, Precision precision, bool save, float beta) {
   const int64_t w = down_.in();

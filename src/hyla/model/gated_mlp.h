@@ -10,6 +10,7 @@ namespace hyla {
 // W_down(act(W_gate x, W_up x)); gate and up are registered together so [gate; up] is one matrix.
 struct GatedMlp {
   Linear gate_proj, up_proj, down_proj;
+  Linear gate_up;  // the fused view [gate; up]
   GatedMlp() = default;
   GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int64_t hidden, Component component);
 };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/norm.h"
 
@@ -25,23 +26,38 @@ bf16* bf16_rows(int slot, const float* x, int64_t rows, int64_t cols, int64_t ld
   return out;
 }
 
+// The int8 products' quantised activation rows, per thread, grown and reused.
+void* int8_workspace(int64_t bytes) {
+  thread_local std::shared_ptr<void> buffer;
+  thread_local int64_t capacity = 0;
+  if (bytes > capacity) {
+    buffer = allocate_aligned(size_t(bytes));
+    capacity = bytes;
+  }
+  return buffer.get();
+}
+
 }  // namespace
 
 Linear::Linear(ParamStore& store, const std::string& name, int64_t in_features, int64_t out_features,
-               Component component, Init init)
-    : weight_(&store.add(name + ".weight", {out_features, in_features}, init, component)),
+               Component component, Init init, WeightStorage storage)
+    : parts_{&store.add(name + ".weight", {out_features, in_features}, init, component)},
       in_(in_features),
-      out_(out_features) {}
+      out_(out_features) {
+  parts_[0]->int8_allowed = storage == WeightStorage::Int8Allowed;
+}
 
 Linear Linear::fuse(std::initializer_list<const Linear*> parts) {
   Linear fused;
   for (const Linear* p : parts) {
     HYLA_ASSERT(p->defined());
-    if (!fused.weight_) {
+    if (!fused.defined()) {
       fused = *p;
       continue;
     }
     HYLA_ASSERT(p->in_ == fused.in_);
+    fused.parts_.back()->fused_with_next = true;
+    fused.parts_.insert(fused.parts_.end(), p->parts_.begin(), p->parts_.end());
     fused.out_ += p->out_;
   }
   return fused;
@@ -49,7 +65,7 @@ Linear Linear::fuse(std::initializer_list<const Linear*> parts) {
 
 Linear Linear::over(Param& weight) {
   Linear l;
-  l.weight_ = &weight;
+  l.parts_ = {&weight};
   l.out_ = weight.shape[0];
   l.in_ = weight.shape[1];
   return l;
@@ -58,9 +74,16 @@ Linear Linear::over(Param& weight) {
 void Linear::forward(const float* x, int64_t n, float* y, Precision p, float beta, int64_t ld_x, int64_t ld_y) const {
   ld_x = ld_x < 0 ? in_ : ld_x;
   ld_y = ld_y < 0 ? out_ : ld_y;
-  if (p == Precision::BF16) {
+  if (int8()) {
+    constexpr size_t kMaxParts = 8;
+    HYLA_ASSERT(parts_.size() <= kMaxParts);
+    Int8PackedMatrix matrices[kMaxParts];
+    for (size_t i = 0; i < parts_.size(); ++i) matrices[i] = parts_[i]->int8;
+    const int64_t block = matrices[0].block;
+    int8_matmul(x, n, ld_x, {matrices, parts_.size()}, y, ld_y, beta, int8_workspace(int8_rows_bytes(n, in_, block)));
+  } else if (p == Precision::BF16) {
     const bf16* xb = bf16_rows(0, x, n, in_, ld_x);
-    gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, xb, in_, weight_->v16(), in_, beta, y, ld_y);
+    gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, xb, in_, w16(), in_, beta, y, ld_y);
   } else {
     gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, x, ld_x, w(), in_, beta, y, ld_y);
   }
@@ -68,11 +91,12 @@ void Linear::forward(const float* x, int64_t n, float* y, Precision p, float bet
 
 void Linear::backward_input(const float* dy, int64_t n, float* dx, Precision p, float beta, int64_t ld_dy,
                             int64_t ld_dx) const {
+  HYLA_ASSERT(!int8());
   ld_dy = ld_dy < 0 ? out_ : ld_dy;
   ld_dx = ld_dx < 0 ? in_ : ld_dx;
   if (p == Precision::BF16) {
     const bf16* dyb = bf16_rows(0, dy, n, out_, ld_dy);
-    gemm(Trans::N, Trans::N, n, in_, out_, 1.0f, dyb, out_, weight_->v16(), in_, beta, dx, ld_dx);
+    gemm(Trans::N, Trans::N, n, in_, out_, 1.0f, dyb, out_, w16(), in_, beta, dx, ld_dx);
   } else {
     gemm(Trans::N, Trans::N, n, in_, out_, 1.0f, dy, ld_dy, w(), in_, beta, dx, ld_dx);
   }
@@ -80,6 +104,7 @@ void Linear::backward_input(const float* dy, int64_t n, float* dx, Precision p, 
 
 void Linear::backward_weight(const float* x, const float* dy, int64_t n, Precision p, int64_t ld_x,
                              int64_t ld_dy) const {
+  HYLA_ASSERT(!int8());
   ld_x = ld_x < 0 ? in_ : ld_x;
   ld_dy = ld_dy < 0 ? out_ : ld_dy;
   if (p == Precision::BF16) {

@@ -3,6 +3,7 @@
 // as SPEC stores weights) and RMSNorm, each with forward and backward.
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "hyla/core/tensor.h"
 #include "hyla/model/context.h"
@@ -10,23 +11,31 @@
 
 namespace hyla {
 
+// Whether `hyla quantize` may store a Linear's weight as int8 (docs/quantization.md says which
+// stay floating point and why).
+enum class WeightStorage : uint8_t { Int8Allowed, FloatOnly };
+
 class Linear {
  public:
   Linear() = default;
   Linear(ParamStore& store, const std::string& name, int64_t in_features, int64_t out_features, Component component,
-         Init init = Init::Normal);
+         Init init = Init::Normal, WeightStorage storage = WeightStorage::Int8Allowed);
   // One matrix over parameters registered one after another with the same input width (they are
-  // contiguous in the store): e.g. KDA's [q k v f g b] projections as a single GEMM.
+  // contiguous in the store): e.g. KDA's [q k v f g b] projections as a single GEMM. Marks the
+  // parts as fused, so that a model file must store them alike.
   static Linear fuse(std::initializer_list<const Linear*> parts);
   // A Linear over an existing [out, in] parameter (e.g. a tied LM head over the embedding).
   static Linear over(Param& weight);
 
-  bool defined() const { return weight_ != nullptr; }
+  bool defined() const { return !parts_.empty(); }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
-  const Param& param() const { return *weight_; }
-  float* w() const { return weight_->v(); }
-  float* dw() const { return weight_->g(); }
+  const Param& param() const { return *parts_[0]; }
+  float* w() const { return parts_[0]->v(); }
+  float* dw() const { return parts_[0]->g(); }
+  // Stored as int8 (loaded from a `hyla quantize` directory): the forward runs on int8 products
+  // under every Precision, and there is no backward.
+  bool int8() const { return defined() && parts_[0]->is_int8(); }
 
   // y[n, out] = x[n, in] Wᵀ + beta·y (rows of x and y ld_x / ld_y apart).
   void forward(const float* x, int64_t n, float* y, Precision p, float beta = 0.0f, int64_t ld_x = -1,
@@ -39,7 +48,9 @@ class Linear {
                        int64_t ld_dy = -1) const;
 
  private:
-  Param* weight_ = nullptr;
+  const bf16* w16() const { return parts_[0]->v16(); }
+
+  std::vector<Param*> parts_;  // the matrix's rows, part by part (one part unless fused)
   int64_t in_ = 0, out_ = 0;
 };
 

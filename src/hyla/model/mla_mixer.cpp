@@ -41,7 +41,9 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
     q_b_proj_ = Linear(store, prefix + "q_b_proj", m.q_lora_rank, H * qk, c);
   }
   kv_a_norm_ = RmsNorm(store, prefix + "kv_a_layernorm", m.kv_lora_rank, c, float(config.rms_norm_eps));
-  kv_b_proj_ = Linear(store, prefix + "kv_b_proj", m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim), c);
+  // Float only: the absorbed decode reads its f32 values (decode_attention).
+  kv_b_proj_ = Linear(store, prefix + "kv_b_proj", m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim), c,
+                      Init::Normal, WeightStorage::FloatOnly);
   o_proj_ = Linear(store, prefix + "o_proj", H * m.v_head_dim, d, c, Init::NormalOutput);
 
   const Linear* q_input = m.q_lora_rank ? &q_a_proj_ : &q_proj_;

@@ -33,7 +33,7 @@ Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
   if (config_.vision.enabled) {
     const VisionConfig& v = config_.vision;
     patch_proj_ = Linear(params_, "model.vision.patch_proj", v.patch_size * v.patch_size * v.channels, d,
-                         Component::Vision);
+                         Component::Vision, Init::Normal, WeightStorage::FloatOnly);
     patch_bias_ = &params_.add("model.vision.patch_proj.bias", {d}, Init::Zeros, Component::Vision, false);
     row_embed_ = &params_.add("model.vision.row_embed", {v.max_grid, d}, Init::Normal, Component::Vision);
     col_embed_ = &params_.add("model.vision.col_embed", {v.max_grid, d}, Init::Normal, Component::Vision);
@@ -84,8 +84,11 @@ void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) co
 
 std::unique_ptr<Model> Model::load(const fs::path& dir) {
   const ModelConfig config = ModelConfig::load((dir / "config.json").string());
-  auto model = std::make_unique<Model>(config);
-  model->params_.load(ModelWeights(dir), dir.string());
+  auto model = std::make_unique<Model>(config, /*allocate=*/false);
+  const ModelWeights weights(dir);
+  model->params_.plan_storage(weights, dir.string());
+  model->params_.allocate();
+  model->params_.load(weights, dir.string());
   model->params_.refresh_bf16();
   return model;
 }
@@ -374,6 +377,8 @@ LossResult Model::head_loss(const float* normed, const std::vector<int32_t>& tar
 }
 
 LossResult Model::forward_backward(const ModelInput& in, Precision precision, float loss_scale) {
+  HYLA_CHECK(!params_.has_int8(), "model: int8 weights (from hyla quantize) serve inference only; train the "
+                                  "floating-point model");
   const auto t0 = std::chrono::steady_clock::now();
   timings_ = {};
   grow(in.tokens.rows);

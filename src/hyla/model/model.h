@@ -76,7 +76,9 @@ class Model {
   // Writes config.json, model.safetensors (weights in `dtype`) and, when given, a copy of the
   // tokenizer as tokenizer.json into a new directory that atomically replaces `dir`.
   void save(const std::filesystem::path& dir, DType dtype = DType::F32, const std::filesystem::path& tokenizer = {}) const;
-  // Loads config.json and the weights of a model directory (F32, BF16 or F16).
+  // Loads config.json and the weights of a model directory: F32, BF16 or F16, or a directory
+  // written by `hyla quantize` (int8 weights, docs/quantization.md), which serves inference
+  // (logits, evaluate, forward_cached) but not training.
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 
   // Training: forward, cross-entropy over the targets (chunked over rows, never [rows, V] at

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "hyla/core/threads.h"
+#include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
 #include "hyla/kernels/vmath.h"
@@ -27,6 +28,9 @@ struct BlockProduct {
   }
 };
 
+// Quantised rows of `cols` values at any block the format allows (the smallest needs the most).
+int64_t int8_workspace_floats(int64_t rows, int64_t cols) { return (int8_rows_bytes(rows, cols, 16) + 3) / 4; }
+
 void gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * width, x + int64_t(rows[j]) * width, size_t(width) * sizeof(float));
 }
@@ -47,7 +51,8 @@ RoutedExperts::RoutedExperts(ParamStore& store, const std::string& prefix, const
                                        small_gemm_bf16_scratch(2 * w, D, B), small_gemm_bf16_scratch(D, w, B)});
   const int64_t transposed = std::max(D * round_up(2 * w, 16), w * round_up(D, 16));
   scratch_floats_ = 2 * round_up(B * D, 16) + round_up(B * 2 * w, 16) + 2 * round_up(B * w, 16) +
-                    round_up(transposed, 16) + round_up((pack_bytes + 3) / 4, 16);
+                    round_up(transposed, 16) + round_up(int8_workspace_floats(B, std::max(D, w)), 16) +
+                    round_up((pack_bytes + 3) / 4, 16);
 }
 
 RoutedExperts::BlockBuffers RoutedExperts::thread_buffers(int thread) {
@@ -65,6 +70,7 @@ RoutedExperts::BlockBuffers RoutedExperts::thread_buffers(int thread) {
   b.h = take(B * w);
   b.h_other = take(B * w);
   b.weights_t = take(std::max(D * round_up(2 * w, 16), w * round_up(D, 16)));
+  b.int8_rows = take(int8_workspace_floats(B, std::max(D, w)));
   b.pack = p;
   return b;
 }
@@ -100,7 +106,9 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   // bf16: input rows converted once, then gathered as the kernel's packed left operand; the
   // weights' bf16 copies, transposed as 32-bit words, are its packed right operand. (Odd widths
   // have no bf16 pairs along the reduced dimension: those take the packing products.)
-  const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0;
+  const bool all_int8 = std::all_of(experts_.begin() + first, experts_.begin() + last,
+                                    [](const GatedMlp& e) { return e.gate_up.int8(); });
+  const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0 && !all_int8;
   const bf16* x16 = nullptr;
   if (packed_bf16) {
     bf16* converted = grow_buffer<bf16>(x_bf16_, dispatch.tokens * D);
@@ -118,7 +126,10 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     float* gu = save ? saved_gu_.data<float>() + blk.begin * 2 * w : buf.gu;
     float* h = save ? saved_h_.data<float>() + blk.begin * w : buf.h;
     float* y = out + blk.begin * D;
-    if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
+    if (expert.gate_up.int8()) {
+      gather_rows(x, D, tokens, n, buf.rows);
+      forward_int8(expert, buf.rows, n, gu, h, y, buf.int8_rows);
+    } else if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
       // Decode-sized blocks: the expert's weights are read once, in their stored layout.
       if (packed_bf16) {
         bf16* rows = reinterpret_cast<bf16*>(buf.rows);
@@ -160,6 +171,20 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
       mm(false, n, D, w, h, w, buf.weights_t, D, 0.0f, y, D);  // H W_downᵀ
     }
   }
+}
+
+void RoutedExperts::forward_int8(const GatedMlp& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
+                                 void* workspace) const {
+  const int64_t D = in_, w = width_;
+  const Int8PackedMatrix gate_up[2] = {expert.gate_proj.param().int8, expert.up_proj.param().int8};
+  const Int8PackedMatrix& down = expert.down_proj.param().int8;
+  const Int8Rows x = int8_rows_view(workspace, n, D, gate_up[0].block);
+  quantize_int8_rows(rows, D, x, 0, n);
+  int8_matmul_rows(x, gate_up, gu, 2 * w, 0.0f);  // X [W_gate; W_up]ᵀ
+  gated_activation_forward(activation_, gu, n, w, h);
+  const Int8Rows hq = int8_rows_view(workspace, n, w, down.block);
+  quantize_int8_rows(h, w, hq, 0, n);
+  int8_matmul_rows(hq, {&down, 1}, y, D, 0.0f);  // H W_downᵀ
 }
 
 void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first,

@@ -9,6 +9,8 @@
 // (kernels/small_gemm.h), tokens as rows. The forward transposes the expert's weights into the
 // kernel's right-operand layout per block (for bf16, 32-bit word transposes of the bf16 copies);
 // the backward uses them as stored. BENCHMARKS.md "MoE layer" has the alternatives measured.
+// Experts loaded as int8 run the single-threaded int8 products (kernels/int8_gemm.h) on their
+// packed weights instead, whatever the precision.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,12 +53,16 @@ class RoutedExperts {
     float* h;          // [block, w] activations (forward without saving), their gradient (backward)
     float* h_other;    // [block, w] bf16 activation rows (bf16 forward), weighted activations (backward)
     float* weights_t;  // a transposed weight matrix: [in, 2w] or [w, in] (f32 or bf16 pairs)
+    void* int8_rows;   // int8 experts: the block's quantised rows (int8_rows_view)
     void* pack;        // small_gemm_bf16's packing space
   };
   // Blocks of the experts in [first, last), largest first; with `whole_experts` one entry per
   // expert (begin/size span all its slots), so that one thread owns each expert's gradients.
   void plan(const ExpertDispatch& dispatch, int64_t first, int64_t last, bool whole_experts);
   BlockBuffers thread_buffers(int thread);
+  // An int8 expert's forward on one block of n slots: rows [n, in] (f32) → gu, h → y [n, in].
+  void forward_int8(const GatedMlp& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
+                    void* workspace) const;
 
   std::vector<GatedMlp> experts_;
   GatedActivation activation_ = GatedActivation::Swiglu;

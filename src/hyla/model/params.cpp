@@ -1,36 +1,108 @@
 #include "hyla/model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "hyla/core/random.h"
+#include "hyla/model/int8_weights.h"
 
 namespace hyla {
+namespace {
+
+void check_float_store(bool int8) {
+  HYLA_CHECK(!int8, "the model has int8 weights (from hyla quantize), which serve inference only; training and "
+                    "checkpoints need the floating-point model");
+}
+
+}  // namespace
 
 Param& ParamStore::add(std::string name, Shape shape, Init init, Component component, bool weight_decay,
                        bool trainable) {
   HYLA_ASSERT(!allocated_);
   HYLA_ASSERT(!by_name_.count(name));
-  params_.push_back(std::make_unique<Param>(Param{std::move(name), shape, init, component, weight_decay, trainable, {}, {}, {}}));
-  Param& p = *params_.back();
+  Param& p = *params_.emplace_back(std::make_unique<Param>());
+  p.name = std::move(name);
+  p.shape = shape;
+  p.init = init;
+  p.component = component;
+  p.weight_decay = weight_decay;
+  p.trainable = trainable;
   by_name_[p.name] = &p;
   return p;
 }
 
+void ParamStore::plan_storage(const ModelWeights& weights, const std::string& source) {
+  HYLA_ASSERT(!allocated_);
+  for (const auto& p : params_) {
+    HYLA_CHECK(weights.contains(p->name), "{}: missing tensor '{}' required by config.json", source, p->name);
+    const SafetensorsEntry& e = weights.entry(p->name);
+    HYLA_CHECK(e.shape == p->shape, "{}: tensor '{}' has shape {} but config.json needs {}", source, p->name,
+               e.shape.str(), p->shape.str());
+    p->int8_block = 0;
+    if (e.dtype != DType::I8) {
+      HYLA_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16,
+                 "{}: tensor '{}' has dtype {}; model weights must be F32, BF16, F16 or (matrix-product weights) I8",
+                 source, p->name, dtype_name(e.dtype));
+      continue;
+    }
+    HYLA_CHECK(p->int8_allowed, "{}: tensor '{}' is I8, but only matrix-product weights may be int8; it must be F32, BF16 or F16",
+               source, p->name);
+    const int64_t block = int8_block_from_metadata(weights.file_of(p->name).header().metadata,
+                                                   weights.file_of(p->name).path().string());
+    const int64_t out = p->shape[0], in = p->shape[1];
+    HYLA_CHECK(in % block == 0, "{}: int8 tensor '{}' has {} input features, not a multiple of the block {}", source,
+               p->name, in, block);
+    const std::string scale = int8_scale_name(p->name);
+    HYLA_CHECK(weights.contains(scale), "{}: missing tensor '{}' (the scales of int8 tensor '{}')", source, scale, p->name);
+    const SafetensorsEntry& s = weights.entry(scale);
+    HYLA_CHECK(s.dtype == DType::F32, "{}: tensor '{}' has dtype {}; int8 scales must be F32", source, scale,
+               dtype_name(s.dtype));
+    HYLA_CHECK(s.shape == Shape({out, in / block}), "{}: tensor '{}' has shape {} but int8 tensor '{}' {} with block {} needs {}",
+               source, scale, s.shape.str(), p->name, p->shape.str(), block, Shape({out, in / block}).str());
+    p->int8_block = block;
+  }
+  for (size_t i = 0; i + 1 < params_.size(); ++i) {
+    const Param &a = *params_[i], &b = *params_[i + 1];
+    HYLA_CHECK(!a.fused_with_next || a.int8_block == b.int8_block,
+               "{}: tensors '{}' and '{}' form one matrix product and must be stored alike, but one is {} and the other {}",
+               source, a.name, b.name, a.is_int8() ? "I8" : "floating point", b.is_int8() ? "I8" : "floating point");
+  }
+  for (const std::string& name : weights.names()) {
+    if (by_name_.count(name)) continue;
+    const std::string base = name.size() > 6 && name.ends_with(".scale") ? name.substr(0, name.size() - 6) : "";
+    const Param* scaled = find(base);
+    HYLA_CHECK(scaled && scaled->is_int8(), "{}: tensor '{}' is not a parameter of this config{}", source, name,
+               scaled ? fmt::format(" (it would scale '{}', which is not I8)", base) : "");
+  }
+}
+
 void ParamStore::allocate() {
   HYLA_ASSERT(!allocated_);
-  // No padding between parameters: parameters registered one after another with the same input
-  // width form one matrix, so fused projections (e.g. KDA's q k v f g b) are one GEMM.
-  int64_t total = 0;
-  for (const auto& p : params_) total += p->numel();
-  values_ = Tensor::zeros(DType::F32, {total});
-  grads_ = Tensor::zeros(DType::F32, {total});
-  values_bf16_ = Tensor::zeros(DType::BF16, {total});
-  int64_t offset = 0;
+  // No padding between float parameters: parameters registered one after another with the same
+  // input width form one matrix, so fused projections (e.g. KDA's q k v f g b) are one GEMM. (The
+  // int8 kernels take a fused matrix as a list of packed parts.)
+  int64_t total = 0, int8_bytes = 0;
   for (const auto& p : params_) {
+    if (p->is_int8()) int8_bytes += int8_packed_bytes(p->shape[0], p->shape[1], p->int8_block);
+    else total += p->numel();
+  }
+  const bool training = int8_bytes == 0;
+  values_ = Tensor::zeros(DType::F32, {total});
+  values_bf16_ = Tensor::zeros(DType::BF16, {total});
+  if (training) grads_ = Tensor::zeros(DType::F32, {total});
+  else int8_ = Tensor::empty(DType::I8, {int8_bytes});
+  int64_t offset = 0, int8_offset = 0;
+  for (const auto& p : params_) {
+    if (p->is_int8()) {
+      p->int8 = {reinterpret_cast<const uint8_t*>(int8_.data<int8_t>()) + int8_offset, p->shape[0], p->shape[1],
+                 p->int8_block};
+      int8_offset += int8_packed_bytes(p->shape[0], p->shape[1], p->int8_block);
+      continue;
+    }
     p->value = Tensor::view(DType::F32, p->shape, values_.data<float>() + offset, nullptr);
     p->value_bf16 = Tensor::view(DType::BF16, p->shape, values_bf16_.data<bf16>() + offset, nullptr);
-    if (p->trainable) p->grad = Tensor::view(DType::F32, p->shape, grads_.data<float>() + offset, nullptr);
+    if (training && p->trainable) p->grad = Tensor::view(DType::F32, p->shape, grads_.data<float>() + offset, nullptr);
     offset += p->numel();
   }
   allocated_ = true;
@@ -95,7 +167,26 @@ Param& ParamStore::get(const std::string& name) const {
   return *p;
 }
 
-void ParamStore::zero_grads() { std::memset(grads_.raw(), 0, grads_.nbytes()); }
+bool ParamStore::has_int8() const {
+  return std::any_of(params_.begin(), params_.end(), [](const auto& p) { return p->is_int8(); });
+}
+
+float* ParamStore::values() {
+  check_float_store(has_int8());
+  return values_.data<float>();
+}
+
+float* ParamStore::grads() {
+  check_float_store(has_int8());
+  return grads_.data<float>();
+}
+
+bf16* ParamStore::values_bf16() {
+  check_float_store(has_int8());
+  return values_bf16_.data<bf16>();
+}
+
+void ParamStore::zero_grads() { std::memset(grads(), 0, grads_.nbytes()); }
 
 void ParamStore::refresh_bf16() {
   const int64_t n = values_.numel(), block = int64_t(1) << 16;
@@ -105,6 +196,7 @@ void ParamStore::refresh_bf16() {
 }
 
 NamedTensors ParamStore::named_values(DType dtype) const {
+  check_float_store(has_int8());
   NamedTensors out;
   for (const auto& p : params_) out.emplace_back(p->name, dtype == DType::F32 ? p->value : p->value.to(dtype));
   return out;
@@ -113,21 +205,25 @@ NamedTensors ParamStore::named_values(DType dtype) const {
 void ParamStore::load(const ModelWeights& weights, const std::string& source) {
   HYLA_ASSERT(allocated_);
   for (const auto& p : params_) {
-    HYLA_CHECK(weights.contains(p->name), "{}: missing tensor '{}'", source, p->name);
     const SafetensorsEntry& e = weights.entry(p->name);
-    HYLA_CHECK(e.shape == p->shape, "{}: tensor '{}' has shape {} but the config needs {}", source, p->name,
-               e.shape.str(), p->shape.str());
-    HYLA_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16,
-               "{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", source, p->name,
-               dtype_name(e.dtype));
+    HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && e.shape == p->shape);
     const Tensor t = weights.get(p->name);
     const size_t n = size_t(p->numel());
-    if (e.dtype == DType::F32) std::memcpy(p->v(), t.data<float>(), n * 4);
-    else if (e.dtype == DType::BF16) convert(t.data<bf16>(), p->v(), n);
-    else convert(t.data<f16>(), p->v(), n);
+    if (p->is_int8()) {
+      const Tensor scales = weights.get(int8_scale_name(p->name));
+      const float* s = scales.data<float>();
+      for (int64_t i = 0; i < scales.numel(); ++i)
+        HYLA_CHECK(std::isfinite(s[i]) && s[i] >= 0.0f, "{}: tensor '{}' holds {} at index {}; int8 scales are finite and >= 0",
+                   source, int8_scale_name(p->name), s[i], i);
+      int8_pack(t.data<int8_t>(), s, p->shape[0], p->shape[1], p->int8_block, const_cast<uint8_t*>(p->int8.data));
+    } else if (e.dtype == DType::F32) {
+      std::memcpy(p->v(), t.data<float>(), n * 4);
+    } else if (e.dtype == DType::BF16) {
+      convert(t.data<bf16>(), p->v(), n);
+    } else {
+      convert(t.data<f16>(), p->v(), n);
+    }
   }
-  for (const std::string& name : weights.names())
-    HYLA_CHECK(by_name_.count(name), "{}: tensor '{}' is not a parameter of this config", source, name);
 }
 
 }  // namespace hyla

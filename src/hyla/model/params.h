@@ -10,6 +10,7 @@
 
 #include "hyla/core/tensor.h"
 #include "hyla/io/safetensors.h"
+#include "hyla/kernels/int8_gemm.h"
 #include "hyla/model/config.h"
 #include "hyla/model/param_count.h"
 
@@ -37,16 +38,32 @@ struct Param {
   Tensor grad;        // f32, a view into the gradient buffer (undefined for buffers)
   int64_t numel() const { return shape.numel(); }
   Tensor value_bf16;  // bf16 copy for matrix products, refreshed by ParamStore::refresh_bf16
+  // A matrix-product weight [out, in] that `hyla quantize` may store as int8 (docs/quantization.md).
+  bool int8_allowed = false;
+  // The next registered parameter forms one matrix product with this one (a fused view), so a
+  // model file must store both alike.
+  bool fused_with_next = false;
+  // Stored as int8 with one scale per int8_block inputs (> 0; inference only): `int8` holds the
+  // packed weights and value, value_bf16 and grad are undefined.
+  int64_t int8_block = 0;
+  Int8PackedMatrix int8;
   float* v() { return value.data<float>(); }
   float* g() { return grad.data<float>(); }
   const bf16* v16() const { return value_bf16.data<bf16>(); }
+  bool is_int8() const { return int8_block > 0; }
 };
 
 class ParamStore {
  public:
   Param& add(std::string name, Shape shape, Init init, Component component, bool weight_decay = true,
              bool trainable = true);
-  // Lays out every registered parameter; no parameter can be added afterwards.
+  // Before allocate(), for a model file: checks every tensor against the registered parameters
+  // (names, shapes, dtypes and the int8 rules of docs/quantization.md) and marks the parameters the
+  // file stores as int8.
+  void plan_storage(const ModelWeights& weights, const std::string& source);
+  // Lays out every registered parameter; no parameter can be added afterwards. Float parameters
+  // share one f32 buffer (and its bf16 copy); int8 ones one buffer of packed weights. A store with
+  // int8 parameters serves inference only and has no gradients.
   void allocate();
   void initialize(const ModelConfig& config, uint64_t seed);
 
@@ -55,23 +72,26 @@ class ParamStore {
   Param& get(const std::string& name) const;
   int64_t numel() const;  // sum over parameters (also before allocation)
   bool allocated() const { return allocated_; }
-  float* values() { return values_.data<float>(); }
-  float* grads() { return grads_.data<float>(); }
-  bf16* values_bf16() { return values_bf16_.data<bf16>(); }
+  bool has_int8() const;
+  // The flat buffers over every parameter, for training (which needs float parameters).
+  float* values();
+  float* grads();
+  bf16* values_bf16();
   void zero_grads();
   // Rounds every value into its bf16 copy (after initialisation, loading or an optimiser step).
   void refresh_bf16();
 
-  // Tensors to save, converted to `dtype` (F32, BF16 or F16).
+  // Tensors to save, converted to `dtype` (F32, BF16 or F16); float parameters only.
   NamedTensors named_values(DType dtype) const;
-  // Loads every parameter from `weights` (F32, BF16 or F16), failing on a missing tensor, a
-  // shape mismatch or an extra tensor the model does not have.
+  // Loads every parameter from `weights`, laid out by plan_storage on the same file: float ones
+  // from F32, BF16 or F16, int8 ones from I8 values and F32 scales (finite, ≥ 0), packed.
   void load(const ModelWeights& weights, const std::string& source);
 
  private:
   std::vector<std::unique_ptr<Param>> params_;
   std::map<std::string, Param*> by_name_;
   Tensor values_, grads_, values_bf16_;
+  Tensor int8_;  // packed int8 weights
   bool allocated_ = false;
 };
 

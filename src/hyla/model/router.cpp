@@ -16,9 +16,9 @@ Router::Router(ParamStore& store, const std::string& prefix, const ModelConfig& 
       scaling_(float(config.moe.routed_scaling_factor)) {
   const int64_t d = config.hidden_size;
   if (latent_ == 0) {
-    weight_ = Linear(store, prefix + "gate", d, experts_, Component::Router);
+    weight_ = Linear(store, prefix + "gate", d, experts_, Component::Router, Init::Normal, WeightStorage::FloatOnly);
   } else {
-    proj_ = Linear(store, prefix + "gate.proj", d, latent_, Component::Router);
+    proj_ = Linear(store, prefix + "gate.proj", d, latent_, Component::Router, Init::Normal, WeightStorage::FloatOnly);
     centres_ = &store.add(prefix + "gate.centres", {experts_, latent_}, Init::Normal, Component::Router,
                           /*weight_decay=*/false);
   }

@@ -5,7 +5,8 @@
 //
 // The router's products stay f32 under Precision::BF16 too: the selection is discrete, and bf16
 // rounding of u (3 significant digits) would flip near-tied choices between the two precisions.
-// They are ~6% of the layer's FLOPs at configs/small.json.
+// They are ~6% of the layer's FLOPs at configs/small.json. For the same reason `hyla quantize`
+// leaves the router's weights floating point (WeightStorage::FloatOnly).
 #include <cstdint>
 #include <string>
 

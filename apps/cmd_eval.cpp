@@ -1,0 +1,49 @@
+// `hyla eval`: validation loss and perplexity of a model directory over a whole split.
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "hyla/eval/perplexity.h"
+
+namespace hyla::cli {
+
+namespace {
+
+// "int8 (block 32) for 212 of 226 weight matrices" or "floating point".
+std::string weight_storage(const ParamStore& params) {
+  int64_t int8 = 0, matrices = 0, block = 0;
+  for (const auto& p : params.params()) {
+    matrices += p->int8_allowed;
+    if (p->is_int8()) ++int8, block = p->int8_block;
+  }
+  if (int8 == 0) return "floating point";
+  return fmt::format("int8 (block {}) for {} of {} matrix-product weights", block, int8, matrices);
+}
+
+}  // namespace
+
+void add_eval(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a model over a whole split of a token directory");
+  static std::string model_dir, data_dir, split = "val", dtype = "bf16";
+  static int64_t seq_len = 1024, batch = 4;
+  cmd->add_option("--model", model_dir, "Model directory")->required();
+  cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)")->required();
+  cmd->add_option("--split", split, "Split listed in the directory's meta.json");
+  cmd->add_option("--dtype", dtype,
+                  "Matmul inputs: f32, bf16, or int8 (a directory from hyla quantize, bf16 for the rest); int8 weights "
+                  "always run int8 products")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+  cmd->add_option("--seq", seq_len, "Tokens per window")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", batch, "Windows per forward")->check(CLI::PositiveNumber);
+  cmd->callback([] {
+    auto model = Model::load(model_dir);
+    HYLA_CHECK(dtype != "int8" || model->params().has_int8(),
+               "eval: --dtype int8 needs a directory written by hyla quantize; {} has floating-point weights", model_dir);
+    const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
+    const PerplexityResult r = evaluate_perplexity(*model, data_dir, split, seq_len, batch, precision, true);
+    fmt::print("{} loss {:.4f}, perplexity {:.3f} over {} tokens (windows of {}; {} products; weights {}) in {:.1f} s\n",
+               split, r.loss, r.perplexity(), r.tokens, seq_len, precision == Precision::F32 ? "f32" : "bf16",
+               weight_storage(model->params()), r.seconds);
+  });
+}
+
+}  // namespace hyla::cli

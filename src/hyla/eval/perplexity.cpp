@@ -1,0 +1,56 @@
+#include "hyla/eval/perplexity.h"
+
+#include <chrono>
+#include <memory>
+
+#include "hyla/core/progress.h"
+#include "hyla/data/loader.h"
+
+namespace hyla {
+
+namespace {
+
+// Each window's tokens as one sequence of the batch, predicting its next token.
+ModelInput windows_input(const TokenWindows& w) {
+  ModelInput in;
+  std::vector<int64_t> lengths;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(w.lengths[size_t(r)], w.width) - 1);
+    if (n == 0) continue;
+    lengths.push_back(n);
+    for (int64_t t = 0; t < n; ++t) {
+      in.ids.push_back(w.tokens[size_t(r * w.width + t)]);
+      in.targets.push_back(w.tokens[size_t(r * w.width + t + 1)]);
+    }
+  }
+  in.tokens = TokenBatch::packed(lengths);
+  return in;
+}
+
+}  // namespace
+
+PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& data_dir, const std::string& split,
+                                     int64_t seq_len, int64_t batch, Precision precision, bool progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TokenLoader loader = TokenLoader::from_directory(data_dir, split, batch, seq_len, LoaderMode::Sequential);
+  std::unique_ptr<Progress> bar;
+  if (progress) bar = std::make_unique<Progress>("eval " + split, loader.windows_per_pass(), "windows");
+  TokenWindows windows;
+  PerplexityResult r;
+  double total = 0;
+  while (loader.next(windows)) {
+    const ModelInput in = windows_input(windows);
+    if (bar) bar->advance(uint64_t(windows.used_rows()));
+    if (in.tokens.rows == 0) continue;
+    const LossResult l = model.evaluate(in, precision);
+    total += l.loss * double(l.targets);
+    r.tokens += l.targets;
+  }
+  if (bar) bar->finish();
+  HYLA_CHECK(r.tokens > 0, "{}: the {} split has no tokens to predict", data_dir.string(), split);
+  r.loss = total / double(r.tokens);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace hyla
