@@ -31,12 +31,12 @@ variant() {  # name, then sed expressions applied to the base config
 # dead experts at the last step and averaged over the run, and the median tokens/s.
 row() {
   local name=$1 label=$2
-  jq -rs --arg label "$label" '
+  jq -rs --arg title "$label" '
     def mean(f): (map(f) | add) / length;
     (map(select(.val_loss != null)) | last) as $eval
     | (last) as $last
     | (map(.tokens_per_s) | sort | .[length / 2 | floor]) as $tps
-    | "| \($label) | \($eval.val_loss * 1000 | round / 1000) | \($last.moe | mean(.max_over_mean) * 100 | round / 100)"
+    | "| \($title) | \($eval.val_loss * 1000 | round / 1000) | \($last.moe | mean(.max_over_mean) * 100 | round / 100)"
       + " | \(map(.moe | mean(.max_over_mean)) | add / length * 100 | round / 100)"
       + " | \($last.moe | map(.dead) | add) | \($tps | round) |"' "$out/$name/metrics.jsonl"
 }
