@@ -69,6 +69,16 @@ void bench_model(const ModelBenchArgs& a) {
   // Weights a decoded token reads: every active parameter except the embedding table, of which it
   // reads one row.
   const double active_weights = double(counts.active_sum() - V * hidden + hidden);
+  // A `hyla quantize` directory is timed as "int8": its products are int8, the few weights it keeps
+  // floating point run bf16, and a weight costs 1 byte plus its block's f32 scale.
+  int64_t int8_block = 0;
+  for (const auto& p : model->params().params())
+    if (p->is_int8()) int8_block = p->int8_block;
+  const std::vector<std::string> dtypes = int8_block > 0 ? std::vector<std::string>{"int8"} : a.dtypes;
+  const auto precision_of = [](const std::string& dtype) { return dtype == "f32" ? Precision::F32 : Precision::BF16; };
+  const auto bytes_per_weight = [&](const std::string& dtype) {
+    return dtype == "f32" ? 4.0 : dtype == "int8" ? 1.0 + 4.0 / double(int8_block) : 2.0;
+  };
 
   int64_t max_depth = 0, max_gen = 0, max_prompt = 0;
   for (int64_t d : a.depths) max_depth = std::max(max_depth, d);
@@ -83,9 +93,9 @@ void bench_model(const ModelBenchArgs& a) {
     fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
   }
   std::vector<int64_t> thread_counts = a.threads.empty() ? std::vector<int64_t>{num_threads()} : a.threads;
-  for (const std::string& dtype : a.dtypes) {
-    const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
-    const double weight_bytes = dtype == "f32" ? 4.0 : 2.0;
+  for (const std::string& dtype : dtypes) {
+    const Precision precision = precision_of(dtype);
+    const double weight_bytes = bytes_per_weight(dtype);
     const double model_bytes = double(counts.total_sum()) * weight_bytes;
     for (int64_t threads : thread_counts) {
       set_threads(int(threads));
@@ -171,12 +181,12 @@ void bench_model(const ModelBenchArgs& a) {
       r.stop_at_end_tokens = false;
       return r;
     };
-    for (const std::string& dtype : a.dtypes) {
+    for (const std::string& dtype : dtypes) {
       EngineOptions o;
       o.max_sequences = 1;
       o.context = a.ttft_prefix + 128;
       o.prefill_chunk = a.prefill_chunk;
-      o.precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
+      o.precision = precision_of(dtype);
       for (const bool cached : {false, true}) {
         o.prefix_cache_bytes = cached ? int64_t(1) << 30 : 0;
         Engine engine(*model, tokenizer, o);
