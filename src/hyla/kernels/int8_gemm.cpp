@@ -44,9 +44,10 @@ struct Tile {
   int64_t ld_y;
   int64_t last_rows;  // rows of the last panel inside the matrix (1..16)
   float beta;
-  // The first row tile over these panels streams them from memory and prefetches ahead in each
-  // panel; with more row tiles to come (which re-read the panels from L1) it also prefetches the
-  // next panels (`next`, or nullptr), so that memory stays busy while they compute.
+  // The first row tile over these panels streams them from memory, prefetching ahead in each
+  // panel and the same offsets of the next panels (`next`, or nullptr): memory stays busy while
+  // later row tiles compute on these panels from L1, and a single row never waits at the start
+  // of a tile's panels (the prefetch within a panel only reaches the next panel's first lines).
   bool first;
   const uint8_t* next;
 };
@@ -190,7 +191,7 @@ void run_panels(const Int8Rows& x, std::span<const Int8PackedMatrix> parts, int6
       for (int64_t p = lo; p < hi; p += kTilePanels) {
         const int np = int(std::min<int64_t>(kTilePanels, hi - p));
         const int64_t last_rows = std::min(kPanelRows, w.rows - (p + np - 1) * kPanelRows);
-        const uint8_t* next = r1 - r0 > kTileRows && p + np < hi ? w.data + (p + np) * stride : nullptr;
+        const uint8_t* next = p + np < hi ? w.data + (p + np) * stride : nullptr;
         for (int64_t r = r0; r < r1; r += kTileRows) {
           const Tile t{&x,   r,         w.data + p * stride, stride, y + r * ld_y + column + p * kPanelRows,
                        ld_y, last_rows, beta,               r == r0, next};
