@@ -20,6 +20,7 @@
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/sequence_state.h"
+#include "hyla/kernels/bandwidth.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 
@@ -67,7 +68,7 @@ void bench_model(const ModelBenchArgs& a) {
   const ParamCounts counts = count_parameters(config);
   const int64_t V = config.vocab_size, hidden = config.hidden_size;
   const std::string name = std::filesystem::path(a.model_dir).filename().string();
-  const double fresh_bandwidth = read_bandwidth_gbs() * 1e9;
+  const double fresh_bandwidth = measure_read_bandwidth_gbs() * 1e9;
   // Weights a decoded token reads: every active parameter except the embedding table, of which it
   // reads one row.
   const double active_weights = double(counts.active_sum() - V * hidden + hidden);
@@ -94,7 +95,7 @@ void bench_model(const ModelBenchArgs& a) {
   // (same pages, same page sizes), measured next to a fresh buffer's figure.
   std::map<std::string, double> weights_bandwidth;
   for (const std::string& dtype : dtypes) {
-    weights_bandwidth[dtype] = read_bandwidth_gbs(model->params().product_weight_buffers(dtype == "f32")) * 1e9;
+    weights_bandwidth[dtype] = measure_read_bandwidth_gbs(model->params().product_weight_buffers(dtype == "f32")) * 1e9;
     if (!a.json)
       fmt::print("read bandwidth this run: {:.1f} GB/s over the model's {} weights (the roofline's reference)\n",
                  weights_bandwidth[dtype] * 1e-9, dtype);

@@ -1,10 +1,6 @@
 #pragma once
-// Timing helpers shared by the `hyla bench` commands, and the references every figure is reported
-// against (measured in the same process).
-#include <cstddef>
+// Timing helpers shared by the `hyla bench` commands.
 #include <functional>
-#include <span>
-#include <vector>
 
 namespace hyla::cli {
 
@@ -16,10 +12,5 @@ double now_seconds();
 // Best time over repetitions (at least `min_reps`, until `min_seconds` have passed): the minimum
 // is the least noisy estimate on a shared machine.
 double best_seconds(const std::function<void()>& run, int min_reps = 2, double min_seconds = 1.0);
-
-// Streaming read bandwidth of these buffers (best of several passes), GB/s.
-double read_bandwidth_gbs(const std::vector<std::span<const std::byte>>& buffers);
-// The same over a fresh 512 MB buffer.
-double read_bandwidth_gbs();
 
 }  // namespace hyla::cli

@@ -19,12 +19,11 @@
 #include "bench_util.h"
 #include "commands.h"
 #include "hyla/core/error.h"
-#include "hyla/core/memory.h"
+#include "hyla/core/random.h"
 #include "hyla/core/threads.h"
+#include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/kda.h"
 #include "hyla/kernels/matmul.h"
-#include "hyla/kernels/vec.h"
-#include "hyla/core/random.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
@@ -116,7 +115,7 @@ void bench_kda(const KdaBenchArgs& a) {
   };
   const double hot = decode_seconds(1), cold_step = decode_seconds(copies);
   const double bytes = 2.0 * double(state_floats) * 4;
-  const double bandwidth = read_bandwidth_gbs();
+  const double bandwidth = measure_read_bandwidth_gbs();
   if (a.json) {
     rows.push_back({{"path", "decode_step"}, {"heads", H}, {"dim", D}, {"step_us_hot", hot * 1e6},
                     {"step_us_cold", cold_step * 1e6}, {"state_gbs_cold", bytes / cold_step * 1e-9},

@@ -15,9 +15,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <chrono>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -25,9 +23,9 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/matmul.h"
-#include "hyla/kernels/vec.h"
 #include "hyla/model/int8_weights.h"
 #include "hyla/model/layers.h"
 #include "hyla/model/moe_experts.h"
@@ -47,39 +45,9 @@ std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-double best_seconds(const std::function<void()>& run, int reps) {
-  run();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
 void measure_references() {
   bf16_peak_gflops = measure_gemm_peak_gflops(true);
-  // 512 MB with vector loads into independent accumulators (a scalar sum is add-latency bound).
-  const int64_t count = int64_t(1) << 27;
-  auto memory = allocate_aligned(size_t(count) * sizeof(float));
-  float* x = static_cast<float*>(memory.get());
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) x[i] = 1.0f;
-  float sink = 0;
-  read_gbs = double(count) * 4 / best_seconds([&] {
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      vec::Vec acc[4] = {vec::zero(), vec::zero(), vec::zero(), vec::zero()};
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < count; i += 4 * vec::kLanes)
-        vec::unroll<4>([&](auto j) { acc[j] = acc[j] + vec::load(x + i + j * vec::kLanes); });
-      total += vec::sum(acc[0] + acc[1] + acc[2] + acc[3]);
-    }
-    sink += total;
-  }, 5) * 1e-9;
-  benchmark::DoNotOptimize(sink);
+  read_gbs = measure_read_bandwidth_gbs();
   std::printf("references (this run, %d threads): streaming read %.1f GB/s, oneDNN 2048^3 bf16 %.0f GFLOP/s; int8 "
               "kernels: %s\n",
               omp_get_max_threads(), read_gbs, bf16_peak_gflops, int8_native_kernels() ? "AVX-512 VNNI" : "portable");

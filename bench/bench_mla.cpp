@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/latent_attention.h"
 #include "hyla/kernels/matmul.h"
-#include "hyla/kernels/vec.h"
 #include "hyla/model/mla_mixer.h"
 
 namespace {
@@ -62,26 +62,7 @@ void measure_references() {
   gemm_bf16_gflops = flops / best_seconds([&] {
     gemm(Trans::N, Trans::N, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f, c.data(), n);
   }, 5) * 1e-9;
-  // 512 MB with vector loads into independent accumulators (a scalar sum is add-latency bound).
-  const int64_t count = int64_t(1) << 27;
-  auto memory = allocate_aligned(size_t(count) * sizeof(float));
-  float* x = static_cast<float*>(memory.get());
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) x[i] = 1.0f;
-  float sink = 0;
-  read_gbs = double(count) * 4 / best_seconds([&] {
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      vec::Vec acc[4] = {vec::zero(), vec::zero(), vec::zero(), vec::zero()};
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < count; i += 4 * vec::kLanes)
-        vec::unroll<4>([&](auto j) { acc[j] = acc[j] + vec::load(x + i + j * vec::kLanes); });
-      total += vec::sum(acc[0] + acc[1] + acc[2] + acc[3]);
-    }
-    sink += total;
-  }, 5) * 1e-9;
-  benchmark::DoNotOptimize(sink);
+  read_gbs = measure_read_bandwidth_gbs();
   std::printf("references (this run, %d threads): gemm 2048^3 f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s; streaming read %.1f GB/s\n",
               omp_get_max_threads(), gemm_f32_gflops, gemm_bf16_gflops, read_gbs);
 }

@@ -5,11 +5,11 @@
 // read bandwidth measured at the start of the run (`read_GBps`).
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <random>
 #include <vector>
 
 #include "hyla/core/half.h"
+#include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/skinny_gemm.h"
 
@@ -18,22 +18,6 @@ namespace {
 using hyla::bf16;
 
 double read_bandwidth = 0;
-
-double measure_read_bandwidth() {
-  std::vector<float> buffer(size_t(1) << 27, 1.0f);
-  double best = 1e30;
-  float sink = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    float total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (size_t i = 0; i < buffer.size(); i += 16) total += buffer[i] + buffer[i + 8];
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    sink += total;
-  }
-  benchmark::DoNotOptimize(sink);
-  return double(buffer.size()) * 4 / best * 1e-9;
-}
 
 template <typename T>
 void BM_decode_product(benchmark::State& state, bool skinny) {
@@ -58,7 +42,7 @@ void BM_decode_product(benchmark::State& state, bool skinny) {
   }
   const double bytes = double(N * K) * sizeof(T);
   state.counters["GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  if (read_bandwidth == 0) read_bandwidth = measure_read_bandwidth();
+  if (read_bandwidth == 0) read_bandwidth = hyla::measure_read_bandwidth_gbs();
   state.counters["read_GBps"] = read_bandwidth;
 }
 

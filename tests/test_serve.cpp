@@ -577,14 +577,20 @@ bool wait_for(const std::function<bool()>& condition) {
 }
 
 TEST(Serve, DisconnectedClientsAreCancelled) {
-  TestServer s([](ServeOptions& o) { o.limits.max_tokens = 900; });
+  // Requests long enough (~seconds) that they cannot finish by length before the server notices
+  // the hang-up, even when the HTTP threads are starved on a loaded machine.
+  constexpr int kLong = 30000;
+  TestServer s([](ServeOptions& o) {
+    o.engine.context = 32768;
+    o.limits.max_tokens = kLong;
+  });
   // A streaming client that hangs up after its first chunk.
   {
     auto c = s.client();
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
-    req.body = json({{"prompt", "Go on forever"}, {"max_tokens", 900}, {"stream", true}}).dump();
+    req.body = json({{"prompt", "Go on forever"}, {"max_tokens", kLong}, {"stream", true}}).dump();
     req.set_header("Content-Type", "application/json");
     int chunks = 0;
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
@@ -598,7 +604,7 @@ TEST(Serve, DisconnectedClientsAreCancelled) {
   addr.sin_port = htons(uint16_t(s.port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string body = json({{"prompt", "Also forever"}, {"max_tokens", 900}}).dump();
+  const std::string body = json({{"prompt", "Also forever"}, {"max_tokens", kLong}}).dump();
   const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));

@@ -5,29 +5,9 @@
 
 #include "hyla/core/progress.h"
 #include "hyla/data/loader.h"
+#include "hyla/train/next_token_input.h"
 
 namespace hyla {
-
-namespace {
-
-// Each window's tokens as one sequence of the batch, predicting its next token.
-ModelInput windows_input(const TokenWindows& w) {
-  ModelInput in;
-  std::vector<int64_t> lengths;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(w.lengths[size_t(r)], w.width) - 1);
-    if (n == 0) continue;
-    lengths.push_back(n);
-    for (int64_t t = 0; t < n; ++t) {
-      in.ids.push_back(w.tokens[size_t(r * w.width + t)]);
-      in.targets.push_back(w.tokens[size_t(r * w.width + t + 1)]);
-    }
-  }
-  in.tokens = TokenBatch::packed(lengths);
-  return in;
-}
-
-}  // namespace
 
 PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& data_dir, const std::string& split,
                                      int64_t seq_len, int64_t batch, Precision precision, bool progress) {
@@ -39,7 +19,7 @@ PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& 
   PerplexityResult r;
   double total = 0;
   while (loader.next(windows)) {
-    const ModelInput in = windows_input(windows);
+    const ModelInput in = next_token_input(windows);
     if (bar) bar->advance(uint64_t(windows.used_rows()));
     if (in.tokens.rows == 0) continue;
     const LossResult l = model.evaluate(in, precision);

@@ -23,6 +23,7 @@
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
 #include "hyla/train/checkpoint.h"
+#include "hyla/train/next_token_input.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/schedule.h"
 
@@ -34,25 +35,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Inputs and next-token targets from [B, T+1] windows; rows past a window's length get no target.
-ModelInput to_input(const TokenWindows& w) {
-  ModelInput in;
-  const int64_t T = w.width - 1;
-  std::vector<int64_t> lengths;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(w.lengths[size_t(r)], w.width) - 1);
-    if (n == 0) continue;
-    lengths.push_back(n);
-    for (int64_t t = 0; t < n; ++t) {
-      in.ids.push_back(w.tokens[size_t(r * w.width + t)]);
-      in.targets.push_back(w.tokens[size_t(r * w.width + t + 1)]);
-    }
-  }
-  (void)T;
-  in.tokens = TokenBatch::packed(lengths);
-  return in;
 }
 
 // Keeps the metrics lines of steps up to `step` (the checkpoint a resumed run continues from).
@@ -82,7 +64,7 @@ EvalResult evaluate(Model& model, const fs::path& data_dir, int64_t batch, int64
   EvalResult r;
   double total = 0;
   for (int64_t i = 0; i < batches && loader.next(windows); ++i) {
-    const ModelInput in = to_input(windows);
+    const ModelInput in = next_token_input(windows);
     if (in.tokens.rows == 0) continue;
     const LossResult l = model.evaluate(in, precision);
     total += l.loss * double(l.targets);
@@ -219,7 +201,7 @@ void run_training(const TrainOptions& o) {
     int64_t tokens = 0;
     for (int64_t m = 0; m < tc.grad_accum; ++m) {
       loader.next(windows);
-      const ModelInput in = to_input(windows);
+      const ModelInput in = next_token_input(windows);
       const LossResult r = model.forward_backward(in, tc.precision, 1.0f / float(tc.grad_accum));
       loss += r.loss / double(tc.grad_accum);
       aux += r.aux_loss / double(tc.grad_accum);
