@@ -2,6 +2,8 @@
 // conversation; the engine's prompt-state cache restores the part it has already read, so a turn
 // costs only its new tokens.
 #include <fmt/format.h>
+
+#include <memory>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +12,7 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/core/threads.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
@@ -33,7 +36,8 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--context", context, "Conversation tokens kept (older turns are dropped)")->check(CLI::Range(64, 1 << 24));
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {
-    auto model = Model::load(model_dir);
+    std::unique_ptr<Model> model;
+    run_on_passing_thread([&] { model = Model::load(model_dir); });  // leaves the engine the only OpenMP pool
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     EngineOptions options;
     options.max_sequences = 1;

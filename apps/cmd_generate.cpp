@@ -1,11 +1,14 @@
 // `hyla generate`: streams a continuation of a prompt and reports prefill and decode speed.
 #include <fmt/format.h>
 
+#include <memory>
+
 #include <cstdio>
 #include <filesystem>
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/core/threads.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/model/model.h"
@@ -30,7 +33,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {
-    auto model = Model::load(model_dir);
+    std::unique_ptr<Model> model;
+    run_on_passing_thread([&] { model = Model::load(model_dir); });  // leaves the engine the only OpenMP pool
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);
     HYLA_CHECK(!request.prompt.empty(), "generate: the prompt encodes to no tokens");

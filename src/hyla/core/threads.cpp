@@ -41,4 +41,18 @@ void set_threads(int n) { omp_set_num_threads(n); }
 
 int num_threads() { return omp_get_max_threads(); }
 
+void run_on_passing_thread(const std::function<void()>& fn) {
+  const int threads = num_threads();
+  std::exception_ptr error;
+  std::thread([&] {
+    set_threads(threads);
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace hyla

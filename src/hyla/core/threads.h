@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 
 namespace hyla {
@@ -12,6 +13,13 @@ int resolve_threads(int requested);
 // Sets the OpenMP thread count used by hyla's kernels and by oneDNN.
 void set_threads(int n);
 int num_threads();
+
+// Runs fn on a new thread with this thread's OpenMP thread count, waits for it and rethrows what
+// it threw. Every thread that forks keeps its own pool of OpenMP workers until it exits, and when
+// more pool threads exist than cores libgomp stops spin-waiting between parallel regions (decoding
+// ran 4-6x slower). So work done before an Engine starts, such as loading the model, runs here:
+// its pool dies with the thread, and the engine's thread owns the only one.
+void run_on_passing_thread(const std::function<void()>& fn);
 
 // Whether a loop over `work` simple element operations is worth waking the thread team: a fork
 // and join costs about as much as ~16K such operations, and decoding one token runs hundreds of

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "hyla/core/error.h"
+#include "hyla/core/threads.h"
 #include "hyla/infer/text_stream.h"
 
 namespace hyla {
@@ -43,7 +44,11 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& op
   stats_.buckets = kBuckets;
   stats_.ttft_counts.assign(kBuckets.size() + 1, 0);
   stats_.itl_counts.assign(kBuckets.size() + 1, 0);
-  worker_ = std::thread([this] { run(); });
+  // The worker does the math with the constructing thread's thread count (set_threads is per thread).
+  worker_ = std::thread([this, threads = num_threads()] {
+    set_threads(threads);
+    run();
+  });
 }
 
 Engine::~Engine() {

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "hyla/core/error.h"
+#include "hyla/core/threads.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/model/model.h"
 #include "hyla/serve/api_error.h"
@@ -187,7 +188,7 @@ int Server::bind() {
 }
 
 void Server::load() {
-  impl_->model = Model::load(options_.model_dir);
+  run_on_passing_thread([&] { impl_->model = Model::load(options_.model_dir); });  // leaves the engine the only OpenMP pool
   const std::filesystem::path tokenizer_path = options_.model_dir / "tokenizer.json";
   HYLA_CHECK(std::filesystem::exists(tokenizer_path), "serve: {} has no tokenizer.json", options_.model_dir.string());
   impl_->tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_path));
