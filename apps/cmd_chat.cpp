@@ -2,13 +2,12 @@
 // conversation; the engine's prompt-state cache restores the part it has already read, so a turn
 // costs only its new tokens.
 #include <fmt/format.h>
-
-#include <memory>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "commands.h"
 #include "hyla/core/error.h"

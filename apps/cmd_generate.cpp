@@ -1,10 +1,9 @@
 // `hyla generate`: streams a continuation of a prompt and reports prefill and decode speed.
 #include <fmt/format.h>
 
-#include <memory>
-
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "commands.h"
 #include "hyla/core/error.h"
