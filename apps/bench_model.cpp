@@ -144,6 +144,7 @@ void bench_model(const ModelBenchArgs& a) {
                  weights_bandwidth[dtype] * 1e-9, dtype);
   }
   if (!a.json) {
+    fmt::print("state memory per sequence: {}\n", SequenceState(*model, capacity).describe_memory(capacity));
     fmt::print("\n| model | size | params | dtype | threads | test | t/s | roofline |\n");
     fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
   }

@@ -48,7 +48,7 @@ void add_chat(CLI::App& app) {
     std::vector<ChatMessage> history;
     if (!system.empty()) history.push_back({"system", system, {}});
     const size_t fixed = history.size();
-    if (interactive) fmt::print(stderr, "hyla chat: {} (/reset, /exit)\n", model_dir);
+    if (interactive) fmt::print(stderr, "hyla chat: {} (/reset, /exit); {}\n", model_dir, engine.memory_summary());
     std::string line;
     for (;;) {
       if (interactive) fmt::print("> ");

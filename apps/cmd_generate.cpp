@@ -44,6 +44,7 @@ void add_generate(CLI::App& app) {
     options.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.prefix_cache_bytes = 0;
     Engine engine(*model, tokenizer, options);
+    fmt::print(stderr, "{}\n", engine.memory_summary());
     fmt::print("{}", prompt);
     request.on_text = [](std::string_view text) {
       fmt::print("{}", text);

@@ -58,8 +58,8 @@ void add_serve(CLI::App& app) {
       http.join();
       throw;
     }
-    fmt::print("hyla serve: model '{}' ready ({} slots × {} tokens)\n", server.model_name(), options.engine.max_sequences,
-               options.engine.context);
+    fmt::print("hyla serve: model '{}' ready ({} slots × {} tokens); {}\n", server.model_name(),
+               options.engine.max_sequences, options.engine.context, server.memory_summary());
     watcher.join();
     http.join();
   });

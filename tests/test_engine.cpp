@@ -83,6 +83,8 @@ TEST(Inference, StateMemoryMatchesTheArithmetic) {
   EXPECT_EQ(state.fixed_bytes(), kda);
   EXPECT_EQ(state.bytes_per_token(), 2 * (32 + 8) * 2);
   EXPECT_EQ(state.bytes_at(1000), kda + 1000 * 2 * (32 + 8) * 2);
+  EXPECT_EQ(state.describe_memory(1000),
+            "0.01 MiB fixed (KDA states and conv tails) + 160 B per token (latent cache, BF16) = 0.16 MiB at 1000 tokens");
 }
 
 struct EngineFixture {

@@ -1,5 +1,7 @@
 #include "hyla/infer/engine.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 
@@ -60,7 +62,12 @@ Engine::~Engine() {
   worker_.join();
 }
 
-int64_t Engine::memory_per_sequence() const { return slots_.front()->bytes_at(options_.context); }
+std::string Engine::memory_summary() const {
+  const SequenceState& slot = *slots_.front();
+  return fmt::format("state memory per sequence: {}; {} slot{}: {:.2f} MiB", slot.describe_memory(options_.context),
+                     slots_.size(), slots_.size() == 1 ? "" : "s",
+                     double(slot.bytes_at(options_.context)) * double(slots_.size()) / double(1 << 20));
+}
 
 std::future<GenerationOutput> Engine::submit(GenerationRequest request) {
   HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");

@@ -86,7 +86,8 @@ class Engine {
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const EngineOptions& options() const { return options_; }
-  int64_t memory_per_sequence() const;  // bytes of one slot at full context
+  // The state memory: one slot's arithmetic at full context, and all slots together.
+  std::string memory_summary() const;
 
  private:
   struct Active;

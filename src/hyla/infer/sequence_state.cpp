@@ -1,5 +1,7 @@
 #include "hyla/infer/sequence_state.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "hyla/core/error.h"
@@ -44,6 +46,17 @@ void SequenceState::reset() {
   std::memset(kda_.raw(), 0, kda_.nbytes());
   for (auto& view : cache_.latent) view.length = 0;
   cache_.tokens = 0;
+}
+
+namespace {
+
+std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", double(bytes) / double(1 << 20)); }
+
+}  // namespace
+
+std::string SequenceState::describe_memory(int64_t tokens) const {
+  return fmt::format("{} fixed (KDA states and conv tails) + {} B per token (latent cache, {}) = {} at {} tokens",
+                     mib(fixed_bytes_), bytes_per_token_, dtype_name(latent_dtype_), mib(bytes_at(tokens)), tokens);
 }
 
 void SequenceState::copy_from(const SequenceState& other) {

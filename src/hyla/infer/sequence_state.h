@@ -3,6 +3,7 @@
 // state (f32, fixed size), per latent attention layer the latent cache of c and k_pe per token
 // (bf16 by default, linear in tokens). Allocated once for a capacity; reused across requests.
 #include <cstdint>
+#include <string>
 
 #include "hyla/core/tensor.h"
 #include "hyla/model/model.h"
@@ -25,6 +26,9 @@ class SequenceState {
   int64_t fixed_bytes() const { return fixed_bytes_; }
   int64_t bytes_per_token() const { return bytes_per_token_; }
   int64_t bytes_at(int64_t tokens) const { return fixed_bytes_ + bytes_per_token_ * tokens; }
+  // The arithmetic as one line: "0.89 MiB fixed (KDA states and conv tails) + 512 B per token
+  // (latent cache, bf16) = 4.89 MiB at 8192 tokens".
+  std::string describe_memory(int64_t tokens) const;
 
   // Becomes a copy of `other` (its first `other.length()` tokens; for prompt-state reuse).
   void copy_from(const SequenceState& other);

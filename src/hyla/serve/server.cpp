@@ -196,6 +196,8 @@ void Server::load() {
   ready_ = true;
 }
 
+std::string Server::memory_summary() const { return impl_->engine->memory_summary(); }
+
 void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() {

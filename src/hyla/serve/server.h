@@ -37,6 +37,7 @@ class Server {
   void listen();  // serves until stop(); call after bind()
   void stop();
   bool ready() const { return ready_; }
+  std::string memory_summary() const;  // the engine's state memory (after load)
   const std::string& model_name() const { return options_.model_name; }
 
  private:
