@@ -27,11 +27,7 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--model", model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--system", system, "System message");
   cmd->add_option("-n,--max-tokens", max_tokens, "Most tokens per reply")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", sampling.temperature, "0 for greedy")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", sampling.min_p, "Drop tokens below min-p × the top probability")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", sampling.seed, "Sampling seed");
+  add_sampling_options(cmd, sampling);
   cmd->add_option("--context", context, "Conversation tokens kept (older turns are dropped)")->check(CLI::Range(64, 1 << 24));
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {

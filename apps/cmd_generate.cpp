@@ -22,11 +22,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--model", model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--prompt", prompt, "Prompt text")->required();
   cmd->add_option("-n,--max-tokens", request.max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", request.sampling.temperature, "0 for greedy")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", request.sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", request.sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", request.sampling.min_p, "Drop tokens below min-p × the top probability")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", request.sampling.seed, "Sampling seed");
+  add_sampling_options(cmd, request.sampling);
   cmd->add_option("--stop", request.stop, "Stop strings (repeatable)");
   cmd->add_option("--context", context, "Maximum tokens of prompt + generation")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
@@ -58,6 +54,14 @@ void add_generate(CLI::App& app) {
                r.prompt_tokens, double(r.prompt_tokens) / r.time_to_first_token, r.tokens.size(),
                double(r.tokens.size() - 1) / std::max(decode, 1e-9), r.finish_reason);
   });
+}
+
+void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
+  cmd->add_option("--temperature", sampling.temperature, "0 for greedy")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", sampling.min_p, "Drop tokens below min-p × the top probability")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", sampling.seed, "Sampling seed");
 }
 
 }  // namespace hyla::cli

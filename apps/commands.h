@@ -2,6 +2,8 @@
 // Each subcommand lives in its own apps/cmd_*.cpp and registers itself on the root app.
 #include <CLI/CLI.hpp>
 
+#include "hyla/infer/sampler.h"
+
 namespace hyla::cli {
 
 void add_version(CLI::App& app);
@@ -19,5 +21,8 @@ void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
+
+// --temperature, --top-k, --top-p, --min-p and --seed, shared by generate and chat.
+void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 
 }  // namespace hyla::cli
