@@ -43,9 +43,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& op
   slot_used_.assign(slots_.size(), false);
   for (const char* name : {"<|endoftext|>", "<|im_end|>"})
     if (auto id = tokenizer.token_id(name)) end_ids_.push_back(*id);
-  stats_.buckets = kBuckets;
-  stats_.ttft_counts.assign(kBuckets.size() + 1, 0);
-  stats_.itl_counts.assign(kBuckets.size() + 1, 0);
+  stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
   // The worker does the math with the constructing thread's thread count (set_threads is per thread).
   worker_ = std::thread([this, threads = num_threads()] {
     set_threads(threads);
@@ -99,20 +97,16 @@ EngineStats Engine::stats() const {
   return s;
 }
 
-void Engine::record_ttft(double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i <= kBuckets.size(); ++i)
-    if (i == kBuckets.size() || seconds <= kBuckets[i]) ++stats_.ttft_counts[i];
-  stats_.ttft_sum += seconds;
-  ++stats_.ttft_total;
+void LatencyHistogram::observe(double seconds) {
+  for (size_t i = 0; i < cumulative.size(); ++i)
+    if (i == bounds.size() || seconds <= bounds[i]) ++cumulative[i];
+  sum += seconds;
+  ++total;
 }
 
-void Engine::record_itl(double seconds) {
+void Engine::record(LatencyHistogram EngineStats::*histogram, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i <= kBuckets.size(); ++i)
-    if (i == kBuckets.size() || seconds <= kBuckets[i]) ++stats_.itl_counts[i];
-  stats_.itl_sum += seconds;
-  ++stats_.itl_total;
+  (stats_.*histogram).observe(seconds);
 }
 
 void Engine::run() {
@@ -271,9 +265,9 @@ void Engine::step() {
     const int32_t token = a.sampler.sample(row, sample_vocab);
     if (prefilling) {
       a.output.time_to_first_token = seconds_between(a.start, now);
-      record_ttft(a.output.time_to_first_token);
+      record(&EngineStats::ttft, a.output.time_to_first_token);
     } else {
-      record_itl(seconds_between(a.last, now));
+      record(&EngineStats::itl, seconds_between(a.last, now));
     }
     a.last = now;
     a.output.tokens.push_back(token);

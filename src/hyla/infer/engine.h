@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hyla/data/tokenizer.h"
@@ -62,13 +63,23 @@ struct GenerationOutput {
   double time_to_first_token = 0, seconds = 0;
 };
 
+// A latency histogram in Prometheus' form: cumulative counts per upper bound (seconds), the last
+// for +Inf, and the sum and number of the observations.
+struct LatencyHistogram {
+  std::vector<double> bounds;
+  std::vector<int64_t> cumulative;
+  double sum = 0;
+  int64_t total = 0;
+  LatencyHistogram() : cumulative(1, 0) {}
+  explicit LatencyHistogram(std::vector<double> upper_bounds)
+      : bounds(std::move(upper_bounds)), cumulative(bounds.size() + 1, 0) {}
+  void observe(double seconds);
+};
+
 // Counters and histograms for /metrics.
 struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
-  std::vector<double> buckets;                  // histogram upper bounds (seconds)
-  std::vector<int64_t> ttft_counts, itl_counts; // cumulative counts per bucket (+Inf last)
-  double ttft_sum = 0, itl_sum = 0;
-  int64_t ttft_total = 0, itl_total = 0;
+  LatencyHistogram ttft, itl;  // time to first token, inter-token latency
   std::map<std::string, int64_t> finished;  // requests by finish reason
 };
 
@@ -96,8 +107,7 @@ class Engine {
   void drop_cancelled();
   void step();
   void finish(Active& a, std::string reason);  // by value: callers pass a.output.finish_reason
-  void record_ttft(double seconds);
-  void record_itl(double seconds);
+  void record(LatencyHistogram EngineStats::*histogram, double seconds);
 
   Model* model_;
   const Tokenizer& tokenizer_;

@@ -24,11 +24,12 @@ void gauge(std::string& out, const char* name, const char* help, int64_t value) 
   out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value);
 }
 
-void histogram(std::string& out, const char* name, const char* help, const std::vector<double>& bounds,
-               const std::vector<int64_t>& counts, double sum, int64_t total) {
+void histogram(std::string& out, const char* name, const char* help, const LatencyHistogram& h) {
   out += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
-  for (size_t i = 0; i < bounds.size(); ++i) out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], counts[i]);
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, counts.back(), name, sum, name, total);
+  for (size_t i = 0; i < h.bounds.size(); ++i)
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds[i], h.cumulative[i]);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.cumulative.back(), name, h.sum, name,
+                     h.total);
 }
 
 }  // namespace
@@ -45,10 +46,8 @@ std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, i
   counter(out, "hyla_prompt_tokens_total", "Prompt tokens received.", s.prompt_tokens);
   counter(out, "hyla_prompt_tokens_cached_total", "Prompt tokens restored from the prompt-state cache.", s.cached_prompt_tokens);
   counter(out, "hyla_generation_tokens_total", "Tokens generated.", s.generated_tokens);
-  histogram(out, "hyla_time_to_first_token_seconds", "Time from submission to the first generated token.", s.buckets,
-            s.ttft_counts, s.ttft_sum, s.ttft_total);
-  histogram(out, "hyla_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",
-            s.buckets, s.itl_counts, s.itl_sum, s.itl_total);
+  histogram(out, "hyla_time_to_first_token_seconds", "Time from submission to the first generated token.", s.ttft);
+  histogram(out, "hyla_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", s.itl);
   gauge(out, "hyla_requests_running", "Requests holding a sequence slot.", s.running);
   gauge(out, "hyla_requests_waiting", "Requests queued for a slot.", s.waiting);
   gauge(out, "hyla_sequence_slots", "Sequences decoded together at most.", slots);

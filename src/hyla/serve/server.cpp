@@ -135,13 +135,8 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
                              "model_not_found"));
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    const EngineStats stats = ready_ ? impl_->engine->stats() : EngineStats{};
-    EngineStats shown = stats;
-    if (!ready_) {  // empty histograms while loading
-      shown.buckets = {};
-      shown.ttft_counts = shown.itl_counts = {0};
-    }
-    res.set_content(prometheus_metrics(shown, impl_->counters, options_.engine.max_sequences),
+    const EngineStats stats = ready_ ? impl_->engine->stats() : EngineStats{};  // empty while loading
+    res.set_content(prometheus_metrics(stats, impl_->counters, options_.engine.max_sequences),
                     "text/plain; version=0.0.4");
   });
   for (const bool chat : {false, true}) {
