@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "markdown_reporter.h"
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/matmul.h"
 
@@ -130,34 +131,23 @@ void register_all() {
 
 // Adds each row's rate as a fraction of the gemm's (`vs_gemm`) and prints a markdown table at the end.
 // Run with --benchmark_repetitions=3 --benchmark_report_aggregates_only=true on a shared machine.
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public hyla::bench::MarkdownReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> copy = runs;
-    for (Run& r : copy) {
-      // With --benchmark_repetitions the table takes each benchmark's median.
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      const double rate = r.counters["GFLOPs"].value;
-      if (r.counters["is_gemm"].value > 0) gemm_gflops = rate;
-      if (gemm_gflops > 0) r.counters["vs_gemm"] = rate / gemm_gflops;
-      r.counters.erase("is_gemm");
-      std::string name = r.benchmark_name();
-      name = name.substr(0, name.find("/min_time"));
-      char row[256];
-      std::snprintf(row, sizeof row, "| %s | %.2f %s | %.0f | %.2f |\n", name.c_str(), r.GetAdjustedRealTime(),
-                    benchmark::GetTimeUnitString(r.time_unit), rate,
-                    r.counters["vs_gemm"].value);
-      table_ += row;
-    }
-    ConsoleReporter::ReportRuns(copy);
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\n| shape/pass | time | GFLOP/s | vs f32 gemm |\n|---|---|---|---|\n%s", table_.c_str());
-  }
+  RatioReporter() : MarkdownReporter("| shape/pass | time | GFLOP/s | vs f32 gemm |\n|---|---|---|---|\n") {}
 
- private:
-  std::string table_;
+ protected:
+  std::string row(Run& r) override {
+    // With --benchmark_repetitions the table takes each benchmark's median.
+    if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") return "";
+    const double rate = r.counters["GFLOPs"].value;
+    if (r.counters["is_gemm"].value > 0) gemm_gflops = rate;
+    if (gemm_gflops > 0) r.counters["vs_gemm"] = rate / gemm_gflops;
+    r.counters.erase("is_gemm");
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %.2f %s | %.0f | %.2f |\n", short_name(r).c_str(), r.GetAdjustedRealTime(),
+                  benchmark::GetTimeUnitString(r.time_unit), rate, r.counters["vs_gemm"].value);
+    return line;
+  }
 };
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "markdown_reporter.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/int8_gemm.h"
@@ -216,38 +217,37 @@ void register_all() {
 
 // Adds the fractions of the references and int8's speed-up over bf16 (same shape and rows), and
 // prints a markdown table at the end (for BENCHMARKS.md).
-class Int8Reporter : public benchmark::ConsoleReporter {
+class Int8Reporter : public hyla::bench::MarkdownReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> copy = runs;
-    for (Run& r : copy) {
-      const std::string name = r.benchmark_name().substr(0, r.benchmark_name().find("/min_time"));
-      const std::string kind = name.substr(0, name.find('/')), shape = name.substr(name.find('/') + 1);
-      const double us = r.GetAdjustedRealTime();
-      std::string gbs = "", speedup = "";
-      if (r.counters.count("weight_GBs")) {
-        const double rate = r.counters["weight_GBs"].value;
-        r.counters["vs_read"] = rate / read_gbs;
-        gbs = fmt::format("{:.1f} ({:.0f}%)", rate, 100 * rate / read_gbs);
-      }
-      const double gops = r.counters["GOPs"].value;
-      r.counters["vs_bf16_peak"] = gops / bf16_peak_gflops;
-      if (kind == "bf16") bf16_us_[shape] = us;
-      else if (bf16_us_.count(shape)) r.counters["speedup"] = bf16_us_[shape] / us, speedup = fmt::format("{:.2f}", bf16_us_[shape] / us);
-      table_ += fmt::format("| {} | {:.2f} | {} | {:.0f} ({:.0f}%) | {} |\n", name, us, gbs, gops,
-                            100 * gops / bf16_peak_gflops, speedup);
+  Int8Reporter()
+      : MarkdownReporter(
+            "| product | µs | weight GB/s (of read) | GOP/s (of bf16 peak) | int8 speed-up |\n|---|---|---|---|---|\n") {}
+
+ protected:
+  std::string row(Run& r) override {
+    const std::string name = short_name(r);
+    const std::string kind = name.substr(0, name.find('/')), shape = name.substr(name.find('/') + 1);
+    const double us = r.GetAdjustedRealTime();
+    std::string gbs = "", speedup = "";
+    if (r.counters.count("weight_GBs")) {
+      const double rate = r.counters["weight_GBs"].value;
+      r.counters["vs_read"] = rate / read_gbs;
+      gbs = fmt::format("{:.1f} ({:.0f}%)", rate, 100 * rate / read_gbs);
     }
-    ConsoleReporter::ReportRuns(copy);
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\n| product | µs | weight GB/s (of read) | GOP/s (of bf16 peak) | int8 speed-up |\n|---|---|---|---|---|\n%s",
-                table_.c_str());
+    const double gops = r.counters["GOPs"].value;
+    r.counters["vs_bf16_peak"] = gops / bf16_peak_gflops;
+    if (kind == "bf16") {
+      bf16_us_[shape] = us;
+    } else if (bf16_us_.count(shape)) {
+      r.counters["speedup"] = bf16_us_[shape] / us;
+      speedup = fmt::format("{:.2f}", bf16_us_[shape] / us);
+    }
+    return fmt::format("| {} | {:.2f} | {} | {:.0f} ({:.0f}%) | {} |\n", name, us, gbs, gops, 100 * gops / bf16_peak_gflops,
+                       speedup);
   }
 
  private:
   std::map<std::string, double> bf16_us_;
-  std::string table_;
 };
 
 }  // namespace

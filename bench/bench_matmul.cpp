@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "markdown_reporter.h"
 #include "hyla/core/half.h"
 #include "hyla/kernels/matmul.h"
 
@@ -93,32 +94,21 @@ void register_all() {
 
 // Adds each row's GFLOP/s as a fraction of the square product of the same dtype, and prints a
 // markdown table of all rows at the end (for BENCHMARKS.md).
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public hyla::bench::MarkdownReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> copy = runs;
-    for (Run& r : copy) {
-      const int kind = int(r.counters["kind"].value);
-      const double rate = r.counters["GFLOPs"].value;
-      if (r.counters["is_square"].value > 0) square_gflops[kind] = rate;
-      if (square_gflops[kind] > 0) r.counters["vs_square"] = rate / square_gflops[kind];
-      r.counters.erase("kind");
-      r.counters.erase("is_square");
-      std::string name = r.benchmark_name();
-      name = name.substr(0, name.find("/min_time"));
-      table_ += "| " + name + " | " + std::to_string(r.GetAdjustedRealTime()).substr(0, 6) + " | " +
-                std::to_string(int(rate + 0.5)) + " | " + std::to_string(r.counters["vs_square"].value).substr(0, 4) +
-                " |\n";
-    }
-    ConsoleReporter::ReportRuns(copy);
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\n| shape | ms | GFLOP/s | vs square |\n|---|---|---|---|\n%s", table_.c_str());
-  }
+  RatioReporter() : MarkdownReporter("| shape | ms | GFLOP/s | vs square |\n|---|---|---|---|\n") {}
 
- private:
-  std::string table_;
+ protected:
+  std::string row(Run& r) override {
+    const int kind = int(r.counters["kind"].value);
+    const double rate = r.counters["GFLOPs"].value;
+    if (r.counters["is_square"].value > 0) square_gflops[kind] = rate;
+    if (square_gflops[kind] > 0) r.counters["vs_square"] = rate / square_gflops[kind];
+    r.counters.erase("kind");
+    r.counters.erase("is_square");
+    return "| " + short_name(r) + " | " + std::to_string(r.GetAdjustedRealTime()).substr(0, 6) + " | " +
+           std::to_string(int(rate + 0.5)) + " | " + std::to_string(r.counters["vs_square"].value).substr(0, 4) + " |\n";
+  }
 };
 
 }  // namespace

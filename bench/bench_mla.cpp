@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "markdown_reporter.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/latent_attention.h"
@@ -236,26 +237,11 @@ void register_all() {
 
 // Prints a markdown table at the end: time, rate (GFLOP/s for training, GB/s read for decode) and
 // the rate over its reference; and the up-projected / absorbed time ratios.
-class TableReporter : public benchmark::ConsoleReporter {
+class TableReporter : public hyla::bench::MarkdownReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
-      std::string name = r.benchmark_name();
-      name = name.substr(0, name.find("/min_time"));
-      const double rate = r.counters.at("rate").value, reference = r.counters.at("reference").value;
-      const bool training = r.counters.at("kind").value == double(kTraining);
-      char row[256];
-      std::snprintf(row, sizeof row, "| %s | %.3g %s | %.1f %s | %.2f |\n", name.c_str(), r.GetAdjustedRealTime(),
-                    benchmark::GetTimeUnitString(r.time_unit), rate, training ? "GFLOP/s" : "GB/s", rate / reference);
-      table_ += row;
-      times_us_[name] = r.GetAdjustedRealTime() * (r.time_unit == benchmark::kMillisecond ? 1e3 : 1.0);
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
+  TableReporter() : MarkdownReporter("| benchmark | time | rate | vs reference |\n|---|---|---|---|\n") {}
   void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\n| benchmark | time | rate | vs reference |\n|---|---|---|---|\n%s", table_.c_str());
+    MarkdownReporter::Finalize();
     for (const char* seqs : {"seqs1", "seqs4"}) {
       const std::string a = std::string("absorbed/") + seqs + "/depth8192", u = std::string("up_projected/") + seqs + "/depth8192";
       if (times_us_.count(a) && times_us_.count(u))
@@ -263,8 +249,20 @@ class TableReporter : public benchmark::ConsoleReporter {
     }
   }
 
+ protected:
+  std::string row(Run& r) override {
+    if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") return "";
+    const std::string name = short_name(r);
+    const double rate = r.counters.at("rate").value, reference = r.counters.at("reference").value;
+    const bool training = r.counters.at("kind").value == double(kTraining);
+    times_us_[name] = r.GetAdjustedRealTime() * (r.time_unit == benchmark::kMillisecond ? 1e3 : 1.0);
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %.3g %s | %.1f %s | %.2f |\n", name.c_str(), r.GetAdjustedRealTime(),
+                  benchmark::GetTimeUnitString(r.time_unit), rate, training ? "GFLOP/s" : "GB/s", rate / reference);
+    return line;
+  }
+
  private:
-  std::string table_;
   std::map<std::string, double> times_us_;
 };
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "markdown_reporter.h"
 #include "hyla/core/half.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/matmul.h"
@@ -229,35 +230,25 @@ void register_all() {
 
 // Adds each row's GFLOP/s as a fraction of the square product of the same dtype, and prints a
 // markdown table of all rows at the end (for BENCHMARKS.md).
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public hyla::bench::MarkdownReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> copy = runs;
-    for (Run& r : copy) {
-      const int kind = int(r.counters["kind"].value);
-      const double rate = r.counters["GFLOPs"].value;
-      if (r.counters["is_square"].value > 0) square_gflops[kind] = rate;
-      if (square_gflops[kind] > 0) r.counters["vs_square"] = rate / square_gflops[kind];
-      r.counters.erase("kind");
-      r.counters.erase("is_square");
-      std::string name = r.benchmark_name();
-      name = name.substr(0, name.find("/min_time"));
-      char line[256];
-      const auto balance = r.counters.find("max_over_mean");
-      std::snprintf(line, sizeof line, "| %s | %.2f | %.0f | %.2f | %s |\n", name.c_str(), r.GetAdjustedRealTime(), rate,
-                    r.counters["vs_square"].value,
-                    balance == r.counters.end() ? "" : std::to_string(balance->second.value).substr(0, 4).c_str());
-      table_ += line;
-    }
-    ConsoleReporter::ReportRuns(copy);
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::printf("\n| case | ms | GFLOP/s | vs square | max/mean load |\n|---|---|---|---|---|\n%s", table_.c_str());
-  }
+  RatioReporter() : MarkdownReporter("| case | ms | GFLOP/s | vs square | max/mean load |\n|---|---|---|---|---|\n") {}
 
- private:
-  std::string table_;
+ protected:
+  std::string row(Run& r) override {
+    const int kind = int(r.counters["kind"].value);
+    const double rate = r.counters["GFLOPs"].value;
+    if (r.counters["is_square"].value > 0) square_gflops[kind] = rate;
+    if (square_gflops[kind] > 0) r.counters["vs_square"] = rate / square_gflops[kind];
+    r.counters.erase("kind");
+    r.counters.erase("is_square");
+    char line[256];
+    const auto balance = r.counters.find("max_over_mean");
+    std::snprintf(line, sizeof line, "| %s | %.2f | %.0f | %.2f | %s |\n", short_name(r).c_str(), r.GetAdjustedRealTime(),
+                  rate, r.counters["vs_square"].value,
+                  balance == r.counters.end() ? "" : std::to_string(balance->second.value).substr(0, 4).c_str());
+    return line;
+  }
 };
 
 }  // namespace
