@@ -14,20 +14,15 @@
 #include <vector>
 
 #include "markdown_reporter.h"
+#include "random_inputs.h"
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/matmul.h"
 
 namespace {
 
-double gemm_gflops = 0;
+using hyla::bench::random_vector;
 
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+double gemm_gflops = 0;
 
 void BM_gemm_square(benchmark::State& state) {
   constexpr int64_t n = 2048;

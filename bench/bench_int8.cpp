@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "markdown_reporter.h"
+#include "random_inputs.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/int8_gemm.h"
@@ -33,18 +34,11 @@
 
 namespace {
 
+using hyla::bench::random_vector;
 using namespace hyla;
 
 constexpr int64_t kBlock = 32, kColdBytes = int64_t(64) << 20;
 double read_gbs = 0, bf16_peak_gflops = 0;
-
-std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 void measure_references() {
   bf16_peak_gflops = measure_gemm_peak_gflops(true);

@@ -16,7 +16,6 @@
 namespace {
 
 using hyla::Trans;
-double square_gflops[2] = {0, 0};  // [f32, bf16]
 
 template <typename T>
 std::vector<T> random_matrix(int64_t n) {
@@ -94,18 +93,13 @@ void register_all() {
 
 // Adds each row's GFLOP/s as a fraction of the square product of the same dtype, and prints a
 // markdown table of all rows at the end (for BENCHMARKS.md).
-class RatioReporter : public hyla::bench::MarkdownReporter {
+class RatioReporter : public hyla::bench::SquareRatioReporter {
  public:
-  RatioReporter() : MarkdownReporter("| shape | ms | GFLOP/s | vs square |\n|---|---|---|---|\n") {}
+  RatioReporter() : SquareRatioReporter("| shape | ms | GFLOP/s | vs square |\n|---|---|---|---|\n") {}
 
  protected:
   std::string row(Run& r) override {
-    const int kind = int(r.counters["kind"].value);
-    const double rate = r.counters["GFLOPs"].value;
-    if (r.counters["is_square"].value > 0) square_gflops[kind] = rate;
-    if (square_gflops[kind] > 0) r.counters["vs_square"] = rate / square_gflops[kind];
-    r.counters.erase("kind");
-    r.counters.erase("is_square");
+    const double rate = add_vs_square(r);
     return "| " + short_name(r) + " | " + std::to_string(r.GetAdjustedRealTime()).substr(0, 6) + " | " +
            std::to_string(int(rate + 0.5)) + " | " + std::to_string(r.counters["vs_square"].value).substr(0, 4) + " |\n";
   }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "markdown_reporter.h"
+#include "random_inputs.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/latent_attention.h"
@@ -36,6 +37,7 @@
 
 namespace {
 
+using hyla::bench::random_vector;
 using namespace hyla;
 
 // References, measured before the benchmarks.
@@ -96,14 +98,6 @@ struct Layer {
 Layer& layer() {
   static Layer l;
   return l;
-}
-
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = normal(rng);
-  return v;
 }
 
 enum Kind { kTraining = 0, kDecode = 1 };

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "markdown_reporter.h"
+#include "random_inputs.h"
 #include "hyla/core/half.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/matmul.h"
@@ -25,16 +26,8 @@
 
 namespace {
 
+using hyla::bench::random_vector;
 using hyla::Precision;
-double square_gflops[2] = {0, 0};  // [f32, bf16]
-
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 struct SmallMoe {
   hyla::ModelConfig config = hyla::ModelConfig::load(std::string(HYLA_SOURCE_DIR) + "/configs/small.json");
@@ -230,18 +223,13 @@ void register_all() {
 
 // Adds each row's GFLOP/s as a fraction of the square product of the same dtype, and prints a
 // markdown table of all rows at the end (for BENCHMARKS.md).
-class RatioReporter : public hyla::bench::MarkdownReporter {
+class RatioReporter : public hyla::bench::SquareRatioReporter {
  public:
-  RatioReporter() : MarkdownReporter("| case | ms | GFLOP/s | vs square | max/mean load |\n|---|---|---|---|---|\n") {}
+  RatioReporter() : SquareRatioReporter("| case | ms | GFLOP/s | vs square | max/mean load |\n|---|---|---|---|---|\n") {}
 
  protected:
   std::string row(Run& r) override {
-    const int kind = int(r.counters["kind"].value);
-    const double rate = r.counters["GFLOPs"].value;
-    if (r.counters["is_square"].value > 0) square_gflops[kind] = rate;
-    if (square_gflops[kind] > 0) r.counters["vs_square"] = rate / square_gflops[kind];
-    r.counters.erase("kind");
-    r.counters.erase("is_square");
+    const double rate = add_vs_square(r);
     char line[256];
     const auto balance = r.counters.find("max_over_mean");
     std::snprintf(line, sizeof line, "| %s | %.2f | %.0f | %.2f | %s |\n", short_name(r).c_str(), r.GetAdjustedRealTime(),

@@ -39,4 +39,26 @@ class MarkdownReporter : public benchmark::ConsoleReporter {
   std::string header_, table_;
 };
 
+// For programs whose first run per dtype is a large square product (counters "kind": the dtype
+// index, 0 or 1, and "is_square"): every run gets `vs_square`, its GFLOP/s over that product's.
+class SquareRatioReporter : public MarkdownReporter {
+ public:
+  using MarkdownReporter::MarkdownReporter;
+
+ protected:
+  // Adds `vs_square` (dropping the bookkeeping counters) and returns the run's GFLOP/s.
+  double add_vs_square(Run& r) {
+    const int kind = int(r.counters["kind"].value);
+    const double rate = r.counters["GFLOPs"].value;
+    if (r.counters["is_square"].value > 0) square_gflops_[kind] = rate;
+    if (square_gflops_[kind] > 0) r.counters["vs_square"] = rate / square_gflops_[kind];
+    r.counters.erase("kind");
+    r.counters.erase("is_square");
+    return rate;
+  }
+
+ private:
+  double square_gflops_[2] = {0, 0};  // [f32, bf16]
+};
+
 }  // namespace hyla::bench
