@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup configure build demo test bench fuzz clean
+.PHONY: all setup configure build demo test bench fuzz fresh-test fresh-demo clean
 
 all: build
 
@@ -28,6 +28,13 @@ bench: build
 
 fuzz: setup
 	bash scripts/fuzz.sh
+
+# `make test` / `make demo` on a brand-new Debian 12 root with a clean clone of HEAD (needs root).
+fresh-test:
+	bash scripts/fresh-root.sh test
+
+fresh-demo:
+	bash scripts/fresh-root.sh demo
 
 clean:
 	rm -rf $(BUILD)

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libdnnl-dev                      # matmul (f32, bf16, int8)
+  ocl-icd-opencl-dev               # Debian's oneDNN CMake config requires OpenCL (only a Recommends)
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libstb-dev zlib1g-dev libpcre2-dev
@@ -13,6 +14,7 @@ packages=(
   clang libclang-rt-14-dev         # libFuzzer target (scripts/fuzz.sh)
   bible-kjv dataset-fashion-mnist  # demo corpora
   curl                             # end-to-end server tests
+  util-linux                       # flock around the tests' one npm install
   jq                               # scripts/studies.sh summaries
 )
 # Node.js and npm run the `openai` npm client in the server tests. Machines that already have them
