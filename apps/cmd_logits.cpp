@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/io/json_fields.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/model/model.h"
 
@@ -32,15 +33,10 @@ void add_logits(CLI::App& app) {
       const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
       in.ids = tokenizer.encode(text, /*allow_special=*/true);
     } else {
-      nlohmann::json ids;
-      try {
-        ids = nlohmann::json::parse(tokens_json);
-      } catch (const nlohmann::json::exception& e) {
-        fail("--tokens is not valid JSON: {}", e.what());
-      }
+      const nlohmann::json ids = parse_json(tokens_json, "--tokens");
       HYLA_CHECK(ids.is_array(), "--tokens must be a JSON list of integers");
       for (const auto& id : ids) {
-        HYLA_CHECK(id.is_number_integer(), "--tokens must be a JSON list of integers, got {}", id.dump());
+        HYLA_CHECK(id.is_number_integer(), "--tokens must be a JSON list of integers, got {}", json_excerpt(id));
         in.ids.push_back(id.get<int32_t>());
       }
     }

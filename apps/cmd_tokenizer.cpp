@@ -71,7 +71,7 @@ void add_decode(CLI::App& parent) {
     for (size_t i = 0; i < list.size(); ++i) {
       const nlohmann::json& v = list[i];
       const bool valid = v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < tokenizer.vocab_size();
-      HYLA_CHECK(valid, "{}: element {} ({}) is not a token id of {} (vocab size {})", input, i, v.dump(),
+      HYLA_CHECK(valid, "{}: element {} ({}) is not a token id of {} (vocab size {})", input, i, json_excerpt(v),
                  tokenizer_path, tokenizer.vocab_size());
       ids.push_back(int32_t(v.get<int64_t>()));
     }

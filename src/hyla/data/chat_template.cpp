@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hyla/core/error.h"
+#include "hyla/io/json_fields.h"
+
 namespace hyla {
 
 namespace {
@@ -102,7 +105,12 @@ AssistantReply parse_assistant_reply(std::string_view text) {
     const size_t close = text.find(kCallClose, body);
     // A block the model did not close (e.g. cut off by max_tokens) is parsed up to the end.
     const std::string_view inner = trim(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
-    const nlohmann::json j = nlohmann::json::parse(inner, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j;
+    try {
+      j = parse_json(inner, "tool call");
+    } catch (const Error&) {
+      // not a call: stays text
+    }
     const size_t next = close == std::string_view::npos ? text.size() : close + kCallClose.size();
     if (j.is_object() && j.contains("name") && j["name"].is_string()) {
       content += text.substr(at, open - at);

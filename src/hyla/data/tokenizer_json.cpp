@@ -117,7 +117,7 @@ void read_added_tokens(const json& list, const std::string& source, TokenizerSpe
 void require_unset(JsonFields& model, const std::string& key) {
   const json& v = model.raw(key);
   if (!(v.is_null() || (v.is_string() && v.get<std::string>().empty()) || (v.is_number() && v.get<double>() == 0)))
-    model.fail_rule(fmt::format("{} = {} is not supported", model.path(key), v.dump()));
+    model.fail_rule(fmt::format("{} = {} is not supported", model.path(key), json_excerpt(v)));
 }
 
 void read_model(JsonFields& model, const std::string& source, TokenizerSpec& spec) {
@@ -140,7 +140,7 @@ void read_model(JsonFields& model, const std::string& source, TokenizerSpec& spe
   spec.vocab.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     HYLA_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX,
-               "{}: model.vocab['{}'] must be a token id, got {}", source, token, id.dump());
+               "{}: model.vocab['{}'] must be a token id, got {}", source, token, json_excerpt(id));
     std::optional<std::string> bytes = byte_level_decode(token);
     HYLA_CHECK(bytes.has_value(), "{}: model.vocab token '{}' has a character outside the byte-level alphabet",
                source, token);
@@ -164,7 +164,7 @@ void read_model(JsonFields& model, const std::string& source, TokenizerSpec& spe
       right = text.substr(space + 1);
     } else {
       HYLA_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-                 "{}: model.merges[{}] must be \"a b\" or [\"a\", \"b\"], got {}", source, i, m.dump());
+                 "{}: model.merges[{}] must be \"a b\" or [\"a\", \"b\"], got {}", source, i, json_excerpt(m));
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     }

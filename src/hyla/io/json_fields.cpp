@@ -16,7 +16,7 @@ const json* JsonFields::get(const std::string& key, bool (json::*is)() const noe
   seen_.insert(key);
   auto it = object_.find(key);
   if (it == object_.end()) return nullptr;
-  HYLA_CHECK(((*it).*is)(), "{}: {} must be {}, got {}", source_, path(key), type_name, it->dump());
+  HYLA_CHECK(((*it).*is)(), "{}: {} must be {}, got {}", source_, path(key), type_name, json_excerpt(*it));
   return &*it;
 }
 
@@ -41,7 +41,7 @@ void JsonFields::read(const std::string& key, std::vector<std::string>& out) {
   if (!v) return;
   out.clear();
   for (const json& item : *v) {
-    HYLA_CHECK(item.is_string(), "{}: {} must be a list of strings, got element {}", source_, path(key), item.dump());
+    HYLA_CHECK(item.is_string(), "{}: {} must be a list of strings, got element {}", source_, path(key), json_excerpt(item));
     out.push_back(item.get<std::string>());
   }
 }
@@ -52,7 +52,7 @@ void JsonFields::read(const std::string& key, std::vector<int64_t>& out) {
   out.clear();
   for (const json& item : *v) {
     HYLA_CHECK(item.is_number_integer(), "{}: {} must be a list of integers, got element {}", source_, path(key),
-               item.dump());
+               json_excerpt(item));
     out.push_back(item.get<int64_t>());
   }
 }
@@ -75,13 +75,34 @@ void JsonFields::finish() const {
 
 void JsonFields::fail_rule(const std::string& message) const { fail("{}: {}", source_, message); }
 
-json parse_json_file(const std::string& path) {
-  const std::string text = read_file(path);
+json parse_json(std::string_view text, std::string_view source) {
+  std::vector<std::set<std::string>> open_objects;
+  const auto check = [&](int depth, json::parse_event_t event, json& parsed) {
+    using event_t = json::parse_event_t;
+    if ((event == event_t::object_start || event == event_t::array_start) && depth >= kMaxJsonDepth)
+      fail("{}: JSON nested deeper than {} levels", source, kMaxJsonDepth);
+    if (event == event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == event_t::object_end) {
+      open_objects.pop_back();
+    } else if (event == event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
+      fail("{}: duplicate key '{}'", source, parsed.get<std::string>());
+    }
+    return true;
+  };
   try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
+    return json::parse(text.begin(), text.end(), check);
+  } catch (const json::exception& e) {  // syntax errors, and numbers out of range
+    fail("{}: not valid JSON: {}", source, e.what());
   }
+}
+
+json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+
+std::string json_excerpt(const json& value, size_t max_chars) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > max_chars) text = text.substr(0, max_chars - 3) + "...";
+  return text;
 }
 
 }  // namespace hyla

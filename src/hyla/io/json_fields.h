@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hyla/core/error.h"
@@ -44,7 +45,17 @@ class JsonFields {
   static const nlohmann::json kEmpty;
 };
 
-// Parses a JSON file with a one-line error naming the file on failure.
+// The deepest nesting a JSON document may have. nlohmann parses iteratively, but copying, comparing
+// and printing a value recurse once per level, so 100k nested arrays would overflow a thread's stack.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Every JSON document hyla reads (files, request bodies, headers) goes through here: text that is
+// not JSON, nesting deeper than kMaxJsonDepth and a key repeated in one object (nlohmann would keep
+// the last silently) are errors whose one-line message starts with `source`.
+nlohmann::json parse_json(std::string_view text, std::string_view source);
 nlohmann::json parse_json_file(const std::string& path);
+
+// A value quoted in an error message: its JSON text, cut to at most `max_chars` characters.
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 60);
 
 }  // namespace hyla

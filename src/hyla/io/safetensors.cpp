@@ -6,6 +6,7 @@
 #include <set>
 
 #include "hyla/core/error.h"
+#include "hyla/io/json_fields.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -38,29 +39,6 @@ size_t invalid_utf8_offset(std::string_view s) {
   return std::string_view::npos;
 }
 
-// Parses JSON, rejecting duplicate keys in any object (nlohmann keeps the last one silently).
-json parse_json_unique_keys(std::string_view text, std::string_view source) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto callback = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    else if (event == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    else if (event == json::parse_event_t::key && !open_objects.empty() && duplicate.empty()) {
-      const std::string key = parsed.get<std::string>();
-      if (!open_objects.back().insert(key).second) duplicate = key;
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), callback);
-  } catch (const json::exception& e) {  // parse errors, and numbers out of range (out_of_range)
-    fail("{}: header is not valid JSON: {}", source, e.what());
-  }
-  HYLA_CHECK(duplicate.empty(), "{}: header has duplicate key '{}'", source, duplicate);
-  return j;
-}
-
 uint64_t checked_product(const Shape& shape, uint64_t element_size, bool& overflow) {
   uint64_t n = element_size;
   overflow = false;
@@ -73,7 +51,7 @@ uint64_t checked_product(const Shape& shape, uint64_t element_size, bool& overfl
 SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_bytes, std::string_view source) {
   if (const size_t bad = invalid_utf8_offset(text); bad != std::string_view::npos)
     fail("{}: header is not valid UTF-8 (byte {} of the header)", source, bad);
-  const json j = parse_json_unique_keys(text, source);
+  const json j = parse_json(text, fmt::format("{}: header", source));
   HYLA_CHECK(j.is_object(), "{}: header is not a JSON object", source);
 
   SafetensorsHeader header;
@@ -104,7 +82,7 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_
     Shape shape;
     for (const json& d : shape_json) {
       HYLA_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= (uint64_t(1) << 48),
-                 "{}: tensor '{}' has an invalid shape entry {}", source, name, d.dump());
+                 "{}: tensor '{}' has an invalid shape entry {}", source, name, json_excerpt(d));
       shape.push_back(d.get<int64_t>());
     }
     HYLA_CHECK(value.contains("data_offsets") && value["data_offsets"].is_array() &&
@@ -182,12 +160,7 @@ ModelWeights::ModelWeights(const fs::path& dir) {
     files_.emplace_back(single);
   } else {
     const std::string source = index_path.string();
-    json index;
-    try {
-      index = json::parse(read_file(index_path));
-    } catch (const json::exception& e) {
-      fail("{}: not valid JSON: {}", source, e.what());
-    }
+    const json index = parse_json_file(source);
     HYLA_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
                "{}: missing object 'weight_map'", source);
     std::map<std::string, size_t> shard_ids;
