@@ -5,25 +5,52 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "hyla/core/error.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
 
+namespace {
+
+// Opens `path` for reading only if it is a regular file. O_NONBLOCK keeps a FIFO (or a device)
+// from blocking the open until a writer appears; it has no effect on regular files.
+int open_regular_file(const fs::path& path, struct stat& st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  HYLA_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool directory = S_ISDIR(st.st_mode);
+    ::close(fd);
+    fail("{}: {}, expected a regular file", path.string(), directory ? "is a directory" : "not a regular file");
+  }
+  return fd;
+}
+
+}  // namespace
+
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  HYLA_CHECK(in, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  HYLA_CHECK(!fs::is_directory(path), "{}: is a directory, expected a file", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  HYLA_CHECK(!in.bad(), "{}: read failed", path.string());
-  return buffer.str();
+  struct stat st {};
+  const int fd = open_regular_file(path, st);
+  std::string contents(size_t(st.st_size), '\0');
+  size_t done = 0;
+  for (;;) {
+    if (done == contents.size()) contents.resize(done + 65536);  // the file grew since fstat
+    const ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      HYLA_CHECK(n == 0, "{}: read failed: {}", path.string(), std::strerror(err));
+      break;
+    }
+    done += size_t(n);
+  }
+  contents.resize(done);
+  return contents;
 }
 
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
@@ -127,6 +154,24 @@ void AtomicDirectory::commit() {
   if (replacing) fs::remove_all(old, ec);
 }
 
+void check_replaceable_output(const fs::path& dir, std::string_view marker, const std::vector<fs::path>& inputs,
+                              bool force) {
+  std::error_code ec;
+  if (force || !fs::exists(dir, ec)) return;
+  HYLA_CHECK(fs::is_directory(dir, ec), "{}: exists and is not a directory", dir.string());
+  fs::path out = fs::weakly_canonical(dir, ec);
+  if (!out.has_filename()) out = out.parent_path();  // "data/" names the directory "data"
+  for (const fs::path& input : inputs) {
+    const fs::path in = fs::weakly_canonical(input, ec);
+    const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+    HYLA_CHECK(o != out.end(), "{}: holds the input {}, which replacing the directory would delete; choose another "
+               "--out (or pass --force)", dir.string(), input.string());
+  }
+  if (fs::is_empty(dir, ec) || fs::exists(dir / marker, ec)) return;
+  fail("{}: exists and is not an earlier output of this command (it has no {}); choose another --out, or pass "
+       "--force to replace it with everything in it", dir.string(), marker);
+}
+
 void sync_directory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;  // best effort: some filesystems refuse directory fds
@@ -135,13 +180,8 @@ void sync_directory(const fs::path& dir) {
 }
 
 std::shared_ptr<const MappedFile> MappedFile::open(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HYLA_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path.string());
-  }
+  const int fd = open_regular_file(path, st);
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
   file->size_ = size_t(st.st_size);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hyla {
 
@@ -48,6 +49,13 @@ class AtomicDirectory {
   std::filesystem::path path_, temp_;
   bool committed_ = false;
 };
+
+// Checks, before a command starts, that its output directory may be replaced whole: it must be
+// absent, empty, or an earlier output of the same command (it holds `marker`, e.g. "meta.json"), and
+// must not hold any of `inputs` (files or directories the command reads). `force` (the command's
+// --force) skips the check. Errors name the directory, the reason and the flag.
+void check_replaceable_output(const std::filesystem::path& dir, std::string_view marker,
+                              const std::vector<std::filesystem::path>& inputs, bool force);
 
 // Fsyncs a directory so that a rename inside it survives a crash.
 void sync_directory(const std::filesystem::path& dir);
