@@ -35,18 +35,23 @@ void add_prepare(CLI::App& parent) {
   static std::vector<std::string> inputs;
   static PrepareOptions options;
   static std::string out;
+  static bool force = false;
   cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json")->required();
   cmd->add_option("--input", inputs, "Text files; documents are their blank-line separated blocks")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--out", out, "Output directory (replaced whole)")->required();
+  cmd->add_option("--out", out, "Output directory (replaced whole: only an earlier prepare output, unless --force)")->required();
+  cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->add_option("--val-fraction", options.val_fraction, "Fraction of documents held out for validation");
   cmd->add_option("--seed", options.seed, "Seed of the validation split");
   cmd->add_option("--shard-tokens", options.shard_tokens, "Tokens per shard before a new one starts");
   cmd->callback([] {
     const auto start = std::chrono::steady_clock::now();
-    const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     options.inputs.assign(inputs.begin(), inputs.end());
+    std::vector<std::filesystem::path> read = options.inputs;
+    read.emplace_back(tokenizer_path);
+    check_replaceable_output(out, "meta.json", read, force);
+    const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     options.out_dir = out;
     options.show_progress = true;
     const PrepareSummary s = prepare_token_dataset(tokenizer, tokenizer_path, options);
@@ -60,11 +65,14 @@ void add_prepare(CLI::App& parent) {
 void add_prepare_images(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("prepare-images", "Write image-caption records from an image dataset");
   static std::string dataset = "fashion-mnist", split = "all", dir = std::string(kFashionMnistDir), out;
+  static bool force = false;
   cmd->add_option("--dataset", dataset, "Dataset")->check(CLI::IsMember({"fashion-mnist"}));
   cmd->add_option("--split", split, "train, test or all")->check(CLI::IsMember({"train", "test", "all"}));
   cmd->add_option("--dir", dir, "Directory of the dataset's idx*-ubyte.gz files");
-  cmd->add_option("--out", out, "Output directory (replaced whole)")->required();
+  cmd->add_option("--out", out, "Output directory (replaced whole: only an earlier prepare-images output, unless --force)")->required();
+  cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->callback([] {
+    check_replaceable_output(out, "meta.json", {dir}, force);
     const std::vector<std::string> splits = split == "all" ? std::vector<std::string>{"train", "test"}
                                                            : std::vector<std::string>{split};
     AtomicDirectory directory(out);

@@ -1,10 +1,13 @@
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/core/half.h"
+#include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/model/config.h"
 #include "hyla/model/model.h"
@@ -28,6 +31,22 @@ std::string human_count(double n) {
   if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
   if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
   return fmt::format("{}", int64_t(n));
+}
+
+// Elements of a floating-point tensor that are NaN or infinite (0 for integer tensors).
+int64_t count_non_finite(const Tensor& t) {
+  const int64_t n = t.numel();
+  int64_t bad = 0;
+  const auto count = [&](auto to_float, const auto* p) {
+    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(to_float(p[i]));
+  };
+  switch (t.dtype()) {
+    case DType::F32: count([](float x) { return x; }, t.data<float>()); break;
+    case DType::BF16: count([](bf16 x) { return to_f32(x); }, t.data<bf16>()); break;
+    case DType::F16: count([](f16 x) { return to_f32(x); }, t.data<f16>()); break;
+    default: break;
+  }
+  return bad;
 }
 
 void print_config(const ModelConfig& c) {
@@ -59,15 +78,19 @@ void inspect(const fs::path& dir) {
   fmt::print("\n{:<60} {:>5} {:>18} {:>12}\n", "tensor", "dtype", "shape", "bytes");
   uint64_t total_bytes = 0, total_elements = 0;
   std::map<DType, int64_t> per_dtype;
+  std::vector<std::string> non_finite;
   for (const std::string& name : weights.names()) {
     const SafetensorsEntry& e = weights.entry(name);
     fmt::print("{:<60} {:>5} {:>18} {:>12}\n", name, dtype_name(e.dtype), e.shape.str(), e.end - e.begin);
+    if (const int64_t bad = count_non_finite(weights.get(name)))
+      non_finite.push_back(fmt::format("{} ({} of {} elements)", name, bad, e.shape.numel()));
     total_bytes += e.end - e.begin;
     total_elements += uint64_t(e.shape.numel());
     per_dtype[e.dtype] += e.shape.numel();
   }
   fmt::print("\n{} tensors in {} file(s), {} elements, {}\n", weights.names().size(), weights.files().size(),
              total_elements, human_bytes(double(total_bytes)));
+  HYLA_CHECK(non_finite.empty(), "{}: NaN or infinite weights in {}", dir.string(), fmt::join(non_finite, ", "));
 
   // The weights must be exactly the tensors this config's model creates (int8 ones with their
   // scales, docs/quantization.md).
@@ -87,7 +110,16 @@ void inspect(const fs::path& dir) {
       fmt::print("{:<18} {:>16} {:>16}\n", component_name(Component(c)), counts.total[c], counts.active[c]);
   fmt::print("{:<18} {:>16} {:>16}   ({} total, {} active)\n", "sum", counts.total_sum(), counts.active_sum(),
              human_count(double(counts.total_sum())), human_count(double(counts.active_sum())));
-  fmt::print("ok: weights match config.json\n");
+  const fs::path tokenizer_path = dir / "tokenizer.json";
+  if (fs::exists(tokenizer_path)) {
+    const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
+    HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: {} tokens, more than the config's vocab_size {}",
+               tokenizer_path.string(), tokenizer.vocab_size(), config.vocab_size);
+    fmt::print("tokenizer: {} tokens\n", tokenizer.vocab_size());
+  } else {
+    fmt::print("tokenizer: none (generate, chat and serve need {})\n", tokenizer_path.string());
+  }
+  fmt::print("ok: weights match config.json, all finite\n");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "hyla/io/file.h"
 #include "hyla/quant/quantize_model.h"
 
 namespace hyla::cli {
@@ -10,12 +11,15 @@ void add_quantize(CLI::App& app) {
   auto* cmd = app.add_subcommand("quantize", "Write a copy of a model directory with int8 matrix-product weights");
   static std::string in, out, dtype = "int8";
   static QuantizeOptions o;
+  static bool force = false;
   cmd->add_option("--model", in, "Model directory (F32, BF16 or F16 weights)")->required();
-  cmd->add_option("--out", out, "Output directory (replaced atomically)")->required();
+  cmd->add_option("--out", out, "Output directory (replaced atomically: only a model directory, unless --force)")->required();
+  cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->add_option("--dtype", dtype, "Weight format")->check(CLI::IsMember({"int8"}));
   cmd->add_option("--block", o.block, "Input features per scale: 16, 32, 64, 128 or 256");
   cmd->add_flag("--keep-lm-head", o.keep_lm_head, "Leave lm_head.weight floating point");
   cmd->callback([] {
+    check_replaceable_output(out, "config.json", {in}, force);
     const QuantizeSummary s = quantize_model(in, out, o);
     for (const std::string& k : s.kept) fmt::print("kept floating point: {}\n", k);
     fmt::print("wrote {}: {} weights ({:.2f}M parameters) as int8 with block {}, {} tensors ({:.2f}M) unchanged; "

@@ -1,9 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cmath>
 #include <fstream>
 
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
+#include "hyla/model/model.h"
+#include "model_test_util.h"
 #include "test_util.h"
 #include "text_fixtures.h"
 
@@ -67,6 +72,83 @@ TEST(Cli, InspectFailsWithOneLineErrors) {
   r = run_hyla("inspect " + (dir / "missing").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("cannot open"), std::string::npos) << r.output;
+}
+
+TEST(Cli, InspectReadsTheTokenizerAndRefusesNonFiniteWeights) {
+  test::TempDir dir;
+  test::write_bytes(dir / "config.json", test::nano_config([](nlohmann::json& j) { j["vocab_size"] = 512; }).to_json().dump());
+  const std::string config = (dir / "config.json").string();
+  test::small_tokenizer().save(dir / "tok.json");
+  const auto out = (dir / "m").string();
+  ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + " --tokenizer " + (dir / "tok.json").string()).exit_code, 0);
+  auto r = run_hyla("inspect " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer: "), std::string::npos) << r.output;
+  test::write_bytes(out + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": 7}})");
+  r = run_hyla("inspect " + out);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
+
+  Model model(test::nano_config());
+  model.initialize(1);
+  model.params().values()[5] = NAN;
+  model.params().values()[6] = INFINITY;
+  model.save(dir / "nan", DType::F32);
+  r = run_hyla("inspect " + (dir / "nan").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("NaN or infinite weights in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(2 of "), std::string::npos) << r.output;
+}
+
+TEST(Cli, LoadersRefuseFifosDeepNestingAndDuplicateKeysWithoutHanging) {
+  test::TempDir dir;
+  const auto out = (dir / "m").string();
+  ASSERT_EQ(run_hyla("init --config " + (test::source_dir() / "configs/nano.json").string() + " --out " + out).exit_code, 0);
+  const std::string config = read_file(out + "/config.json");
+  // A FIFO would block open() until a writer came: `timeout` turns a hang into exit 124.
+  std::filesystem::remove(out + "/config.json");
+  ASSERT_EQ(mkfifo((out + "/config.json").c_str(), 0644), 0);
+  auto r = test::run_command("timeout 20 " + std::string(HYLA_BINARY) + " inspect " + out);
+  EXPECT_NE(r.exit_code, 124) << "inspect hung on a FIFO";
+  EXPECT_NE(r.output.find("config.json: not a regular file"), std::string::npos) << r.output;
+  std::filesystem::remove(out + "/config.json");
+  test::write_bytes(out + "/config.json", "{\"x\": " + std::string(200000, '[') + std::string(200000, ']') + "}");
+  r = run_hyla("inspect " + out);
+  EXPECT_NE(r.output.find("nested deeper than"), std::string::npos) << r.output.substr(0, 500);
+  test::write_bytes(out + "/config.json", "{\"hidden_size\": 64, " + config.substr(config.find('{') + 1));
+  r = run_hyla("inspect " + out);
+  EXPECT_NE(r.output.find("duplicate key 'hidden_size'"), std::string::npos) << r.output;
+}
+
+TEST(Cli, OutputDirectoriesAreReplacedOnlyWhenTheyAreTheCommandsOwn) {
+  test::TempDir dir;
+  const std::string config = (test::source_dir() / "configs/nano.json").string();
+  const auto foreign = dir / "notes";
+  std::filesystem::create_directories(foreign);
+  test::write_bytes(foreign / "thesis.tex", "years of work");
+  auto r = run_hyla("init --config " + config + " --out " + foreign.string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is not an earlier output of this command (it has no config.json)"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(foreign / "thesis.tex"));
+  // A model directory is init's own output: replaced; --force replaces anything.
+  const auto model = (dir / "model").string();
+  ASSERT_EQ(run_hyla("init --config " + config + " --out " + model).exit_code, 0);
+  EXPECT_EQ(run_hyla("init --config " + config + " --out " + model + " --seed 2").exit_code, 0);
+  // quantize into its own input, and data prepare into the directory of its input, would delete them.
+  r = run_hyla("quantize --model " + model + " --out " + model);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("holds the input"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(model + "/model.safetensors"));
+  std::filesystem::create_directories(dir / "data");
+  test::small_tokenizer().save(dir / "data/tok.json");
+  test::write_bytes(dir / "data/text.txt", test::sample_text(20, 1));
+  r = run_hyla("data prepare --tokenizer " + (dir / "data/tok.json").string() + " --input " +
+               (dir / "data/text.txt").string() + " --out " + (dir / "data").string() + "/");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("holds the input"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "data/text.txt"));
+  EXPECT_EQ(run_hyla("init --config " + config + " --out " + foreign.string() + " --force").exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(foreign / "thesis.tex"));
 }
 
 TEST(Cli, BadThreadCountIsAnError) {
