@@ -14,7 +14,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--batch", o.batch, "Sequences per step in every stage")->check(CLI::PositiveNumber);
   cmd->add_option("--seq", o.seq, "A single stage of this sequence length")->check(CLI::PositiveNumber);
   cmd->add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber);
-  cmd->add_flag("--resume", o.resume, "Continue from the run directory's newest checkpoint");
+  auto* resume = cmd->add_flag("--resume", o.resume, "Continue from the run directory's newest checkpoint");
+  cmd->add_flag("--overwrite", o.overwrite, "Start a new run in a run directory that holds checkpoints (deleting them)")
+      ->excludes(resume);
   cmd->add_flag("--deterministic", o.deterministic, "One thread: losses reproduce bit for bit, across a resume too");
   cmd->add_flag("--quiet", o.quiet, "No per-step lines (evaluations, samples and stages still print)");
   cmd->callback([] { run_training(o); });

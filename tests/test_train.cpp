@@ -175,6 +175,28 @@ TEST(Train, NonFiniteStepsAreSkippedThenStopTheRun) {
   EXPECT_NE(r.output.find("training stopped at step"), std::string::npos) << r.output;
 }
 
+// Without --resume a new run would lose its checkpoints to the old run's keep-N pruning, and a later
+// --resume would continue the old run.
+TEST(Train, ANewRunInAnOldRunDirectoryNeedsResumeOrOverwrite) {
+  const std::string out = (tiny().dir / "reused").string();
+  ASSERT_EQ(test::run_hyla(tiny().args(out) + " --steps 3 --quiet").exit_code, 0);
+  ASSERT_TRUE(std::filesystem::exists(out + "/checkpoints/step-00000003/trainer.json"));
+  auto r = test::run_hyla(tiny().args(out) + " --steps 3 --quiet");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("holds checkpoints of an earlier run (newest: step 3); pass --resume"), std::string::npos)
+      << r.output;
+  // What an interrupted save leaves behind goes at the next start.
+  std::filesystem::create_directories(out + "/checkpoints/step-00000006.tmp-12345/model");
+  std::filesystem::create_directories(out + "/checkpoints/step-00000003.old-777");
+  r = test::run_hyla(tiny().args(out) + " --steps 2 --quiet --overwrite");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/checkpoints")) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"step-00000002"});
+  EXPECT_EQ(metrics(out).size(), 2u);
+  EXPECT_NE(test::run_hyla(tiny().args(out) + " --resume --overwrite").exit_code, 0);  // one or the other
+}
+
 TEST(Train, BadInputsAreClearErrors) {
   auto r = test::run_hyla("train --config " + tiny().config + " --train " + tiny().train + " --data /nonexistent --out " +
                           (tiny().dir / "x").string());

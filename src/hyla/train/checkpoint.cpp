@@ -45,6 +45,19 @@ void save_checkpoint(const fs::path& run_dir, int64_t step, const Model& model, 
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i].dir);
 }
 
+void remove_unfinished_checkpoints(const fs::path& run_dir) {
+  const fs::path root = run_dir / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos))
+      fs::remove_all(entry.path(), ec);
+  }
+}
+
+void remove_checkpoints(const fs::path& run_dir) { fs::remove_all(run_dir / "checkpoints"); }
+
 std::optional<CheckpointInfo> latest_checkpoint(const fs::path& run_dir) {
   auto all = checkpoints(run_dir);
   if (all.empty()) return std::nullopt;

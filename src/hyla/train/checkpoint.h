@@ -21,6 +21,13 @@ struct CheckpointInfo {
 void save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Model& model, const AdamW& optimizer,
                      const nlohmann::json& trainer_state, const std::filesystem::path& tokenizer, int64_t keep);
 
+// Removes what interrupted saves left in RUN_DIR/checkpoints (half-built step-N.tmp-* and step-N.old-*
+// directories, which can be gigabytes each).
+void remove_unfinished_checkpoints(const std::filesystem::path& run_dir);
+
+// Deletes every checkpoint of a run (a new run replacing an old one).
+void remove_checkpoints(const std::filesystem::path& run_dir);
+
 // The newest complete checkpoint of a run, if any.
 std::optional<CheckpointInfo> latest_checkpoint(const std::filesystem::path& run_dir);
 

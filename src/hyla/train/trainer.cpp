@@ -133,6 +133,18 @@ void run_training(const TrainOptions& o) {
              o.model_config, tokenizer.vocab_size(), config.vocab_size);
 
   fs::create_directories(run_dir);
+  remove_unfinished_checkpoints(run_dir);
+  if (!o.resume) {
+    if (const auto earlier = latest_checkpoint(run_dir)) {
+      // Keep-N pruning would delete the new run's lower-numbered checkpoints, and a later --resume
+      // would continue the old run: never mix two runs in one directory.
+      HYLA_CHECK(o.overwrite,
+                 "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
+                 "--overwrite to start over and delete them",
+                 run_dir.string(), earlier->step);
+      remove_checkpoints(run_dir);
+    }
+  }
   Model model(config);
   AdamW optimizer(model.params(), tc);
   const int64_t total_steps = tc.total_steps();

@@ -13,6 +13,7 @@ struct TrainOptions {
   int64_t seq = 0;     // > 0: a single stage of this length
   double lr = 0;       // > 0: override the peak learning rate
   bool resume = false;
+  bool overwrite = false;      // start over in a run directory that holds checkpoints (they are deleted)
   bool deterministic = false;  // one thread: bitwise-reproducible losses, across a resume too
   bool quiet = false;          // no per-step console lines
 };
