@@ -1,25 +1,57 @@
 // `hyla serve`: the OpenAI-compatible HTTP server (see src/hyla/serve/server.h).
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
+#include <atomic>
 #include <csignal>
+#include <ctime>
 #include <thread>
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/io/file.h"
 #include "hyla/serve/server.h"
 
 namespace hyla::cli {
+
+namespace {
+
+// Each connection holds a socket (and a thread): lift the soft file limit (often 1024) to what
+// --max-connections needs, as far as the hard limit allows.
+void raise_open_file_limit(int64_t connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = rlim_t(connections) + 256;  // model files, pipes, the listening socket
+  if (limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+std::string read_key_file(const std::string& path) {
+  std::string key = read_file(path);
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  HYLA_CHECK(!key.empty(), "{}: the API key file is empty", path);
+  return key;
+}
+
+}  // namespace
 
 void add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   static ServeOptions options;
   static std::string dtype = "bf16", cache_dtype = "bf16";
   static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
+  static std::string api_key_file;
   cmd->add_option("--model", options.model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--host", options.host, "Address to listen on");
   cmd->add_option("--port", options.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--model-name", options.model_name, "Model id clients use (default: the directory name)");
-  cmd->add_option("--api-key", options.api_key, "Require 'Authorization: Bearer KEY' on /v1 routes");
+  auto* key = cmd->add_option("--api-key", options.api_key,
+                              "Require 'Authorization: Bearer KEY' on /v1 routes (visible in ps: prefer the file or $HYLA_API_KEY)")
+                  ->envname("HYLA_API_KEY");
+  cmd->add_option("--api-key-file", api_key_file, "Read the API key from this file")->excludes(key);
+  cmd->add_flag("--metrics-need-key", options.metrics_need_key, "Require the API key on /metrics too");
   cmd->add_option("--max-sequences", options.engine.max_sequences, "Sequences decoded together")->check(CLI::PositiveNumber);
   cmd->add_option("--context", options.engine.context, "Tokens per sequence (prompt + completion)")->check(CLI::Range(2, 1 << 24));
   cmd->add_option("--prefill-chunk", options.engine.prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
@@ -28,12 +60,18 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--prefix-cache-mb", prefix_cache_mb, "Memory for reusable prompt states (0: off)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-tokens", options.limits.max_tokens, "Largest max_tokens a request may ask for")->check(CLI::PositiveNumber);
   cmd->add_option("--max-body-kb", max_body_kb, "Largest request body")->check(CLI::PositiveNumber);
-  cmd->add_option("--http-threads", options.http_threads, "HTTP worker threads (0: 2 × max-sequences + 4)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--http-threads", options.http_threads, "HTTP threads kept ready (0: 2 × max-sequences + 4)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(CLI::PositiveNumber);
+  cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
+                  "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(CLI::NonNegativeNumber);
   cmd->callback([] {
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;
     options.engine.prefix_cache_bytes = prefix_cache_mb << 20;
     options.limits.max_body_bytes = size_t(max_body_kb) << 10;
+    if (!api_key_file.empty()) options.api_key = read_key_file(api_key_file);
+    HYLA_CHECK(!options.metrics_need_key || !options.api_key.empty(), "--metrics-need-key needs an API key");
+    raise_open_file_limit(options.max_connections);
     // SIGINT/SIGTERM stop the server from a thread of their own (stopping is not signal-safe).
     sigset_t signals;
     sigemptyset(&signals);
@@ -44,11 +82,22 @@ void add_serve(CLI::App& app) {
     const int port = server.bind();
     fmt::print("hyla serve: listening on http://{}:{} (loading {})\n", options.host, port, options.model_dir.string());
     std::thread http([&] { server.listen(); });
+    // The first signal drains (new requests 503, in-flight ones get the grace period); a second
+    // one stops at once.
     std::thread watcher([&] {
       int signal = 0;
       sigwait(&signals, &signal);
-      if (signal != 0) fmt::print("hyla serve: signal {}, stopping\n", signal);
-      server.stop();
+      fmt::print("hyla serve: signal {}, stopping (up to {} s for requests in flight; signal again to stop now)\n",
+                 signal, options.shutdown_grace_seconds);
+      std::atomic<bool> drained{false};
+      std::thread drain([&] {
+        server.shutdown();
+        drained = true;
+      });
+      const timespec poll{0, 100'000'000};
+      while (!drained)
+        if (sigtimedwait(&signals, nullptr, &poll) > 0) server.stop();
+      drain.join();
     });
     try {
       server.load();

@@ -525,6 +525,20 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   c.set_bearer_token_auth("sekret");
   EXPECT_EQ(c.Get("/v1/models")->status, 200);
   EXPECT_EQ(s.client().Get("/health")->status, 200);  // health needs no key
+  EXPECT_EQ(s.client().Get("/metrics")->status, 200);  // nor, by default, metrics
+  // The scheme is case-insensitive (RFC 7235); the key is not.
+  for (const auto& [header, status] : {std::pair{"bearer sekret", 200}, {"BEARER  sekret", 200}, {"Bearer sekreT", 401},
+                                       {"Bearer sekret2", 401}, {"Bearer", 401}, {"Basic sekret", 401}}) {
+    auto res = s.client().Get("/v1/models", {{"Authorization", header}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << header;
+  }
+  TestServer locked([](ServeOptions& o) {
+    o.api_key = "sekret";
+    o.metrics_need_key = true;
+  });
+  EXPECT_EQ(locked.client().Get("/metrics")->status, 401);
+  EXPECT_EQ(locked.client().Get("/metrics", {{"Authorization", "Bearer sekret"}})->status, 200);
 }
 
 TEST(Serve, SixteenConcurrentClientsAllCompleteAndMatchOneAtATime) {
@@ -577,8 +591,8 @@ bool wait_for(const std::function<bool()>& condition) {
 }
 
 TEST(Serve, DisconnectedClientsAreCancelled) {
-  // Requests long enough (~seconds) that they cannot finish by length before the server notices
-  // the hang-up, even when the HTTP threads are starved on a loaded machine.
+  // Requests long enough (~seconds), and blind to end tokens, so that they cannot finish before the
+  // server notices the hang-up, even when the HTTP threads are starved on a loaded machine.
   constexpr int kLong = 30000;
   TestServer s([](ServeOptions& o) {
     o.engine.context = 32768;
@@ -590,7 +604,7 @@ TEST(Serve, DisconnectedClientsAreCancelled) {
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
-    req.body = json({{"prompt", "Go on forever"}, {"max_tokens", kLong}, {"stream", true}}).dump();
+    req.body = json({{"prompt", "Go on forever"}, {"max_tokens", kLong}, {"stream", true}, {"ignore_eos", true}}).dump();
     req.set_header("Content-Type", "application/json");
     int chunks = 0;
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
@@ -604,13 +618,150 @@ TEST(Serve, DisconnectedClientsAreCancelled) {
   addr.sin_port = htons(uint16_t(s.port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string body = json({{"prompt", "Also forever"}, {"max_tokens", kLong}}).dump();
+  const std::string body = json({{"prompt", "Also forever"}, {"max_tokens", kLong}, {"ignore_eos", true}}).dump();
   const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
   close(fd);  // the server still reads the request, then finds the connection gone
   EXPECT_TRUE(wait_for([&] { return cancelled_count(s) == 2; })) << cancelled_count(s);
   EXPECT_TRUE(wait_for([&] { return s.client().Get("/metrics")->body.find("hyla_requests_running 0\n") != std::string::npos; }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and careless clients.
+
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+// Sends `request` as is on a new connection, optionally half-closes it (shutdown(SHUT_WR), as
+// `nc -N` does), and returns what the server sent until it closed the connection or went quiet
+// for `timeout_s`; `first_byte_seconds` gets the time the reply took to start.
+std::string raw_exchange(int port, const std::string& request, bool half_close, double* first_byte_seconds = nullptr,
+                         int timeout_s = 30) {
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = connect_loopback(port);
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  EXPECT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
+  if (half_close) shutdown(fd, SHUT_WR);
+  std::string reply;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) {
+    if (reply.empty() && first_byte_seconds)
+      *first_byte_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    reply.append(buffer, size_t(n));
+  }
+  close(fd);
+  return reply;
+}
+
+std::string post_request(const std::string& body, const std::string& version = "HTTP/1.1") {
+  return "POST /v1/completions " + version + "\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+TEST(Serve, DeeplyNestedJsonIsA400AndTheServerLivesOn) {
+  TestServer s([](ServeOptions& o) { o.limits.max_body_bytes = 1 << 20; });
+  const int depth = 100000;  // ~200 KB: nlohmann's recursive dump() of it used to overflow the stack
+  const std::string body = "{\"prompt\": [1, " + std::string(depth, '[') + std::string(depth, ']') + "], \"max_tokens\": 2}";
+  auto res = s.client().Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("the request body: JSON nested deeper than 64 levels"), std::string::npos) << res->body;
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+}
+
+TEST(Serve, IdleConnectionsDoNotStarveTheServer) {
+  TestServer s;
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) idle.push_back(connect_loopback(s.port));  // connected, never a byte
+  const auto start = std::chrono::steady_clock::now();
+  auto health = s.client().Get("/health");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_LT(seconds, 2.0) << "/health took " << seconds << " s beside 300 idle connections";
+  const json ok = post(s, "/v1/completions", {{"prompt", "still served"}, {"max_tokens", 2}});
+  EXPECT_EQ(ok["choices"].size(), 1u);
+  for (int fd : idle) close(fd);
+}
+
+TEST(Serve, APortInUseIsAnError) {
+  TestServer s;
+  ServeOptions second = s.options;
+  second.port = s.port;
+  Server other(second);
+  try {
+    other.bind();
+    ADD_FAILURE() << "a second server listens on port " << s.port;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(s.port)), std::string::npos);
+  }
+}
+
+TEST(Serve, HalfClosedClientsStillGetTheirReply) {
+  TestServer s;
+  const std::string body = json({{"prompt", "Say hello"}, {"max_tokens", 4}}).dump();
+  std::string reply = raw_exchange(s.port, post_request(body), /*half_close=*/true);
+  EXPECT_NE(reply.find("HTTP/1.1 200 OK"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("\"choices\""), std::string::npos) << reply;
+  // HTTP/1.0 clients get no interim response (RFC 9110 §15.2), only the reply.
+  reply = raw_exchange(s.port, post_request(body, "HTTP/1.0"), /*half_close=*/true);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200 OK", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\"choices\""), std::string::npos) << reply;
+  EXPECT_EQ(cancelled_count(s), 0);
+}
+
+TEST(Serve, BadContentLengthsAreAnsweredAtOnceNamingTheProblem) {
+  TestServer s;
+  double seconds = 1e9;
+  std::string reply = raw_exchange(
+      s.port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: -5\r\n\r\n{}", false, &seconds);
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_NE(reply.find("400 Bad Request"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Content-Length '-5' is not a non-negative integer"), std::string::npos) << reply;
+  seconds = 1e9;
+  reply = raw_exchange(s.port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 999999999\r\n\r\n{}", false,
+                       &seconds);
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_NE(reply.find("400 Bad Request"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("exceeds this server's limit"), std::string::npos) << reply;
+  // A body shorter than announced: after the read timeout (5 s), a 400 that says so.
+  reply = raw_exchange(s.port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 100\r\n\r\n{\"prompt\": 1}",
+                       false);
+  EXPECT_NE(reply.find("400 Bad Request"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("ended after 13 of the 100 bytes"), std::string::npos) << reply;
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+}
+
+TEST(Serve, ShutdownGivesRequestsAGracePeriodThenCancelsThem) {
+  TestServer s([](ServeOptions& o) {
+    o.engine.context = 32768;
+    o.limits.max_tokens = 30000;
+    o.shutdown_grace_seconds = 0.3;
+  });
+  int status = 0;
+  std::string body;
+  std::thread client([&] {
+    auto res = s.client().Post("/v1/completions", json({{"prompt", "Go on"}, {"max_tokens", 30000}, {"ignore_eos", true}}).dump(),
+                               "application/json");
+    if (res) status = res->status, body = res->body;
+  });
+  EXPECT_TRUE(wait_for([&] { return s.client().Get("/metrics")->body.find("hyla_requests_running 1\n") != std::string::npos; }));
+  const auto start = std::chrono::steady_clock::now();
+  s.server->shutdown();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  client.join();
+  EXPECT_LT(seconds, 5.0);
+  ASSERT_EQ(status, 503) << body;
+  EXPECT_EQ(json::parse(body)["error"]["code"], "shutting_down");
 }
 
 TEST(Serve, CurlEndToEnd) {

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "hyla/data/chat_template.h"
+#include "hyla/io/json_fields.h"
 #include "hyla/serve/api_error.h"
 
 namespace hyla {
@@ -98,6 +99,7 @@ void read_common(const json& body, const ServeLimits& limits, ApiRequest& r) {
   s.seed = field(body, "seed") ? uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX)) : std::random_device()();
   r.n = integer(body, "n", 1, 1, limits.max_choices);
   r.stream = boolean(body, "stream", false);
+  r.generation.stop_at_end_tokens = !boolean(body, "ignore_eos", false);  // vLLM's extension
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) invalid("stream_options", "'stream_options' must be an object");
     r.include_usage = boolean(*options, "include_usage", false);
@@ -143,7 +145,7 @@ std::vector<int32_t> token_ids(const json& array, const Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
   for (const json& id : array) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokenizer.vocab_size())
-      invalid("prompt", fmt::format("prompt token ids must be integers in [0, {}), got {}", tokenizer.vocab_size(), id.dump()));
+      invalid("prompt", fmt::format("prompt token ids must be integers in [0, {}), got {}", tokenizer.vocab_size(), json_excerpt(id)));
     ids.push_back(id.get<int32_t>());
   }
   return ids;

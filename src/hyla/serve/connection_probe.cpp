@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <string_view>
 
 namespace hyla {
 
@@ -54,12 +56,64 @@ ConnectionProbe::ConnectionProbe(const std::string& remote_addr, int remote_port
   }
 }
 
-bool ConnectionProbe::closed() const {
-  if (fd_ < 0) return false;
+namespace {
+
+// The peer's state as far as reading tells: reset or error, end-of-file next, or data/nothing yet.
+enum class PeerState { gone, end_of_file, open };
+
+PeerState peer_state(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) < 0) return PeerState::open;
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return PeerState::gone;  // reset, or both directions shut
   char byte;
-  const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return true;
-  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return PeerState::end_of_file;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return PeerState::gone;
+  return PeerState::open;  // a pipelined request, or nothing sent
+}
+
+// The statuses the server's handlers answer with.
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "";  // optional (RFC 9112 §4): clients read the code
+  }
+}
+
+bool send_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(size_t(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ConnectionProbe::closed() {
+  if (fd_ < 0) return false;
+  const PeerState state = peer_state(fd_);
+  if (state != PeerState::end_of_file) return state == PeerState::gone;
+  if (!may_write_interim_ || wrote_interim_) return false;  // no telling, or known to be half-closed
+  wrote_interim_ = true;
+  static constexpr std::string_view kInterim = "HTTP/1.1 100 Continue\r\n\r\n";
+  return send(fd_, kInterim.data(), kInterim.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+}
+
+bool ConnectionProbe::half_closed() const { return fd_ >= 0 && peer_state(fd_) == PeerState::end_of_file; }
+
+bool ConnectionProbe::send_reply(int status, std::string_view content_type, std::string_view body) const {
+  if (fd_ < 0) return false;
+  const std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\nContent-Type: " + std::string(content_type) +
+                           "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  return send_all(fd_, head) && send_all(fd_, body);
 }
 
 }  // namespace hyla

@@ -3,18 +3,25 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/io/json_fields.h"
 #include "hyla/model/model.h"
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_response.h"
 #include "hyla/serve/connection_probe.h"
+#include "hyla/serve/http_threads.h"
 #include "hyla/serve/metrics.h"
 #include "hyla/serve/tool_stream.h"
 
@@ -46,9 +53,52 @@ std::string route_label(const std::string& path) {
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
 }
 
+// The kernel's queue of connections not yet accepted; cpp-httplib listens with a backlog of 5,
+// which drops connections under a burst.
+constexpr int kListenBacklog = 4096;
+
+// Compares a presented secret with the key in time that depends only on the key's length.
+bool same_secret(std::string_view presented, std::string_view key) {
+  unsigned diff = presented.size() != key.size();
+  for (size_t i = 0; i < key.size(); ++i) diff |= unsigned(uint8_t(key[i]) ^ uint8_t(i < presented.size() ? presented[i] : 0));
+  return diff == 0;
+}
+
+// The credentials of "Authorization: Bearer <token>"; the scheme is case-insensitive (RFC 7235).
+std::string_view bearer_token(std::string_view header) {
+  const size_t space = header.find(' ');
+  if (space == std::string_view::npos) return {};
+  std::string scheme(header.substr(0, space));
+  for (char& c : scheme) c = char(std::tolower(uint8_t(c)));
+  if (scheme != "bearer") return {};
+  std::string_view token = header.substr(space);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  return token;
+}
+
+// A Content-Length header that is a plain non-negative decimal number, or -1.
+int64_t parsed_content_length(const std::string& value) {
+  if (value.empty() || value.size() > 18) return -1;
+  int64_t n = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+// A choice cancelled while its client is still there: the server is shutting down.
+ApiError cancelled_by_shutdown() {
+  return ApiError(503, "the server shut down before the request finished", "", "shutting_down", "server_error");
+}
+
 // One HTTP generation request: its choices in the engine and, when streaming, the text pieces the
-// engine thread hands to the HTTP thread.
+// engine thread hands to the HTTP thread. It counts as in flight until the last holder (the
+// handler, the stream, the engine's callbacks) lets it go.
 struct Job {
+  explicit Job(std::atomic<int64_t>& in_flight) : in_flight(in_flight) { ++in_flight; }
+  ~Job() { --in_flight; }
+  std::atomic<int64_t>& in_flight;
   ApiRequest request;
   ResponseHeader header;
   ConnectionProbe probe;
@@ -69,6 +119,10 @@ struct Server::Impl {
   std::unique_ptr<Engine> engine;
   HttpCounters counters;
   int64_t created = unix_time();
+  int listen_fd = -1;
+  std::atomic<int64_t> in_flight{0};       // generation requests not yet answered
+  std::atomic<bool> draining{false};       // shutdown(): new requests get 503
+  std::atomic<bool> cancel_all{false};     // shutdown(): the grace period is over
 
   void submit(const std::shared_ptr<Job>& job);
   json wait_for_response(Job& job);
@@ -81,7 +135,16 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
   options_.limits.context = options_.engine.context;
   httplib::Server& http = impl_->http;
   const size_t threads = size_t(options_.http_threads > 0 ? options_.http_threads : 2 * options_.engine.max_sequences + 4);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const size_t limit = size_t(std::max(options_.max_connections, 1));
+  http.new_task_queue = [threads, limit] { return new ElasticThreadPool(std::min(threads, limit), limit); };
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server on the same port starts
+  // cleanly and the kernel splits the traffic between the two. SO_REUSEADDR alone still allows a
+  // restart while old connections linger in TIME_WAIT. The socket is remembered to widen the backlog.
+  http.set_socket_options([this](int fd) {
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    impl_->listen_fd = fd;
+  });
   http.set_payload_max_length(options_.limits.max_body_bytes);
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     impl_->counters.add(route_label(req.path), res.status);
@@ -90,10 +153,15 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
   // OpenAI-shaped body too.
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    const int64_t declared = parsed_content_length(req.get_header_value("Content-Length"));
     if (res.status == 413) {
       send_error(res, ApiError(400, fmt::format("the request body exceeds this server's limit of {} bytes",
                                                 options_.limits.max_body_bytes),
                                "", "request_too_large"));
+    } else if (res.status == 400 && declared > int64_t(req.body.size())) {
+      send_error(res, ApiError(400, fmt::format("the request body ended after {} of the {} bytes its Content-Length "
+                                                "announced", req.body.size(), declared),
+                               "", "incomplete_body"));
     } else if (res.status == 404) {
       send_error(res, ApiError(404, fmt::format("no route for {} {}", req.method, req.path), "", "not_found"));
     } else {
@@ -110,12 +178,32 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
     }
     send_error(res, ApiError(500, message, "", "", "server_error"));
   });
+  // Runs before cpp-httplib reads a body, so a bad Content-Length is refused without waiting for it.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
+    using Handled = httplib::Server::HandlerResponse;
+    if (req.has_header("Content-Length")) {
+      const std::string value = req.get_header_value("Content-Length");
+      const int64_t length = parsed_content_length(value);
+      // The body is left unread: the connection cannot carry another request.
+      if (length < 0 || uint64_t(length) > options_.limits.max_body_bytes) res.set_header("Connection", "close");
+      if (length < 0) {
+        send_error(res, ApiError(400, fmt::format("Content-Length '{}' is not a non-negative integer", value), "",
+                                 "invalid_content_length"));
+        return Handled::Handled;
+      }
+      if (uint64_t(length) > options_.limits.max_body_bytes) {
+        send_error(res, ApiError(400, fmt::format("the request body ({} bytes) exceeds this server's limit of {} bytes",
+                                                  length, options_.limits.max_body_bytes),
+                                 "", "request_too_large"));
+        return Handled::Handled;
+      }
+    }
+    const bool needs_key =
+        !options_.api_key.empty() && (req.path.rfind("/v1/", 0) == 0 || (options_.metrics_need_key && req.path == "/metrics"));
+    if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options_.api_key))
+      return Handled::Unhandled;
     send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
+    return Handled::Handled;
   });
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -142,32 +230,38 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
   for (const bool chat : {false, true}) {
     http.Post(chat ? "/v1/chat/completions" : "/v1/completions",
               [this, chat](const httplib::Request& req, httplib::Response& res) {
+      auto job = std::make_shared<Job>(impl_->in_flight);
+      job->probe = ConnectionProbe(req.remote_addr, req.remote_port, req.local_port);
+      int status = 200;
+      json reply;
       try {
         if (!ready_) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
-        json body;
-        try {
-          body = json::parse(req.body);
-        } catch (const json::exception& e) {
-          throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-        }
-        auto job = std::make_shared<Job>();
+        if (impl_->draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
+        const json body = parse_json(req.body, "the request body");
         job->request = chat ? parse_chat_request(body, *impl_->tokenizer, options_.model_name, options_.limits)
                             : parse_completion_request(body, *impl_->tokenizer, options_.model_name, options_.limits);
         job->header = {random_id(chat ? "chatcmpl-" : "cmpl-"),
                        chat ? (job->request.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
                        options_.model_name, unix_time()};
-        job->probe = ConnectionProbe(req.remote_addr, req.remote_port, req.local_port);
+        // An interim response may go out only before the final one starts: not while streaming.
+        job->probe.allow_interim(!job->request.stream && req.version == "HTTP/1.1");
         impl_->submit(job);
-        if (!job->request.stream) return send_json(res, 200, impl_->wait_for_response(*job));
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
-          return impl_->stream(*job, sink);
-        });
+        if (job->request.stream) {
+          res.set_header("Cache-Control", "no-cache");
+          res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
+            return impl_->stream(*job, sink);
+          });
+          return;
+        }
+        reply = impl_->wait_for_response(*job);
       } catch (const ApiError& e) {
-        send_error(res, e);
+        status = e.status, reply = e.to_json();
       } catch (const Error& e) {
-        send_error(res, ApiError(400, e.what()));
+        status = 400, reply = ApiError(400, e.what()).to_json();
       }
+      res.status = status;  // counted by the logger however it is sent
+      if (job->probe.half_closed() && job->probe.send_reply(status, "application/json", dump(reply))) return;
+      send_json(res, status, reply);
     });
   }
 }
@@ -179,6 +273,8 @@ int Server::bind() {
                                       : (impl_->http.bind_to_port(options_.host, options_.port) ? options_.port : -1);
   HYLA_CHECK(port > 0, "serve: cannot listen on {}:{} (in use, or not an address of this machine)", options_.host,
              options_.port);
+  HYLA_ASSERT(impl_->listen_fd >= 0);
+  ::listen(impl_->listen_fd, kListenBacklog);  // a second listen() only widens the queue
   return port;
 }
 
@@ -195,7 +291,26 @@ std::string Server::memory_summary() const { return impl_->engine->memory_summar
 
 void Server::listen() { impl_->http.listen_after_bind(); }
 
+void Server::shutdown() {
+  impl_->draining = true;
+  using clock = std::chrono::steady_clock;
+  const auto wait_until_idle = [&](clock::time_point deadline) {
+    while (impl_->in_flight > 0 && clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  wait_until_idle(clock::now() + std::chrono::duration_cast<clock::duration>(
+                                     std::chrono::duration<double>(options_.shutdown_grace_seconds)));
+  if (impl_->in_flight > 0) {
+    fmt::print("hyla serve: cancelling {} request(s) still running after the {} s grace period\n",
+               impl_->in_flight.load(), options_.shutdown_grace_seconds);
+    impl_->cancel_all = true;
+    wait_until_idle(clock::now() + std::chrono::seconds(5));  // answers go out: 503 or the stream's error
+  }
+  stop();
+}
+
 void Server::stop() {
+  impl_->draining = true;
+  impl_->cancel_all = true;  // the HTTP threads' last requests end now, so that stopping can join them
   if (impl_->http.is_running()) impl_->http.stop();
 }
 
@@ -209,7 +324,7 @@ void Server::Impl::submit(const std::shared_ptr<Job>& job) {
         g.prompt = prompt;
         g.sampling.seed += uint64_t(k);
         // The engine holds the job (through these callbacks) until the request finishes.
-        g.is_cancelled = [job] { return job->gone || job->probe.closed(); };
+        g.is_cancelled = [this, job] { return cancel_all || job->gone || job->probe.closed(); };
         if (r.stream)
           g.on_text = [job, index](std::string_view text) {
             {
@@ -237,6 +352,7 @@ json Server::Impl::wait_for_response(Job& job) {
       job.gone = true;
       throw ApiError(500, e.what(), "", "", "server_error");
     }
+    if (choices.back().output.finish_reason == "cancelled") throw cancelled_by_shutdown();
   }
   return job.request.chat ? chat_response(job.header, job.request, choices, *tokenizer)
                           : completion_response(job.header, job.request, choices, *tokenizer);
@@ -290,6 +406,10 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       } catch (const std::exception& e) {
         if (!write(ApiError(500, e.what(), "", "", "server_error").to_json())) return false;
         continue;
+      }
+      if (out.finish_reason == "cancelled") {
+        write(cancelled_by_shutdown().to_json());
+        return false;
       }
       usage.add(out);
       json last;

@@ -2,8 +2,9 @@
 // `hyla serve`: an OpenAI-compatible HTTP server over the inference engine.
 //   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streams), GET /v1/models,
 //   GET /health (503 while the model loads, then 200), GET /metrics (Prometheus text).
-// Each HTTP request runs on a pool thread and waits on the engine, whose worker decodes every
-// running request together; a client that disconnects has its sequences cancelled.
+// Each HTTP connection runs on a thread of its own (http_threads.h) and waits on the engine, whose
+// worker decodes every running request together; a client that disconnects has its sequences
+// cancelled. What the server defends against, and what needs a proxy in front: docs/threat-model.md.
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -19,10 +20,13 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;              // 0: any free port
   std::string model_name;       // the id clients name; default: the directory's name
-  std::string api_key;          // when set, requests need "Authorization: Bearer <key>"
+  std::string api_key;          // when set, /v1 requests need "Authorization: Bearer <key>"
+  bool metrics_need_key = false;  // and /metrics too
   EngineOptions engine;
   ServeLimits limits;
-  int http_threads = 0;         // 0: 2 × engine slots + 4
+  int http_threads = 0;         // threads kept ready; 0: 2 × engine slots + 4
+  int max_connections = 1024;   // connections served at once (one thread each); more wait to be accepted
+  double shutdown_grace_seconds = 10;  // shutdown(): in-flight requests get this long, then are cancelled
 };
 
 class Server {
@@ -35,7 +39,10 @@ class Server {
   int bind();     // listens on the port (answering 503 until load() finishes); returns the port
   void load();    // reads the model and tokenizer and starts the engine
   void listen();  // serves until stop(); call after bind()
-  void stop();
+  // Stops taking requests (503), gives those in flight the grace period, cancels what is left, and
+  // then stops the HTTP server. Safe from any thread but the HTTP ones.
+  void shutdown();
+  void stop();    // stops at once; requests in flight are cut off
   bool ready() const { return ready_; }
   std::string memory_summary() const;  // the engine's state memory (after load)
   const std::string& model_name() const { return options_.model_name; }
