@@ -1,8 +1,6 @@
 // `hyla serve`: the OpenAI-compatible HTTP server (see src/hyla/serve/server.h).
 #include <fmt/format.h>
 
-#include <sys/resource.h>
-
 #include <atomic>
 #include <csignal>
 #include <ctime>
@@ -16,17 +14,6 @@
 namespace hyla::cli {
 
 namespace {
-
-// Each connection holds a socket (and a thread): lift the soft file limit (often 1024) to what
-// --max-connections needs, as far as the hard limit allows.
-void raise_open_file_limit(int64_t connections) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  const rlim_t wanted = rlim_t(connections) + 256;  // model files, pipes, the listening socket
-  if (limit.rlim_cur >= wanted) return;
-  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
-  setrlimit(RLIMIT_NOFILE, &limit);
-}
 
 std::string read_key_file(const std::string& path) {
   std::string key = read_file(path);
@@ -71,7 +58,7 @@ void add_serve(CLI::App& app) {
     options.limits.max_body_bytes = size_t(max_body_kb) << 10;
     if (!api_key_file.empty()) options.api_key = read_key_file(api_key_file);
     HYLA_CHECK(!options.metrics_need_key || !options.api_key.empty(), "--metrics-need-key needs an API key");
-    raise_open_file_limit(options.max_connections);
+    raise_open_file_limit(options.max_connections + 256);  // model files, pipes, the listening socket
     // SIGINT/SIGTERM stop the server from a thread of their own (stopping is not signal-safe).
     sigset_t signals;
     sigemptyset(&signals);

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -762,6 +765,85 @@ TEST(Serve, ShutdownGivesRequestsAGracePeriodThenCancelsThem) {
   EXPECT_LT(seconds, 5.0);
   ASSERT_EQ(status, 503) << body;
   EXPECT_EQ(json::parse(body)["error"]["code"], "shutting_down");
+}
+
+// `hyla serve` as started from a shell: the API key from the environment or a file (never only the
+// command line, which `ps` shows), and SIGTERM draining the requests in flight for the grace period.
+struct ServeProcess {
+  pid_t pid = 0;
+  int port = 0;
+  test::TempDir dir;
+  ServeProcess(const std::string& env, const std::string& flags) {
+    const std::string log = (dir / "log").string();
+    const std::string command = env + " exec " + HYLA_BINARY + " serve --model " + memorised_model_dir().string() +
+                                " --port 0 --context 32768 --max-tokens 30000 " + flags + " > " + log + " 2>&1";
+    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+    EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    const auto ready = [&] { return std::filesystem::exists(log) && read_file(log).find("ready (") != std::string::npos; };
+    EXPECT_TRUE(wait_for(ready)) << (std::filesystem::exists(log) ? read_file(log) : "no log");
+    const std::string text = read_file(log), marker = "listening on http://127.0.0.1:";
+    port = std::stoi(text.substr(text.find(marker) + marker.size()));
+  }
+  // Sends SIGTERM; the exit status, or -1 if the server is still running after `seconds`.
+  int terminate(double seconds) {
+    kill(pid, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  ~ServeProcess() {
+    if (pid) terminate(10);
+  }
+  int status_with_key(const std::string& key) const {
+    httplib::Client c("127.0.0.1", port);
+    auto res = c.Get("/v1/models", {{"Authorization", "Bearer " + key}});
+    return res ? res->status : 0;
+  }
+};
+
+TEST(ServeCommand, TakesTheKeyFromTheEnvironmentOrAFileAndDrainsOnSigterm) {
+  {
+    ServeProcess s("HYLA_API_KEY=from-env", "--shutdown-grace 0.5");
+    EXPECT_EQ(s.status_with_key("from-env"), 200);
+    EXPECT_EQ(s.status_with_key("wrong"), 401);
+    int status = 0;
+    std::string body;
+    std::thread client([&] {
+      httplib::Client c("127.0.0.1", s.port);
+      c.set_read_timeout(60, 0);
+      auto res = c.Post("/v1/completions", {{"Authorization", "Bearer from-env"}},
+                        json({{"prompt", "Go on"}, {"max_tokens", 30000}, {"ignore_eos", true}}).dump(), "application/json");
+      if (res) status = res->status, body = res->body;
+    });
+    EXPECT_TRUE(wait_for([&] {
+      httplib::Client c("127.0.0.1", s.port);
+      auto m = c.Get("/metrics");
+      return m && m->body.find("hyla_requests_running 1\n") != std::string::npos;
+    }));
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(s.terminate(20), 0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 8.0);
+    client.join();
+    EXPECT_EQ(status, 503) << body;
+    EXPECT_NE(body.find("shutting_down"), std::string::npos) << body;
+  }
+  test::TempDir dir;
+  test::write_bytes(dir / "key", "from-file\n");
+  ServeProcess s("", "--api-key-file " + (dir / "key").string() + " --metrics-need-key");
+  EXPECT_EQ(s.status_with_key("from-file"), 200);
+  EXPECT_EQ(s.status_with_key("from-file\n"), 401);
+  httplib::Client c("127.0.0.1", s.port);
+  EXPECT_EQ(c.Get("/metrics")->status, 401);
+  EXPECT_EQ(s.terminate(20), 0);
 }
 
 TEST(Serve, CurlEndToEnd) {

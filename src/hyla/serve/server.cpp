@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <cctype>
@@ -128,6 +129,13 @@ struct Server::Impl {
   json wait_for_response(Job& job);
   bool stream(Job& job, httplib::DataSink& sink);
 };
+
+void raise_open_file_limit(int64_t files) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= rlim_t(files)) return;
+  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? rlim_t(files) : std::min(rlim_t(files), limit.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
 
 Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   if (options_.model_name.empty())

@@ -29,6 +29,10 @@ struct ServeOptions {
   double shutdown_grace_seconds = 10;  // shutdown(): in-flight requests get this long, then are cancelled
 };
 
+// Each connection holds a socket: lifts the soft limit on open files (often 1024) to `files`, as far
+// as the hard limit allows. Process-wide, so the command calls it, not the server.
+void raise_open_file_limit(int64_t files);
+
 class Server {
  public:
   explicit Server(ServeOptions options);
