@@ -15,6 +15,7 @@ packages=(
   bible-kjv dataset-fashion-mnist  # demo corpora
   curl                             # end-to-end server tests
   util-linux                       # flock around the tests' one npm install
+  procps                           # pkill in the kill -9 resume test
   jq                               # scripts/studies.sh summaries
 )
 # Node.js and npm run the `openai` npm client in the server tests. Machines that already have them

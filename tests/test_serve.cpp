@@ -593,6 +593,17 @@ bool wait_for(const std::function<bool()>& condition) {
   return false;
 }
 
+// A TCP connection to the server, nothing sent yet.
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
 TEST(Serve, DisconnectedClientsAreCancelled) {
   // Requests long enough (~seconds), and blind to end tokens, so that they cannot finish before the
   // server notices the hang-up, even when the HTTP threads are starved on a loaded machine.
@@ -615,12 +626,7 @@ TEST(Serve, DisconnectedClientsAreCancelled) {
   }
   EXPECT_TRUE(wait_for([&] { return cancelled_count(s) == 1; })) << cancelled_count(s);
   // A non-streaming client that sends its request and closes the socket at once.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(s.port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int fd = connect_loopback(s.port);
   const std::string body = json({{"prompt", "Also forever"}, {"max_tokens", kLong}, {"ignore_eos", true}}).dump();
   const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -632,16 +638,6 @@ TEST(Serve, DisconnectedClientsAreCancelled) {
 
 // ---------------------------------------------------------------------------------------------
 // Hostile and careless clients.
-
-int connect_loopback(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  return fd;
-}
 
 // Sends `request` as is on a new connection, optionally half-closes it (shutdown(SHUT_WR), as
 // `nc -N` does), and returns what the server sent until it closed the connection or went quiet
@@ -765,6 +761,7 @@ TEST(Serve, ShutdownGivesRequestsAGracePeriodThenCancelsThem) {
   EXPECT_LT(seconds, 5.0);
   ASSERT_EQ(status, 503) << body;
   EXPECT_EQ(json::parse(body)["error"]["code"], "shutting_down");
+  EXPECT_FALSE(s.client().Get("/health"));  // stopped after the drain
 }
 
 // `hyla serve` as started from a shell: the API key from the environment or a file (never only the

@@ -214,8 +214,10 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
     return Handled::Handled;
   });
 
+  // A draining server is unhealthy, so that a load balancer stops sending it requests.
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, ready_ ? 200 : 503, {{"status", ready_ ? "ok" : "loading"}});
+    const char* status = impl_->draining ? "shutting_down" : ready_ ? "ok" : "loading";
+    send_json(res, status == std::string_view("ok") ? 200 : 503, {{"status", status}});
   });
   const auto model_card = [this] {
     return json{{"id", options_.model_name},       {"object", "model"},
