@@ -215,7 +215,7 @@ void bench_model(const ModelBenchArgs& a) {
                 in.ids.push_back(int32_t((step * 131 + b * 17) % V));
               }
               in.tokens = TokenBatch::packed(ones, offsets);
-              model->forward_cached(in, caches, precision);
+              model->forward(in, {.precision = precision}, caches);
               for (int64_t b = 0; b < B; ++b) states[size_t(b)]->cache() = caches[size_t(b)];
             }
           };

@@ -160,11 +160,11 @@ void bench_train(const TrainBenchArgs& a) {
     for (int64_t r = 0; r < B * T; ++r) in.ids.push_back(int32_t(rng.below(uint64_t(config.vocab_size))));
     for (int64_t r = 0; r < B * T; ++r) in.targets.push_back(int32_t(rng.below(uint64_t(config.vocab_size))));
     model.params().zero_grads();
-    model.forward_backward(in, precision);  // warm-up: buffers, primitives
+    model.forward(in, {.precision = precision, .outputs = Outputs::None, .backward = true});  // warm-up: buffers, primitives
     ModelTimings sum;
     double best = 1e30;
     for (int64_t s = 0; s < a.steps; ++s) {
-      model.forward_backward(in, precision);
+      model.forward(in, {.precision = precision, .outputs = Outputs::None, .backward = true});
       const ModelTimings& t = model.timings();
       sum.kda += t.kda, sum.attention += t.attention, sum.ffn += t.ffn, sum.total += t.total;
       best = std::min(best, t.total);

@@ -42,7 +42,8 @@ void add_logits(CLI::App& app) {
     }
     HYLA_CHECK(!in.ids.empty(), "logits: the sequence is empty");
     in.tokens = TokenBatch::uniform(1, int64_t(in.ids.size()));
-    const Tensor logits = model->logits(in, dtype == "bf16" ? Precision::BF16 : Precision::F32);
+    const Precision precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
+    const Tensor logits = model->forward(in, {.precision = precision, .outputs = Outputs::All}).logits;
     save_safetensors(out, {{"logits", logits}}, {{"dtype", dtype}});
     fmt::print("wrote {} (logits [{}, {}], {} matmul inputs)\n", out, logits.dim(0), logits.dim(1), dtype);
   });

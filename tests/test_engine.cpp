@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "hyla/infer/engine.h"
@@ -54,7 +55,7 @@ TEST(Inference, DecodeAfterPrefillEqualsFullForward) {
     ModelInput full;
     full.ids = ids;
     full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
-    const Tensor reference = model.logits(full, Precision::F32);
+    const Tensor reference = model.forward(full, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
     SequenceState state(model, 64, DType::F32);
     size_t at = 0;
     for (size_t n : {7u, 16u, 1u, 9u}) {
@@ -71,6 +72,57 @@ TEST(Inference, DecodeAfterPrefillEqualsFullForward) {
     }
     EXPECT_EQ(state.length(), int64_t(ids.size()));
   }
+}
+
+// Outputs::All through the cached path: every token of a long prompt, fed in uneven chunks (as the
+// engine's chunked prefill does), is scored like one full forward, and Outputs::Rows picks rows.
+TEST(Inference, ChunkedCachedForwardScoresEveryTokenLikeOneFullForward) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  test::randomize_params(model.params(), 6);
+  const std::vector<int32_t> ids = random_ids(300, config.vocab_size, 9);
+  ModelInput full;
+  full.ids = ids;
+  full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
+  const Tensor reference = model.forward(full, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+  const int64_t V = config.vocab_size;
+  SequenceState state(model, 512, DType::F32);
+  int64_t at = 0;
+  for (int64_t n : {64, 1, 100, 37, 98}) {
+    ModelInput chunk;
+    chunk.ids.assign(ids.begin() + at, ids.begin() + at + n);
+    chunk.tokens = TokenBatch::packed({n}, {at});
+    const Tensor logits =
+        model.forward(chunk, {.precision = Precision::F32, .outputs = Outputs::All}, {&state.cache(), 1}).logits;
+    ASSERT_EQ(logits.shape()[0], n);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_LT(relative_diff(logits.data<float>() + i * V, reference.data<float>() + (at + i) * V, V), 1e-4)
+          << "position " << at + i;
+    at += n;
+  }
+  EXPECT_EQ(at, int64_t(ids.size()));
+  const Tensor picked =
+      model.forward(full, {.precision = Precision::F32, .outputs = Outputs::Rows, .rows = {299, 0, 150}}).logits;
+  const std::vector<int64_t> rows = {299, 0, 150};
+  for (size_t i = 0; i < rows.size(); ++i)  // the same rows through a smaller LM-head product
+    EXPECT_LT(relative_diff(picked.data<float>() + int64_t(i) * V, reference.data<float>() + rows[i] * V, V), 1e-6);
+}
+
+// A sequence's state copied (forked) mid-way continues exactly as the original: the basis of
+// prompt-state reuse and of sampling groups that share a prompt.
+TEST(Inference, AForkedSequenceStateContinuesIdentically) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  test::randomize_params(model.params(), 7);
+  const std::vector<int32_t> prompt = random_ids(40, config.vocab_size, 10), rest = random_ids(12, config.vocab_size, 11);
+  SequenceState original(model, 128), fork(model, 128);
+  feed(model, prompt, original, 16, Precision::BF16);
+  fork.copy_from(original);
+  for (int32_t id : rest) {
+    const Tensor a = feed(model, {id}, original, 16, Precision::BF16), b = feed(model, {id}, fork, 16, Precision::BF16);
+    ASSERT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(config.vocab_size) * 4), 0);
+  }
+  EXPECT_EQ(original.length(), fork.length());
 }
 
 TEST(Inference, StateMemoryMatchesTheArithmetic) {

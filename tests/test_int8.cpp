@@ -270,17 +270,17 @@ TEST(Int8Model, LogitsStayCloseToTheFloatModel) {
   EXPECT_FALSE(int8->params().get("model.layers.1.self_attn.kv_b_proj.weight").is_int8());
   EXPECT_FALSE(int8->params().get("model.layers.1.mlp.gate.weight").is_int8());
   const ModelInput in = random_input(config, {20, 5}, 4);
-  const Tensor reference = f32->logits(in, Precision::F32);
+  const Tensor reference = f32->forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
   for (const Precision p : {Precision::BF16, Precision::F32}) {
-    const double error = max_relative_difference(reference, int8->logits(in, p));
+    const double error = max_relative_difference(reference, int8->forward(in, {.precision = p, .outputs = Outputs::All}).logits);
     EXPECT_LT(error, 5e-2);
     EXPECT_GT(error, 0.0);
   }
   // The loss agrees too, and training is refused.
-  const double loss_f32 = f32->evaluate(in, Precision::F32).loss, loss_int8 = int8->evaluate(in, Precision::BF16).loss;
+  const double loss_f32 = f32->forward(in, {.precision = Precision::F32, .outputs = Outputs::None}).loss.loss, loss_int8 = int8->forward(in, {.precision = Precision::BF16, .outputs = Outputs::None}).loss.loss;
   EXPECT_NEAR(loss_int8, loss_f32, 1e-2 * loss_f32);
   try {
-    int8->forward_backward(in, Precision::BF16);
+    int8->forward(in, {.precision = Precision::BF16, .outputs = Outputs::None, .backward = true}).loss;
     FAIL() << "an int8 model trained";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("serve inference only"), std::string::npos) << e.what();
@@ -294,7 +294,7 @@ TEST(Int8Model, CachedDecodeMatchesTheFullForward) {
   make_pair(pair, config, 9);
   const auto model = Model::load(pair.int8());
   const ModelInput full = random_input(config, {11}, 2);
-  const Tensor logits = model->logits(full, Precision::BF16);
+  const Tensor logits = model->forward(full, {.precision = Precision::BF16, .outputs = Outputs::All}).logits;
 
   // One sequence's caches, f32 latents; prefill 8 tokens, then decode 3 one by one.
   std::vector<std::vector<float>> kda, latent;
@@ -311,7 +311,7 @@ TEST(Int8Model, CachedDecodeMatchesTheFullForward) {
     ModelInput in;
     in.tokens = TokenBatch::packed({count}, {from});
     in.ids.assign(full.ids.begin() + from, full.ids.begin() + from + count);
-    return model->forward_cached(in, {&cache, 1}, Precision::BF16);
+    return model->forward(in, {.precision = Precision::BF16}, {&cache, 1}).logits;
   };
   const int64_t V = config.vocab_size;
   for (int64_t t = 7; t < 11; ++t) {
@@ -474,7 +474,7 @@ TEST(Int8Model, PerplexityAfterTrainingStaysWithinOnePercentOfBf16) {
   double loss = 0;
   for (int step = 0; step < 40; ++step) {
     model.params().zero_grads();
-    loss = model.forward_backward(sequences(100 + step, 8, 32), Precision::BF16).loss;
+    loss = model.forward(sequences(100 + step, 8, 32), {.precision = Precision::BF16, .outputs = Outputs::None, .backward = true}).loss.loss;
     model.update_balancing();
     optimizer.step(tc.lr, 1.0f);
   }
@@ -485,8 +485,8 @@ TEST(Int8Model, PerplexityAfterTrainingStaysWithinOnePercentOfBf16) {
   quantize_model(dir / "f32", dir / "int8", {});
   const auto int8 = Model::load(dir / "int8");
   const ModelInput val = sequences(7, 16, 64);
-  const double bf16_ppl = std::exp(model.evaluate(val, Precision::BF16).loss);
-  const double int8_ppl = std::exp(int8->evaluate(val, Precision::BF16).loss);
+  const double bf16_ppl = std::exp(model.forward(val, {.precision = Precision::BF16, .outputs = Outputs::None}).loss.loss);
+  const double int8_ppl = std::exp(int8->forward(val, {.precision = Precision::BF16, .outputs = Outputs::None}).loss.loss);
   EXPECT_NEAR(int8_ppl / bf16_ppl, 1.0, 0.01) << "bf16 " << bf16_ppl << " int8 " << int8_ppl;
 }
 

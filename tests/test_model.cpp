@@ -66,7 +66,7 @@ TEST(Model, LogitsMatchTheSpecReference) {
     Model model(config);
     test::randomize_params(model.params(), 3);
     const ModelInput in = random_input(config, {9, 14}, 5);
-    const Tensor logits = model.logits(in, Precision::F32);
+    const Tensor logits = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
     const auto ref = test::reference_logits(config, values_of(model), in.tokens, in.ids);
     EXPECT_LT(max_relative(logits.data<float>(), ref), 1e-4) << name;
   }
@@ -83,7 +83,8 @@ double reference_loss(const ModelConfig& c, const test::ParamValues& p, const Mo
     double top = row[0], sum = 0;
     for (int64_t j = 0; j < c.vocab_size; ++j) top = std::max(top, row[j]);
     for (int64_t j = 0; j < c.vocab_size; ++j) sum += std::exp(row[j] - top);
-    loss += top + std::log(sum) - row[t];
+    const double weight = in.loss_weights.empty() ? 1.0 : double(in.loss_weights[size_t(r)]);
+    loss += weight * (top + std::log(sum) - row[t]);
     ++n;
   }
   return loss / double(n);
@@ -95,14 +96,10 @@ double reference_loss(const ModelConfig& c, const test::ParamValues& p, const Mo
 // dropped term or a wrong factor. MoE routing is discrete and the randomised weights make the loss
 // steep: h = 1e-6 keeps every perturbation far from a routing flip (seen at ~1e-3 on an embedding
 // entry), and the double evaluation keeps the difference exact to ~1e-9.
-TEST(Model, GradientsMatchFiniteDifferencesOfTheSpec) {
-  for (const auto& [name, edit] : kVariants) {
-    const ModelConfig config = test::nano_config(edit);
-    Model model(config);
-    test::randomize_params(model.params(), 7);
-    const ModelInput in = random_input(config, {7, 10}, 9);
+void expect_gradients_match_the_spec(const std::string& name, const ModelConfig& config, Model& model,
+                                     const ModelInput& in) {
     model.params().zero_grads();
-    const LossResult r = model.forward_backward(in, Precision::F32);
+    const LossResult r = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true}).loss;
     test::ParamValues p = values_of(model);
     EXPECT_NEAR(r.loss, reference_loss(config, p, in), 1e-4 * r.loss) << name;
     std::mt19937 rng(13);
@@ -123,7 +120,33 @@ TEST(Model, GradientsMatchFiniteDifferencesOfTheSpec) {
         EXPECT_NEAR(g[i], (plus - minus) / (2 * h), 2e-3 * scale + 1e-7) << name << ": " << param->name << "[" << i << "]";
       }
     }
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesOfTheSpec) {
+  for (const auto& [name, edit] : kVariants) {
+    const ModelConfig config = test::nano_config(edit);
+    Model model(config);
+    test::randomize_params(model.params(), 7);
+    expect_gradients_match_the_spec(name, config, model, random_input(config, {7, 10}, 9));
   }
+}
+
+// Per-row loss weights (zero for prompts, negative advantages for policy gradients) scale each
+// row's cross-entropy and its gradient; weights of 1 change no bit.
+TEST(Model, LossWeightsScaleEachRowAndItsGradient) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  test::randomize_params(model.params(), 8);
+  ModelInput in = random_input(config, {7, 10}, 10);
+  const ForwardOptions options{.precision = Precision::F32, .outputs = Outputs::None};
+  const double unweighted = model.forward(in, options).loss.loss;
+  in.loss_weights.assign(in.targets.size(), 1.0f);
+  EXPECT_EQ(model.forward(in, options).loss.loss, unweighted);
+  std::mt19937 rng(3);
+  for (float& w : in.loss_weights) w = float(int(rng() % 7) - 3) * 0.5f;  // -1.5 .. 1.5, zeros included
+  expect_gradients_match_the_spec("weighted", config, model, in);
+  in.loss_weights.pop_back();
+  EXPECT_THROW(model.forward(in, options), Error);
 }
 
 // SPEC §7: an image's patches replace the <|image_pad|> rows; no loss is computed at them.
@@ -142,12 +165,12 @@ TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
   in.image_pad_id = pad;
   for (size_t r = 0; r < in.ids.size(); ++r) in.targets.push_back(r + 1 < in.ids.size() && in.ids[r + 1] != pad ? in.ids[r + 1] : -1);
   in.targets.back() = 3;
-  const Tensor logits = model.logits(in, Precision::F32);
+  const Tensor logits = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
   test::ParamValues p = values_of(model);
   EXPECT_LT(max_relative(logits.data<float>(), test::reference_logits(config, p, in.tokens, in.ids, in.images, pad)), 1e-4);
 
   model.params().zero_grads();
-  model.forward_backward(in, Precision::F32);
+  model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true}).loss;
   auto loss = [&] {
     const auto l = test::reference_logits(config, p, in.tokens, in.ids, in.images, pad);
     double total = 0;
@@ -182,10 +205,10 @@ TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
   }
   // Wrong inputs are errors, not crashes.
   in.ids[3] = 7;  // one pad short of the image's 6 patches
-  EXPECT_THROW(model.logits(in, Precision::F32), Error);
+  EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);
   in.ids[3] = pad;
   in.images[0].width = 20;  // not a multiple of the patch size
-  EXPECT_THROW(model.logits(in, Precision::F32), Error);
+  EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);
 }
 
 TEST(Model, SaveLoadRoundTrips) {
@@ -193,11 +216,11 @@ TEST(Model, SaveLoadRoundTrips) {
   Model model(config);
   model.initialize(11);
   const ModelInput in = random_input(config, {12}, 1);
-  const Tensor before = model.logits(in, Precision::F32);
+  const Tensor before = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
   test::TempDir dir;
   model.save(dir / "f32");
   const auto loaded = Model::load(dir / "f32");
-  const Tensor after = loaded->logits(in, Precision::F32);
+  const Tensor after = loaded->forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
   EXPECT_EQ(std::memcmp(before.raw(), after.raw(), before.nbytes()), 0);
 
   // bf16 and f16 files: loading gives exactly the rounded weights, hence the rounded model's logits.
@@ -210,7 +233,7 @@ TEST(Model, SaveLoadRoundTrips) {
       std::memcpy(rounded.params().get(p->name).v(), r.raw(), r.nbytes());
     }
     rounded.params().refresh_bf16();
-    const Tensor a = half->logits(in, Precision::F32), b = rounded.logits(in, Precision::F32);
+    const Tensor a = half->forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, b = rounded.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << dtype_name(dtype);
   }
 }
@@ -242,7 +265,7 @@ TEST(Model, Bf16MatmulsStayCloseToF32) {
   Model model(config);
   model.initialize(2);
   const ModelInput in = random_input(config, {20, 5}, 4);
-  const Tensor a = model.logits(in, Precision::F32), b = model.logits(in, Precision::BF16);
+  const Tensor a = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, b = model.forward(in, {.precision = Precision::BF16, .outputs = Outputs::All}).logits;
   double diff = 0, scale = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
     diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));

@@ -22,7 +22,7 @@ PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& 
     const ModelInput in = next_token_input(windows);
     if (bar) bar->advance(uint64_t(windows.used_rows()));
     if (in.tokens.rows == 0) continue;
-    const LossResult l = model.evaluate(in, precision);
+    const LossResult l = model.forward(in, {.precision = precision, .outputs = Outputs::None}).loss;
     total += l.loss * double(l.targets);
     r.tokens += l.targets;
   }

@@ -181,30 +181,19 @@ void Engine::admit_waiting() {
     SequenceState& state = *slots_[size_t(slot)];
     state.reset();
     a->output.prompt_tokens = int64_t(a->request.prompt.size());
-    if (a->request.prompt_logprobs) {
-      // Scoring needs every prompt position's distribution: one full forward over the prompt.
-      ModelInput in;
-      in.ids = a->request.prompt;
-      in.tokens = TokenBatch::uniform(1, int64_t(in.ids.size()));
-      const Tensor logits = model_->logits(in, options_.precision);
-      const int64_t V = model_->config().vocab_size;
+    if (a->request.prompt_logprobs) {  // the first token has no distribution; the prefill scores the rest
       a->output.prompt_logprobs.push_back(NAN);
       if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
-      for (size_t i = 1; i < in.ids.size(); ++i) {
-        std::vector<TokenLogprob> best;
-        a->output.prompt_logprobs.push_back(log_probability(logits.data<float>() + int64_t(i - 1) * V, V, in.ids[i],
-                                                            a->request.top_logprobs, &best));
-        if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.push_back(std::move(best));
-      }
     }
-    a->prefilled = prefix_cache_.restore(a->request.prompt, state);
+    // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
+    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, state);
     a->output.cached_prompt_tokens = a->prefilled;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.prompt_tokens += a->output.prompt_tokens;
       stats_.cached_prompt_tokens += a->prefilled;
     }
-    if (a->request.max_tokens == 0) {  // scoring only: nothing to generate
+    if (a->request.max_tokens == 0 && !a->request.prompt_logprobs) {  // nothing to read or generate
       finish(*a, "length");
       continue;
     }
@@ -243,7 +232,16 @@ void Engine::step() {
     caches.push_back(slots_[size_t(a->slot)]->cache());
   }
   in.tokens = TokenBatch::packed(lengths, offsets);
-  const Tensor logits = model_->forward_cached(in, caches, options_.precision);
+  // Logits come out for each sequence's last row, and for every row of a prefill chunk that is scored.
+  ForwardOptions forward{.precision = options_.precision, .outputs = Outputs::Rows};
+  std::vector<int64_t> first_output;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    first_output.push_back(int64_t(forward.rows.size()));
+    const int64_t end = in.tokens.starts[i + 1];
+    const bool scored = batch[i]->next < 0 && batch[i]->request.prompt_logprobs;
+    for (int64_t r = scored ? in.tokens.starts[i] : end - 1; r < end; ++r) forward.rows.push_back(r);
+  }
+  const Tensor logits = model_->forward(in, forward, caches).logits;
   for (size_t i = 0; i < batch.size(); ++i) slots_[size_t(batch[i]->slot)]->cache() = caches[i];
 
   const int64_t V = model_->config().vocab_size;
@@ -255,13 +253,29 @@ void Engine::step() {
     Active& a = *batch[i];
     SequenceState& state = *slots_[size_t(a.slot)];
     const bool prefilling = a.next < 0;
+    const float* first = logits.data<float>() + first_output[i] * V;
+    if (prefilling && a.request.prompt_logprobs) {
+      // Row j of the chunk predicts prompt token prefilled + j + 1.
+      for (int64_t j = 0; j < lengths[i] && a.prefilled + j + 1 < int64_t(a.request.prompt.size()); ++j) {
+        std::vector<TokenLogprob> best;
+        a.output.prompt_logprobs.push_back(log_probability(first + j * V, V, a.request.prompt[size_t(a.prefilled + j + 1)],
+                                                           a.request.top_logprobs, &best));
+        if (a.request.top_logprobs > 0) a.output.prompt_top_logprobs.push_back(std::move(best));
+      }
+    }
     if (prefilling) {
       a.prefilled += lengths[i];
       if (a.prefilled % prefix_cache_.granularity() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
         prefix_cache_.store(a.request.prompt, a.prefilled, state, *model_);
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }
-    const float* row = logits.data<float>() + int64_t(i) * V;
+    if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated
+      a.output.finish_reason = "length";
+      done.push_back(&a);
+      continue;
+    }
+    const bool scored = prefilling && a.request.prompt_logprobs;
+    const float* row = first + (scored ? lengths[i] - 1 : 0) * V;  // the sequence's last row
     const int32_t token = a.sampler.sample(row, sample_vocab);
     if (prefilling) {
       a.output.time_to_first_token = seconds_between(a.start, now);

@@ -87,7 +87,7 @@ Tensor feed(Model& model, const std::vector<int32_t>& ids, SequenceState& state,
     ModelInput in;
     in.ids.assign(ids.begin() + int64_t(at), ids.begin() + int64_t(at + n));
     in.tokens = TokenBatch::packed({int64_t(n)}, {state.length()});
-    logits = model.forward_cached(in, std::span<SequenceCache>(&state.cache(), 1), precision);
+    logits = model.forward(in, {.precision = precision}, std::span<SequenceCache>(&state.cache(), 1)).logits;
   }
   return logits;
 }

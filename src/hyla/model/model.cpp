@@ -62,6 +62,34 @@ Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
   } else {
     lm_head_ = Linear(params_, "lm_head", d, config_.vocab_size, Component::Embeddings);
   }
+  // The residual wiring (SPEC §6). With AttnRes, a sublayer mixes the completed blocks and the
+  // current block's partial sum, and its output starts (or extends) the partial sum; a new block
+  // starts every attn_res.block_size layers. Without it, each sublayer reads and extends the stream.
+  sublayers_.resize(size_t(2 * config_.num_hidden_layers));
+  std::vector<int> blocks{0};
+  int partial = -1;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    if (config_.attn_res.enabled && l > 0 && l % config_.attn_res.block_size == 0) {
+      blocks.push_back(partial);
+      partial = -1;
+    }
+    for (int sub = 0; sub < 2; ++sub) {
+      const int s = int(2 * l + sub);
+      Sublayer& w = sublayers_[size_t(s)];
+      if (config_.attn_res.enabled) {
+        w.sources = blocks;
+        if (partial >= 0) w.sources.push_back(partial);
+        w.base = partial;
+        partial = s + 1;
+      } else {
+        w.input = w.base = s;
+      }
+    }
+  }
+  if (config_.attn_res.enabled) {
+    final_sources_ = blocks;
+    final_sources_.push_back(partial);
+  }
   if (allocate) params_.allocate();
 }
 
@@ -93,19 +121,27 @@ std::unique_ptr<Model> Model::load(const fs::path& dir) {
   return model;
 }
 
-void Model::grow(int64_t rows) {
+void Model::grow(int64_t rows, bool backward) {
   rows_ = rows;
-  if (rows <= capacity_) return;
-  capacity_ = std::max<int64_t>(rows, 1);
   const int64_t d = config_.hidden_size, L = config_.num_hidden_layers;
-  auto make = [&] { return Tensor::empty(DType::F32, {capacity_, d}); };
-  stream_.clear(), stream_grad_.clear(), sublayer_in_.clear(), sublayer_u_.clear();
-  for (int64_t i = 0; i < 1 + 2 * L; ++i) stream_.push_back(make()), stream_grad_.push_back(make());
-  for (int64_t i = 0; i < 2 * L; ++i) {
-    sublayer_u_.push_back(make());
-    if (config_.attn_res.enabled) sublayer_in_.push_back(make());
+  if (rows > capacity_) {
+    capacity_ = std::max<int64_t>(rows, 1);
+    auto make = [&] { return Tensor::empty(DType::F32, {capacity_, d}); };
+    stream_.clear(), sublayer_in_.clear(), sublayer_u_.clear();
+    for (int64_t i = 0; i < 1 + 2 * L; ++i) stream_.push_back(make());
+    for (int64_t i = 0; i < 2 * L; ++i) {
+      sublayer_u_.push_back(make());
+      if (config_.attn_res.enabled) sublayer_in_.push_back(make());
+    }
+    sublayer_out_ = make(), final_h_ = make(), final_normed_ = make();
   }
-  sublayer_out_ = make(), d_u_ = make(), d_h_ = make(), final_h_ = make(), final_normed_ = make(), d_final_ = make();
+  if (backward && rows > grad_capacity_) {  // decoding and scoring never allocate gradients
+    grad_capacity_ = std::max<int64_t>(rows, 1);
+    auto make = [&] { return Tensor::empty(DType::F32, {grad_capacity_, d}); };
+    stream_grad_.clear();
+    for (int64_t i = 0; i < 1 + 2 * L; ++i) stream_grad_.push_back(make());
+    d_u_ = make(), d_h_ = make(), d_final_ = make();
+  }
 }
 
 void Model::embed(const ModelInput& in) {
@@ -113,6 +149,10 @@ void Model::embed(const ModelInput& in) {
   HYLA_CHECK(int64_t(in.ids.size()) == N, "model input: {} token ids for {} rows", in.ids.size(), N);
   HYLA_CHECK(in.targets.empty() || int64_t(in.targets.size()) == N, "model input: {} targets for {} rows",
              in.targets.size(), N);
+  HYLA_CHECK(in.loss_weights.empty() || (!in.targets.empty() && in.loss_weights.size() == in.targets.size()),
+             "model input: {} loss weights for {} targets", in.loss_weights.size(), in.targets.size());
+  for (size_t r = 0; r < in.loss_weights.size(); ++r)
+    HYLA_CHECK(std::isfinite(in.loss_weights[r]), "model input: loss weight {} at row {}", in.loss_weights[r], r);
   for (int64_t r = 0; r < N; ++r)
     HYLA_CHECK(in.ids[size_t(r)] >= 0 && in.ids[size_t(r)] < V, "model input: token id {} at row {} is outside [0, {})",
                in.ids[size_t(r)], r, V);
@@ -179,14 +219,10 @@ void Model::embed(const ModelInput& in) {
   patch_grid_ = grid;
 }
 
-const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span<SequenceCache> caches) {
+const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches) {
   const int64_t N = ctx.tokens.rows, d = config_.hidden_size, L = config_.num_hidden_layers;
-  const bool attn_res = config_.attn_res.enabled, save = mode == Mode::Train;
+  const bool attn_res = config_.attn_res.enabled, save = ctx.save_for_backward, cached = !caches.empty();
   const int64_t B = ctx.tokens.batch();
-  ar_sources_.assign(size_t(2 * L + 1), {});
-  base_.assign(size_t(2 * L), -1);
-  std::vector<int> blocks{0};
-  int partial = -1, current = 0, next = 1;
   int64_t kda_index = 0, latent_index = 0;
   auto values = [&](const std::vector<int>& ids) {
     std::vector<const float*> v;
@@ -195,23 +231,17 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
   };
   for (int64_t l = 0; l < L; ++l) {
     DecoderLayer& layer = layers_[size_t(l)];
-    if (attn_res && l > 0 && l % config_.attn_res.block_size == 0) {
-      blocks.push_back(partial);
-      partial = -1;
-    }
     for (int sub = 0; sub < 2; ++sub) {
       const int64_t s = 2 * l + sub;
+      const Sublayer& wiring = sublayers_[size_t(s)];
       // The sublayer's input h: AttnRes over the blocks and the partial sum, or the stream.
       const float* h;
       if (attn_res) {
-        std::vector<int> sources = blocks;
-        if (partial >= 0) sources.push_back(partial);
         AttnRes& res = sub == 0 ? layer.mixer_res : layer.ffn_res;
-        res.forward(values(sources), N, sublayer_in_[size_t(s)].data<float>(), save);
-        ar_sources_[size_t(s)] = sources;
+        res.forward(values(wiring.sources), N, sublayer_in_[size_t(s)].data<float>(), save);
         h = sublayer_in_[size_t(s)].data<float>();
       } else {
-        h = stream_[size_t(current)].data<float>();
+        h = stream_[size_t(wiring.input)].data<float>();
       }
       float* u = sublayer_u_[size_t(s)].data<float>();
       (sub == 0 ? layer.input_norm : layer.post_attention_norm).forward(h, N, u, save);
@@ -219,7 +249,7 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
       const auto t0 = std::chrono::steady_clock::now();
       if (sub == 0) {
         if (auto* kda = std::get_if<std::unique_ptr<KdaMixer>>(&layer.mixer)) {
-          if (mode == Mode::Cached) {
+          if (cached) {
             std::vector<KdaMixer::CacheView> views;
             for (int64_t b = 0; b < B; ++b) views.push_back(caches[size_t(b)].kda[size_t(kda_index)]);
             (*kda)->forward_cached(u, out, ctx, views);
@@ -229,7 +259,7 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
           ++kda_index;
         } else {
           auto& mla = std::get<std::unique_ptr<MlaMixer>>(layer.mixer);
-          if (mode == Mode::Cached) {
+          if (cached) {
             std::vector<MlaMixer::CacheView> views;
             for (int64_t b = 0; b < B; ++b) views.push_back(caches[size_t(b)].latent[size_t(latent_index)]);
             mla->forward_cached(u, out, ctx, views);
@@ -243,24 +273,16 @@ const float* Model::body_forward(const ForwardContext& ctx, Mode mode, std::span
         std::visit([&](auto& ffn) { ffn->forward(u, out, ctx); }, layer.ffn);
       }
       (sub == 1 ? timings_.ffn : layer.mixer.index() == 0 ? timings_.kda : timings_.attention) += seconds_since(t0);
-      // The new stream entry: (partial or stream) + the sublayer's output.
-      const int base = attn_res ? partial : current;
-      base_[size_t(s)] = base;
-      float* entry = stream_[size_t(next)].data<float>();
-      const float* prior = base >= 0 ? stream_[size_t(base)].data<float>() : nullptr;
+      // The new stream entry s + 1: the base entry (if any) + the sublayer's output.
+      float* entry = stream_[size_t(s + 1)].data<float>();
+      const float* prior = wiring.base >= 0 ? stream_[size_t(wiring.base)].data<float>() : nullptr;
       parallel_rows(N, d, [&](int64_t r) {
         for (int64_t j = 0; j < d; ++j) entry[r * d + j] = out[r * d + j] + (prior ? prior[r * d + j] : 0.0f);
       });
-      if (attn_res) partial = next;
-      else current = next;
-      ++next;
     }
   }
-  if (!attn_res) return stream_[size_t(current)].data<float>();
-  std::vector<int> sources = blocks;
-  sources.push_back(partial);
-  out_res_.forward(values(sources), N, final_h_.data<float>(), save);
-  ar_sources_.back() = sources;
+  if (!attn_res) return stream_[size_t(2 * L)].data<float>();
+  out_res_.forward(values(final_sources_), N, final_h_.data<float>(), save);
   return final_h_.data<float>();
 }
 
@@ -273,14 +295,14 @@ void Model::body_backward(const float* d_final) {
     for (int i : ids) g.push_back(stream_grad_[size_t(i)].data<float>());
     return g;
   };
-  if (attn_res) out_res_.backward(d_final, grads_of(ar_sources_.back()));
+  if (attn_res) out_res_.backward(d_final, grads_of(final_sources_));
   else std::memcpy(stream_grad_[size_t(2 * L)].raw(), d_final, size_t(N * d) * 4);
   for (int64_t s = 2 * L - 1; s >= 0; --s) {
     DecoderLayer& layer = layers_[size_t(s / 2)];
     const bool mixer = s % 2 == 0;
     // entry = base + out: the entry's gradient is the output's, and flows to the base too.
     float* g = stream_grad_[size_t(s + 1)].data<float>();
-    const int base = base_[size_t(s)];
+    const int base = sublayers_[size_t(s)].base;
     if (base >= 0) {
       float* gb = stream_grad_[size_t(base)].data<float>();
       parallel_rows(N, d, [&](int64_t r) {
@@ -295,7 +317,7 @@ void Model::body_backward(const float* d_final) {
     RmsNorm& norm = mixer ? layer.input_norm : layer.post_attention_norm;
     if (attn_res) {
       norm.backward(du, d_h_.data<float>(), /*accumulate=*/false);
-      (mixer ? layer.mixer_res : layer.ffn_res).backward(d_h_.data<float>(), grads_of(ar_sources_[size_t(s)]));
+      (mixer ? layer.mixer_res : layer.ffn_res).backward(d_h_.data<float>(), grads_of(sublayers_[size_t(s)].sources));
     } else {
       norm.backward(du, stream_grad_[size_t(base)].data<float>(), /*accumulate=*/true);  // h was the base entry
     }
@@ -330,8 +352,9 @@ void Model::body_backward(const float* d_final) {
   patch_proj_.backward_weight(patches_.data<float>(), dpatch.data<float>(), pads, Precision::F32);
 }
 
-LossResult Model::head_loss(const float* normed, const std::vector<int32_t>& targets, Precision p, float* d_normed,
-                            float loss_scale) {
+LossResult Model::head_loss(const float* normed, const ModelInput& in, Precision p, float* d_normed, float loss_scale) {
+  const std::vector<int32_t>& targets = in.targets;
+  const float* weights = in.loss_weights.empty() ? nullptr : in.loss_weights.data();
   const int64_t N = rows_, d = config_.hidden_size, V = config_.vocab_size;
   constexpr int64_t kChunk = 256;  // rows of logits held at once: [256, V], never [rows, V]
   LossResult result;
@@ -360,10 +383,12 @@ LossResult Model::head_loss(const float* normed, const std::vector<int32_t>& tar
       double sum = 0;
       for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - top));
       const double lse = double(top) + std::log(sum);
-      chunk_loss += lse - double(row[t]);
-      if (d_normed) {  // softmax − onehot, scaled to this row's share of the mean
-        for (int64_t j = 0; j < V; ++j) row[j] = float(std::exp(double(row[j]) - lse)) * grad_scale;
-        row[t] -= grad_scale;
+      if (weights) chunk_loss += double(weights[r0 + i]) * (lse - double(row[t]));
+      else chunk_loss += lse - double(row[t]);
+      if (d_normed) {  // softmax − onehot, scaled to this row's share of the mean (and its weight)
+        const float scale = weights ? grad_scale * weights[r0 + i] : grad_scale;
+        for (int64_t j = 0; j < V; ++j) row[j] = float(std::exp(double(row[j]) - lse)) * scale;
+        row[t] -= scale;
       }
     }
     total += chunk_loss;
@@ -376,69 +401,70 @@ LossResult Model::head_loss(const float* normed, const std::vector<int32_t>& tar
   return result;
 }
 
-LossResult Model::forward_backward(const ModelInput& in, Precision precision, float loss_scale) {
-  HYLA_CHECK(!params_.has_int8(), "model: int8 weights (from hyla quantize) serve inference only; train the "
-                                  "floating-point model");
+void Model::check_input(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches) const {
+  const int64_t B = in.tokens.batch();
+  if (options.backward) {
+    HYLA_CHECK(!params_.has_int8(), "model: int8 weights (from hyla quantize) serve inference only; train the "
+                                    "floating-point model");
+    HYLA_ASSERT(!in.targets.empty() && caches.empty());
+  }
+  if (options.outputs == Outputs::Rows)
+    for (int64_t r : options.rows) HYLA_ASSERT(r >= 0 && r < in.tokens.rows);
+  if (caches.empty()) return;
+  HYLA_CHECK(int64_t(caches.size()) == B, "model forward: {} caches for {} sequences", caches.size(), B);
+  for (int64_t b = 0; b < B; ++b) {
+    HYLA_CHECK(in.tokens.length(b) > 0, "model forward: sequence {} has no new tokens", b);
+    HYLA_CHECK(in.tokens.positions[size_t(in.tokens.starts[size_t(b)])] == caches[size_t(b)].tokens,
+               "model forward: sequence {} continues at position {} but its cache holds {} tokens", b,
+               in.tokens.positions[size_t(in.tokens.starts[size_t(b)])], caches[size_t(b)].tokens);
+  }
+}
+
+ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches) {
+  check_input(in, options, caches);
   const auto t0 = std::chrono::steady_clock::now();
   timings_ = {};
-  grow(in.tokens.rows);
+  grow(in.tokens.rows, options.backward);
   input_ = &in;
-  precision_ = precision;
   embed(in);
-  const ForwardContext ctx{in.tokens, precision, true, loss_scale};
-  const float* h = body_forward(ctx, Mode::Train, {});
-  final_norm_.forward(h, rows_, final_normed_.data<float>(), true);
-  LossResult result = head_loss(final_normed_.data<float>(), in.targets, precision, d_u_.data<float>(), loss_scale);
-  final_norm_.backward(d_u_.data<float>(), d_final_.data<float>(), false);
-  for (const DecoderLayer& layer : layers_)
-    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) result.aux_loss += (*moe)->aux_loss();
-  body_backward(d_final_.data<float>());
+  const ForwardContext ctx{in.tokens, options.precision, options.backward, options.loss_scale};
+  const float* h = body_forward(ctx, caches);
+  for (int64_t b = 0; b < int64_t(caches.size()); ++b) caches[size_t(b)].tokens += in.tokens.length(b);
+  ForwardResult result;
+  if (options.outputs != Outputs::None) result.logits = output_logits(h, options, in.tokens);
+  if (!in.targets.empty()) {
+    final_norm_.forward(h, rows_, final_normed_.data<float>(), options.backward);
+    float* d_normed = options.backward ? d_u_.data<float>() : nullptr;
+    result.loss = head_loss(final_normed_.data<float>(), in, options.precision, d_normed, options.loss_scale);
+    if (options.backward) {
+      final_norm_.backward(d_u_.data<float>(), d_final_.data<float>(), false);
+      for (const DecoderLayer& layer : layers_)
+        if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) result.loss.aux_loss += (*moe)->aux_loss();
+      body_backward(d_final_.data<float>());
+    }
+  }
   timings_.total = seconds_since(t0);
   return result;
 }
 
-LossResult Model::evaluate(const ModelInput& in, Precision precision) {
-  timings_ = {};
-  grow(in.tokens.rows);
-  input_ = &in;
-  embed(in);
-  const float* h = body_forward({in.tokens, precision, false}, Mode::Eval, {});
-  final_norm_.forward(h, rows_, final_normed_.data<float>(), false);
-  return head_loss(final_normed_.data<float>(), in.targets, precision, nullptr, 1.0f);
-}
-
-Tensor Model::logits(const ModelInput& in, Precision precision) {
-  grow(in.tokens.rows);
-  input_ = &in;
-  embed(in);
-  const float* h = body_forward({in.tokens, precision, false}, Mode::Eval, {});
-  final_norm_.forward(h, rows_, final_normed_.data<float>(), false);
-  Tensor out = Tensor::empty(DType::F32, {rows_, config_.vocab_size});
-  lm_head_.forward(final_normed_.data<float>(), rows_, out.data<float>(), precision);
-  return out;
-}
-
-Tensor Model::forward_cached(const ModelInput& in, std::span<SequenceCache> caches, Precision precision) {
-  const int64_t B = in.tokens.batch(), d = config_.hidden_size;
-  HYLA_CHECK(int64_t(caches.size()) == B, "forward_cached: {} caches for {} sequences", caches.size(), B);
-  for (int64_t b = 0; b < B; ++b) {
-    HYLA_CHECK(in.tokens.length(b) > 0, "forward_cached: sequence {} has no new tokens", b);
-    HYLA_CHECK(in.tokens.positions[size_t(in.tokens.starts[size_t(b)])] == caches[size_t(b)].tokens,
-               "forward_cached: sequence {} continues at position {} but its cache holds {} tokens", b,
-               in.tokens.positions[size_t(in.tokens.starts[size_t(b)])], caches[size_t(b)].tokens);
+Tensor Model::output_logits(const float* h, const ForwardOptions& options, const TokenBatch& tokens) {
+  const int64_t d = config_.hidden_size, V = config_.vocab_size;
+  if (options.outputs == Outputs::All) {
+    final_norm_.forward(h, rows_, final_normed_.data<float>(), false);
+    Tensor out = Tensor::empty(DType::F32, {rows_, V});
+    lm_head_.forward(final_normed_.data<float>(), rows_, out.data<float>(), options.precision);
+    return out;
   }
-  grow(in.tokens.rows);
-  input_ = &in;
-  embed(in);
-  const float* h = body_forward({in.tokens, precision, false}, Mode::Cached, caches);
-  for (int64_t b = 0; b < B; ++b) caches[size_t(b)].tokens += in.tokens.length(b);
-  // Only each sequence's last row is needed.
-  Tensor last = Tensor::empty(DType::F32, {B, d});
-  for (int64_t b = 0; b < B; ++b)
-    std::memcpy(last.data<float>() + b * d, h + (in.tokens.starts[size_t(b) + 1] - 1) * d, size_t(d) * 4);
-  final_norm_.forward(last.data<float>(), B, last.data<float>(), false);
-  Tensor out = Tensor::empty(DType::F32, {B, config_.vocab_size});
-  lm_head_.forward(last.data<float>(), B, out.data<float>(), precision);
+  std::vector<int64_t> last;
+  if (options.outputs == Outputs::LastOfEachSequence)
+    for (int64_t b = 0; b < tokens.batch(); ++b) last.push_back(tokens.starts[size_t(b) + 1] - 1);
+  const std::vector<int64_t>& rows = options.outputs == Outputs::Rows ? options.rows : last;
+  const int64_t n = int64_t(rows.size());
+  Tensor picked = Tensor::empty(DType::F32, {n, d});
+  for (int64_t i = 0; i < n; ++i) std::memcpy(picked.data<float>() + i * d, h + rows[size_t(i)] * d, size_t(d) * 4);
+  final_norm_.forward(picked.data<float>(), n, picked.data<float>(), false);
+  Tensor out = Tensor::empty(DType::F32, {n, V});
+  lm_head_.forward(picked.data<float>(), n, out.data<float>(), options.precision);
   return out;
 }
 

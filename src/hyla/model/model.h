@@ -26,20 +26,45 @@ struct Image {
 };
 
 // One forward's input: token ids over a packed batch of sequences, optional targets for the
-// loss (-1: no loss at that row, e.g. image positions and padding), and the images whose
+// loss (-1: no loss at that row, e.g. image positions and padding) with optional per-row weights
+// (zero for prompts and tool outputs, advantages for policy gradients), and the images whose
 // patches replace the <|image_pad|> rows, in order of appearance.
 struct ModelInput {
   TokenBatch tokens;
-  std::vector<int32_t> ids;      // [rows]
-  std::vector<int32_t> targets;  // [rows] or empty
+  std::vector<int32_t> ids;          // [rows]
+  std::vector<int32_t> targets;      // [rows] or empty: no loss
+  std::vector<float> loss_weights;   // [rows] or empty: 1 for every row with a target
   std::vector<Image> images;
-  int32_t image_pad_id = -1;     // the tokenizer's <|image_pad|> id (needed with images)
+  int32_t image_pad_id = -1;         // the tokenizer's <|image_pad|> id (needed with images)
+};
+
+// Which rows of a forward come out as logits (llama.cpp's out_ids).
+enum class Outputs : uint8_t {
+  None,                // training and evaluation: only the loss
+  LastOfEachSequence,  // generation: [sequences, V]
+  All,                 // scoring every token: [rows, V]
+  Rows,                // ForwardOptions::rows, in that order
+};
+
+struct ForwardOptions {
+  Precision precision = Precision::F32;
+  Outputs outputs = Outputs::LastOfEachSequence;
+  std::vector<int64_t> rows;  // with Outputs::Rows
+  // Training: save activations, then add every parameter's gradient of loss × loss_scale (needs
+  // targets; gradient buffers exist only for forwards that ask for this).
+  bool backward = false;
+  float loss_scale = 1.0f;
 };
 
 struct LossResult {
-  double loss = 0;      // mean cross-entropy over rows with a target
+  double loss = 0;      // Σ weight × cross-entropy over rows with a target, over the number of such rows
   double aux_loss = 0;  // MoE auxiliary losses (aux_loss balancing), already in the gradient
   int64_t targets = 0;  // rows that had a target
+};
+
+struct ForwardResult {
+  Tensor logits;    // the rows options.outputs chose, [n, V]; undefined for Outputs::None
+  LossResult loss;  // when the input has targets
 };
 
 // Wall time of the last forward (and backward) by part of the model, in seconds.
@@ -77,20 +102,16 @@ class Model {
   // tokenizer as tokenizer.json into a new directory that atomically replaces `dir`.
   void save(const std::filesystem::path& dir, DType dtype = DType::F32, const std::filesystem::path& tokenizer = {}) const;
   // Loads config.json and the weights of a model directory: F32, BF16 or F16, or a directory
-  // written by `hyla quantize` (int8 weights, docs/quantization.md), which serves inference
-  // (logits, evaluate, forward_cached) but not training.
+  // written by `hyla quantize` (int8 weights, docs/quantization.md), which serves inference but
+  // not training.
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
 
-  // Training: forward, cross-entropy over the targets (chunked over rows, never [rows, V] at
-  // once), and backward, adding every parameter's gradient scaled by `loss_scale`.
-  LossResult forward_backward(const ModelInput& in, Precision precision, float loss_scale = 1.0f);
-  // Evaluation: the cross-entropy without gradients.
-  LossResult evaluate(const ModelInput& in, Precision precision);
-  // Logits [rows, V] of every row.
-  Tensor logits(const ModelInput& in, Precision precision);
-  // Inference: the new tokens of each sequence (in.tokens, positions continuing the caches), one
-  // cache per sequence, updated in place; logits [sequences, V] of each sequence's last new token.
-  Tensor forward_cached(const ModelInput& in, std::span<SequenceCache> caches, Precision precision);
+  // The one forward. Without caches every sequence starts empty (training, evaluation, scoring);
+  // with one cache per sequence, the new tokens (positions continuing the caches) extend them in
+  // place (prefill chunks and decoding). With targets, the cross-entropy (chunked over rows, never
+  // [rows, V] at once); options.backward adds the gradients. Logits of the rows options.outputs
+  // chooses, whatever the path: every token of a chunked, cached prefill can be scored.
+  ForwardResult forward(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches = {});
 
   const ModelTimings& timings() const { return timings_; }
   // The mixers, in layer order, for sizing inference caches.
@@ -103,18 +124,27 @@ class Model {
   std::vector<MoeFfn::LoadStats> load_stats() const;
 
  private:
-  enum class Mode { Train, Eval, Cached };
+  // How the residual stream joins the sublayers, fixed by the config (SPEC §6): stream entry 0 is
+  // the embedding and sublayer s writes entry s + 1 (its output added to entry `base`, -1: none).
+  // Its input is entry `input`, or with AttnRes the mix of the entries in `sources`.
+  struct Sublayer {
+    int input = -1, base = -1;
+    std::vector<int> sources;
+  };
+  void check_input(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches) const;
   void embed(const ModelInput& in);
   // Runs the layers from stream 0 (the embedding); returns the final hidden rows (pre-norm).
-  const float* body_forward(const ForwardContext& ctx, Mode mode, std::span<SequenceCache> caches);
+  const float* body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches);
   void body_backward(const float* d_final);
   // Cross-entropy over rows with targets, chunked; with a gradient, writes d(normed) rows.
-  LossResult head_loss(const float* normed, const std::vector<int32_t>& targets, Precision p, float* d_normed,
-                       float loss_scale);
-  void grow(int64_t rows);
+  LossResult head_loss(const float* normed, const ModelInput& in, Precision p, float* d_normed, float loss_scale);
+  Tensor output_logits(const float* h, const ForwardOptions& options, const TokenBatch& tokens);
+  void grow(int64_t rows, bool backward);
 
   ModelConfig config_;
   ParamStore params_;
+  std::vector<Sublayer> sublayers_;  // 2 per layer: mixer, FFN
+  std::vector<int> final_sources_;   // AttnRes before the final norm
   Param* embed_ = nullptr;
   Linear lm_head_;  // over embed_ when tied
   RmsNorm final_norm_;
@@ -125,9 +155,8 @@ class Model {
 
   // Activations of the last forward, grown to the largest batch and reused. The residual stream
   // holds x0 and, per layer, the stream (or AttnRes partial) after the mixer and after the FFN.
-  int64_t rows_ = 0, capacity_ = 0;
+  int64_t rows_ = 0, capacity_ = 0, grad_capacity_ = 0;
   const ModelInput* input_ = nullptr;
-  Precision precision_ = Precision::F32;
   std::vector<Tensor> stream_, stream_grad_;
   std::vector<Tensor> sublayer_in_;  // h (AttnRes output) per sublayer; unused without AttnRes
   std::vector<Tensor> sublayer_u_;   // RMSNorm(h) per sublayer: the mixer's / FFN's input
@@ -135,10 +164,6 @@ class Model {
   std::vector<int64_t> patch_rows_;  // rows that hold image patches (for the vision gradients)
   std::vector<std::pair<int64_t, int64_t>> patch_grid_;  // (grid row, grid column) of each patch
   Tensor patches_;                   // [patch rows, P·P·C] normalised pixels
-  // The residual structure of the last forward: per sublayer (and the final AttnRes) the stream
-  // entries its AttnRes mixed, and the entry its output was added to (-1: none).
-  std::vector<std::vector<int>> ar_sources_;
-  std::vector<int> base_;
   ModelTimings timings_;
 };
 

@@ -66,7 +66,7 @@ EvalResult evaluate(Model& model, const fs::path& data_dir, int64_t batch, int64
   for (int64_t i = 0; i < batches && loader.next(windows); ++i) {
     const ModelInput in = next_token_input(windows);
     if (in.tokens.rows == 0) continue;
-    const LossResult l = model.evaluate(in, precision);
+    const LossResult l = model.forward(in, {.precision = precision, .outputs = Outputs::None}).loss;
     total += l.loss * double(l.targets);
     r.tokens += l.targets;
   }
@@ -214,7 +214,9 @@ void run_training(const TrainOptions& o) {
     for (int64_t m = 0; m < tc.grad_accum; ++m) {
       loader.next(windows);
       const ModelInput in = next_token_input(windows);
-      const LossResult r = model.forward_backward(in, tc.precision, 1.0f / float(tc.grad_accum));
+      const ForwardOptions step{.precision = tc.precision, .outputs = Outputs::None, .backward = true,
+                                .loss_scale = 1.0f / float(tc.grad_accum)};
+      const LossResult r = model.forward(in, step).loss;
       loss += r.loss / double(tc.grad_accum);
       aux += r.aux_loss / double(tc.grad_accum);
       tokens += in.tokens.rows;
