@@ -52,7 +52,7 @@ void add_generate(CLI::App& app) {
     const double decode = r.seconds - r.time_to_first_token;
     fmt::print(stderr, "prompt {} tokens: {:.1f} tokens/s prefill; generated {} tokens: {:.1f} tokens/s decode ({})\n",
                r.prompt_tokens, double(r.prompt_tokens) / r.time_to_first_token, r.tokens.size(),
-               double(r.tokens.size() - 1) / std::max(decode, 1e-9), r.finish_reason);
+               double(r.tokens.size() - 1) / std::max(decode, 1e-9), to_string(r.finish_reason));
   });
 }
 

@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
     // Bad flags follow the CLI's convention for every user error: one line, exit status 1.
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
-  } catch (const hyla::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
+  } catch (const hyla::InternalError& e) {
+    fmt::print(stderr, "error: {} (a bug in hyla; please report it)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // hyla::Error and the system's own (bad_alloc, filesystem_error)
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }

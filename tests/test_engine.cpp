@@ -178,7 +178,7 @@ TEST(Engine, ConcurrentRequestsMatchOneAtATime) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const GenerationOutput out = futures[i].get();
     EXPECT_EQ(out.tokens, expected[i]) << prompts[i];
-    EXPECT_EQ(out.finish_reason, "length");
+    EXPECT_EQ(out.finish_reason, FinishReason::Length);
   }
   const EngineStats s = engine.stats();
   EXPECT_EQ(s.requests, 5);
@@ -223,14 +223,14 @@ TEST(Engine, StopStringsMaxTokensCancelAndLogprobs) {
   ASSERT_GE(plain.text.size(), 4u);
   r.stop = {plain.text.substr(2, 2)};
   const GenerationOutput stopped = engine.submit(r).get();
-  EXPECT_EQ(stopped.finish_reason, "stop");
+  EXPECT_EQ(stopped.finish_reason, FinishReason::Stop);
   EXPECT_EQ(stopped.text, plain.text.substr(0, plain.text.find(r.stop[0])));
 
   GenerationRequest c = f.request("The quick brown fox", 20);
   int pieces = 0;
   c.on_text = [&](std::string_view) { return ++pieces < 3; };
   const GenerationOutput cancelled = engine.submit(c).get();
-  EXPECT_EQ(cancelled.finish_reason, "cancelled");
+  EXPECT_EQ(cancelled.finish_reason, FinishReason::Cancelled);
   EXPECT_LT(cancelled.tokens.size(), 20u);
 
   GenerationRequest s = f.request("The quick brown fox jumps", 0);  // scoring only

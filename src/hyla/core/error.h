@@ -1,6 +1,8 @@
 #pragma once
 // One exception type for every user-facing failure: bad files, bad configs, bad requests.
 // Messages are one line and name the offending thing (file, key, field) and the broken rule.
+// A broken internal invariant is an InternalError instead: a bug in hyla, never the user's fault
+// (the server answers it with a 500, not a 400).
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -11,6 +13,11 @@ namespace hyla {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& message) : std::logic_error(message) {}
 };
 
 template <typename... Args>
@@ -27,8 +34,8 @@ template <typename... Args>
   } while (0)
 
 // Checks an internal invariant; a failure is a bug in hyla, not bad input.
-#define HYLA_ASSERT(cond)                                                                      \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      ::hyla::fail("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__);           \
+#define HYLA_ASSERT(cond)                                                                          \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      throw ::hyla::InternalError(fmt::format("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__)); \
   } while (0)

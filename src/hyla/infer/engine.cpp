@@ -4,12 +4,22 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
 #include "hyla/infer/text_stream.h"
 
 namespace hyla {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -131,11 +141,9 @@ void Engine::run() {
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto* queue : {&running_}) {
-    for (auto& a : *queue) a->promise.set_exception(std::make_exception_ptr(Error("the engine stopped")));
-    queue->clear();
-  }
+  for (auto& a : running_) a->promise.set_exception(std::make_exception_ptr(Error("the engine stopped")));
   for (auto& a : waiting_) a->promise.set_exception(std::make_exception_ptr(Error("the engine stopped")));
+  running_.clear();
   waiting_.clear();
 }
 
@@ -155,8 +163,8 @@ void Engine::drop_cancelled() {
     for (auto& a : running_)
       if (a->request.is_cancelled && a->request.is_cancelled()) gone_running.push_back(a.get());
   }
-  for (auto& a : gone_waiting) finish(*a, "cancelled");
-  for (Active* a : gone_running) finish(*a, "cancelled");
+  for (auto& a : gone_waiting) finish(*a, FinishReason::Cancelled);
+  for (Active* a : gone_running) finish(*a, FinishReason::Cancelled);
 }
 
 // Moves waiting requests into free slots, restoring cached prompt prefixes.
@@ -194,7 +202,7 @@ void Engine::admit_waiting() {
       stats_.cached_prompt_tokens += a->prefilled;
     }
     if (a->request.max_tokens == 0 && !a->request.prompt_logprobs) {  // nothing to read or generate
-      finish(*a, "length");
+      finish(*a, FinishReason::Length);
       continue;
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -270,7 +278,7 @@ void Engine::step() {
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }
     if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated
-      a.output.finish_reason = "length";
+      a.output.finish_reason = FinishReason::Length;
       done.push_back(&a);
       continue;
     }
@@ -294,29 +302,29 @@ void Engine::step() {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.generated_tokens;
     }
-    std::string reason;
+    std::optional<FinishReason> reason;
     if (a.request.stop_at_end_tokens && std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) {
-      reason = "stop";
+      reason = FinishReason::Stop;
     } else {
       const std::string piece = a.text.push(tokenizer_.decode_token(token));
-      if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = "cancelled";
-      else if (a.text.stopped()) reason = "stop";
+      if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = FinishReason::Cancelled;
+      else if (a.text.stopped()) reason = FinishReason::Stop;
       else if (int64_t(a.output.tokens.size()) >= a.request.max_tokens || state.length() + 1 >= state.capacity())
-        reason = "length";
+        reason = FinishReason::Length;
     }
-    if (reason.empty()) {
+    if (!reason) {
       a.next = token;
     } else {
-      a.output.finish_reason = reason;
+      a.output.finish_reason = *reason;
       done.push_back(&a);
     }
   }
   for (Active* a : done) finish(*a, a->output.finish_reason);
 }
 
-void Engine::finish(Active& a, std::string reason) {
+void Engine::finish(Active& a, FinishReason reason) {
   a.output.finish_reason = reason;
-  if (reason == "length") {
+  if (reason == FinishReason::Length) {
     const std::string rest = a.text.flush();
     if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
   }
@@ -324,7 +332,7 @@ void Engine::finish(Active& a, std::string reason) {
   a.output.seconds = seconds_between(a.start, Clock::now());
   a.promise.set_value(std::move(a.output));
   std::lock_guard<std::mutex> lock(mutex_);
-  ++stats_.finished[reason];
+  ++stats_.finished[size_t(reason)];
   if (a.slot >= 0) slot_used_[size_t(a.slot)] = false;
   std::erase_if(running_, [&](const std::unique_ptr<Active>& p) { return p.get() == &a; });
 }

@@ -4,12 +4,12 @@
 // decode token for every running sequence (chunked prefill: a long prompt never stalls the others),
 // samples, streams, and retires finished or cancelled sequences. Prompt prefixes are restored from
 // the prefix cache when an earlier request shared them.
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -52,10 +52,15 @@ struct GenerationRequest {
   std::function<bool()> is_cancelled;
 };
 
+// Why a request ended: an end token or stop string, max_tokens or the context, or its client left.
+enum class FinishReason : uint8_t { Stop, Length, Cancelled };
+inline constexpr FinishReason kFinishReasons[] = {FinishReason::Stop, FinishReason::Length, FinishReason::Cancelled};
+const char* to_string(FinishReason reason);  // "stop", "length", "cancelled"
+
 struct GenerationOutput {
   std::vector<int32_t> tokens;
   std::string text;
-  std::string finish_reason;  // "stop", "length" or "cancelled"
+  FinishReason finish_reason = FinishReason::Stop;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   std::vector<double> token_logprobs;   // per generated token (with logprobs)
   std::vector<double> prompt_logprobs;  // per prompt token, NaN for the first (with prompt_logprobs)
@@ -80,7 +85,7 @@ struct LatencyHistogram {
 struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
   LatencyHistogram ttft, itl;  // time to first token, inter-token latency
-  std::map<std::string, int64_t> finished;  // requests by finish reason
+  std::array<int64_t, std::size(kFinishReasons)> finished{};  // requests by FinishReason
 };
 
 class Engine {
@@ -106,7 +111,7 @@ class Engine {
   void admit_waiting();
   void drop_cancelled();
   void step();
-  void finish(Active& a, std::string reason);  // by value: callers pass a.output.finish_reason
+  void finish(Active& a, FinishReason reason);
   void record(LatencyHistogram EngineStats::*histogram, double seconds);
 
   Model* model_;

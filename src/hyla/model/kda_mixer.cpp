@@ -262,7 +262,7 @@ void KdaMixer::backward(const float* dy, float* du) {
           const float* y = plane(which) + r * HK + h * K;  // = n · scale, n the unit vector
           float* dh = d + h * K;
           // n = x·inv, dn = scale·dy: dx = inv·(dn − n (n·dn)).
-          const float ndn = dot(y, dh, K) / scale * scale;  // (n·dn) with n = y/scale, dn = dh·scale
+          const float ndn = dot(y, dh, K);  // n·dn = (y/scale)·(dh·scale)
           for (int64_t j = 0; j < K; ++j) {
             const float n = y[j] / scale;
             dh[j] = inv * (dh[j] * scale - n * ndn);

@@ -31,8 +31,10 @@ class Linear {
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   const Param& param() const { return *parts_[0]; }
+  // The whole matrix (every part of a fused one): f32 values, their gradient, the bf16 copy.
   float* w() const { return parts_[0]->v(); }
   float* dw() const { return parts_[0]->g(); }
+  const bf16* w16() const { return parts_[0]->v16(); }
   // Stored as int8 (loaded from a `hyla quantize` directory): the forward runs on int8 products
   // under every Precision, and there is no backward.
   bool int8() const { return defined() && parts_[0]->is_int8(); }
@@ -48,8 +50,6 @@ class Linear {
                        int64_t ld_dy = -1) const;
 
  private:
-  const bf16* w16() const { return parts_[0]->v16(); }
-
   std::vector<Param*> parts_;  // the matrix's rows, part by part (one part unless fused)
   int64_t in_ = 0, out_ = 0;
 };

@@ -134,14 +134,14 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
       if (packed_bf16) {
         bf16* rows = reinterpret_cast<bf16*>(buf.rows);
         for (int64_t j = 0; j < n; ++j) std::memcpy(rows + j * D, x16 + int64_t(tokens[j]) * D, size_t(D) * sizeof(bf16));
-        skinny_gemm(n, 2 * w, D, 1.0f, rows, D, expert.gate_proj.param().v16(), D, 0.0f, gu, 2 * w);
+        skinny_gemm(n, 2 * w, D, 1.0f, rows, D, expert.gate_up.w16(), D, 0.0f, gu, 2 * w);
         gated_activation_forward(activation_, gu, n, w, h);
         bf16* h16 = reinterpret_cast<bf16*>(buf.h_other);
         convert(h, h16, size_t(n * w));
         skinny_gemm(n, D, w, 1.0f, h16, w, expert.down_proj.param().v16(), w, 0.0f, y, D);
       } else {
         gather_rows(x, D, tokens, n, buf.rows);
-        skinny_gemm(n, 2 * w, D, 1.0f, buf.rows, D, expert.gate_proj.w(), D, 0.0f, gu, 2 * w);
+        skinny_gemm(n, 2 * w, D, 1.0f, buf.rows, D, expert.gate_up.w(), D, 0.0f, gu, 2 * w);
         gated_activation_forward(activation_, gu, n, w, h);
         skinny_gemm(n, D, w, 1.0f, h, w, expert.down_proj.w(), w, 0.0f, y, D);
       }
@@ -154,7 +154,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
       bf16* rows = reinterpret_cast<bf16*>(buf.rows);
       for (int64_t j = 0; j < n; ++j) std::memcpy(rows + j * D, x16 + int64_t(tokens[j]) * D, size_t(D) * sizeof(bf16));
       const int64_t ld_gu = round_up(2 * w, 16), ld_down = round_up(D, 16);
-      small_gemm_bf16_packed(n, 2 * w, D, 1.0f, rows, D, word_transpose(expert.gate_proj.param().v16(), 2 * w, D, ld_gu),
+      small_gemm_bf16_packed(n, 2 * w, D, 1.0f, rows, D, word_transpose(expert.gate_up.w16(), 2 * w, D, ld_gu),
                              ld_gu, 0.0f, gu, 2 * w);
       gated_activation_forward(activation_, gu, n, w, h);
       bf16* h16 = reinterpret_cast<bf16*>(buf.h_other);
@@ -164,7 +164,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     } else {
       const BlockProduct mm{precision, buf.pack};
       gather_rows(x, D, tokens, n, buf.rows);
-      transpose(expert.gate_proj.w(), 2 * w, D, D, buf.weights_t, 2 * w);
+      transpose(expert.gate_up.w(), 2 * w, D, D, buf.weights_t, 2 * w);
       mm(false, n, 2 * w, D, buf.rows, D, buf.weights_t, 2 * w, 0.0f, gu, 2 * w);  // X [W_gate; W_up]ᵀ
       gated_activation_forward(activation_, gu, n, w, h);
       transpose(expert.down_proj.w(), D, w, w, buf.weights_t, D);
@@ -216,9 +216,9 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
         for (int64_t r = 0; r < w; ++r) dh[r] *= c, weighted_h[r] = c * h[j * w + r];
       }
       gated_activation_backward(activation_, saved_gu_.data<float>() + begin * 2 * w, buf.h, n, w, buf.gu);
-      mm(false, n, D, 2 * w, buf.gu, 2 * w, expert.gate_proj.w(), D, 0.0f, d_in + begin * D, D);  // dGU W_gu
+      mm(false, n, D, 2 * w, buf.gu, 2 * w, expert.gate_up.w(), D, 0.0f, d_in + begin * D, D);  // dGU W_gu
       gather_rows(x, D, tokens, n, buf.rows);
-      mm(true, 2 * w, D, n, buf.gu, 2 * w, buf.rows, D, 1.0f, expert.gate_proj.dw(), D);        // += dGUᵀ X
+      mm(true, 2 * w, D, n, buf.gu, 2 * w, buf.rows, D, 1.0f, expert.gate_up.dw(), D);        // += dGUᵀ X
       mm(true, D, w, n, g, D, buf.h_other, w, 1.0f, expert.down_proj.dw(), w);                  // += Gᵀ (c ⊙ H)
     }
   }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "hyla/core/error.h"
+
 namespace hyla {
 
 using json = nlohmann::json;
@@ -31,8 +33,10 @@ json Usage::to_json() const {
 }
 
 std::string finish_reason(const GenerationOutput& out, bool has_tool_calls) {
-  if (has_tool_calls && out.finish_reason == "stop") return "tool_calls";
-  return out.finish_reason;
+  // A cancelled request never reaches a client as a finish reason (the server answers 503 instead).
+  HYLA_ASSERT(out.finish_reason != FinishReason::Cancelled);
+  if (has_tool_calls && out.finish_reason == FinishReason::Stop) return "tool_calls";
+  return to_string(out.finish_reason);
 }
 
 namespace {

@@ -39,10 +39,8 @@ std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, i
   counter(out, "hyla_requests_total", "Generation requests submitted to the engine.", s.requests);
   out += "# HELP hyla_requests_finished_total Generation requests finished, by reason.\n"
          "# TYPE hyla_requests_finished_total counter\n";
-  for (const char* reason : {"stop", "length", "cancelled"}) {
-    const auto it = s.finished.find(reason);
-    out += fmt::format("hyla_requests_finished_total{{reason=\"{}\"}} {}\n", reason, it == s.finished.end() ? 0 : it->second);
-  }
+  for (FinishReason reason : kFinishReasons)
+    out += fmt::format("hyla_requests_finished_total{{reason=\"{}\"}} {}\n", to_string(reason), s.finished[size_t(reason)]);
   counter(out, "hyla_prompt_tokens_total", "Prompt tokens received.", s.prompt_tokens);
   counter(out, "hyla_prompt_tokens_cached_total", "Prompt tokens restored from the prompt-state cache.", s.cached_prompt_tokens);
   counter(out, "hyla_generation_tokens_total", "Tokens generated.", s.generated_tokens);

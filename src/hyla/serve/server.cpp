@@ -362,7 +362,7 @@ json Server::Impl::wait_for_response(Job& job) {
       job.gone = true;
       throw ApiError(500, e.what(), "", "", "server_error");
     }
-    if (choices.back().output.finish_reason == "cancelled") throw cancelled_by_shutdown();
+    if (choices.back().output.finish_reason == FinishReason::Cancelled) throw cancelled_by_shutdown();
   }
   return job.request.chat ? chat_response(job.header, job.request, choices, *tokenizer)
                           : completion_response(job.header, job.request, choices, *tokenizer);
@@ -417,7 +417,7 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
         if (!write(ApiError(500, e.what(), "", "", "server_error").to_json())) return false;
         continue;
       }
-      if (out.finish_reason == "cancelled") {
+      if (out.finish_reason == FinishReason::Cancelled) {
         write(cancelled_by_shutdown().to_json());
         return false;
       }
