@@ -158,7 +158,9 @@ void BM_decode(benchmark::State& state, int64_t B, int64_t depth, DecodeRun run)
   const auto u = random_vector(B * L.d(), 3);
   std::vector<float> y(u.size());
   const TokenBatch tokens = TokenBatch::packed(std::vector<int64_t>(size_t(B), 1), std::vector<int64_t>(size_t(B), depth - 1));
-  std::vector<MlaMixer::CacheView> views(static_cast<size_t>(B));
+  std::vector<LayerCache> views(static_cast<size_t>(B));
+  std::vector<LayerCache*> slots;
+  for (LayerCache& v : views) slots.push_back(&v);
   const MlaConfig& m = L.config.mla;
   const int64_t H = m.num_heads, R = m.kv_lora_rank;
   const auto q = random_vector(B * H * width, 4);
@@ -177,8 +179,8 @@ void BM_decode(benchmark::State& state, int64_t B, int64_t depth, DecodeRun run)
       latent_attention_decode(dims, B, rows.data(), q.data(), o.data(), ws);
       return;
     }
-    for (int64_t b = 0; b < B; ++b) views[size_t(b)] = {base + b * depth * width, nullptr, depth - 1, depth};
-    L.mixer->forward_cached(u.data(), y.data(), {tokens, Precision::BF16}, views,
+    for (int64_t b = 0; b < B; ++b) views[size_t(b)] = LatentCache{base + b * depth * width, nullptr, depth - 1, depth};
+    L.mixer->forward(u.data(), y.data(), {tokens, Precision::BF16}, slots,
                             run == DecodeRun::Layer ? MlaMixer::DecodePath::Absorbed : MlaMixer::DecodePath::UpProjected);
   };
   step();

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "hyla/core/memory.h"
+#include "hyla/infer/sequence_state.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/model/int8_weights.h"
@@ -297,16 +298,8 @@ TEST(Int8Model, CachedDecodeMatchesTheFullForward) {
   const Tensor logits = model->forward(full, {.precision = Precision::BF16, .outputs = Outputs::All}).logits;
 
   // One sequence's caches, f32 latents; prefill 8 tokens, then decode 3 one by one.
-  std::vector<std::vector<float>> kda, latent;
-  SequenceCache cache;
-  for (const KdaMixer* m : model->kda_mixers()) {
-    kda.emplace_back(size_t(m->conv_tail_floats() + m->state_floats()), 0.0f);
-    cache.kda.push_back({kda.back().data(), kda.back().data() + m->conv_tail_floats()});
-  }
-  for (const MlaMixer* m : model->latent_mixers()) {
-    latent.emplace_back(size_t(16 * m->cache_width()), 0.0f);
-    cache.latent.push_back({nullptr, latent.back().data(), 0, 16});
-  }
+  SequenceState state(*model, 16, DType::F32);
+  SequenceCache& cache = state.cache();
   const auto step = [&](int64_t from, int64_t count) {
     ModelInput in;
     in.tokens = TokenBatch::packed({count}, {from});

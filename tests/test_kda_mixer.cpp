@@ -108,19 +108,21 @@ TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) {
   const std::vector<std::array<int64_t, 2>> steps = {{9, 3}, {17, 12}, {1, 1}, {5, 9}, {1, 0}, {7, 0}};
   for (auto step : steps) {
     std::vector<int64_t> n, offsets;
-    std::vector<KdaMixer::CacheView> caches;
+    std::vector<LayerCache> caches;
     std::vector<float> input;
     for (int b = 0; b < 2; ++b) {
       const int64_t take = std::min(step[size_t(b)], lengths[size_t(b)] - done[b]);
       if (take == 0) continue;
       n.push_back(take), offsets.push_back(done[b]);
-      caches.push_back({tails[size_t(b)].data(), states[size_t(b)].data()});
+      caches.push_back(RecurrentState{tails[size_t(b)].data(), states[size_t(b)].data()});
       const int64_t row0 = full.starts[size_t(b)] + done[b];
       input.insert(input.end(), u.begin() + row0 * d, u.begin() + (row0 + take) * d);
     }
     const TokenBatch tokens = TokenBatch::packed(n, offsets);
     std::vector<float> out(input.size());
-    s.mixer->forward_cached(input.data(), out.data(), {tokens, Precision::F32, false}, caches);
+    std::vector<LayerCache*> slots;
+    for (LayerCache& c : caches) slots.push_back(&c);
+    s.mixer->forward(input.data(), out.data(), {tokens, Precision::F32, false}, slots);
     size_t at = 0;
     for (int b = 0; b < 2; ++b) {
       const int64_t take = std::min(step[size_t(b)], lengths[size_t(b)] - done[b]);

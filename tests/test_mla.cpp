@@ -209,7 +209,7 @@ struct CacheSet {
   bool bf16_rows;
   std::vector<std::vector<float>> f32;
   std::vector<std::vector<bf16>> bf;
-  std::vector<MlaMixer::CacheView> views;
+  std::vector<LayerCache> views;
 
   CacheSet(int64_t width_, bool bf16_, const std::vector<int64_t>& capacities) : width(width_), bf16_rows(bf16_) {
     for (int64_t c : capacities) {
@@ -217,17 +217,18 @@ struct CacheSet {
       bf.emplace_back(bf16_rows ? size_t(c * width) : 0);
     }
     for (size_t b = 0; b < capacities.size(); ++b) {
-      MlaMixer::CacheView v;
+      LatentCache v;
       if (bf16_rows) v.latent_bf16 = bf[b].data();
       else v.latent_f32 = f32[b].data();
       v.capacity = capacities[b];
       views.push_back(v);
     }
   }
+  int64_t length(size_t b) const { return std::get<LatentCache>(views[b]).length; }
   CacheSet(const CacheSet& o) : width(o.width), bf16_rows(o.bf16_rows), f32(o.f32), bf(o.bf), views(o.views) {
     for (size_t b = 0; b < views.size(); ++b) {
-      views[b].latent_bf16 = bf16_rows ? bf[b].data() : nullptr;
-      views[b].latent_f32 = bf16_rows ? nullptr : f32[b].data();
+      std::get<LatentCache>(views[b]).latent_bf16 = bf16_rows ? bf[b].data() : nullptr;
+      std::get<LatentCache>(views[b]).latent_f32 = bf16_rows ? nullptr : f32[b].data();
     }
   }
 };
@@ -240,10 +241,10 @@ std::vector<float> cached_step(Layer& layer, CacheSet& caches, const std::vector
                                std::vector<int64_t>* full_rows = nullptr) {
   const int64_t d = layer.d();
   std::vector<int64_t> offsets;
-  std::vector<MlaMixer::CacheView> views;
+  std::vector<LayerCache*> slots;
   for (int64_t b : which) {
-    offsets.push_back(caches.views[size_t(b)].length);
-    views.push_back(caches.views[size_t(b)]);
+    offsets.push_back(std::get<LatentCache>(caches.views[size_t(b)]).length);
+    slots.push_back(&caches.views[size_t(b)]);
   }
   const TokenBatch tokens = TokenBatch::packed(counts, offsets);
   std::vector<float> x(size_t(tokens.rows * d)), y(size_t(tokens.rows * d), NAN);
@@ -253,8 +254,7 @@ std::vector<float> cached_step(Layer& layer, CacheSet& caches, const std::vector
       std::copy_n(u.begin() + from * d, d, x.begin() + (tokens.starts[s] + i) * d);
       if (full_rows) full_rows->push_back(from);
     }
-  layer.mixer->forward_cached(x.data(), y.data(), {tokens, p}, views, path);
-  for (size_t s = 0; s < which.size(); ++s) caches.views[size_t(which[s])] = views[s];
+  layer.mixer->forward(x.data(), y.data(), {tokens, p}, slots, path);
   return y;
 }
 
@@ -277,7 +277,7 @@ double prefill_then_decode_error(Layer& layer, bool bf16_cache, Precision p) {
     std::vector<int64_t> which, n;
     for (size_t b = 0; b < counts.size(); ++b) {
       which.push_back(int64_t(b));
-      n.push_back(std::min(counts[b], lengths[b] - caches.views[b].length));
+      n.push_back(std::min(counts[b], lengths[b] - caches.length(b)));
     }
     std::vector<int64_t> rows;
     const auto y = cached_step(layer, caches, which, n, full, u, p, MlaMixer::DecodePath::Absorbed, &rows);
@@ -288,7 +288,7 @@ double prefill_then_decode_error(Layer& layer, bool bf16_cache, Precision p) {
   for (const auto& counts : std::vector<std::vector<int64_t>>{{5, 1, 17}, {17, 3, 1}, {1, 1, 20}, {0, 4, 1}})
     run(counts);
   for (int step = 0; step < 8; ++step) run({1, 1, 1});
-  for (size_t b = 0; b < lengths.size(); ++b) EXPECT_EQ(caches.views[b].length, lengths[b]);
+  for (size_t b = 0; b < lengths.size(); ++b) EXPECT_EQ(caches.length(b), lengths[b]);
   return worst / magnitude;
 }
 
@@ -341,7 +341,7 @@ TEST(MlaCached, BatchedDecodeEqualsPerSequenceAndUpProjectedDecode) {
         CacheSet alone = prefilled;
         const auto yb = cached_step(layer, alone, {b}, {1}, full, u, Precision::F32);
         EXPECT_LE(max_difference(yb, y.data() + b * d, size_t(d)), 1e-6 * magnitude) << describe(o) << ", sequence " << b;
-        EXPECT_EQ(alone.views[size_t(b)].length, lengths[size_t(b)]);
+        EXPECT_EQ(alone.length(size_t(b)), lengths[size_t(b)]);
       }
       CacheSet up = prefilled;
       const auto y_up = cached_step(layer, up, {0, 1, 2}, {1, 1, 1}, full, u, Precision::F32,
@@ -356,17 +356,17 @@ TEST(MlaCached, RejectsBadCachesAndPositions) {
   const std::vector<float> u(size_t(4 * d), 0.5f);
   std::vector<float> y(u.size());
   std::vector<float> rows(size_t(4 * layer.mixer->cache_width()));
-  MlaMixer::CacheView cache;
-  cache.latent_f32 = rows.data();
-  cache.capacity = 3;
-  std::span<MlaMixer::CacheView> one(&cache, 1);
+  LayerCache slot = LatentCache{nullptr, rows.data(), 0, 3};
+  LatentCache& cache = std::get<LatentCache>(slot);
+  LayerCache* one_slot = &slot;
+  std::span<LayerCache* const> one(&one_slot, 1);
   const TokenBatch four = TokenBatch::packed({4});
-  EXPECT_THROW(layer.mixer->forward_cached(u.data(), y.data(), {four}, one), Error);  // over capacity
+  EXPECT_THROW(layer.mixer->forward(u.data(), y.data(), {four}, one), Error);  // over capacity
   cache.capacity = 4;
   const TokenBatch shifted = TokenBatch::packed({2}, {1});
-  EXPECT_THROW(layer.mixer->forward_cached(u.data(), y.data(), {shifted}, one), Error);  // positions 1, 2 on an empty cache
+  EXPECT_THROW(layer.mixer->forward(u.data(), y.data(), {shifted}, one), Error);  // positions 1, 2 on an empty cache
   const TokenBatch two = TokenBatch::packed({2});
-  layer.mixer->forward_cached(u.data(), y.data(), {two}, one);
+  layer.mixer->forward(u.data(), y.data(), {two}, one);
   EXPECT_EQ(cache.length, 2);
   EXPECT_THROW(layer.mixer->backward(y.data(), y.data()), Error);  // nothing saved for backward
 }

@@ -12,31 +12,34 @@ SequenceState::SequenceState(const Model& model, int64_t capacity, DType latent_
     : capacity_(capacity), latent_dtype_(latent_dtype) {
   HYLA_CHECK(capacity > 0, "sequence state: capacity must be positive, got {}", capacity);
   HYLA_CHECK(latent_dtype == DType::BF16 || latent_dtype == DType::F32, "sequence state: latent cache must be BF16 or F32");
-  const auto kda = model.kda_mixers();
-  const auto latent = model.latent_mixers();
+  const auto mixers = model.mixers();
   int64_t kda_floats = 0, latent_values = 0;
-  for (const KdaMixer* m : kda) kda_floats += m->conv_tail_floats() + m->state_floats();
-  for (const MlaMixer* m : latent) latent_values += m->cache_width() * capacity;
+  for (const Model::MixerRef& mixer : mixers) {
+    if (auto* kda = std::get_if<const KdaMixer*>(&mixer)) kda_floats += (*kda)->conv_tail_floats() + (*kda)->state_floats();
+    else latent_values += std::get<const MlaMixer*>(mixer)->cache_width() * capacity;
+  }
   kda_ = Tensor::zeros(DType::F32, {std::max<int64_t>(kda_floats, 1)});
   latent_ = Tensor::zeros(latent_dtype, {std::max<int64_t>(latent_values, 1)});
   fixed_bytes_ = kda_floats * 4;
-  float* k = kda_.data<float>();
-  for (const KdaMixer* m : kda) {
-    cache_.kda.push_back({k, k + m->conv_tail_floats()});
-    k += m->conv_tail_floats() + m->state_floats();
-  }
   const int64_t element = int64_t(dtype_size(latent_dtype));
+  float* k = kda_.data<float>();
   int64_t offset = 0;
-  for (const MlaMixer* m : latent) {
-    MlaMixer::CacheView view;
-    if (latent_dtype == DType::BF16) view.latent_bf16 = latent_.data<bf16>() + offset;
-    else view.latent_f32 = latent_.data<float>() + offset;
-    view.length = 0;
-    view.capacity = capacity;
-    cache_.latent.push_back(view);
-    row_width_.push_back(m->cache_width());
-    offset += m->cache_width() * capacity;
-    bytes_per_token_ += m->cache_width() * element;
+  for (const Model::MixerRef& mixer : mixers) {
+    if (auto* kda = std::get_if<const KdaMixer*>(&mixer)) {
+      cache_.layers.emplace_back(RecurrentState{k, k + (*kda)->conv_tail_floats()});
+      k += (*kda)->conv_tail_floats() + (*kda)->state_floats();
+      row_width_.push_back(0);
+      continue;
+    }
+    const int64_t width = std::get<const MlaMixer*>(mixer)->cache_width();
+    LatentCache cache;
+    if (latent_dtype == DType::BF16) cache.latent_bf16 = latent_.data<bf16>() + offset;
+    else cache.latent_f32 = latent_.data<float>() + offset;
+    cache.capacity = capacity;
+    cache_.layers.emplace_back(cache);
+    row_width_.push_back(width);
+    offset += width * capacity;
+    bytes_per_token_ += width * element;
   }
 }
 
@@ -44,7 +47,8 @@ int64_t SequenceState::length() const { return cache_.tokens; }
 
 void SequenceState::reset() {
   std::memset(kda_.raw(), 0, kda_.nbytes());
-  for (auto& view : cache_.latent) view.length = 0;
+  for (LayerCache& layer : cache_.layers)
+    if (auto* latent = std::get_if<LatentCache>(&layer)) latent->length = 0;
   cache_.tokens = 0;
 }
 
@@ -64,15 +68,16 @@ void SequenceState::copy_from(const SequenceState& other) {
              "sequence state: copying between states of different models");
   const int64_t n = other.length();
   HYLA_CHECK(n <= capacity_, "sequence state: {} tokens do not fit a capacity of {}", n, capacity_);
-  std::memcpy(kda_.raw(), other.kda_.raw(), kda_.nbytes());
+  std::memcpy(kda_.raw(), other.kda_.raw(), kda_.nbytes());  // every recurrent state at once
   const size_t element = dtype_size(latent_dtype_);
-  for (size_t i = 0; i < cache_.latent.size(); ++i) {
-    const auto& src = other.cache_.latent[i];
-    auto& dst = cache_.latent[i];
+  for (size_t l = 0; l < cache_.layers.size(); ++l) {
+    auto* dst = std::get_if<LatentCache>(&cache_.layers[l]);
+    if (!dst) continue;
+    const LatentCache& src = std::get<LatentCache>(other.cache_.layers[l]);
     const void* from = src.latent_bf16 ? static_cast<const void*>(src.latent_bf16) : src.latent_f32;
-    void* to = dst.latent_bf16 ? static_cast<void*>(dst.latent_bf16) : dst.latent_f32;
-    std::memcpy(to, from, size_t(n) * size_t(row_width_[i]) * element);
-    dst.length = n;
+    void* to = dst->latent_bf16 ? static_cast<void*>(dst->latent_bf16) : dst->latent_f32;
+    std::memcpy(to, from, size_t(n) * size_t(row_width_[l]) * element);
+    dst->length = n;
   }
   cache_.tokens = n;
 }

@@ -30,7 +30,8 @@ class SequenceState {
   // (latent cache, bf16) = 4.89 MiB at 8192 tokens".
   std::string describe_memory(int64_t tokens) const;
 
-  // Becomes a copy of `other` (its first `other.length()` tokens; for prompt-state reuse).
+  // Becomes a copy of `other` (its first `other.length()` tokens): prompt-state reuse, and forking
+  // a sequence (sampling several continuations of one prompt).
   void copy_from(const SequenceState& other);
 
  private:
@@ -39,7 +40,7 @@ class SequenceState {
   Tensor kda_;     // all KDA layers' tails and states, back to back
   Tensor latent_;  // all latent layers' caches, back to back
   SequenceCache cache_;
-  std::vector<int64_t> row_width_;  // values per cached token of each latent layer
+  std::vector<int64_t> row_width_;  // values per cached token of each layer (0: a recurrent layer)
   int64_t fixed_bytes_ = 0, bytes_per_token_ = 0;
 };
 

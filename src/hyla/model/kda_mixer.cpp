@@ -142,7 +142,8 @@ void KdaMixer::output(float* y, const ForwardContext& ctx, bool save) {
   o_proj_.forward(gated_.data<float>(), N, y, ctx.precision);
 }
 
-void KdaMixer::forward(const float* u, float* y, const ForwardContext& ctx) {
+void KdaMixer::forward(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches) {
+  if (!caches.empty()) return forward_cached(u, y, ctx, caches);
   project_and_prepare(u, ctx, nullptr);
   grow(o_, rows_, width_);
   const KdaInputs in{ctx.tokens.batch(), ctx.tokens.starts.data(), plane(0), plane(1), plane(2),
@@ -154,17 +155,19 @@ void KdaMixer::forward(const float* u, float* y, const ForwardContext& ctx) {
   precision_ = ctx.precision;
 }
 
-void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<const CacheView> caches) {
+void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches) {
   const int64_t B = ctx.tokens.batch();
-  HYLA_ASSERT(int64_t(caches.size()) == B);
-  std::vector<const float*> tails(static_cast<size_t>(B));
-  std::vector<float*> states(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) tails[size_t(b)] = caches[size_t(b)].conv_tails, states[size_t(b)] = caches[size_t(b)].state;
+  HYLA_ASSERT(int64_t(caches.size()) == B && !ctx.save_for_backward);
+  std::vector<float*> tails(static_cast<size_t>(B)), states(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const RecurrentState& cache = std::get<RecurrentState>(*caches[size_t(b)]);
+    tails[size_t(b)] = cache.conv_tails, states[size_t(b)] = cache.state;
+  }
   project_and_prepare(u, ctx, tails.data());
   const Conv1dShape conv{width_, config_.kda.conv_kernel, B, ctx.tokens.starts.data()};
   std::vector<float*> tail(static_cast<size_t>(B));
   for (int which = 0; which < 3; ++which) {
-    for (int64_t b = 0; b < B; ++b) tail[size_t(b)] = caches[size_t(b)].conv_tails + which * (conv.kernel - 1) * width_;
+    for (int64_t b = 0; b < B; ++b) tail[size_t(b)] = tails[size_t(b)] + which * (conv.kernel - 1) * width_;
     causal_conv1d_update_tails(conv, proj_.data<float>() + which * width_, in_proj_.out(), tail.data());
   }
   grow(o_, rows_, width_);

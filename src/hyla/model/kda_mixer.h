@@ -8,6 +8,7 @@
 #include "hyla/kernels/kda.h"
 #include "hyla/model/config.h"
 #include "hyla/model/context.h"
+#include "hyla/model/layer_cache.h"
 #include "hyla/model/layers.h"
 
 namespace hyla {
@@ -16,23 +17,19 @@ class KdaMixer {
  public:
   KdaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config);
 
-  // u: [N, d] (valid until backward when saving) → y: [N, d]. Every sequence starts from a zero state.
-  void forward(const float* u, float* y, const ForwardContext& ctx);
+  // u: [N, d] (valid until backward when saving) → y: [N, d]. Without caches every sequence
+  // starts from a zero state; with one RecurrentState slot per sequence, the new tokens continue
+  // it and it is updated in place (no saving for backward then).
+  void forward(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches = {});
   // dy → du (overwritten); parameter gradients added.
   void backward(const float* dy, float* du);
 
-  // One sequence's inference state for this layer: conv tails [3, kernel-1, H·K] (q, k, v) and
-  // the delta-rule state [H, K, V], both f32 and updated in place.
-  struct CacheView {
-    float* conv_tails;
-    float* state;
-  };
+  // The sizes of a RecurrentState of this layer.
   int64_t conv_tail_floats() const { return 3 * (config_.kda.conv_kernel - 1) * heads_ * head_dim_; }
   int64_t state_floats() const { return heads_ * head_dim_ * head_dim_; }
-  // Forward for the new tokens of each sequence (ctx.tokens), continuing from and updating the caches.
-  void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<const CacheView> caches);
 
  private:
+  void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches);
   void project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails);
   void output(float* y, const ForwardContext& ctx, bool save);
   float* plane(int which) { return qkv_.data<float>() + which * rows_ * width_; }

@@ -154,7 +154,15 @@ void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision
 // ---------------------------------------------------------------------------------------------
 // Training
 
-void MlaMixer::forward(const float* u, float* y, const ForwardContext& ctx) {
+void MlaMixer::forward(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches,
+                       DecodePath decode_path) {
+  if (caches.empty()) return forward_full(u, y, ctx);
+  latent_slots_.clear();
+  for (LayerCache* slot : caches) latent_slots_.push_back(&std::get<LatentCache>(*slot));
+  forward_cached(u, y, ctx, latent_slots_, decode_path);
+}
+
+void MlaMixer::forward_full(const float* u, float* y, const ForwardContext& ctx) {
   const TokenBatch& tokens = ctx.tokens;
   const int64_t N = tokens.rows;
   const Precision p = ctx.precision;
@@ -264,25 +272,25 @@ void MlaMixer::backward(const float* dy, float* du) {
 // ---------------------------------------------------------------------------------------------
 // Inference on a latent cache
 
-void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<CacheView> caches,
+void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LatentCache* const> caches,
                               DecodePath decode_path) {
   const TokenBatch& tokens = ctx.tokens;
   const int64_t N = tokens.rows, batch = tokens.batch();
-  HYLA_CHECK(int64_t(caches.size()) == batch, "MLA forward_cached: {} caches for {} sequences", caches.size(), batch);
-  HYLA_CHECK(int64_t(tokens.positions.size()) == N, "MLA forward_cached: {} positions for {} rows",
+  HYLA_CHECK(int64_t(caches.size()) == batch, "MLA forward on caches: {} caches for {} sequences", caches.size(), batch);
+  HYLA_CHECK(int64_t(tokens.positions.size()) == N, "MLA forward on caches: {} positions for {} rows",
              tokens.positions.size(), N);
   for (int64_t b = 0; b < batch; ++b) {
-    const CacheView& c = caches[size_t(b)];
+    const LatentCache& c = *caches[size_t(b)];
     HYLA_CHECK((c.latent_bf16 != nullptr) != (c.latent_f32 != nullptr),
-               "MLA forward_cached: cache {} needs exactly one of latent_bf16 and latent_f32", b);
-    HYLA_CHECK((c.latent_bf16 != nullptr) == (caches[0].latent_bf16 != nullptr),
-               "MLA forward_cached: cache {} has another dtype than cache 0", b);
+               "MLA forward on caches: cache {} needs exactly one of latent_bf16 and latent_f32", b);
+    HYLA_CHECK((c.latent_bf16 != nullptr) == (caches[0]->latent_bf16 != nullptr),
+               "MLA forward on caches: cache {} has another dtype than cache 0", b);
     const int64_t n = tokens.length(b);
     HYLA_CHECK(c.length >= 0 && c.length + n <= c.capacity,
-               "MLA forward_cached: cache {} holds {} of {} tokens; {} more do not fit", b, c.length, c.capacity, n);
+               "MLA forward on caches: cache {} holds {} of {} tokens; {} more do not fit", b, c.length, c.capacity, n);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t position = tokens.positions[size_t(tokens.starts[size_t(b)] + i)];
-      HYLA_CHECK(position == c.length + i, "MLA forward_cached: token {} of sequence {} has position {}, expected {}",
+      HYLA_CHECK(position == c.length + i, "MLA forward on caches: token {} of sequence {} has position {}, expected {}",
                  i, b, position, c.length + i);
     }
   }
@@ -304,18 +312,18 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
   float* o = grow(o_, N * heads_ * v_dim_);
   if (!prefill_.empty()) prefill_attention(tokens, caches, prefill_, q, p, o);
   if (!decode_.empty()) decode_attention(tokens, caches, decode_, q, p, o);
-  for (int64_t b = 0; b < batch; ++b) caches[size_t(b)].length += tokens.length(b);
+  for (int64_t b = 0; b < batch; ++b) caches[size_t(b)]->length += tokens.length(b);
   output(proj, o, N, p, y);
 }
 
 // Rows [length, length + new) of each cache = [c | k_pe] of the sequence's new tokens.
 void MlaMixer::append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe,
-                                std::span<CacheView> caches) {
+                                std::span<LatentCache* const> caches) {
   const int64_t N = tokens.rows, width = cache_width();
 #pragma omp parallel for schedule(static) if (N * width > kParallelValues)
   for (int64_t r = 0; r < N; ++r) {
     const int64_t b = sequence_of(tokens, r);
-    const CacheView& cache = caches[size_t(b)];
+    const LatentCache& cache = *caches[size_t(b)];
     const int64_t row = cache.length + r - tokens.starts[size_t(b)];
     if (cache.latent_bf16) {
       bf16* dst = cache.latent_bf16 + row * width;
@@ -333,14 +341,14 @@ void MlaMixer::append_to_caches(const TokenBatch& tokens, const float* c, const 
 // included, as the cache holds them) to per-head keys and values, then run the blocked attention
 // kernel with q_len < kv_len. A query at position t sees rows max(0, t − window + 1) .. t, so a
 // sliding-window layer up-projects only the rows its first new token can see.
-void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache* const> caches,
                                  const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
   const int64_t width = cache_width(), ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_;
   q_starts_.assign(1, 0);
   k_starts_.assign(1, 0);
   first_key_.clear();
   for (int64_t b : sequences) {
-    const CacheView& cache = caches[size_t(b)];
+    const LatentCache& cache = *caches[size_t(b)];
     const int64_t n = tokens.length(b), first = window_ ? std::max<int64_t>(0, cache.length - window_ + 1) : 0;
     first_key_.push_back(first);
     q_starts_.push_back(q_starts_.back() + n);
@@ -352,7 +360,7 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<const Cache
 #pragma omp parallel for schedule(static) if (keys * width > kParallelValues)
   for (int64_t j = 0; j < keys; ++j) {
     const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
-    const CacheView& cache = caches[size_t(sequences[size_t(s)])];
+    const LatentCache& cache = *caches[size_t(sequences[size_t(s)])];
     const int64_t row = first_key_[size_t(s)] + j - k_starts_[size_t(s)];
     if (cache.latent_bf16) convert(cache.latent_bf16 + row * width, latent + j * width, size_t(width));
     else std::memcpy(latent + j * width, cache.latent_f32 + row * width, size_t(width) * sizeof(float));
@@ -385,7 +393,7 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<const Cache
 // GEMM over heads whose rows are the decoding sequences. They use the f32 weights: the absorbed
 // query multiplies every cached row, so it is kept exact. Under Precision::BF16 on a bf16 cache
 // the attention itself runs on bf16 products (LatentAttentionDims::bf16_products).
-void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<LatentCache* const> caches,
                                 const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
   const int64_t count = int64_t(sequences.size()), R = kv_lora_rank_, width = cache_width();
   const int64_t ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_, head_rows = (nope_dim_ + v_dim_) * R;
@@ -407,11 +415,11 @@ void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<const CacheV
 
   decode_caches_.clear();
   for (int64_t b : sequences) {
-    const CacheView& cache = caches[size_t(b)];
+    const LatentCache& cache = *caches[size_t(b)];
     decode_caches_.push_back({cache.latent_bf16, cache.latent_f32, cache.length + 1});
   }
   float* o_latent = grow(o_latent_, count * heads_ * R);
-  const bool bf16_products = p == Precision::BF16 && caches[0].latent_bf16 && R % 32 == 0;
+  const bool bf16_products = p == Precision::BF16 && caches[0]->latent_bf16 && R % 32 == 0;
   const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_, bf16_products};
   latent_attention_decode(dims, count, decode_caches_.data(), q_absorbed, o_latent, latent_ws_);
 

@@ -1,9 +1,9 @@
 #pragma once
 // Gated latent attention mixer (SPEC §4): full causal ("mla") or sliding-window ("swa").
 //
-// Training: forward over a packed batch (saving what backward needs) and backward. Inference:
-// forward_cached on a latent cache per sequence, which holds per token only the normalised latent
-// c and the rotated k_pe. A chunk of several new tokens (prefill) up-projects the cached latents to
+// Training: forward over a packed batch (saving what backward needs) and backward. Inference: the
+// same forward on a latent cache per sequence (a LatentCache slot), which holds per token only the
+// normalised latent c and the rotated k_pe. A chunk of several new tokens (prefill) up-projects the cached latents to
 // per-head keys and values and runs the blocked attention kernel; a single new token (decode) uses
 // the absorbed form, which reads only the latent cache (kernels/latent_attention.h).
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/latent_attention.h"
+#include "hyla/model/layer_cache.h"
 #include "hyla/model/layers.h"
 
 namespace hyla {
@@ -21,46 +22,39 @@ class MlaMixer {
  public:
   MlaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config, LayerType type);
 
-  // Training / full-sequence forward: u [N, d] (the RMSNorm'd sublayer input; it must stay valid
-  // until backward when saving) → y [N, d]. Causal within each packed sequence
+  // How a sequence with a single new token attends on its cache. Absorbed (the default) reads only
+  // the latent cache; UpProjected treats it as a one-token prefill (up-project every visible cached
+  // latent, then attend), the reference the absorbed form is measured and tested against.
+  enum class DecodePath : uint8_t { Absorbed, UpProjected };
+  // u [N, d] (the RMSNorm'd sublayer input; it must stay valid until backward when saving) → y [N, d].
+  // Without caches (training, full sequences): causal within each packed sequence
   // (ctx.tokens.starts); "swa" layers see the last mla.sliding_window positions (the current one
   // included). RoPE (qk_rope_head_dim > 0) uses ctx.tokens.positions. Under Precision::BF16 the
   // projections run on bf16 inputs; the attention products do too, except when saving for
   // backward: the backward recomputes probabilities in f32 from the saved log-sum-exp, which must
   // come from the same f32 products (see docs/kernels-attention.md).
-  void forward(const float* u, float* y, const ForwardContext& ctx);
-  // From dy [N, d] of the last forward, which must have saved for backward (a later forward or
-  // forward_cached reuses the buffers): du [N, d] overwritten, parameter gradients added.
-  void backward(const float* dy, float* du);
-
-  // One sequence's latent cache, owned by the caller: `capacity` rows of cache_width() values
-  // (bf16, the default, or f32: exactly one pointer set), the first `length` of them filled.
-  struct CacheView {
-    bf16* latent_bf16 = nullptr;
-    float* latent_f32 = nullptr;
-    int64_t length = 0;
-    int64_t capacity = 0;
-  };
-  // Values per cached token: kv_lora_rank (the normalised latent c), then qk_rope_head_dim (k_pe,
-  // already rotated).
-  int64_t cache_width() const { return kv_lora_rank_ + rope_dim_; }
-
-  // How a sequence with a single new token attends. Absorbed (the default) reads only the latent
-  // cache; UpProjected treats it as a one-token prefill (up-project every visible cached latent,
-  // then attend), the reference the absorbed form is measured and tested against.
-  enum class DecodePath : uint8_t { Absorbed, UpProjected };
-
-  // Inference: caches[b] belongs to sequence b of ctx.tokens, whose new tokens have positions
-  // caches[b].length + i. Writes their rows [length, length + new) of the cache, bumps length and
-  // writes y for the new tokens. Every cache of a call has the same dtype. "swa" layers attend to
+  //
+  // With one LatentCache slot per sequence (inference): sequence b's new tokens have positions
+  // length + i; their rows [length, length + new) of the cache are written, length is bumped and y
+  // is written for the new tokens. Every cache of a call has the same dtype. "swa" layers attend to
   // the last sliding_window positions only, although the cache keeps every token (the caller owns
   // its memory and may recycle rows older than the window). Under Precision::BF16 the projections,
   // the prefill attention and (on a bf16 cache) the decode attention use bf16 products. Invalidates
   // the state a training forward saved for backward.
-  void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<CacheView> caches,
-                      DecodePath decode_path = DecodePath::Absorbed);
+  void forward(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches = {},
+               DecodePath decode_path = DecodePath::Absorbed);
+  // From dy [N, d] of the last forward, which must have saved for backward (a later forward reuses
+  // the buffers): du [N, d] overwritten, parameter gradients added.
+  void backward(const float* dy, float* du);
+
+  // Values per cached token: kv_lora_rank (the normalised latent c), then qk_rope_head_dim (k_pe,
+  // already rotated).
+  int64_t cache_width() const { return kv_lora_rank_ + rope_dim_; }
 
  private:
+  void forward_full(const float* u, float* y, const ForwardContext& ctx);
+  void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LatentCache* const> caches,
+                      DecodePath decode_path);
   // Steps shared by forward and forward_cached; each returns a layer-owned buffer.
   float* project_input(const float* u, int64_t rows, Precision p, const int64_t* positions);
   float* queries(const float* proj, int64_t rows, Precision p, bool save);
@@ -70,10 +64,10 @@ class MlaMixer {
                   Precision p, float* k, float* v);
   void output(const float* proj, const float* o, int64_t rows, Precision p, float* y);
   // forward_cached's pieces: which rows of the batch each takes is in `sequences`.
-  void append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe, std::span<CacheView> caches);
-  void prefill_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+  void append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe, std::span<LatentCache* const> caches);
+  void prefill_attention(const TokenBatch& tokens, std::span<LatentCache* const> caches,
                          const std::vector<int64_t>& sequences, const float* q, Precision p, float* o);
-  void decode_attention(const TokenBatch& tokens, std::span<const CacheView> caches,
+  void decode_attention(const TokenBatch& tokens, std::span<LatentCache* const> caches,
                         const std::vector<int64_t>& sequences, const float* q, Precision p, float* o);
 
   const ModelConfig& config_;
@@ -114,6 +108,7 @@ class MlaMixer {
   Tensor q_absorbed_, o_latent_;
   std::vector<int64_t> q_starts_, k_starts_, first_key_, prefill_, decode_;
   std::vector<LatentCacheRows> decode_caches_;
+  std::vector<LatentCache*> latent_slots_;  // forward's slots, as this layer's kind
   AttentionWorkspace attention_ws_;
   LatentAttentionWorkspace latent_ws_;
 };

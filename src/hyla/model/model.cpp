@@ -221,9 +221,7 @@ void Model::embed(const ModelInput& in) {
 
 const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches) {
   const int64_t N = ctx.tokens.rows, d = config_.hidden_size, L = config_.num_hidden_layers;
-  const bool attn_res = config_.attn_res.enabled, save = ctx.save_for_backward, cached = !caches.empty();
-  const int64_t B = ctx.tokens.batch();
-  int64_t kda_index = 0, latent_index = 0;
+  const bool attn_res = config_.attn_res.enabled, save = ctx.save_for_backward;
   auto values = [&](const std::vector<int>& ids) {
     std::vector<const float*> v;
     for (int i : ids) v.push_back(stream_[size_t(i)].data<float>());
@@ -248,27 +246,9 @@ const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCa
       float* out = sublayer_out_.data<float>();
       const auto t0 = std::chrono::steady_clock::now();
       if (sub == 0) {
-        if (auto* kda = std::get_if<std::unique_ptr<KdaMixer>>(&layer.mixer)) {
-          if (cached) {
-            std::vector<KdaMixer::CacheView> views;
-            for (int64_t b = 0; b < B; ++b) views.push_back(caches[size_t(b)].kda[size_t(kda_index)]);
-            (*kda)->forward_cached(u, out, ctx, views);
-          } else {
-            (*kda)->forward(u, out, ctx);
-          }
-          ++kda_index;
-        } else {
-          auto& mla = std::get<std::unique_ptr<MlaMixer>>(layer.mixer);
-          if (cached) {
-            std::vector<MlaMixer::CacheView> views;
-            for (int64_t b = 0; b < B; ++b) views.push_back(caches[size_t(b)].latent[size_t(latent_index)]);
-            mla->forward_cached(u, out, ctx, views);
-            for (int64_t b = 0; b < B; ++b) caches[size_t(b)].latent[size_t(latent_index)].length = views[size_t(b)].length;
-          } else {
-            mla->forward(u, out, ctx);
-          }
-          ++latent_index;
-        }
+        slots_.clear();
+        for (SequenceCache& cache : caches) slots_.push_back(&cache.layers[size_t(l)]);
+        std::visit([&](auto& mixer) { mixer->forward(u, out, ctx, slots_); }, layer.mixer);
       } else {
         std::visit([&](auto& ffn) { ffn->forward(u, out, ctx); }, layer.ffn);
       }
@@ -412,7 +392,9 @@ void Model::check_input(const ModelInput& in, const ForwardOptions& options, std
     for (int64_t r : options.rows) HYLA_ASSERT(r >= 0 && r < in.tokens.rows);
   if (caches.empty()) return;
   HYLA_CHECK(int64_t(caches.size()) == B, "model forward: {} caches for {} sequences", caches.size(), B);
+  HYLA_ASSERT(!options.backward);
   for (int64_t b = 0; b < B; ++b) {
+    HYLA_ASSERT(caches[size_t(b)].layers.size() == layers_.size());
     HYLA_CHECK(in.tokens.length(b) > 0, "model forward: sequence {} has no new tokens", b);
     HYLA_CHECK(in.tokens.positions[size_t(in.tokens.starts[size_t(b)])] == caches[size_t(b)].tokens,
                "model forward: sequence {} continues at position {} but its cache holds {} tokens", b,
@@ -468,17 +450,10 @@ Tensor Model::output_logits(const float* h, const ForwardOptions& options, const
   return out;
 }
 
-std::vector<const KdaMixer*> Model::kda_mixers() const {
-  std::vector<const KdaMixer*> out;
+std::vector<Model::MixerRef> Model::mixers() const {
+  std::vector<MixerRef> out;
   for (const DecoderLayer& layer : layers_)
-    if (auto* m = std::get_if<std::unique_ptr<KdaMixer>>(&layer.mixer)) out.push_back(m->get());
-  return out;
-}
-
-std::vector<const MlaMixer*> Model::latent_mixers() const {
-  std::vector<const MlaMixer*> out;
-  for (const DecoderLayer& layer : layers_)
-    if (auto* m = std::get_if<std::unique_ptr<MlaMixer>>(&layer.mixer)) out.push_back(m->get());
+    out.push_back(std::visit([](const auto& mixer) { return MixerRef(mixer.get()); }, layer.mixer));
   return out;
 }
 

@@ -80,14 +80,6 @@ struct DecoderLayer {
   AttnRes mixer_res, ffn_res;
 };
 
-// One sequence's inference state for every layer (memory owned by the caller): KDA layers' conv
-// tails and delta-rule states, latent attention layers' latent caches.
-struct SequenceCache {
-  std::vector<KdaMixer::CacheView> kda;      // one per KDA layer, in layer order
-  std::vector<MlaMixer::CacheView> latent;   // one per latent attention layer, in layer order
-  int64_t tokens = 0;                        // tokens processed (positions continue from here)
-};
-
 class Model {
  public:
   // Registers every parameter; with `allocate` false only names and shapes exist (enough to
@@ -114,9 +106,9 @@ class Model {
   ForwardResult forward(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches = {});
 
   const ModelTimings& timings() const { return timings_; }
-  // The mixers, in layer order, for sizing inference caches.
-  std::vector<const KdaMixer*> kda_mixers() const;
-  std::vector<const MlaMixer*> latent_mixers() const;
+  // Each layer's mixer, in layer order (for sizing its LayerCache).
+  using MixerRef = std::variant<const KdaMixer*, const MlaMixer*>;
+  std::vector<MixerRef> mixers() const;
 
   // MoE: balancing after an optimiser step, and per-layer load statistics.
   void update_balancing();
@@ -164,6 +156,7 @@ class Model {
   std::vector<int64_t> patch_rows_;  // rows that hold image patches (for the vision gradients)
   std::vector<std::pair<int64_t, int64_t>> patch_grid_;  // (grid row, grid column) of each patch
   Tensor patches_;                   // [patch rows, P·P·C] normalised pixels
+  std::vector<LayerCache*> slots_;  // one layer's cache slot per sequence, during a cached forward
   ModelTimings timings_;
 };
 
