@@ -40,6 +40,7 @@ void add_eval(CLI::App& app) {
                "eval: --dtype int8 needs a directory written by hyla quantize; {} has floating-point weights", model_dir);
     const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
     const PerplexityResult r = evaluate_perplexity(*model, data_dir, split, seq_len, batch, precision, true);
+    HYLA_CHECK(r.tokens > 0, "{}: the {} split has no tokens to predict", data_dir, split);
     fmt::print("{} loss {:.4f}, perplexity {:.3f} over {} tokens (windows of {}; {} products; weights {}) in {:.1f} s\n",
                split, r.loss, r.perplexity(), r.tokens, seq_len, precision == Precision::F32 ? "f32" : "bf16",
                weight_storage(model->params()), r.seconds);

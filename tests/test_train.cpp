@@ -7,13 +7,16 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/train/schedule.h"
 #include "hyla/train/train_config.h"
+#include "hyla/train/train_step.h"
 #include "model_test_util.h"
 #include "text_fixtures.h"
 
@@ -65,6 +68,35 @@ TEST(TrainConfig, SchedulesAndStages) {
   EXPECT_NEAR(learning_rate(c, 40), 1.0, 1e-12);       // stable
   EXPECT_NEAR(learning_rate(c, 79), 0.5, 1e-12);       // stable, stage 2 scale
   EXPECT_NEAR(learning_rate(c, 99), 0.1 * 0.5, 1e-9);  // decayed to the floor
+}
+
+// The extracted step: micro-batches accumulate into one update; a non-finite step changes no weight.
+TEST(TrainStep, AccumulatesMicroBatchesAndSkipsNonFiniteSteps) {
+  Model model(test::nano_config());
+  model.initialize(2);
+  TrainConfig tc;
+  tc.grad_accum = 2;
+  AdamW optimizer(model.params(), tc);
+  std::mt19937 rng(4);
+  const auto batch = [&](int64_t) {
+    ModelInput in;
+    in.tokens = TokenBatch::uniform(2, 9);
+    for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % 256)), in.targets.push_back(int32_t(rng() % 256));
+    return in;
+  };
+  const std::vector<float> before(model.params().values(), model.params().values() + model.params().numel());
+  const StepResult ok = train_step(model, optimizer, tc, 1e-3, batch);
+  EXPECT_FALSE(ok.skipped);
+  EXPECT_EQ(ok.tokens, 2 * 18);
+  EXPECT_GT(ok.loss, 4.0);  // ≈ ln 256 for an untrained model
+  EXPECT_NE(std::memcmp(before.data(), model.params().values(), before.size() * 4), 0);
+
+  std::fill_n(model.params().values(), 256 * 64, NAN);  // the embedding table: every loss is NaN
+  model.params().refresh_bf16();
+  const std::vector<float> after(model.params().values(), model.params().values() + model.params().numel());
+  const StepResult bad = train_step(model, optimizer, tc, 1e-3, batch);
+  EXPECT_TRUE(bad.skipped);
+  EXPECT_EQ(std::memcmp(after.data(), model.params().values(), after.size() * 4), 0);
 }
 
 // A tiny dataset and model, prepared once per test binary.

@@ -5,12 +5,13 @@
 
 #include "hyla/core/progress.h"
 #include "hyla/data/loader.h"
-#include "hyla/train/next_token_input.h"
+#include "hyla/eval/next_token_input.h"
 
 namespace hyla {
 
 PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& data_dir, const std::string& split,
-                                     int64_t seq_len, int64_t batch, Precision precision, bool progress) {
+                                     int64_t seq_len, int64_t batch, Precision precision, bool progress,
+                                     int64_t max_batches) {
   const auto t0 = std::chrono::steady_clock::now();
   TokenLoader loader = TokenLoader::from_directory(data_dir, split, batch, seq_len, LoaderMode::Sequential);
   std::unique_ptr<Progress> bar;
@@ -18,7 +19,7 @@ PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& 
   TokenWindows windows;
   PerplexityResult r;
   double total = 0;
-  while (loader.next(windows)) {
+  for (int64_t i = 0; (max_batches == 0 || i < max_batches) && loader.next(windows); ++i) {
     const ModelInput in = next_token_input(windows);
     if (bar) bar->advance(uint64_t(windows.used_rows()));
     if (in.tokens.rows == 0) continue;
@@ -27,8 +28,7 @@ PerplexityResult evaluate_perplexity(Model& model, const std::filesystem::path& 
     r.tokens += l.targets;
   }
   if (bar) bar->finish();
-  HYLA_CHECK(r.tokens > 0, "{}: the {} split has no tokens to predict", data_dir.string(), split);
-  r.loss = total / double(r.tokens);
+  r.loss = r.tokens ? total / double(r.tokens) : NAN;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

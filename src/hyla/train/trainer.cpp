@@ -15,6 +15,8 @@
 #include "hyla/data/loader.h"
 #include "hyla/data/token_shard.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/eval/next_token_input.h"
+#include "hyla/eval/perplexity.h"
 #include "hyla/infer/engine.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
@@ -23,9 +25,9 @@
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
 #include "hyla/train/checkpoint.h"
-#include "hyla/train/next_token_input.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/schedule.h"
+#include "hyla/train/train_step.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -52,28 +54,6 @@ void truncate_metrics(const fs::path& file, int64_t step) {
   write_file_atomic(file, kept);
 }
 
-struct EvalResult {
-  double loss = 0;
-  int64_t tokens = 0;
-};
-
-EvalResult evaluate(Model& model, const fs::path& data_dir, int64_t batch, int64_t seq_len, int64_t batches,
-                    Precision precision) {
-  TokenLoader loader = TokenLoader::from_directory(data_dir, "val", batch, seq_len, LoaderMode::Sequential);
-  TokenWindows windows;
-  EvalResult r;
-  double total = 0;
-  for (int64_t i = 0; i < batches && loader.next(windows); ++i) {
-    const ModelInput in = next_token_input(windows);
-    if (in.tokens.rows == 0) continue;
-    const LossResult l = model.forward(in, {.precision = precision, .outputs = Outputs::None}).loss;
-    total += l.loss * double(l.targets);
-    r.tokens += l.targets;
-  }
-  r.loss = r.tokens ? total / double(r.tokens) : NAN;
-  return r;
-}
-
 // −Σ p ln p over the token frequencies of the training split: the loss of a model that ignores
 // context, the line a trained model must get well below.
 double unigram_entropy(const fs::path& data_dir) {
@@ -97,13 +77,8 @@ double unigram_entropy(const fs::path& data_dir) {
   return h;
 }
 
-}  // namespace
-
-void run_training(const TrainOptions& o) {
-  if (o.deterministic) set_threads(1);
-  const fs::path run_dir = o.run_dir, data_dir = o.data_dir;
-  const ModelConfig config = ModelConfig::load(o.model_config);
-  TrainConfig tc = TrainConfig::load(o.train_config);
+// --seq, --batch, --lr and --steps over the training config.
+void apply_command_line(const TrainOptions& o, TrainConfig& tc) {
   if (o.seq > 0) {
     const int64_t sequences = o.batch > 0 ? o.batch : std::max<int64_t>(1, tc.curriculum.front().batch_tokens / o.seq);
     int64_t tokens = 0;
@@ -125,6 +100,16 @@ void run_training(const TrainOptions& o) {
       assigned += s.steps();
     }
   }
+}
+
+}  // namespace
+
+void run_training(const TrainOptions& o) {
+  if (o.deterministic) set_threads(1);
+  const fs::path run_dir = o.run_dir, data_dir = o.data_dir;
+  const ModelConfig config = ModelConfig::load(o.model_config);
+  TrainConfig tc = TrainConfig::load(o.train_config);
+  apply_command_line(o, tc);
   tc.validate("train config after command-line overrides");
   HYLA_CHECK(fs::exists(data_dir / "meta.json"), "{}: not a prepared data directory (no meta.json)", data_dir.string());
   const fs::path tokenizer_file = data_dir / "tokenizer.json";
@@ -208,27 +193,18 @@ void run_training(const TrainOptions& o) {
       announced_stage = stage;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    model.params().zero_grads();
-    double loss = 0, aux = 0;
-    int64_t tokens = 0;
-    for (int64_t m = 0; m < tc.grad_accum; ++m) {
-      loader.next(windows);
-      const ModelInput in = next_token_input(windows);
-      const ForwardOptions step{.precision = tc.precision, .outputs = Outputs::None, .backward = true,
-                                .loss_scale = 1.0f / float(tc.grad_accum)};
-      const LossResult r = model.forward(in, step).loss;
-      loss += r.loss / double(tc.grad_accum);
-      aux += r.aux_loss / double(tc.grad_accum);
-      tokens += in.tokens.rows;
-    }
-    const double grad_norm = optimizer.grad_norm();
     const double lr = learning_rate(tc, step);
+    const StepResult r = train_step(model, optimizer, tc, lr, [&](int64_t) {
+      loader.next(windows);
+      return next_token_input(windows);
+    });
+    const double loss = r.loss, grad_norm = r.grad_norm;
+    const int64_t tokens = r.tokens;
     json row{{"step", step + 1}, {"stage", stage + 1}, {"seq_len", st.seq_len}, {"loss", loss}, {"lr", lr},
              {"grad_norm", grad_norm}, {"tokens", tokens}};
-    if (aux != 0) row["aux_loss"] = aux;
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+    if (r.aux_loss != 0) row["aux_loss"] = r.aux_loss;
+    if (r.skipped) {
       ++bad_steps;
-      model.discard_routing();
       fmt::print(stderr, "warning: step {}: non-finite {} (loss {}, grad norm {}); step skipped ({} in a row)\n", step + 1,
                  std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm, bad_steps);
       HYLA_CHECK(bad_steps < tc.max_bad_steps, "training stopped at step {}: {} non-finite steps in a row", step + 1,
@@ -238,9 +214,6 @@ void run_training(const TrainOptions& o) {
       row["grad_norm"] = nullptr;
     } else {
       bad_steps = 0;
-      const float scale = tc.grad_clip > 0 && grad_norm > tc.grad_clip ? float(tc.grad_clip / grad_norm) : 1.0f;
-      optimizer.step(lr, scale);
-      model.update_balancing();
     }
     const double seconds = seconds_since(t0);
     const double tokens_per_s = double(tokens) / seconds;
@@ -257,7 +230,8 @@ void run_training(const TrainOptions& o) {
 
     const bool last = step == total_steps;
     if (tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
-      const EvalResult e = evaluate(model, data_dir, micro_batch(stage), st.seq_len, tc.eval_batches, tc.precision);
+      const PerplexityResult e =
+          evaluate_perplexity(model, data_dir, "val", st.seq_len, micro_batch(stage), tc.precision, false, tc.eval_batches);
       row["val_loss"] = e.loss;
       row["val_ppl"] = std::exp(e.loss);
       fmt::print("eval step {}: val loss {:.4f}, perplexity {:.2f} ({} tokens)\n", step, e.loss, std::exp(e.loss), e.tokens);

@@ -1,4 +1,4 @@
-#include "hyla/train/next_token_input.h"
+#include "hyla/eval/next_token_input.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
-// The model input of a batch of token windows: training steps and perplexity evaluation read
-// their batches the same way.
+// The model input of a batch of token windows: training steps and evaluation read their batches
+// the same way (here, beside the evaluator, which the trainer uses too).
 #include "hyla/data/loader.h"
 #include "hyla/model/model.h"
 

@@ -1,0 +1,31 @@
+#pragma once
+// One optimiser step: zero the gradients, accumulate the micro-batches' (each loss scaled by
+// 1 / micro-batches), take the global norm, then either skip a non-finite step (its MoE routing
+// forgotten, the balancing bias kept) or clip and apply AdamW and update the MoE balancing.
+//
+// What crosses this seam: the model, its optimiser, and the micro-batches as model inputs. A
+// loss other than next-token prediction plugs in through the inputs (per-row loss weights:
+// advantages for policy gradients, zero for prompts and tool outputs); a data-parallel gradient
+// reduction belongs between the accumulation and the norm. Never data loading, logging,
+// evaluation or checkpoints: those stay in the trainer (trainer.h).
+#include <cstdint>
+#include <functional>
+
+#include "hyla/model/model.h"
+#include "hyla/train/optimizer.h"
+#include "hyla/train/train_config.h"
+
+namespace hyla {
+
+struct StepResult {
+  double loss = 0, aux_loss = 0;  // means over the micro-batches
+  double grad_norm = 0;           // before clipping
+  int64_t tokens = 0;             // rows of the micro-batches
+  bool skipped = false;           // non-finite loss or gradient: no update
+};
+
+// `micro_batch(m)` gives micro-batch m of config.grad_accum.
+StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+                      const std::function<ModelInput(int64_t m)>& micro_batch);
+
+}  // namespace hyla
