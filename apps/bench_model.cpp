@@ -65,9 +65,8 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 
 void bench_model(const ModelBenchArgs& a) {
   // The time-to-first-token runs (an Engine) come first, while this thread has no OpenMP pool of
-  // its own: see run_on_passing_thread.
-  std::unique_ptr<Model> model;
-  run_on_passing_thread([&] { model = Model::load(a.model_dir); });
+  // its own: see load_model_for_engine.
+  const std::unique_ptr<Model> model = load_model_for_engine(a.model_dir);
   const ModelConfig& config = model->config();
   const ParamCounts counts = count_parameters(config);
   const int64_t V = config.vocab_size, hidden = config.hidden_size;

@@ -11,7 +11,6 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
-#include "hyla/core/threads.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
@@ -31,8 +30,7 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--context", context, "Conversation tokens kept (older turns are dropped)")->check(CLI::Range(64, 1 << 24));
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {
-    std::unique_ptr<Model> model;
-    run_on_passing_thread([&] { model = Model::load(model_dir); });  // leaves the engine the only OpenMP pool
+    const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     EngineOptions options;
     options.max_sequences = 1;

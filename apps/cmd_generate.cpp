@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
-#include "hyla/core/threads.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/model/model.h"
@@ -28,8 +27,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {
-    std::unique_ptr<Model> model;
-    run_on_passing_thread([&] { model = Model::load(model_dir); });  // leaves the engine the only OpenMP pool
+    const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);
     HYLA_CHECK(!request.prompt.empty(), "generate: the prompt encodes to no tokens");

@@ -212,6 +212,45 @@ TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
   EXPECT_EQ(second.tokens, cold_b);
 }
 
+// The scheduler driven on the caller's thread, as an RL rollout loop or an evaluator does: the
+// same tokens as the threaded engine; after a weights change its cached prompt states are dropped.
+TEST(Scheduler, SteppedDirectlyMatchesTheEngineAndForgetsStaleStatesWhenWeightsChange) {
+  EngineFixture f;
+  EngineOptions o;
+  o.max_sequences = 2;
+  o.context = 512;
+  o.prefill_chunk = 16;
+  o.precision = Precision::F32;
+  o.latent_dtype = DType::F32;
+  const std::string shared = test::sample_text(4, 9);
+  const GenerationRequest a = f.request(shared + " first question", 8), b = f.request(shared + " second one", 8);
+  std::vector<int32_t> engine_a;
+  {
+    Engine engine(f.model, f.tokenizer, o);
+    engine_a = engine.submit(a).get().tokens;
+  }
+  Scheduler scheduler(f.model, f.tokenizer, o);
+  const auto run = [&](const GenerationRequest& r) {
+    const Scheduler::RequestId id = scheduler.add(r);
+    for (;;)
+      for (Scheduler::Finished& done : scheduler.step())
+        if (done.id == id) return std::move(done.output);
+  };
+  EXPECT_EQ(run(a).tokens, engine_a);
+  EXPECT_TRUE(scheduler.idle());
+  // New weights: without weights_changed() b would start from a's cached prefix, computed by the old ones.
+  test::randomize_params(f.model.params(), 99);
+  scheduler.weights_changed();
+  const GenerationOutput after = run(b);
+  EXPECT_EQ(after.cached_prompt_tokens, 0);
+  Scheduler fresh(f.model, f.tokenizer, o);
+  const Scheduler::RequestId id = fresh.add(b);
+  std::vector<Scheduler::Finished> done;
+  while (done.empty()) done = fresh.step();
+  ASSERT_EQ(done.front().id, id);
+  EXPECT_EQ(after.tokens, done.front().output.tokens);
+}
+
 TEST(Engine, StopStringsMaxTokensCancelAndLogprobs) {
   EngineFixture f;
   EngineOptions o;

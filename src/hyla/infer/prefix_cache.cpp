@@ -62,4 +62,10 @@ void PrefixCache::store(const std::vector<int32_t>& prompt, int64_t length, cons
   bytes_ += bytes;
 }
 
+void PrefixCache::clear() {
+  entries_.clear();
+  index_.clear();
+  bytes_ = 0;
+}
+
 }  // namespace hyla

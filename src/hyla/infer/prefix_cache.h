@@ -24,6 +24,8 @@ class PrefixCache {
   // the granularity), unless that prefix is cached already or does not fit the budget.
   void store(const std::vector<int32_t>& prompt, int64_t length, const SequenceState& state, const Model& model);
 
+  void clear();  // forgets every entry (the model's weights changed)
+
   int64_t bytes() const { return bytes_; }
   int64_t entries() const { return int64_t(entries_.size()); }
   int64_t hits() const { return hits_; }

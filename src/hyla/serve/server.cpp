@@ -15,7 +15,6 @@
 #include <thread>
 
 #include "hyla/core/error.h"
-#include "hyla/core/threads.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/model.h"
@@ -289,7 +288,7 @@ int Server::bind() {
 }
 
 void Server::load() {
-  run_on_passing_thread([&] { impl_->model = Model::load(options_.model_dir); });  // leaves the engine the only OpenMP pool
+  impl_->model = load_model_for_engine(options_.model_dir);
   const std::filesystem::path tokenizer_path = options_.model_dir / "tokenizer.json";
   HYLA_CHECK(std::filesystem::exists(tokenizer_path), "serve: {} has no tokenizer.json", options_.model_dir.string());
   impl_->tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_path));

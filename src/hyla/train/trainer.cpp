@@ -17,7 +17,7 @@
 #include "hyla/data/tokenizer.h"
 #include "hyla/eval/next_token_input.h"
 #include "hyla/eval/perplexity.h"
-#include "hyla/infer/engine.h"
+#include "hyla/infer/scheduler.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/kernels/matmul.h"
@@ -254,8 +254,11 @@ void run_training(const TrainOptions& o) {
       options.context = int64_t(request.prompt.size()) + tc.sample_tokens + 1;
       options.precision = tc.precision;
       options.prefix_cache_bytes = 0;
-      Engine engine(model, tokenizer, options);
-      fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, engine.submit(std::move(request)).get().text);
+      Scheduler sampler(model, tokenizer, options);  // on this thread: no worker, no second OpenMP pool
+      sampler.add(std::move(request));
+      std::vector<Scheduler::Finished> done;
+      while (done.empty()) done = sampler.step();
+      fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, done.front().output.text);
     }
     if (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last)) {
       save_checkpoint(run_dir, step, model, optimizer,

@@ -1,0 +1,293 @@
+#include "hyla/infer/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "hyla/core/error.h"
+#include "hyla/infer/text_stream.h"
+
+namespace hyla {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+const std::vector<double> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+}  // namespace
+
+struct Scheduler::Active {
+  RequestId id;
+  GenerationRequest request;
+  GenerationOutput output;
+  Sampler sampler;
+  TextStream text;
+  int slot = -1;
+  int64_t prefilled = 0;   // prompt tokens in the state
+  int32_t next = -1;       // the last sampled token, to be fed in the next step
+  Clock::time_point start, last;
+  Active(RequestId id, GenerationRequest r)
+      : id(id), request(std::move(r)), sampler(request.sampling), text(request.stop) {}
+};
+
+Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : model_(&model),
+      tokenizer_(tokenizer),
+      options_(options),
+      prefix_cache_(options.prefix_cache_bytes, options.prefill_chunk) {
+  HYLA_CHECK(options.max_sequences > 0 && options.context > 1 && options.prefill_chunk > 0,
+             "engine: max_sequences, context and prefill_chunk must be positive");
+  for (int64_t i = 0; i < options.max_sequences; ++i)
+    slots_.push_back(std::make_unique<SequenceState>(model, options.context, options.latent_dtype));
+  slot_used_.assign(slots_.size(), false);
+  for (const char* name : {"<|endoftext|>", "<|im_end|>"})
+    if (auto id = tokenizer.token_id(name)) end_ids_.push_back(*id);
+  stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
+}
+
+Scheduler::~Scheduler() = default;
+
+std::string Scheduler::memory_summary() const {
+  const SequenceState& slot = *slots_.front();
+  return fmt::format("state memory per sequence: {}; {} slot{}: {:.2f} MiB", slot.describe_memory(options_.context),
+                     slots_.size(), slots_.size() == 1 ? "" : "s",
+                     double(slot.bytes_at(options_.context)) * double(slots_.size()) / double(1 << 20));
+}
+
+void Scheduler::validate(const GenerationRequest& request) const {
+  HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
+  HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
+  for (int32_t id : request.prompt)
+    HYLA_CHECK(id >= 0 && id < model_->config().vocab_size, "prompt token {} is outside the vocabulary (size {})", id,
+               model_->config().vocab_size);
+  const int64_t need = int64_t(request.prompt.size()) + std::max<int64_t>(request.max_tokens, 1);
+  HYLA_CHECK(need <= options_.context, "prompt ({} tokens) + max_tokens ({}) exceed the context of {} tokens",
+             request.prompt.size(), request.max_tokens, options_.context);
+}
+
+Scheduler::RequestId Scheduler::add(GenerationRequest request) {
+  validate(request);
+  auto active = std::make_unique<Active>(next_id_++, std::move(request));
+  active->start = Clock::now();
+  ++stats_.requests;
+  waiting_.push_back(std::move(active));
+  stats_.waiting = int64_t(waiting_.size());
+  return waiting_.back()->id;
+}
+
+std::vector<Scheduler::Finished> Scheduler::step() {
+  std::vector<Finished> finished;
+  drop_cancelled(finished);
+  admit_waiting(finished);
+  forward_and_sample(finished);
+  stats_.running = int64_t(running_.size());
+  stats_.waiting = int64_t(waiting_.size());
+  return finished;
+}
+
+std::vector<Scheduler::RequestId> Scheduler::abort() {
+  std::vector<RequestId> ids;
+  for (auto& a : running_) {
+    ids.push_back(a->id);
+    slot_used_[size_t(a->slot)] = false;
+  }
+  for (auto& a : waiting_) ids.push_back(a->id);
+  running_.clear();
+  waiting_.clear();
+  stats_.running = stats_.waiting = 0;
+  return ids;
+}
+
+void Scheduler::weights_changed() { prefix_cache_.clear(); }
+
+void LatencyHistogram::observe(double seconds) {
+  for (size_t i = 0; i < cumulative.size(); ++i)
+    if (i == bounds.size() || seconds <= bounds[i]) ++cumulative[i];
+  sum += seconds;
+  ++total;
+}
+
+// Finishes every waiting or running request whose client has gone.
+void Scheduler::drop_cancelled(std::vector<Finished>& finished) {
+  std::vector<std::unique_ptr<Active>> gone_waiting;
+  std::vector<Active*> gone_running;
+  for (auto it = waiting_.begin(); it != waiting_.end();)
+    if ((*it)->request.is_cancelled && (*it)->request.is_cancelled()) {
+      gone_waiting.push_back(std::move(*it));
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  for (auto& a : running_)
+    if (a->request.is_cancelled && a->request.is_cancelled()) gone_running.push_back(a.get());
+  for (auto& a : gone_waiting) finish(*a, FinishReason::Cancelled, finished);
+  for (Active* a : gone_running) finish(*a, FinishReason::Cancelled, finished);
+}
+
+// Moves waiting requests into free slots, restoring cached prompt prefixes.
+void Scheduler::admit_waiting(std::vector<Finished>& finished) {
+  for (;;) {
+    if (waiting_.empty()) return;
+    int slot = -1;
+    for (size_t i = 0; i < slot_used_.size(); ++i)
+      if (!slot_used_[i]) {
+        slot = int(i);
+        break;
+      }
+    if (slot < 0) return;
+    std::unique_ptr<Active> a = std::move(waiting_.front());
+    waiting_.pop_front();
+    slot_used_[size_t(slot)] = true;
+    a->slot = slot;
+    SequenceState& state = *slots_[size_t(slot)];
+    state.reset();
+    a->output.prompt_tokens = int64_t(a->request.prompt.size());
+    if (a->request.prompt_logprobs) {  // the first token has no distribution; the prefill scores the rest
+      a->output.prompt_logprobs.push_back(NAN);
+      if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
+    }
+    // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
+    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, state);
+    a->output.cached_prompt_tokens = a->prefilled;
+    stats_.prompt_tokens += a->output.prompt_tokens;
+    stats_.cached_prompt_tokens += a->prefilled;
+    if (a->request.max_tokens == 0 && !a->request.prompt_logprobs) {  // nothing to read or generate
+      finish(*a, FinishReason::Length, finished);
+      continue;
+    }
+    running_.push_back(std::move(a));
+  }
+}
+
+// One model call: a prefill chunk of the oldest request still reading its prompt, plus one token
+// for every sequence that is generating.
+void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
+  std::vector<Active*> batch;
+  std::vector<int64_t> lengths, offsets;
+  ModelInput in;
+  for (auto& a : running_)
+    if (a->prefilled < int64_t(a->request.prompt.size())) {
+      const int64_t n = std::min<int64_t>(options_.prefill_chunk, int64_t(a->request.prompt.size()) - a->prefilled);
+      batch.push_back(a.get());
+      lengths.push_back(n);
+      in.ids.insert(in.ids.end(), a->request.prompt.begin() + a->prefilled, a->request.prompt.begin() + a->prefilled + n);
+      break;
+    }
+  for (auto& a : running_)
+    if (a->next >= 0) {
+      batch.push_back(a.get());
+      lengths.push_back(1);
+      in.ids.push_back(a->next);
+    }
+  if (batch.empty()) return;
+  std::vector<SequenceCache> caches;
+  for (Active* a : batch) {
+    offsets.push_back(slots_[size_t(a->slot)]->length());
+    caches.push_back(slots_[size_t(a->slot)]->cache());
+  }
+  in.tokens = TokenBatch::packed(lengths, offsets);
+  // Logits come out for each sequence's last row, and for every row of a prefill chunk that is scored.
+  ForwardOptions forward{.precision = options_.precision, .outputs = Outputs::Rows};
+  std::vector<int64_t> first_output;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    first_output.push_back(int64_t(forward.rows.size()));
+    const int64_t end = in.tokens.starts[i + 1];
+    const bool scored = batch[i]->next < 0 && batch[i]->request.prompt_logprobs;
+    for (int64_t r = scored ? in.tokens.starts[i] : end - 1; r < end; ++r) forward.rows.push_back(r);
+  }
+  const Tensor logits = model_->forward(in, forward, caches).logits;
+  for (size_t i = 0; i < batch.size(); ++i) slots_[size_t(batch[i]->slot)]->cache() = caches[i];
+
+  const int64_t V = model_->config().vocab_size;
+  // A model's vocabulary may be padded past the tokenizer's: ids the tokenizer lacks are never sampled.
+  const int64_t sample_vocab = std::min<int64_t>(V, tokenizer_.vocab_size());
+  const auto now = Clock::now();
+  std::vector<Active*> done;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Active& a = *batch[i];
+    SequenceState& state = *slots_[size_t(a.slot)];
+    const bool prefilling = a.next < 0;
+    const float* first = logits.data<float>() + first_output[i] * V;
+    if (prefilling && a.request.prompt_logprobs) {
+      // Row j of the chunk predicts prompt token prefilled + j + 1.
+      for (int64_t j = 0; j < lengths[i] && a.prefilled + j + 1 < int64_t(a.request.prompt.size()); ++j) {
+        std::vector<TokenLogprob> best;
+        a.output.prompt_logprobs.push_back(log_probability(first + j * V, V, a.request.prompt[size_t(a.prefilled + j + 1)],
+                                                           a.request.top_logprobs, &best));
+        if (a.request.top_logprobs > 0) a.output.prompt_top_logprobs.push_back(std::move(best));
+      }
+    }
+    if (prefilling) {
+      a.prefilled += lengths[i];
+      if (a.prefilled % prefix_cache_.granularity() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
+        prefix_cache_.store(a.request.prompt, a.prefilled, state, *model_);
+      if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
+    }
+    if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated
+      a.output.finish_reason = FinishReason::Length;
+      done.push_back(&a);
+      continue;
+    }
+    const bool scored = prefilling && a.request.prompt_logprobs;
+    const float* row = first + (scored ? lengths[i] - 1 : 0) * V;  // the sequence's last row
+    const int32_t token = a.sampler.sample(row, sample_vocab);
+    if (prefilling) {
+      a.output.time_to_first_token = seconds_between(a.start, now);
+      stats_.ttft.observe(a.output.time_to_first_token);
+    } else {
+      stats_.itl.observe(seconds_between(a.last, now));
+    }
+    a.last = now;
+    a.output.tokens.push_back(token);
+    if (a.request.logprobs) {
+      std::vector<TokenLogprob> best;
+      a.output.token_logprobs.push_back(log_probability(row, V, token, a.request.top_logprobs, &best));
+      if (a.request.top_logprobs > 0) a.output.top_logprobs.push_back(std::move(best));
+    }
+    ++stats_.generated_tokens;
+    std::optional<FinishReason> reason;
+    if (a.request.stop_at_end_tokens && std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) {
+      reason = FinishReason::Stop;
+    } else {
+      const std::string piece = a.text.push(tokenizer_.decode_token(token));
+      if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = FinishReason::Cancelled;
+      else if (a.text.stopped()) reason = FinishReason::Stop;
+      else if (int64_t(a.output.tokens.size()) >= a.request.max_tokens || state.length() + 1 >= state.capacity())
+        reason = FinishReason::Length;
+    }
+    if (!reason) {
+      a.next = token;
+    } else {
+      a.output.finish_reason = *reason;
+      done.push_back(&a);
+    }
+  }
+  for (Active* a : done) finish(*a, a->output.finish_reason, finished);
+}
+
+void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& finished) {
+  a.output.finish_reason = reason;
+  if (reason == FinishReason::Length) {
+    const std::string rest = a.text.flush();
+    if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
+  }
+  a.output.text = a.text.text();
+  a.output.seconds = seconds_between(a.start, Clock::now());
+  finished.push_back({a.id, std::move(a.output)});
+  ++stats_.finished[size_t(reason)];
+  if (a.slot >= 0) slot_used_[size_t(a.slot)] = false;
+  std::erase_if(running_, [&](const std::unique_ptr<Active>& p) { return p.get() == &a; });
+}
+
+}  // namespace hyla

@@ -1,0 +1,144 @@
+#pragma once
+// Continuous batching, synchronous: requests are added, and each step() admits waiting requests
+// into free slots (restoring cached prompt prefixes), runs one model call with at most one prefill
+// chunk of an admitted request plus one decode token for every running sequence (chunked prefill:
+// a long prompt never stalls the others), samples, streams text, and retires finished or cancelled
+// requests. An RL rollout loop, an evaluator or the trainer's samples drive it directly, on their
+// own thread; Engine (engine.h) runs it on a worker thread for `serve`, `generate` and `chat`.
+//
+// What crosses this seam: requests in, finished outputs out (under the id add() gave), counters.
+// Never the model's buffers, the slots' memory or a thread: it runs on the caller's.
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hyla/data/tokenizer.h"
+#include "hyla/infer/prefix_cache.h"
+#include "hyla/infer/sampler.h"
+#include "hyla/infer/sequence_state.h"
+#include "hyla/model/model.h"
+
+namespace hyla {
+
+struct EngineOptions {
+  int64_t max_sequences = 16;       // decoded together (slots)
+  int64_t context = 8192;           // tokens per sequence: prompt + generation
+  int64_t prefill_chunk = 512;      // prompt tokens per iteration
+  Precision precision = Precision::BF16;
+  DType latent_dtype = DType::BF16;
+  int64_t prefix_cache_bytes = int64_t(256) << 20;  // 0 disables prompt-state reuse
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stop_at_end_tokens = true;
+  bool logprobs = false;       // log-probability of each generated token
+  bool prompt_logprobs = false; // and of each prompt token after the first (for scoring, echo)
+  int top_logprobs = 0;         // with either: also the most likely tokens at each position
+  // Called from step() with each new piece of text (complete UTF-8, stop strings held back);
+  // returning false cancels the request (e.g. the client disconnected).
+  std::function<bool(std::string_view text)> on_text;
+  // Polled at the start of each step while the request waits or runs; returning true cancels it
+  // (e.g. a non-streaming client hung up).
+  std::function<bool()> is_cancelled;
+};
+
+// Why a request ended: an end token or stop string, max_tokens or the context, or its client left.
+enum class FinishReason : uint8_t { Stop, Length, Cancelled };
+inline constexpr FinishReason kFinishReasons[] = {FinishReason::Stop, FinishReason::Length, FinishReason::Cancelled};
+const char* to_string(FinishReason reason);  // "stop", "length", "cancelled"
+
+struct GenerationOutput {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason finish_reason = FinishReason::Stop;
+  int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
+  std::vector<double> token_logprobs;   // per generated token (with logprobs)
+  std::vector<double> prompt_logprobs;  // per prompt token, NaN for the first (with prompt_logprobs)
+  std::vector<std::vector<TokenLogprob>> top_logprobs, prompt_top_logprobs;  // with top_logprobs
+  double time_to_first_token = 0, seconds = 0;
+};
+
+// A latency histogram in Prometheus' form: cumulative counts per upper bound (seconds), the last
+// for +Inf, and the sum and number of the observations.
+struct LatencyHistogram {
+  std::vector<double> bounds;
+  std::vector<int64_t> cumulative;
+  double sum = 0;
+  int64_t total = 0;
+  LatencyHistogram() : cumulative(1, 0) {}
+  explicit LatencyHistogram(std::vector<double> upper_bounds)
+      : bounds(std::move(upper_bounds)), cumulative(bounds.size() + 1, 0) {}
+  void observe(double seconds);
+};
+
+// Counters and histograms for /metrics.
+struct EngineStats {
+  int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
+  LatencyHistogram ttft, itl;  // time to first token, inter-token latency
+  std::array<int64_t, std::size(kFinishReasons)> finished{};  // requests by FinishReason
+};
+
+class Scheduler {
+ public:
+  using RequestId = uint64_t;
+  struct Finished {
+    RequestId id;
+    GenerationOutput output;
+  };
+
+  // The model and tokenizer must outlive the scheduler.
+  Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Throws hyla::Error for a request that can never run (empty prompt, ids outside the
+  // vocabulary, more tokens than the context).
+  void validate(const GenerationRequest& request) const;
+  RequestId add(GenerationRequest request);  // validates, then queues
+  // One iteration; returns the requests that finished in it. An exception from the model
+  // propagates with every request still queued or running (abort() ends them).
+  std::vector<Finished> step();
+  // Ends every request, for a model failure or shutdown; returns their ids.
+  std::vector<RequestId> abort();
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  // After the model's weights change (an RL update): cached prompt states are stale, and dropped.
+  void weights_changed();
+
+  const EngineStats& stats() const { return stats_; }  // running/waiting filled in
+  const Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineOptions& options() const { return options_; }
+  // The state memory: one slot's arithmetic at full context, and all slots together.
+  std::string memory_summary() const;
+
+ private:
+  struct Active;
+  void admit_waiting(std::vector<Finished>& finished);
+  void drop_cancelled(std::vector<Finished>& finished);
+  void forward_and_sample(std::vector<Finished>& finished);
+  void finish(Active& a, FinishReason reason, std::vector<Finished>& finished);
+
+  Model* model_;
+  const Tokenizer& tokenizer_;
+  EngineOptions options_;
+  std::vector<std::unique_ptr<SequenceState>> slots_;
+  std::vector<bool> slot_used_;
+  PrefixCache prefix_cache_;
+  std::vector<int32_t> end_ids_;
+  std::deque<std::unique_ptr<Active>> waiting_;
+  std::vector<std::unique_ptr<Active>> running_;
+  EngineStats stats_;
+  RequestId next_id_ = 1;
+};
+
+}  // namespace hyla
