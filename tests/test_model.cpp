@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "hyla/io/safetensors.h"
@@ -147,6 +148,46 @@ TEST(Model, LossWeightsScaleEachRowAndItsGradient) {
   expect_gradients_match_the_spec("weighted", config, model, in);
   in.loss_weights.pop_back();
   EXPECT_THROW(model.forward(in, options), Error);
+}
+
+// The expert-parallel seam: an exchange that runs each MoE layer's experts in two halves (as two
+// processes holding half the experts each would) gives the same logits, loss and gradients, bit
+// for bit, as running them all at once.
+struct TwoHalves final : ExpertExchange {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  void run(const ExpertDispatch& dispatch, const Compute& compute) {
+    const int64_t half = dispatch.experts / 2;
+    for (auto [first, last] : {std::pair{int64_t(0), half}, std::pair{half, dispatch.experts}}) {
+      compute(first, last);
+      ranges.emplace_back(first, last);
+    }
+  }
+  void forward(const ExpertDispatch& d, const float*, int64_t, float*, const Compute& compute) override { run(d, compute); }
+  void backward(const ExpertDispatch& d, const float*, int64_t, float*, float*, const Compute& compute) override {
+    run(d, compute);
+  }
+};
+
+TEST(Model, ExpertsInTwoHalvesThroughTheExchangeMatchAllAtOnce) {
+  const ModelConfig config = test::nano_config();
+  Model whole(config), halves(config);
+  test::randomize_params(whole.params(), 12);
+  std::copy_n(whole.params().values(), whole.params().numel(), halves.params().values());
+  halves.params().refresh_bf16();
+  TwoHalves exchange;
+  halves.set_expert_exchange(exchange);
+  const ModelInput in = random_input(config, {11, 6}, 13);
+  for (Model* m : {&whole, &halves}) m->params().zero_grads();
+  const ForwardOptions train{.precision = Precision::F32, .outputs = Outputs::All, .backward = true};
+  const ForwardResult a = whole.forward(in, train), b = halves.forward(in, train);
+  EXPECT_EQ(a.loss.loss, b.loss.loss);
+  EXPECT_EQ(std::memcmp(a.logits.data<float>(), b.logits.data<float>(), a.logits.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(whole.params().grads(), halves.params().grads(), size_t(whole.params().numel()) * 4), 0);
+  const int64_t moe_layers = config.num_hidden_layers - config.moe.first_k_dense_replace;
+  ASSERT_EQ(int64_t(exchange.ranges.size()), 2 * 2 * moe_layers);  // forward and backward, two halves each
+  const int64_t half = config.moe.num_experts / 2;
+  EXPECT_EQ(exchange.ranges[0], (std::pair<int64_t, int64_t>{0, half}));
+  EXPECT_EQ(exchange.ranges[1], (std::pair<int64_t, int64_t>{half, config.moe.num_experts}));
 }
 
 // SPEC §7: an image's patches replace the <|image_pad|> rows; no loss is computed at them.

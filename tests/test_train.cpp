@@ -99,6 +99,41 @@ TEST(TrainStep, AccumulatesMicroBatchesAndSkipsNonFiniteSteps) {
   EXPECT_EQ(std::memcmp(after.data(), model.params().values(), after.size() * 4), 0);
 }
 
+// The data-parallel seam: two replicas that saw the same batch (a collective whose sum doubles
+// every buffer) take exactly the step one process takes, gradients and balancing loads included.
+struct TwoIdenticalReplicas final : Collective {
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void sum(std::span<float> v) override {
+    for (float& x : v) x *= 2;
+  }
+  void sum(std::span<int64_t> v) override {
+    for (int64_t& x : v) x *= 2;
+  }
+};
+
+TEST(TrainStep, ReplicasSumTheirGradientsThroughTheCollective) {
+  const auto batch = [](int64_t m) {
+    ModelInput in;
+    in.tokens = TokenBatch::uniform(2, 9);
+    std::mt19937 rng(unsigned(m) + 5);
+    for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % 256)), in.targets.push_back(int32_t(rng() % 256));
+    return in;
+  };
+  TrainConfig tc;
+  tc.grad_accum = 2;
+  std::vector<std::vector<float>> after;
+  TwoIdenticalReplicas two;
+  for (Collective* collective : std::initializer_list<Collective*>{&single_process(), &two}) {
+    Model model(test::nano_config());
+    model.initialize(3);
+    AdamW optimizer(model.params(), tc);
+    for (int step = 0; step < 2; ++step) train_step(model, optimizer, tc, 1e-3, batch, *collective);
+    after.emplace_back(model.params().values(), model.params().values() + model.params().numel());
+  }
+  EXPECT_EQ(std::memcmp(after[0].data(), after[1].data(), after[0].size() * 4), 0);
+}
+
 // A tiny dataset and model, prepared once per test binary.
 struct TinyRun {
   test::TempDir dir;

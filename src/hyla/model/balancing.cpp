@@ -67,7 +67,8 @@ void LoadBalancer::discard() {
   margins_.clear();
 }
 
-void LoadBalancer::update(float* bias) {
+void LoadBalancer::update(float* bias, Collective& collective) {
+  collective.sum(step_load_);
   const int64_t E = experts_, T = step_tokens_;
   if (rule_ == Balancing::Quantile && T > 0) {
     // β_e = the min(q+1, T)-th largest over the step's tokens of s_{t,e} − α_t, q = round(T·k/E):

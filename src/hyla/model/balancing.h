@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hyla/model/collective.h"
 #include "hyla/model/config.h"
 #include "hyla/model/router.h"
 
@@ -32,8 +33,11 @@ class LoadBalancer {
   // Records one forward's routing, made with `bias`: its loads always (the last forward's
   // statistics), and for a training forward also its contribution to the step's update.
   void record(const Routing& routing, const float* bias, bool training);
-  // Applies the rule to `bias` from the step's training forwards, then starts the next step.
-  void update(float* bias);
+  // Applies the rule to `bias` from the step's training forwards, then starts the next step. The
+  // step's load counts are summed over `collective`'s processes first; the quantile rule's
+  // thresholds still come from this process's tokens (across processes they need the per-expert
+  // histogram that kth_largest's comment describes).
+  void update(float* bias, Collective& collective);
   // Forgets the step's training forwards without moving the bias (a skipped step).
   void discard();
   // The step's loads so far, or the last forward's when no training forward was recorded since update.

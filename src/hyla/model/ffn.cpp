@@ -53,7 +53,9 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
   }
   if (shared) shared_mlp_.forward(x, n, combined, ctx.precision, save);
   float* slot_out = grow_buffer<float>(slot_rows_, n * m.num_experts_per_tok * width);
-  experts_.forward(x, state.dispatch, 0, m.num_experts, ctx.precision, save, slot_out);
+  exchange_->forward(state.dispatch, x, width, slot_out, [&](int64_t first, int64_t last) {
+    experts_.forward(x, state.dispatch, first, last, ctx.precision, save, slot_out);
+  });
   combine_slots(state.dispatch, slot_out, width, /*weighted=*/true, /*accumulate=*/shared, combined);
   if (latent > 0) {
     float* normed = grow_buffer<float>(state.m_norm, n * latent);
@@ -88,7 +90,9 @@ void MoeFfn::backward(const float* dy, float* du) {
   if (shared) shared_mlp_.backward(dm, dx);
   float* d_slot_in = grow_buffer<float>(slot_rows_, n * k * width);
   float* d_slot_weight = grow_buffer<float>(d_slot_weight_, n * k);
-  experts_.backward(x, dm, state.dispatch, 0, m.num_experts, d_slot_in, d_slot_weight);
+  exchange_->backward(state.dispatch, dm, width, d_slot_in, d_slot_weight, [&](int64_t first, int64_t last) {
+    experts_.backward(x, dm, state.dispatch, first, last, d_slot_in, d_slot_weight);
+  });
   combine_slots(state.dispatch, d_slot_in, width, /*weighted=*/false, /*accumulate=*/shared, dx);
   if (latent > 0) {
     lat_down_.backward_input(dx, n, du, p);
@@ -105,6 +109,6 @@ void MoeFfn::backward(const float* dy, float* du) {
   router_.backward(saved_u_, state.routing, d_scores, du);
 }
 
-void MoeFfn::update_balancing() { balancer_.update(router_.bias().v()); }
+void MoeFfn::update_balancing(Collective& collective) { balancer_.update(router_.bias().v(), collective); }
 
 }  // namespace hyla

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "hyla/model/balancing.h"
+#include "hyla/model/collective.h"
+#include "hyla/model/expert_exchange.h"
 #include "hyla/model/gated_mlp.h"
 #include "hyla/model/layers.h"
 #include "hyla/model/moe_dispatch.h"
@@ -43,8 +45,11 @@ class MoeFfn {
   // The aux_loss term of the last forward (0 unless balancing is aux_loss).
   float aux_loss() const { return aux_loss_; }
   // Once after each optimiser step: moves the balancing bias by the configured rule from the
-  // routing of every saving forward since the last call; it routes from the next forward on.
-  void update_balancing();
+  // routing of every saving forward since the last call (every process's, through `collective`);
+  // it routes from the next forward on.
+  void update_balancing(Collective& collective);
+  // Where the routed experts run (default: all on this process).
+  void set_exchange(ExpertExchange& exchange) { exchange_ = &exchange; }
   // Drops the routing recorded since the last update without moving the bias (a skipped step).
   void discard_routing() { balancer_.discard(); }
   // Loads of the saving forwards since the last update_balancing, or of the last forward if none.
@@ -71,6 +76,7 @@ class MoeFfn {
   GatedMlp shared_;
   DenseGatedMlp shared_mlp_;
   LoadBalancer balancer_;
+  ExpertExchange* exchange_ = &local_experts();
 
   ForwardState saved_, work_;
   const float* saved_u_ = nullptr;

@@ -457,9 +457,14 @@ std::vector<Model::MixerRef> Model::mixers() const {
   return out;
 }
 
-void Model::update_balancing() {
+void Model::update_balancing(Collective& collective) {
   for (DecoderLayer& layer : layers_)
-    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->update_balancing();
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->update_balancing(collective);
+}
+
+void Model::set_expert_exchange(ExpertExchange& exchange) {
+  for (DecoderLayer& layer : layers_)
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->set_exchange(exchange);
 }
 
 void Model::discard_routing() {

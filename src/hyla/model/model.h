@@ -110,8 +110,11 @@ class Model {
   using MixerRef = std::variant<const KdaMixer*, const MlaMixer*>;
   std::vector<MixerRef> mixers() const;
 
-  // MoE: balancing after an optimiser step, and per-layer load statistics.
-  void update_balancing();
+  // MoE: balancing after an optimiser step (every process's routing, through `collective`), and
+  // per-layer load statistics.
+  void update_balancing(Collective& collective = single_process());
+  // Where every MoE layer's routed experts run (expert_exchange.h; default: all here).
+  void set_expert_exchange(ExpertExchange& exchange);
   void discard_routing();  // a skipped step: forget its routing, keep the bias
   std::vector<MoeFfn::LoadStats> load_stats() const;
 

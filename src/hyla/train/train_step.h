@@ -5,12 +5,14 @@
 //
 // What crosses this seam: the model, its optimiser, and the micro-batches as model inputs. A
 // loss other than next-token prediction plugs in through the inputs (per-row loss weights:
-// advantages for policy gradients, zero for prompts and tool outputs); a data-parallel gradient
-// reduction belongs between the accumulation and the norm. Never data loading, logging,
-// evaluation or checkpoints: those stay in the trainer (trainer.h).
+// advantages for policy gradients, zero for prompts and tool outputs); data-parallel replicas sum
+// their gradients through `collective` between the accumulation and the norm (and their MoE loads
+// before the balancing update). Never data loading, logging, evaluation or checkpoints: those stay
+// in the trainer (trainer.h).
 #include <cstdint>
 #include <functional>
 
+#include "hyla/model/collective.h"
 #include "hyla/model/model.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/train_config.h"
@@ -26,6 +28,7 @@ struct StepResult {
 
 // `micro_batch(m)` gives micro-batch m of config.grad_accum.
 StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
-                      const std::function<ModelInput(int64_t m)>& micro_batch);
+                      const std::function<ModelInput(int64_t m)>& micro_batch,
+                      Collective& collective = single_process());
 
 }  // namespace hyla
