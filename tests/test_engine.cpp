@@ -32,6 +32,14 @@ double relative_diff(const float* a, const float* b, int64_t n) {
   return d / s;
 }
 
+// The f32 logits of every row of one sequence, in one full forward: the reference of the cached paths.
+Tensor full_forward_logits(Model& model, const std::vector<int32_t>& ids) {
+  ModelInput full;
+  full.ids = ids;
+  full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
+  return model.forward(full, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+}
+
 // Prefill in uneven chunks, then decode token by token, through the model's cached forward with
 // f32 caches: every position's logits equal the full forward's row.
 TEST(Inference, DecodeAfterPrefillEqualsFullForward) {
@@ -52,10 +60,7 @@ TEST(Inference, DecodeAfterPrefillEqualsFullForward) {
     Model model(config);
     test::randomize_params(model.params(), 5);
     const std::vector<int32_t> ids = random_ids(45, config.vocab_size, 8);
-    ModelInput full;
-    full.ids = ids;
-    full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
-    const Tensor reference = model.forward(full, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+    const Tensor reference = full_forward_logits(model, ids);
     SequenceState state(model, 64, DType::F32);
     size_t at = 0;
     for (size_t n : {7u, 16u, 1u, 9u}) {
@@ -81,10 +86,7 @@ TEST(Inference, ChunkedCachedForwardScoresEveryTokenLikeOneFullForward) {
   Model model(config);
   test::randomize_params(model.params(), 6);
   const std::vector<int32_t> ids = random_ids(300, config.vocab_size, 9);
-  ModelInput full;
-  full.ids = ids;
-  full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
-  const Tensor reference = model.forward(full, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+  const Tensor reference = full_forward_logits(model, ids);
   const int64_t V = config.vocab_size;
   SequenceState state(model, 512, DType::F32);
   int64_t at = 0;
@@ -101,6 +103,9 @@ TEST(Inference, ChunkedCachedForwardScoresEveryTokenLikeOneFullForward) {
     at += n;
   }
   EXPECT_EQ(at, int64_t(ids.size()));
+  ModelInput full;
+  full.ids = ids;
+  full.tokens = TokenBatch::uniform(1, int64_t(ids.size()));
   const Tensor picked =
       model.forward(full, {.precision = Precision::F32, .outputs = Outputs::Rows, .rows = {299, 0, 150}}).logits;
   const std::vector<int64_t> rows = {299, 0, 150};
@@ -152,16 +157,21 @@ struct EngineFixture {
     r.stop_at_end_tokens = false;
     return r;
   }
+  // f32 products and caches: results comparable bit for bit across batchings.
+  static EngineOptions exact(int64_t slots, int64_t context, int64_t prefill_chunk) {
+    EngineOptions o;
+    o.max_sequences = slots;
+    o.context = context;
+    o.prefill_chunk = prefill_chunk;
+    o.precision = Precision::F32;
+    o.latent_dtype = DType::F32;
+    return o;
+  }
 };
 
 TEST(Engine, ConcurrentRequestsMatchOneAtATime) {
   EngineFixture f;
-  EngineOptions one;
-  one.max_sequences = 1;
-  one.context = 256;
-  one.prefill_chunk = 8;
-  one.precision = Precision::F32;
-  one.latent_dtype = DType::F32;
+  EngineOptions one = EngineFixture::exact(1, 256, 8);
   one.prefix_cache_bytes = 0;
   std::vector<std::string> prompts = {"The quick brown fox", "A different prompt that is a little longer than the first",
                                       "x", "Numbers 1234 and words", "The quick brown fox jumps"};
@@ -187,12 +197,7 @@ TEST(Engine, ConcurrentRequestsMatchOneAtATime) {
 
 TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
   EngineFixture f;
-  EngineOptions o;
-  o.max_sequences = 2;
-  o.context = 512;
-  o.prefill_chunk = 16;
-  o.precision = Precision::F32;
-  o.latent_dtype = DType::F32;
+  EngineOptions o = EngineFixture::exact(2, 512, 16);
   const std::string shared = test::sample_text(4, 9);  // a long shared prefix
   GenerationRequest a = f.request(shared + " first question", 10), b = f.request(shared + " second one", 10);
   ASSERT_GT(a.prompt.size(), 48u);
@@ -216,12 +221,7 @@ TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
 // same tokens as the threaded engine; after a weights change its cached prompt states are dropped.
 TEST(Scheduler, SteppedDirectlyMatchesTheEngineAndForgetsStaleStatesWhenWeightsChange) {
   EngineFixture f;
-  EngineOptions o;
-  o.max_sequences = 2;
-  o.context = 512;
-  o.prefill_chunk = 16;
-  o.precision = Precision::F32;
-  o.latent_dtype = DType::F32;
+  const EngineOptions o = EngineFixture::exact(2, 512, 16);
   const std::string shared = test::sample_text(4, 9);
   const GenerationRequest a = f.request(shared + " first question", 8), b = f.request(shared + " second one", 8);
   std::vector<int32_t> engine_a;
