@@ -24,8 +24,10 @@ run() {  # build round
       {tag: $tag, test: ("model " + .test), value: .tokens_per_s}'
   for bench in bench_mla bench_moe; do
     "$build/$bench" --benchmark_filter='decode_layer/seqs(1|16)/depth8192|train_8x512_bf16/fwd\+bwd|bf16/moe_4096' \
-      --benchmark_format=json 2>/dev/null |
-      jq -c --arg tag "$tag" --arg b "$bench" '.benchmarks[] | {tag: $tag, test: ($b + " " + .name), value: (1e9 / .real_time)}'
+      --benchmark_out="$work/$bench.json" --benchmark_out_format=json >/dev/null 2>&1
+    jq -c --arg tag "$tag" --arg b "$bench" '.benchmarks[] |
+      {tag: $tag, test: ($b + " " + .name + " (runs/s)"),
+       value: (1 / (.real_time * ({"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}[.time_unit])))}' "$work/$bench.json"
   done
 }
 
