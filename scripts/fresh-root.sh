@@ -21,9 +21,10 @@ base="$cache/bookworm-minbase.tar"
 if [[ ! -s $base ]]; then
   echo "fresh-root: making a minimal Debian 12 root (cached in $cache)"
   # This machine's package sources, so the new root reaches the archive the way this one does.
+  # mmdebstrap picks the output format from the name: the partial file must end in .tar too.
   cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
-    mmdebstrap --quiet --variant=minbase --include=make,git,ca-certificates bookworm "$base.part"
-  mv "$base.part" "$base"
+    mmdebstrap --quiet --variant=minbase --include=make,git,ca-certificates bookworm "$cache/partial.tar"
+  mv "$cache/partial.tar" "$base"
 fi
 
 root=$(mktemp -d "$cache/root.XXXXXX")
