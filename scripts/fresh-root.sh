@@ -20,10 +20,12 @@ fi
 base="$cache/bookworm-minbase.tar"
 if [[ ! -s $base ]]; then
   echo "fresh-root: making a minimal Debian 12 root (cached in $cache)"
-  # This machine's package sources, so the new root reaches the archive the way this one does.
-  # mmdebstrap picks the output format from the name: the partial file must end in .tar too.
-  cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
-    mmdebstrap --quiet --variant=minbase --include=make,git,ca-certificates bookworm "$cache/partial.tar"
+  # This machine's package sources (either file may be absent), so the new root reaches the
+  # archive the way this one does. mmdebstrap picks the output format from the name: the partial
+  # file ends in .tar too.
+  sources="$cache/sources"
+  cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list >"$sources" 2>/dev/null || true
+  mmdebstrap --quiet --variant=minbase --include=make,git,ca-certificates bookworm "$cache/partial.tar" <"$sources"
   mv "$cache/partial.tar" "$base"
 fi
 
