@@ -74,7 +74,7 @@ void bench_kda(const KdaBenchArgs& a) {
     const int64_t starts[2] = {0, T};
     const KdaShape shape{H, D, D};
     const KdaInputs in{1, starts, q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr};
-    KdaWorkspace ws;
+    Workspace ws;
     KdaSavedStates saved;
     for (KdaPath path : {KdaPath::Recurrent, KdaPath::ChunkedDense, KdaPath::ChunkedPairwise}) {
       if (std::find(a.paths.begin(), a.paths.end(), to_string(path)) == a.paths.end()) continue;

@@ -68,7 +68,7 @@ void BM_attention(benchmark::State& state, Shape sh, Pass pass) {
   const auto q = random_vector(N * H * sh.dqk, 1), k = random_vector(N * H * sh.dqk, 2);
   const auto v = random_vector(N * H * sh.dv, 3), d_o = random_vector(N * H * sh.dv, 4);
   std::vector<float> o(size_t(N * H * sh.dv)), lse(size_t(N * H)), dq(q.size()), dk(k.size()), dv(v.size());
-  hyla::AttentionWorkspace ws;
+  hyla::Workspace ws;
   auto forward = [&] {
     hyla::attention_forward(dims, sh.batch, starts.data(), starts.data(), q.data(), k.data(), v.data(), o.data(),
                             lse.data(), ws);

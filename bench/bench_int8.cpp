@@ -162,21 +162,18 @@ void BM_experts(benchmark::State& state, int64_t tokens, bool int8) {
     for (const auto& p : store.params()) std::copy(w.begin(), w.begin() + p->numel(), p->v());
     store.refresh_bf16();
   }
-  Routing routing;
-  routing.tokens = tokens, routing.experts = E, routing.k = k;
-  routing.selected = Tensor::empty(DType::I32, {tokens, k});
-  routing.weights = Tensor::empty(DType::F32, {tokens, k});
-  for (int64_t s = 0; s < tokens * k; ++s) {
-    routing.selected.data<int32_t>()[s] = int32_t(s % E);
-    routing.weights.data<float>()[s] = 1.0f / float(k);
-  }
+  std::vector<int32_t> selected(size_t(tokens * k));
+  std::vector<float> weights(size_t(tokens * k), 1.0f / float(k));
+  for (int64_t s = 0; s < tokens * k; ++s) selected[size_t(s)] = int32_t(s % E);
+  Routing routing{tokens, E, k, nullptr, selected.data(), weights.data()};
   ExpertDispatch dispatch;
   dispatch.build(routing);
   const auto x = random_vector(tokens * d, 3);
   std::vector<float> out(size_t(tokens * k * d));
-  experts.forward(x.data(), dispatch, 0, E, Precision::BF16, false, out.data());
+  Workspace workspace;
+  experts.forward(x.data(), dispatch, 0, E, Precision::BF16, {}, out.data(), workspace);
   for (auto _ : state) {
-    experts.forward(x.data(), dispatch, 0, E, Precision::BF16, false, out.data());
+    experts.forward(x.data(), dispatch, 0, E, Precision::BF16, {}, out.data(), workspace);
     benchmark::DoNotOptimize(out.data());
   }
   const double macs = 3.0 * double(d * m.moe_intermediate_size) * double(tokens * k);

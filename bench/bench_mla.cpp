@@ -108,7 +108,8 @@ void BM_training(benchmark::State& state, int64_t B, int64_t T, Precision p, boo
   const int64_t N = B * T;
   const auto u = random_vector(N * L.d(), 1), dy = random_vector(N * L.d(), 2);
   std::vector<float> y(u.size()), du(u.size());
-  const ForwardContext ctx{tokens, p, backward};
+  Workspace workspace;
+  const ForwardContext ctx{tokens, workspace, p, backward};
   auto step = [&] {
     L.mixer->forward(u.data(), y.data(), ctx);
     if (backward) L.mixer->backward(dy.data(), du.data());
@@ -166,7 +167,7 @@ void BM_decode(benchmark::State& state, int64_t B, int64_t depth, DecodeRun run)
   const auto q = random_vector(B * H * width, 4);
   std::vector<float> o(static_cast<size_t>(B * H * R));
   std::vector<LatentCacheRows> rows(static_cast<size_t>(B));
-  LatentAttentionWorkspace ws;
+  Workspace ws;
   const LatentAttentionDims dims{H, R, m.qk_rope_head_dim, 0,
                                  float(1.0 / std::sqrt(double(m.qk_nope_head_dim + m.qk_rope_head_dim))),
                                  run == DecodeRun::KernelBf16};
@@ -180,7 +181,7 @@ void BM_decode(benchmark::State& state, int64_t B, int64_t depth, DecodeRun run)
       return;
     }
     for (int64_t b = 0; b < B; ++b) views[size_t(b)] = LatentCache{base + b * depth * width, nullptr, depth - 1, depth};
-    L.mixer->forward(u.data(), y.data(), {tokens, Precision::BF16}, slots,
+    L.mixer->forward(u.data(), y.data(), {tokens, ws, Precision::BF16}, slots,
                             run == DecodeRun::Layer ? MlaMixer::DecodePath::Absorbed : MlaMixer::DecodePath::UpProjected);
   };
   step();

@@ -98,7 +98,8 @@ void BM_layer(benchmark::State& state, int64_t n, Precision precision, bool back
   const auto u = random_vector(n * d, 3), dy = random_vector(n * d, 4);
   std::vector<float> y(size_t(n * d)), du(size_t(n * d));
   const hyla::TokenBatch tokens = hyla::TokenBatch::uniform(1, n);
-  const hyla::ForwardContext train{tokens, precision, true, 1.0f}, infer{tokens, precision, false, 1.0f};
+  hyla::Workspace workspace;
+  const hyla::ForwardContext train{tokens, workspace, precision, true, 1.0f}, infer{tokens, workspace, precision, false, 1.0f};
   for (int step = 0; step < 4; ++step) {  // balance the routing on other batches, as after some training
     const auto batch = random_vector(n * d, 10 + step);
     layer.ffn->forward(batch.data(), y.data(), train);
@@ -132,14 +133,10 @@ void BM_experts(benchmark::State& state, ExpertPath path, Precision precision) {
   const int64_t E = m.num_experts, k = m.num_experts_per_tok, w = m.moe_intermediate_size, d = layer.config.hidden_size;
   const int64_t tokens = E * 128 / k, slots = tokens * k;
   // Token t takes experts 4t .. 4t+3 (mod E): 128 slots for every expert.
-  hyla::Routing routing;
-  routing.tokens = tokens, routing.experts = E, routing.k = k;
-  routing.selected = hyla::Tensor::empty(hyla::DType::I32, {tokens, k});
-  routing.weights = hyla::Tensor::empty(hyla::DType::F32, {tokens, k});
-  for (int64_t i = 0; i < slots; ++i) {
-    routing.selected.data<int32_t>()[i] = int32_t(i % E);
-    routing.weights.data<float>()[i] = 1.0f;
-  }
+  std::vector<int32_t> expert_ids(static_cast<size_t>(slots));
+  std::vector<float> routing_weights(static_cast<size_t>(slots), 1.0f);
+  for (int64_t i = 0; i < slots; ++i) expert_ids[size_t(i)] = int32_t(i % E);
+  hyla::Routing routing{tokens, E, k, nullptr, expert_ids.data(), routing_weights.data()};
   hyla::ExpertDispatch dispatch;
   dispatch.build(routing);
   const auto x = random_vector(tokens * d, 5);
@@ -155,6 +152,7 @@ void BM_experts(benchmark::State& state, ExpertPath path, Precision precision) {
   const float* w32 = first.value.data<float>();
   const hyla::bf16* w16 = first.v16();
   const int64_t stride = 3 * d * w, per = slots / E;
+  hyla::Workspace workspace;
   auto run = [&] {
     const bool bf16 = precision == Precision::BF16;
     switch (path) {
@@ -188,7 +186,7 @@ void BM_experts(benchmark::State& state, ExpertPath path, Precision precision) {
         }
         break;
       case ExpertPath::SmallGemmBlocks:
-        layer.experts.forward(x.data(), dispatch, 0, E, precision, false, out.data());
+        layer.experts.forward(x.data(), dispatch, 0, E, precision, {}, out.data(), workspace);
         break;
     }
   };

@@ -49,7 +49,7 @@ struct Outputs {
   std::vector<float> o, lse, dq, dk, dv;
 };
 
-Outputs run_kernel(const Problem& p, AttentionWorkspace& ws) {
+Outputs run_kernel(const Problem& p, Workspace& ws) {
   const AttentionDims& d = p.dims;
   Outputs r;
   r.o.assign(size_t(p.nq() * d.heads * d.v_dim), NAN);  // NaN: any element left unwritten shows up
@@ -65,7 +65,7 @@ Outputs run_kernel(const Problem& p, AttentionWorkspace& ws) {
 }
 
 Outputs run_kernel(const Problem& p) {
-  AttentionWorkspace ws;
+  Workspace ws;
   return run_kernel(p, ws);
 }
 
@@ -289,7 +289,7 @@ TEST(Attention, ThreadCountDoesNotChangeResults) {
 
 TEST(Attention, WorkspaceStopsGrowing) {
   const Problem p(dims(2, 64, 32, 0), {130, 40}, {130, 60});
-  AttentionWorkspace ws;
+  Workspace ws;
   const Outputs first = run_kernel(p, ws);
   const size_t bytes = ws.bytes();
   EXPECT_GT(bytes, 0u);
@@ -313,7 +313,7 @@ TEST(Attention, Bf16ProductsForward) {
       Problem(bf16(dims(2, 32, 24, 50)), {37, 64, 100}, {150, 264, 101}),
   };
   for (const Problem& p : problems) {
-    AttentionWorkspace ws;
+    Workspace ws;
     std::vector<float> o(size_t(p.nq() * p.dims.heads * p.dims.v_dim), NAN), lse(size_t(p.nq() * p.dims.heads), NAN);
     attention_forward(p.dims, p.batch(), p.q_starts.data(), p.k_starts.data(), p.q.data(), p.k.data(), p.v.data(),
                       o.data(), lse.data(), ws);
@@ -326,7 +326,7 @@ TEST(Attention, Bf16ProductsForward) {
   }
   std::vector<float> grads(1);
   const Problem& p = problems[0];
-  AttentionWorkspace ws;
+  Workspace ws;
   EXPECT_THROW(attention_backward(p.dims, p.batch(), p.q_starts.data(), p.k_starts.data(), p.q.data(), p.k.data(),
                                   p.v.data(), p.q.data(), p.q.data(), p.d_o.data(), grads.data(), grads.data(),
                                   grads.data(), ws),
@@ -336,7 +336,7 @@ TEST(Attention, Bf16ProductsForward) {
 TEST(Attention, RejectsBadDims) {
   const int64_t starts[2] = {0, 1};
   float x = 0;
-  AttentionWorkspace ws;
+  Workspace ws;
   EXPECT_THROW(attention_forward({0, 8, 8, 0, 1.0f}, 1, starts, starts, &x, &x, &x, &x, &x, ws), Error);
   EXPECT_THROW(attention_forward({1, 8, 8, -1, 1.0f}, 1, starts, starts, &x, &x, &x, &x, &x, ws), Error);
 }

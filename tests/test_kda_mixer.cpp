@@ -52,7 +52,7 @@ void check_gate(KdaGate gate) {
   const std::vector<float> R = test::random_vector(size_t(N * d), 4);
   std::vector<float> y(size_t(N * d)), du(size_t(N * d));
   s.store.zero_grads();
-  s.mixer->forward(u.data(), y.data(), {tokens, Precision::F32, true});
+  s.mixer->forward(u.data(), y.data(), {tokens, test::test_workspace(), Precision::F32, true});
   ParamValues w = s.values();
   const Doubles ud(u.begin(), u.end());
   EXPECT_LT(max_relative(y, test::reference_kda(s.config, {&w, s.prefix}, tokens.starts, ud)), 1e-4);
@@ -98,7 +98,7 @@ TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) {
   const TokenBatch full = TokenBatch::packed(lengths);
   const std::vector<float> u = test::random_vector(size_t(full.rows * d), 5);
   std::vector<float> y_full(u.size());
-  s.mixer->forward(u.data(), y_full.data(), {full, Precision::F32, false});
+  s.mixer->forward(u.data(), y_full.data(), {full, test::test_workspace(), Precision::F32, false});
 
   // Two sequences with their own caches: prefill pieces of different sizes, then single tokens.
   std::vector<std::vector<float>> tails(2, std::vector<float>(size_t(s.mixer->conv_tail_floats()), 0.0f));
@@ -122,7 +122,7 @@ TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) {
     std::vector<float> out(input.size());
     std::vector<LayerCache*> slots;
     for (LayerCache& c : caches) slots.push_back(&c);
-    s.mixer->forward(input.data(), out.data(), {tokens, Precision::F32, false}, slots);
+    s.mixer->forward(input.data(), out.data(), {tokens, test::test_workspace(), Precision::F32, false}, slots);
     size_t at = 0;
     for (int b = 0; b < 2; ++b) {
       const int64_t take = std::min(step[size_t(b)], lengths[size_t(b)] - done[b]);

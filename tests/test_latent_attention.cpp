@@ -114,7 +114,7 @@ void check(const Case& c, uint32_t seed) {
   }
   std::vector<float> q(size_t(B * c.heads * K));
   for (float& x : q) x = 1.5f * normal(rng);  // sharp enough that the softmax is far from uniform
-  LatentAttentionWorkspace ws;
+  Workspace ws;
   const LatentAttentionDims dims{c.heads, c.latent, c.rope, c.window, scale};
   for (int run = 0; run < 3; ++run) {
     const bool bf16_rows = run > 0, bf16_products = run == 2;
@@ -165,7 +165,7 @@ TEST(LatentAttention, MatchesDoubleReference) {
 TEST(LatentAttention, EmptyCacheGivesZero) {
   std::vector<float> rows(64, 1.0f), q(2 * 2 * 32, 1.0f), o(2 * 2 * 32, NAN);
   const LatentCacheRows caches[2] = {{nullptr, rows.data(), 0}, {nullptr, rows.data(), 2}};
-  LatentAttentionWorkspace ws;
+  Workspace ws;
   latent_attention_decode({2, 32, 0, 0, 0.1f}, 2, caches, q.data(), o.data(), ws);
   for (int i = 0; i < 64; ++i) EXPECT_EQ(o[size_t(i)], 0.0f);
   for (int i = 64; i < 128; ++i) EXPECT_FLOAT_EQ(o[size_t(i)], 1.0f);
@@ -179,7 +179,7 @@ TEST(LatentAttention, ThreadCountDoesNotChangeResults) {
   for (float& x : rows) x = normal(rng);
   for (float& x : q) x = normal(rng);
   const LatentCacheRows cache{nullptr, rows.data(), L};
-  LatentAttentionWorkspace ws;
+  Workspace ws;
   std::vector<float> one(size_t(H * R)), two(size_t(H * R));
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
@@ -193,7 +193,7 @@ TEST(LatentAttention, ThreadCountDoesNotChangeResults) {
 TEST(LatentAttention, WorkspaceStopsGrowing) {
   std::vector<float> rows(size_t(500 * 40), 0.5f), q(size_t(3 * 40), 0.1f), o(size_t(3 * 32));
   const LatentCacheRows cache{nullptr, rows.data(), 500};
-  LatentAttentionWorkspace ws;
+  Workspace ws;
   latent_attention_decode({3, 32, 8, 0, 0.2f}, 1, &cache, q.data(), o.data(), ws);
   const size_t bytes = ws.bytes();
   latent_attention_decode({3, 32, 8, 0, 0.2f}, 1, &cache, q.data(), o.data(), ws);
@@ -204,7 +204,7 @@ TEST(LatentAttention, RejectsMixedDtypesAndBf16ProductsOnF32Rows) {
   std::vector<float> rows(32, 0.0f), q(64, 0.0f), o(64);
   std::vector<bf16> rows16(32);
   const LatentCacheRows caches[2] = {{nullptr, rows.data(), 1}, {rows16.data(), nullptr, 1}};
-  LatentAttentionWorkspace ws;
+  Workspace ws;
   EXPECT_THROW(latent_attention_decode({1, 32, 0, 0, 1.0f}, 2, caches, q.data(), o.data(), ws), Error);
   EXPECT_THROW(latent_attention_decode({1, 32, 0, 0, 1.0f, true}, 1, caches, q.data(), o.data(), ws), Error);
 }

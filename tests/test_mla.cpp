@@ -120,7 +120,7 @@ TEST(Mla, ForwardMatchesDoubleReference) {
     Layer layer(o, seed++);
     const auto u = random_floats(size_t(tokens.rows * layer.d()), seed++);
     std::vector<float> y(u.size(), NAN);
-    layer.mixer->forward(u.data(), y.data(), {tokens});
+    layer.mixer->forward(u.data(), y.data(), {tokens, test::test_workspace()});
     const Weights w = weights_of(layer.store);
     const auto ref = test::reference_mla(layer.config, o.type, test::SpecWeights{&w, ""},
                                          std::vector<double>(u.begin(), u.end()), tokens);
@@ -138,7 +138,7 @@ TEST(Mla, BackwardMatchesFiniteDifferences) {
     const auto dy = random_floats(size_t(n), seed++);
     std::vector<float> y(static_cast<size_t>(n)), du(static_cast<size_t>(n), NAN);
     layer.store.zero_grads();
-    layer.mixer->forward(u.data(), y.data(), {tokens, Precision::F32, /*save_for_backward=*/true});
+    layer.mixer->forward(u.data(), y.data(), {tokens, test::test_workspace(), Precision::F32, /*save_for_backward=*/true});
     layer.mixer->backward(dy.data(), du.data());
 
     const Weights w = weights_of(layer.store);
@@ -192,10 +192,10 @@ TEST(Mla, Bf16ForwardStaysCloseToF32) {
     Layer layer(o, seed++);
     const auto u = random_floats(size_t(tokens.rows * layer.d()), seed++);
     std::vector<float> y32(u.size()), y16(u.size());
-    layer.mixer->forward(u.data(), y32.data(), {tokens});
+    layer.mixer->forward(u.data(), y32.data(), {tokens, test::test_workspace()});
     const std::vector<double> ref(y32.begin(), y32.end());
     for (bool save : {false, true}) {
-      layer.mixer->forward(u.data(), y16.data(), {tokens, Precision::BF16, save});
+      layer.mixer->forward(u.data(), y16.data(), {tokens, test::test_workspace(), Precision::BF16, save});
       EXPECT_LE(relative_error(y16, ref), 2e-2) << describe(o) << (save ? " saving" : "");
     }
   }
@@ -254,7 +254,7 @@ std::vector<float> cached_step(Layer& layer, CacheSet& caches, const std::vector
       std::copy_n(u.begin() + from * d, d, x.begin() + (tokens.starts[s] + i) * d);
       if (full_rows) full_rows->push_back(from);
     }
-  layer.mixer->forward(x.data(), y.data(), {tokens, p}, slots, path);
+  layer.mixer->forward(x.data(), y.data(), {tokens, test::test_workspace(), p}, slots, path);
   return y;
 }
 
@@ -267,7 +267,7 @@ double prefill_then_decode_error(Layer& layer, bool bf16_cache, Precision p) {
   const int64_t d = layer.d();
   const auto u = random_floats(size_t(full.rows * d), 7);
   std::vector<float> y_full(u.size());
-  layer.mixer->forward(u.data(), y_full.data(), {full});
+  layer.mixer->forward(u.data(), y_full.data(), {full, test::test_workspace()});
   double magnitude = 0;
   for (float v : y_full) magnitude = std::max(magnitude, double(std::abs(v)));
 
@@ -361,12 +361,12 @@ TEST(MlaCached, RejectsBadCachesAndPositions) {
   LayerCache* one_slot = &slot;
   std::span<LayerCache* const> one(&one_slot, 1);
   const TokenBatch four = TokenBatch::packed({4});
-  EXPECT_THROW(layer.mixer->forward(u.data(), y.data(), {four}, one), Error);  // over capacity
+  EXPECT_THROW(layer.mixer->forward(u.data(), y.data(), {four, test::test_workspace()}, one), Error);  // over capacity
   cache.capacity = 4;
   const TokenBatch shifted = TokenBatch::packed({2}, {1});
-  EXPECT_THROW(layer.mixer->forward(u.data(), y.data(), {shifted}, one), Error);  // positions 1, 2 on an empty cache
+  EXPECT_THROW(layer.mixer->forward(u.data(), y.data(), {shifted, test::test_workspace()}, one), Error);  // positions 1, 2 on an empty cache
   const TokenBatch two = TokenBatch::packed({2});
-  layer.mixer->forward(u.data(), y.data(), {two}, one);
+  layer.mixer->forward(u.data(), y.data(), {two, test::test_workspace()}, one);
   EXPECT_EQ(cache.length, 2);
   EXPECT_THROW(layer.mixer->backward(y.data(), y.data()), Error);  // nothing saved for backward
 }

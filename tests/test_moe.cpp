@@ -88,7 +88,7 @@ template <typename Layer>
 std::vector<float> forward(Layer& layer, const std::vector<float>& u, int64_t n, int64_t d,
                            Precision precision = Precision::F32, bool save = true, float loss_scale = 1.0f) {
   const TokenBatch tokens = TokenBatch::uniform(1, n);
-  const ForwardContext ctx{tokens, precision, save, loss_scale};
+  const ForwardContext ctx{tokens, test::test_workspace(), precision, save, loss_scale};
   std::vector<float> y(static_cast<size_t>(n * d));
   layer.forward(u.data(), y.data(), ctx);
   return y;
@@ -337,8 +337,10 @@ TEST(Moe, AllExpertsSelectedIsTheDenseMixture) {
 TEST(Moe, TiesGoToTheLowerExpertId) {
   Layered<MoeFfn> s(tiny_config());
   std::fill_n(s.value("gate.weight"), 8 * s.d(), 0.0f);
-  Routing routing;
-  s.layer->router().route(random_vector(5 * s.d(), 1).data(), 5, routing);
+  Workspace workspace;
+  Arena kept;
+  LayerActivations activations(kept, workspace, /*keep=*/false);
+  const Routing routing = s.layer->router().route(random_vector(5 * s.d(), 1).data(), 5, activations);
   for (int64_t t = 0; t < 5; ++t) {
     EXPECT_EQ(routing.expert_ids()[t * 2], 0);
     EXPECT_EQ(routing.expert_ids()[t * 2 + 1], 1);
@@ -352,12 +354,9 @@ TEST(Moe, LoadStatsOfAHandMadeRouting) {
   config.num_experts = 4;
   config.num_experts_per_tok = 2;
   config.balancing = Balancing::None;
-  Routing routing;
-  routing.tokens = 3, routing.experts = 4, routing.k = 2;
-  routing.scores = Tensor::zeros(DType::F32, {3, 4});
-  routing.selected = Tensor::empty(DType::I32, {3, 2});
-  const int32_t ids[] = {0, 1, 0, 2, 0, 1};
-  std::copy(ids, ids + 6, routing.selected.data<int32_t>());
+  std::vector<float> scores(12, 0.0f);
+  std::vector<int32_t> ids = {0, 1, 0, 2, 0, 1};
+  const Routing routing{3, 4, 2, scores.data(), ids.data()};
   LoadBalancer balancer(config);
   const float bias[4] = {0, 0, 0, 0};
   balancer.record(routing, bias, true);

@@ -10,6 +10,11 @@
 
 namespace hyla::test {
 
+Workspace& test_workspace() {
+  static Workspace workspace;
+  return workspace;
+}
+
 TempDir::TempDir() {
   std::random_device rd;
   path_ = std::filesystem::temp_directory_path() / ("hyla-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));

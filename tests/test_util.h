@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "hyla/core/workspace.h"
+
 namespace hyla::test {
 
 // A fresh directory under the system temp dir, removed when the object dies.
@@ -34,5 +36,8 @@ CommandResult run_hyla(const std::string& args);
 std::filesystem::path source_dir();
 // The build directory (where the hyla binary is).
 std::filesystem::path build_dir();
+
+// One scratch Workspace for the test binary (layers keep a pointer to it between forward and backward).
+Workspace& test_workspace();
 
 }  // namespace hyla::test

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -21,49 +22,16 @@ namespace hyla {
 
 using namespace vec;
 
-struct AttentionWorkspace::State {
-  // One unit of parallel work. Forward: query tile `begin` of one (sequence, head); `group_cost` is
-  // the cost of the whole sequence. Backward: key tiles [begin, end) of one (sequence, head);
-  // `partial` is -1 when the unit accumulates dq straight into the output, else the offset (in
-  // floats) of its own dq buffer in the shared scratch memory.
-  struct Unit {
-    int64_t seq, head, begin, end, cost, group_cost, partial;
-  };
-  std::vector<Unit> units;
-  std::vector<std::shared_ptr<void>> thread_memory;  // one buffer per OpenMP thread
-  size_t thread_floats = 0;
-  std::shared_ptr<void> shared_memory;
-  size_t shared_floats = 0;
-
-  // Grows the buffers (never shrinks them); called outside parallel regions.
-  void reserve(int threads, size_t per_thread, size_t shared) {
-    if (per_thread > thread_floats || size_t(threads) > thread_memory.size()) {
-      thread_floats = std::max(thread_floats, per_thread);
-      thread_memory.resize(std::max(thread_memory.size(), size_t(threads)));
-      for (auto& m : thread_memory) m = allocate_aligned(thread_floats * sizeof(float));
-    }
-    if (shared > shared_floats) {
-      shared_memory = allocate_aligned(shared * sizeof(float));
-      shared_floats = shared;
-    }
-  }
-  float* thread_buffer(int thread) { return static_cast<float*>(thread_memory[size_t(thread)].get()); }
-  float* shared_buffer() { return static_cast<float*>(shared_memory.get()); }
-};
-
-AttentionWorkspace::AttentionWorkspace() : state_(std::make_unique<State>()) {}
-AttentionWorkspace::~AttentionWorkspace() = default;
-AttentionWorkspace::AttentionWorkspace(AttentionWorkspace&&) noexcept = default;
-AttentionWorkspace& AttentionWorkspace::operator=(AttentionWorkspace&&) noexcept = default;
-
-size_t AttentionWorkspace::bytes() const {
-  return (state_->thread_memory.size() * state_->thread_floats + state_->shared_floats) * sizeof(float) +
-         state_->units.capacity() * sizeof(State::Unit);
-}
-
 namespace {
 
-using Unit = AttentionWorkspace::State::Unit;
+// One unit of parallel work. Forward: query tile `begin` of one (sequence, head); `group_cost` is
+// the cost of the whole sequence. Backward: key tiles [begin, end) of one (sequence, head);
+// `partial` is -1 when the unit accumulates dq straight into the output, else the offset (in
+// floats) of its own dq buffer in the shared scratch memory.
+struct Unit {
+  int64_t seq, head, begin, end, cost, group_cost, partial;
+};
+
 
 // Tiles: 64 queries (4 vectors: queries run along the vector lanes) by 64 keys. Small enough that a
 // tile's scores, a query tile's packed Q and the output accumulator stay in L1/L2.
@@ -545,44 +513,46 @@ void check_arguments(const AttentionDims& d, int64_t batch, const int64_t* q_sta
 
 void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
                        const float* q, const float* k, const float* v, float* o, float* lse,
-                       AttentionWorkspace& workspace) {
+                       Workspace& workspace) {
   check_arguments(d, batch, q_starts, k_starts);
-  AttentionWorkspace::State& ws = workspace.state();
+  workspace.reserve();
+  Frame frame(workspace.serial());
   // Units: (sequence, head, query tile), costed by the key tiles they visit. They run grouped by
   // (sequence, head), so consecutive units on a thread reuse that head's K and V from L2 (worth
   // ~20% at 8 × 512 tokens against a cost-only order); groups run costliest sequence first and,
   // within a group, costliest tile first, so the causal tail is cheap tiles that fill in the gaps.
-  ws.units.clear();
+  int64_t n = 0;
+  for (int64_t b = 0; b < batch; ++b) n += ceil_div(sequence(b, q_starts, k_starts).q_len, kTileQ) * d.heads;
+  Unit* const units = frame.take<Unit>(n);
+  n = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const Sequence s = sequence(b, q_starts, k_starts);
-    const size_t first = ws.units.size();
+    const int64_t first = n;
     int64_t sequence_cost = 0;
     for (int64_t qt = 0; qt < ceil_div(s.q_len, kTileQ); ++qt) {
       const int64_t p0 = s.offset() + qt * kTileQ, p1 = p0 + std::min(kTileQ, s.q_len - qt * kTileQ) - 1;
       const Range keys = key_tiles(s, p0, p1, d.window);
       const int64_t cost = 1 + keys.last - keys.first + 1;
       sequence_cost += cost;
-      for (int64_t h = 0; h < d.heads; ++h) ws.units.push_back({b, h, qt, qt + 1, cost, 0, -1});
+      for (int64_t h = 0; h < d.heads; ++h) units[n++] = {b, h, qt, qt + 1, cost, 0, -1};
     }
-    for (size_t u = first; u < ws.units.size(); ++u) ws.units[u].group_cost = sequence_cost;
+    for (int64_t u = first; u < n; ++u) units[u].group_cost = sequence_cost;
   }
-  std::sort(ws.units.begin(), ws.units.end(), [](const Unit& x, const Unit& y) {
+  std::sort(units, units + n, [](const Unit& x, const Unit& y) {
     return std::tie(y.group_cost, x.seq, x.head, y.cost) < std::tie(x.group_cost, y.seq, y.head, x.cost);
   });
-  const int threads = omp_get_max_threads();
   const int64_t keys = k_starts[batch];
-  ws.reserve(threads, forward_floats(d), d.bf16_products ? bf16_copy_words(d, batch, keys) : 0);
-  Pair* k16 = reinterpret_cast<Pair*>(ws.shared_buffer());
+  Pair* k16 = d.bf16_products ? frame.take<Pair>(int64_t(bf16_copy_words(d, batch, keys))) : nullptr;
   const Bf16Copies copies{k16, k16 + keys * d.heads * BF16Pairs::steps(d.qk_dim), d.heads * BF16Pairs::steps(d.qk_dim),
                           d.heads * d.v_dim};
-  const int64_t n = int64_t(ws.units.size());
 #pragma omp parallel
   {
     if (d.bf16_products) convert_keys_values(d, batch, q_starts, k_starts, k, v, copies);  // ends in a barrier
-    float* buffer = ws.thread_buffer(omp_get_thread_num());
+    Frame thread_frame(workspace.thread(omp_get_thread_num()));
+    float* buffer = thread_frame.take<float>(int64_t(forward_floats(d)));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) {
-      const Unit& unit = ws.units[size_t(u)];
+      const Unit& unit = units[u];
       const Sequence s = sequence(unit.seq, q_starts, k_starts);
       const int64_t h = unit.head;
       if (d.bf16_products) {
@@ -602,10 +572,11 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
 
 void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
                         const float* q, const float* k, const float* v, const float* o, const float* lse,
-                        const float* d_o, float* dq, float* dk, float* dv, AttentionWorkspace& workspace) {
+                        const float* d_o, float* dq, float* dk, float* dv, Workspace& workspace) {
   check_arguments(d, batch, q_starts, k_starts);
   HYLA_CHECK(!d.bf16_products, "attention_backward: bf16_products is for the forward pass only");
-  AttentionWorkspace::State& ws = workspace.state();
+  workspace.reserve();
+  Frame frame(workspace.serial());
   const int threads = omp_get_max_threads();
   // Units are whole (sequence, head) pairs walked key tile by key tile: a unit owns its dk/dv rows
   // and its dq rows, so there are no races and the result does not depend on the thread count.
@@ -614,7 +585,13 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
   // summed in piece order at the end.
   const int64_t pairs = batch * d.heads;
   const int64_t parts = pairs >= threads ? 1 : ceil_div(threads, std::max<int64_t>(pairs, 1));
-  ws.units.clear();
+  auto pieces_of = [&](const Sequence& s) {
+    return std::clamp<int64_t>(parts, 1, std::max<int64_t>(ceil_div(s.kv_len, kTileK), 1));
+  };
+  int64_t n = 0;
+  for (int64_t b = 0; b < batch; ++b) n += d.heads * pieces_of(sequence(b, q_starts, k_starts));
+  Unit* const units = frame.take<Unit>(n);
+  n = 0;
   int64_t max_q_len = 0, partial_floats = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const Sequence s = sequence(b, q_starts, k_starts);
@@ -628,7 +605,7 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
     int64_t total = 1;
     for (int64_t kt = 0; kt < key_tiles_n; ++kt) total += cost(kt);
     for (int64_t h = 0; h < d.heads; ++h) {
-      const int64_t pieces = std::clamp<int64_t>(parts, 1, std::max<int64_t>(key_tiles_n, 1));
+      const int64_t pieces = pieces_of(s);
       int64_t begin = 0, done = 0;
       for (int64_t p = 0; p < pieces; ++p) {
         int64_t end = begin, piece_cost = 0;
@@ -637,34 +614,35 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
           piece_cost += cost(end++);
         const int64_t partial = p == 0 ? -1 : partial_floats;
         if (p > 0) partial_floats += s.q_len * d.qk_dim;
-        ws.units.push_back({b, h, begin, end, piece_cost + 1, 0, partial});
+        units[n++] = {b, h, begin, end, piece_cost + 1, 0, partial};
         done += piece_cost;
         begin = end;
       }
     }
   }
-  std::sort(ws.units.begin(), ws.units.end(), [](const Unit& x, const Unit& y) { return x.cost > y.cost; });
-  ws.reserve(threads, backward_floats(d, max_q_len), size_t(partial_floats));
-  const int64_t n = int64_t(ws.units.size()), ldq = d.heads * d.qk_dim;
+  std::sort(units, units + n, [](const Unit& x, const Unit& y) { return x.cost > y.cost; });
+  float* const partials = frame.take<float>(partial_floats);
+  const int64_t ldq = d.heads * d.qk_dim;
 #pragma omp parallel
   {
-    float* buffer = ws.thread_buffer(omp_get_thread_num());
+    Frame thread_frame(workspace.thread(omp_get_thread_num()));
+    float* buffer = thread_frame.take<float>(int64_t(backward_floats(d, max_q_len)));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) {
-      const Unit& unit = ws.units[size_t(u)];
+      const Unit& unit = units[u];
       const Sequence s = sequence(unit.seq, q_starts, k_starts);
-      float* dq_out = unit.partial < 0 ? dq + s.q_begin * ldq + unit.head * d.qk_dim : ws.shared_buffer() + unit.partial;
+      float* dq_out = unit.partial < 0 ? dq + s.q_begin * ldq + unit.head * d.qk_dim : partials + unit.partial;
       backward_unit(d, s, unit.head, unit.begin, unit.end, q, k, v, o, lse, d_o, dq_out,
                     unit.partial < 0 ? ldq : d.qk_dim, dk, dv, buffer);
     }
   }
   if (partial_floats == 0) return;
   // Add the pieces' dq buffers in piece order (partial offsets grow with the piece index).
-  std::sort(ws.units.begin(), ws.units.end(), [](const Unit& x, const Unit& y) { return x.partial < y.partial; });
-  for (const Unit& unit : ws.units) {
+  std::sort(units, units + n, [](const Unit& x, const Unit& y) { return x.partial < y.partial; });
+  for (const Unit& unit : std::span<const Unit>(units, size_t(n))) {
     if (unit.partial < 0) continue;
     const Sequence s = sequence(unit.seq, q_starts, k_starts);
-    const float* part = ws.shared_buffer() + unit.partial;
+    const float* part = partials + unit.partial;
     float* dqh = dq + s.q_begin * ldq + unit.head * d.qk_dim;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < s.q_len; ++i)

@@ -2,12 +2,14 @@
 // Blocked causal attention with online softmax (flash-attention-2 style) on the CPU, forward and
 // backward, for the latent-attention mixer (SPEC §4) in training and prefill. Never forms a T×T
 // matrix; tiles a query sees no key of are skipped, so a sliding window costs O(T·window).
-// Kernels take plain pointers and shapes; all scratch memory lives in an AttentionWorkspace that
-// the caller keeps and reuses (it grows on demand, so steady-state calls allocate nothing).
+// Kernels take plain pointers and shapes; their scratch memory (task lists, per-thread tiles)
+// comes from the caller's Workspace (core/workspace.h), so steady-state calls allocate nothing.
 // See docs/kernels-attention.md.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "hyla/core/workspace.h"
 
 namespace hyla {
 
@@ -23,23 +25,6 @@ struct AttentionDims {
   bool bf16_products = false;
 };
 
-class AttentionWorkspace {
- public:
-  AttentionWorkspace();
-  ~AttentionWorkspace();
-  AttentionWorkspace(AttentionWorkspace&&) noexcept;
-  AttentionWorkspace& operator=(AttentionWorkspace&&) noexcept;
-
-  // Bytes of scratch memory held; it only grows, and stays put once the shapes repeat.
-  size_t bytes() const;
-
-  struct State;  // defined in attention.cpp
-  State& state() { return *state_; }
-
- private:
-  std::unique_ptr<State> state_;
-};
-
 // Packed variable-length batch of `batch` sequences. Sequence b owns query rows
 // [q_starts[b], q_starts[b+1]) and key/value rows [k_starts[b], k_starts[b+1]); its queries are its
 // LAST q_len tokens: query i has position kv_len - q_len + i and sees keys by the window rule
@@ -50,12 +35,12 @@ class AttentionWorkspace {
 // for the backward pass).
 void attention_forward(const AttentionDims& dims, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
                        const float* q, const float* k, const float* v, float* o, float* lse,
-                       AttentionWorkspace& workspace);
+                       Workspace& workspace);
 
 // Given o and lse from the forward pass and dO: writes dq [Nq, H, Dqk], dk [Nk, H, Dqk] and
 // dv [Nk, H, Dv] (overwriting). Probabilities are recomputed from lse, never stored.
 void attention_backward(const AttentionDims& dims, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
                         const float* q, const float* k, const float* v, const float* o, const float* lse,
-                        const float* d_o, float* dq, float* dk, float* dv, AttentionWorkspace& workspace);
+                        const float* d_o, float* dq, float* dk, float* dv, Workspace& workspace);
 
 }  // namespace hyla

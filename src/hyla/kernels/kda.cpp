@@ -21,54 +21,6 @@ const char* to_string(KdaPath p) {
   return "?";
 }
 
-void KdaWorkspace::Thread::ensure(size_t floats) {
-  if (floats <= capacity) return;
-  memory = allocate_aligned(floats * sizeof(float));
-  capacity = floats;
-}
-
-float* KdaWorkspace::Thread::take(int64_t floats) {
-  const size_t n = (size_t(floats) + 15) / 16 * 16;  // keep every buffer 64-byte aligned
-  if (used + n <= capacity) {
-    float* p = static_cast<float*>(memory.get()) + used;
-    used += n;
-    return p;
-  }
-  overflow.push_back(allocate_aligned(n * sizeof(float)));
-  overflow_used += n;
-  return static_cast<float*>(overflow.back().get());
-}
-
-void KdaWorkspace::Thread::release() {
-  if (!overflow.empty()) {
-    const size_t needed = used + overflow_used;
-    overflow.clear();
-    overflow_used = 0;
-    memory.reset();
-    capacity = 0;
-    ensure(needed);
-  }
-  used = 0;
-}
-
-KdaWorkspace::KdaWorkspace() = default;
-KdaWorkspace::~KdaWorkspace() {
-  for (Thread* t : threads_) delete t;
-}
-
-KdaWorkspace::Thread& KdaWorkspace::thread(int index) { return *threads_[size_t(index)]; }
-
-void KdaWorkspace::reserve() {
-  const int n = std::max(1, omp_get_max_threads());
-  while (int(threads_.size()) < n) threads_.push_back(new Thread());
-}
-
-float KdaWorkspace::max_dense_exponent() const {
-  float m = 0.0f;
-  for (const Thread* t : threads_) m = std::max(m, t->max_dense_exponent);
-  return m;
-}
-
 namespace {
 
 void check(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options) {
@@ -115,8 +67,8 @@ class FlushDenormals {
 
 }  // namespace
 
-void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
-                 float* const* final_states, KdaSavedStates* saved, KdaWorkspace& workspace) {
+float kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
+                  float* const* final_states, KdaSavedStates* saved, Workspace& workspace) {
   check(shape, in, options);
   workspace.reserve();
   if (saved) {
@@ -131,24 +83,27 @@ void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& o
   }
   int64_t splits = 1;
   const auto list = tasks(shape, in, splits);
-#pragma omp parallel
+  float max_exponent = 0.0f;
+#pragma omp parallel reduction(max : max_exponent)
   {
     FlushDenormals flush;
-    KdaWorkspace::Thread& ws = workspace.thread(omp_get_thread_num());
-    ws.max_dense_exponent = 0.0f;
+    Arena& ws = workspace.thread(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < list.size(); ++i) {
+      const Frame task(ws);
       if (options.path == KdaPath::Recurrent)
         kda_recurrent_forward_task(shape, in, options, list[i], o, final_states, saved, ws);
       else
-        kda_chunked_forward_task(shape, in, options, list[i], o, final_states, saved, ws);
+        max_exponent =
+            std::max(max_exponent, kda_chunked_forward_task(shape, in, options, list[i], o, final_states, saved, ws));
     }
   }
+  return max_exponent;
 }
 
 void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, const float* d_o,
                   const float* const* d_final_states, const KdaSavedStates& saved, const KdaGrads& grads,
-                  KdaWorkspace& workspace) {
+                  Workspace& workspace) {
   check(shape, in, options);
   HYLA_CHECK(saved.chunk_base.size() == size_t(in.batch) + 1, "kda: backward needs the states of its forward");
   workspace.reserve();
@@ -157,22 +112,20 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
   // Split tasks write their partial dq, dk, dg, dβ into per-split buffers, summed afterwards.
   const int64_t rows = in.batch ? in.starts[in.batch] : 0, nqk = rows * shape.heads * shape.key_dim,
                 nb = rows * shape.heads;
-  if (splits > 1) {
-    const int64_t needed = splits * (3 * nqk + nb);
-    if (!workspace.partials.defined() || workspace.partials.numel() < needed)
-      workspace.partials = Tensor::empty(DType::F32, {needed});
-  }
+  Frame frame(workspace.serial());
+  float* const partials = splits > 1 ? frame.take<float>(splits * (3 * nqk + nb)) : nullptr;
   auto grads_of = [&](const KdaTask& task) {
     if (splits == 1) return grads;
-    float* base = workspace.partials.data<float>() + task.split * (3 * nqk + nb);
+    float* base = partials + task.split * (3 * nqk + nb);
     return KdaGrads{base, base + nqk, grads.dv, base + 2 * nqk, base + 3 * nqk, grads.d_initial_states};
   };
 #pragma omp parallel
   {
     FlushDenormals flush;
-    KdaWorkspace::Thread& ws = workspace.thread(omp_get_thread_num());
+    Arena& ws = workspace.thread(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < list.size(); ++i) {
+      const Frame task(ws);
       const KdaGrads task_grads = grads_of(list[i]);
       if (options.path == KdaPath::Recurrent)
         kda_recurrent_backward_task(shape, in, options, list[i], d_o, d_final_states, saved, task_grads, ws);
@@ -180,7 +133,6 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
         kda_chunked_backward_task(shape, in, options, list[i], d_o, d_final_states, saved, task_grads, ws);
     }
     if (splits > 1) {
-      const float* partials = workspace.partials.data<float>();
       float* outputs[4] = {grads.dq, grads.dk, grads.dg, grads.dbeta};
       const int64_t offsets[4] = {0, nqk, 2 * nqk, 3 * nqk}, sizes[4] = {nqk, nqk, nqk, nb};
       for (int which = 0; which < 4; ++which) {

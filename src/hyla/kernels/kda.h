@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hyla/core/tensor.h"
+#include "hyla/core/workspace.h"
 
 namespace hyla {
 
@@ -59,25 +60,6 @@ struct KdaGrads {
   float* const* d_initial_states;  // one [H, K, V] per sequence, or nullptr when not wanted
 };
 
-// Per-thread scratch, grown on first use and reused: calls allocate nothing in steady state.
-// One workspace serves every layer.
-class KdaWorkspace {
- public:
-  KdaWorkspace();
-  ~KdaWorkspace();
-  KdaWorkspace(const KdaWorkspace&) = delete;
-  KdaWorkspace& operator=(const KdaWorkspace&) = delete;
-  struct Thread;
-  Thread& thread(int index);
-  void reserve();  // one Thread per OpenMP thread
-  // Largest exponent (nats) a dense-path sub-block used in the last forward: at most 15·|lb|.
-  float max_dense_exponent() const;
-  Tensor partials;  // partial gradients of column-split tasks
-
- private:
-  std::vector<Thread*> threads_;
-};
-
 // The state at the start of every chunk of every (sequence, head), kept by a forward for its
 // backward (per-chunk states are recomputed into, never per-token ones). Owned by the caller
 // (e.g. a layer), since several layers share one workspace.
@@ -87,15 +69,17 @@ struct KdaSavedStates {
 };
 
 // Forward. `final_states` (one [H, K, V] per sequence; may equal initial_states, for an in-place
-// update of a cache) may be nullptr; `saved` may be nullptr (inference).
-void kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
-                 float* const* final_states, KdaSavedStates* saved, KdaWorkspace& workspace);
+// update of a cache) may be nullptr; `saved` may be nullptr (inference). Scratch comes from
+// `workspace`'s per-thread arenas. Returns the largest exponent (nats) a ChunkedDense sub-block
+// used, at most 15·|lb| (0 on the other paths).
+float kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, float* o,
+                  float* const* final_states, KdaSavedStates* saved, Workspace& workspace);
 
 // Backward of kda_forward on the same inputs, given dL/do (and dL/d final states, may be null).
 // Gradients are written (not accumulated).
 void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options, const float* d_o,
                   const float* const* d_final_states, const KdaSavedStates& saved, const KdaGrads& grads,
-                  KdaWorkspace& workspace);
+                  Workspace& workspace);
 
 // One decode step: one token for each of `batch` sequences, whose [H, K, V] states are updated
 // in place; q, k, g [batch, H, K], v [batch, H, V], beta [batch, H], o [batch, H, V].

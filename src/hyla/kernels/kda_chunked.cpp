@@ -83,17 +83,17 @@ Dims make_dims(const KdaShape& shape, const KdaOptions& options, const KdaTask& 
   return {shape.key_dim, task.width, options.chunk_size, strides(shape), shape.value_dim, task.v0};
 }
 
-Chunk take_chunk(KdaWorkspace::Thread& ws, const Dims& d) {
+Chunk take_chunk(Arena& ws, const Dims& d) {
   const int64_t K = d.K, V = d.V, C = d.C;
   Chunk c{};
   c.ldqk = d.st.qk, c.ldv = d.st.v;
-  c.beta = ws.take(C), c.G = reinterpret_cast<double*>(ws.take(2 * C * K)), c.eG = ws.take(C * K);
-  c.P = ws.take(C * C), c.A = ws.take(C * C), c.T = ws.take(C * C);
-  c.QW = ws.take(2 * C * K), c.Xk = ws.take(C * K), c.Xv = ws.take(C * V), c.E = ws.take(C * V);
-  c.Kt = ws.take(C * K), c.eKt = ws.take(C * K), c.eGL = ws.take(K);
-  c.ed = ws.take(kSub * K), c.QKd = ws.take(2 * kSub * K), c.QKdT = ws.take(K * 2 * kSub);
-  c.ekr = ws.take(C * K), c.kr = ws.take(C * K), c.PAT = ws.take(C * 2 * kSub), c.pair = ws.take(K);
-  c.Ttmp = ws.take(2 * kSub * C);
+  c.beta = ws.take<float>(C), c.G = ws.take<double>(C * K), c.eG = ws.take<float>(C * K);
+  c.P = ws.take<float>(C * C), c.A = ws.take<float>(C * C), c.T = ws.take<float>(C * C);
+  c.QW = ws.take<float>(2 * C * K), c.Xk = ws.take<float>(C * K), c.Xv = ws.take<float>(C * V), c.E = ws.take<float>(C * V);
+  c.Kt = ws.take<float>(C * K), c.eKt = ws.take<float>(C * K), c.eGL = ws.take<float>(K);
+  c.ed = ws.take<float>(kSub * K), c.QKd = ws.take<float>(2 * kSub * K), c.QKdT = ws.take<float>(K * 2 * kSub);
+  c.ekr = ws.take<float>(C * K), c.kr = ws.take<float>(C * K), c.PAT = ws.take<float>(C * 2 * kSub), c.pair = ws.take<float>(K);
+  c.Ttmp = ws.take<float>(2 * kSub * C);
   return c;
 }
 
@@ -328,24 +328,25 @@ void advance_state(const Chunk& c, const Dims& d, float* S, const Mm& mm) {
   mm(true, d.K, d.V, c.L, 1.0f, c.Kt, d.K, c.E, d.V, 1.0f, S, d.V);
 }
 
-void* mm_scratch(KdaWorkspace::Thread& ws, const Dims& d, bool bf16) {
+void* mm_scratch(Arena& ws, const Dims& d, bool bf16) {
   if (!bf16) return nullptr;
   const int64_t n = std::max({d.K, d.V, d.C}), big = std::max(2 * d.C, n);
-  return ws.take((small_gemm_bf16_scratch(big, n, big) + 3) / 4);
+  return ws.take<float>((small_gemm_bf16_scratch(big, n, big) + 3) / 4);
 }
 
 }  // namespace
 
-void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+float kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                               const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
-                              KdaWorkspace::Thread& ws) {
+                              Arena& ws) {
   const Dims d = make_dims(shape, options, task);
   const int64_t K = d.K, V = d.V, b = task.b, h = task.h;
   const bool pairwise = options.path == KdaPath::ChunkedPairwise;
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
-  float* S = ws.take(K * V);
+  float* S = ws.take<float>(K * V);
   Chunk c = take_chunk(ws, d);
   const Mm mm{options.bf16_matmul, mm_scratch(ws, d, options.bf16_matmul)};
+  float max_exponent = 0.0f;
   if (in.initial_states) copy_rows(in.initial_states[b] + d.state_offset(h), d.v_full, S, V, K, V);
   else std::fill(S, S + K * V, 0.0f);
 
@@ -355,7 +356,7 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
     load_chunk(in, d, h, first + t0, c);
     prefetch_chunk(in, d, h, first + t0 + c.L, std::min(d.C, len - t0 - c.L));
     const float exponent = intra_chunk(c, d, pairwise, mm);
-    if (!pairwise) ws.max_dense_exponent = std::max(ws.max_dense_exponent, exponent);
+    if (!pairwise) max_exponent = std::max(max_exponent, exponent);
     wy_form(c, d, S, V, mm);
     // O = Q̂ S0 + P E, written straight into the output rows.
     float* O = o + (first + t0) * d.st.v + d.v_offset(h);
@@ -367,45 +368,45 @@ void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const 
     advance_state(c, d, S, mm);
   }
   if (final_states) copy_rows(S, V, final_states[b] + d.state_offset(h), d.v_full, K, V);
-  ws.release();
+  return max_exponent;
 }
 
 void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                                const KdaTask& task, const float* d_o, const float* const* d_final_states,
-                               const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws) {
+                               const KdaSavedStates& saved, const KdaGrads& grads, Arena& ws) {
   const Dims d = make_dims(shape, options, task);
   const int64_t K = d.K, V = d.V, C = d.C, b = task.b, h = task.h, ld_s0 = d.v_full;
   const bool pairwise = options.path == KdaPath::ChunkedPairwise;
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
   Chunk c = take_chunk(ws, d);
   const Mm mm{options.bf16_matmul, mm_scratch(ws, d, options.bf16_matmul)};
-  float* dS = ws.take(K * V);       // dL/d(state at the chunk's end), then at its start
-  float* dS0 = ws.take(K * V);
-  float* S0T = ws.take(V * K);
-  float* dST = ws.take(V * K);
-  float* DOE = ws.take(2 * C * V);  // rows [0, L): dO; rows [L, 2L): -dE
-  float* dE = ws.take(C * V);
-  float* ET = ws.take(V * C);
-  float* dP = ws.take(C * C);
-  float* dA = ws.take(C * C);
-  float* dT = ws.take(C * C);
-  float* TT = ws.take(C * C);
-  float* M1 = ws.take(C * C);
-  float* dQW = ws.take(2 * C * K);  // rows [0, L): dQ̂; rows [L, 2L): dW
-  float* dKt = ws.take(C * K);
-  float* dXk = ws.take(C * K);
-  float* dXv = ws.take(C * V);
-  float* XkT = ws.take(K * C);
-  float* XvT = ws.take(V * C);
-  float* dq = ws.take(C * K);
-  float* dk = ws.take(C * K);
-  float* dG = ws.take(C * K);
-  float* dbeta = ws.take(C);
-  float* dGL = ws.take(K);
-  float* dref = ws.take(K);
-  float* dPA = ws.take(2 * kSub * C);  // [dP ; dÃ] of a row block, [2·16×C]
-  float* dQKd = ws.take(2 * kSub * K);
-  float* dkr = ws.take(C * K);
+  float* dS = ws.take<float>(K * V);       // dL/d(state at the chunk's end), then at its start
+  float* dS0 = ws.take<float>(K * V);
+  float* S0T = ws.take<float>(V * K);
+  float* dST = ws.take<float>(V * K);
+  float* DOE = ws.take<float>(2 * C * V);  // rows [0, L): dO; rows [L, 2L): -dE
+  float* dE = ws.take<float>(C * V);
+  float* ET = ws.take<float>(V * C);
+  float* dP = ws.take<float>(C * C);
+  float* dA = ws.take<float>(C * C);
+  float* dT = ws.take<float>(C * C);
+  float* TT = ws.take<float>(C * C);
+  float* M1 = ws.take<float>(C * C);
+  float* dQW = ws.take<float>(2 * C * K);  // rows [0, L): dQ̂; rows [L, 2L): dW
+  float* dKt = ws.take<float>(C * K);
+  float* dXk = ws.take<float>(C * K);
+  float* dXv = ws.take<float>(C * V);
+  float* XkT = ws.take<float>(K * C);
+  float* XvT = ws.take<float>(V * C);
+  float* dq = ws.take<float>(C * K);
+  float* dk = ws.take<float>(C * K);
+  float* dG = ws.take<float>(C * K);
+  float* dbeta = ws.take<float>(C);
+  float* dGL = ws.take<float>(K);
+  float* dref = ws.take<float>(K);
+  float* dPA = ws.take<float>(2 * kSub * C);  // [dP ; dÃ] of a row block, [2·16×C]
+  float* dQKd = ws.take<float>(2 * kSub * K);
+  float* dkr = ws.take<float>(C * K);
 
   if (d_final_states) copy_rows(d_final_states[b] + d.state_offset(h), d.v_full, dS, V, K, V);
   else std::fill(dS, dS + K * V, 0.0f);
@@ -569,7 +570,6 @@ void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const
     std::swap(dS, dS0);
   }
   if (grads.d_initial_states) copy_rows(dS, V, grads.d_initial_states[b] + d.state_offset(h), d.v_full, K, V);
-  ws.release();
 }
 
 }  // namespace hyla

@@ -1,30 +1,15 @@
 #pragma once
-// Shared pieces of the KDA paths: the per-thread arena and the task list.
+// Shared pieces of the KDA paths: the task list and the saved-state layout. A task takes its
+// scratch from its thread's arena (core/workspace.h) inside a Frame the driver opens per task.
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "hyla/core/workspace.h"
 #include "hyla/kernels/kda.h"
 
 namespace hyla {
-
-// A bump allocator over one buffer per thread: a task carves its buffers at its start and
-// releases them all at its end. When a task needs more than the buffer holds, the extra comes
-// from overflow blocks, and release() regrows the buffer to the high-water mark: only the first
-// tasks allocate.
-struct KdaWorkspace::Thread {
-  std::shared_ptr<void> memory;
-  size_t capacity = 0;  // floats
-  size_t used = 0;
-  size_t overflow_used = 0;
-  std::vector<std::shared_ptr<void>> overflow;
-  float max_dense_exponent = 0.0f;
-
-  void ensure(size_t floats);
-  float* take(int64_t floats);  // 64-byte aligned
-  void release();
-};
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -55,15 +40,16 @@ inline void copy_rows(const float* src, int64_t ld_src, float* dst, int64_t ld_d
 
 void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                                 const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
-                                KdaWorkspace::Thread& ws);
+                                Arena& ws);
 void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                                  const KdaTask& task, const float* d_o, const float* const* d_final_states,
-                                 const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws);
-void kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
+                                 const KdaSavedStates& saved, const KdaGrads& grads, Arena& ws);
+// Returns the largest exponent a dense sub-block used (0 on the pairwise path).
+float kda_chunked_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                               const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
-                              KdaWorkspace::Thread& ws);
+                              Arena& ws);
 void kda_chunked_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                                const KdaTask& task, const float* d_o, const float* const* d_final_states,
-                               const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws);
+                               const KdaSavedStates& saved, const KdaGrads& grads, Arena& ws);
 
 }  // namespace hyla

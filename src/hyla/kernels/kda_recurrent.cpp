@@ -144,16 +144,16 @@ void rank1_update(float* S, int64_t K, int64_t w, int64_t ld, const float* k, co
 
 void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                                 const KdaTask& task, float* o, float* const* final_states, KdaSavedStates* saved,
-                                KdaWorkspace::Thread& ws) {
+                                Arena& ws) {
   const int64_t b = task.b, h = task.h;
   const int64_t K = shape.key_dim, V = shape.value_dim, C = options.chunk_size;
   const KdaStrides st = strides(shape);
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
-  float* S = ws.take(K * kBlock);
-  float* decay = ws.take(K);
-  float* kS = ws.take(kBlock);
-  float* qS = ws.take(kBlock);
-  float* u = ws.take(kBlock);
+  float* S = ws.take<float>(K * kBlock);
+  float* decay = ws.take<float>(K);
+  float* kS = ws.take<float>(kBlock);
+  float* qS = ws.take<float>(kBlock);
+  float* u = ws.take<float>(kBlock);
   const float* initial = in.initial_states ? in.initial_states[b] + h * K * V : nullptr;
   for (int64_t v0 = task.v0; v0 < task.v0 + task.width; v0 += kBlock) {
     const int64_t w = std::min(kBlock, task.v0 + task.width - v0);
@@ -186,27 +186,26 @@ void kda_recurrent_forward_task(const KdaShape& shape, const KdaInputs& in, cons
     if (pending_k) rank1_update(S, K, w, kBlock, pending_k, u);
     if (final_states) copy_rows(S, kBlock, final_states[b] + h * K * V + v0, V, K, w);
   }
-  ws.release();
 }
 
 // Backward by reverse-mode through the recurrence. Each chunk's states are recomputed once from
 // the chunk-start state the forward saved, keeping S_{t-1}, u_t and e_t of every token of the chunk.
 void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options,
                                  const KdaTask& task, const float* d_o, const float* const* d_final_states,
-                                 const KdaSavedStates& saved, const KdaGrads& grads, KdaWorkspace::Thread& ws) {
+                                 const KdaSavedStates& saved, const KdaGrads& grads, Arena& ws) {
   const int64_t b = task.b, h = task.h;
   const int64_t K = shape.key_dim, V = shape.value_dim, C = options.chunk_size;
   const KdaStrides st = strides(shape);
   const int64_t first = in.starts[b], len = in.starts[b + 1] - first;
-  float* S = ws.take(K * kBlock);
-  float* prev = ws.take(C * K * kBlock);  // S_{t-1} for each token of the chunk
-  float* us = ws.take(C * kBlock);        // u_t = β_t e_t
-  float* es = ws.take(C * kBlock);        // e_t = v_t - S̃_tᵀ k_t
-  float* decays = ws.take(C * K);         // exp(g_t)
-  float* dS = ws.take(K * kBlock);
-  float* kS = ws.take(kBlock);
-  float* du = ws.take(kBlock);
-  float* de = ws.take(kBlock);
+  float* S = ws.take<float>(K * kBlock);
+  float* prev = ws.take<float>(C * K * kBlock);  // S_{t-1} for each token of the chunk
+  float* us = ws.take<float>(C * kBlock);        // u_t = β_t e_t
+  float* es = ws.take<float>(C * kBlock);        // e_t = v_t - S̃_tᵀ k_t
+  float* decays = ws.take<float>(C * K);         // exp(g_t)
+  float* dS = ws.take<float>(K * kBlock);
+  float* kS = ws.take<float>(kBlock);
+  float* du = ws.take<float>(kBlock);
+  float* de = ws.take<float>(kBlock);
 
   for (int64_t t = 0; t < len; ++t) {  // the V blocks accumulate into these
     const int64_t row = first + t;
@@ -274,7 +273,6 @@ void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, con
     }
     if (grads.d_initial_states) copy_rows(dS, kBlock, grads.d_initial_states[b] + h * K * V + v0, V, K, w);
   }
-  ws.release();
 }
 
 void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const float* k, const float* v,

@@ -19,53 +19,12 @@ namespace hyla {
 
 using namespace vec;
 
-struct LatentAttentionWorkspace::State {
-  // Rows [begin, end) of sequence `seq`'s cache: one unit of parallel work.
-  struct Unit {
-    int64_t seq, begin, end;
-  };
-  std::vector<Unit> units;            // sorted by sequence
-  std::vector<int64_t> first_unit;    // per sequence, and one past the last
-  std::vector<std::shared_ptr<void>> thread_memory;
-  size_t thread_floats = 0;
-  std::shared_ptr<void> partial_memory;  // per unit: unnormalised o [H, R], running max [H], sum [H]
-  size_t partial_floats = 0;
-  std::shared_ptr<void> query_memory;    // per sequence: the query operand of its units
-  size_t query_floats = 0;
-
-  // Grows the buffers (never shrinks them); called outside parallel regions.
-  void reserve(int threads, size_t per_thread, size_t partials, size_t queries) {
-    if (queries > query_floats) {
-      query_memory = allocate_aligned(queries * sizeof(float));
-      query_floats = queries;
-    }
-    if (per_thread > thread_floats || size_t(threads) > thread_memory.size()) {
-      thread_floats = std::max(thread_floats, per_thread);
-      thread_memory.resize(std::max(thread_memory.size(), size_t(threads)));
-      for (auto& m : thread_memory) m = allocate_aligned(thread_floats * sizeof(float));
-    }
-    if (partials > partial_floats) {
-      partial_memory = allocate_aligned(partials * sizeof(float));
-      partial_floats = partials;
-    }
-  }
-  float* thread_buffer(int thread) { return static_cast<float*>(thread_memory[size_t(thread)].get()); }
-  float* partials() { return static_cast<float*>(partial_memory.get()); }
-  float* queries() { return static_cast<float*>(query_memory.get()); }
-};
-
-LatentAttentionWorkspace::LatentAttentionWorkspace() : state_(std::make_unique<State>()) {}
-LatentAttentionWorkspace::~LatentAttentionWorkspace() = default;
-LatentAttentionWorkspace::LatentAttentionWorkspace(LatentAttentionWorkspace&&) noexcept = default;
-LatentAttentionWorkspace& LatentAttentionWorkspace::operator=(LatentAttentionWorkspace&&) noexcept = default;
-
-size_t LatentAttentionWorkspace::bytes() const {
-  const State& s = *state_;
-  return (s.thread_memory.size() * s.thread_floats + s.partial_floats + s.query_floats) * sizeof(float) +
-         s.units.capacity() * sizeof(State::Unit) + s.first_unit.capacity() * sizeof(int64_t);
-}
-
 namespace {
+
+// Rows [begin, end) of sequence `seq`'s cache: one unit of parallel work.
+struct Unit {
+  int64_t seq, begin, end;
+};
 
 // Cached rows per tile: a tile's rows (16 KB at R = 128 in bf16) and scores stay in L1 across
 // the score pass and the value passes that reread them.
@@ -627,7 +586,7 @@ void run_unit(const Geometry& g, const T* rows, int64_t begin, int64_t end, cons
 }  // namespace
 
 void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const LatentCacheRows* caches,
-                             const float* q, float* o, LatentAttentionWorkspace& workspace) {
+                             const float* q, float* o, Workspace& workspace) {
   HYLA_CHECK(d.heads > 0 && d.latent > 0 && d.rope >= 0 && d.window >= 0,
              "latent attention: need heads, latent > 0 and rope, window >= 0, got {}, {}, {}, {}", d.heads, d.latent,
              d.rope, d.window);
@@ -644,39 +603,47 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
     HYLA_CHECK(c.length >= 0, "latent attention: cache {} has negative length {}", b, c.length);
   }
   const Geometry g(d);
-  LatentAttentionWorkspace::State& ws = workspace.state();
-  ws.units.clear();
-  ws.first_unit.clear();
+  workspace.reserve();
+  Frame frame(workspace.serial());
+  // Each sequence's visible rows in pieces: sequence b's units are [first_unit[b], first_unit[b + 1]).
+  auto piece_rows = [&](int64_t rows) {
+    return std::clamp(round_up(ceil_div(rows, kUnitsPerSequence), kTile), kMinUnitRows, kMaxUnitRows);
+  };
+  auto visible_from = [&](int64_t length) { return d.window ? std::max<int64_t>(0, length - d.window) : 0; };
+  int64_t units = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    ws.first_unit.push_back(int64_t(ws.units.size()));
-    const int64_t length = caches[b].length;
-    const int64_t first = d.window ? std::max<int64_t>(0, length - d.window) : 0;
-    const int64_t rows = length - first;
-    if (rows == 0) continue;
-    const int64_t piece =
-        std::clamp(round_up(ceil_div(rows, kUnitsPerSequence), kTile), kMinUnitRows, kMaxUnitRows);
-    for (int64_t begin = first; begin < length; begin += piece)
-      ws.units.push_back({b, begin, std::min(length, begin + piece)});
+    const int64_t rows = caches[b].length - visible_from(caches[b].length);
+    if (rows > 0) units += ceil_div(rows, piece_rows(rows));
   }
-  ws.first_unit.push_back(int64_t(ws.units.size()));
-  const int threads = omp_get_max_threads();
-  const int64_t units = int64_t(ws.units.size());
-  ws.reserve(threads, g.thread_floats(), size_t(units) * g.partial_floats(), size_t(batch) * g.query_floats());
+  Unit* const unit_list = frame.take<Unit>(units);
+  int64_t* const first_unit = frame.take<int64_t>(batch + 1);
+  units = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    first_unit[b] = units;
+    const int64_t length = caches[b].length, first = visible_from(length), rows = length - first;
+    if (rows == 0) continue;
+    const int64_t piece = piece_rows(rows);
+    for (int64_t begin = first; begin < length; begin += piece) unit_list[units++] = {b, begin, std::min(length, begin + piece)};
+  }
+  first_unit[batch] = units;
+  float* const partials = frame.take<float>(units * int64_t(g.partial_floats()));
+  float* const queries = frame.take<float>(batch * int64_t(g.query_floats()));
   const int64_t ldq = g.H * g.K, query_floats = int64_t(g.query_floats());
 
 #pragma omp parallel if (units > 1)
   {
+    Frame thread_frame(workspace.thread(omp_get_thread_num()));
+    float* buffer = thread_frame.take<float>(int64_t(g.thread_floats()));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < batch * g.Hp; ++bh)
       pack_query_row(g, d.bf16_products, g.halves(d.bf16_products), q + bh / g.Hp * ldq, bh % g.Hp,
-                     ws.queries() + bh / g.Hp * query_floats, ws.thread_buffer(omp_get_thread_num()));
+                     queries + bh / g.Hp * query_floats, buffer);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
-      const LatentAttentionWorkspace::State::Unit& unit = ws.units[size_t(u)];
-      float* partial = ws.partials() + u * int64_t(g.partial_floats());
-      float* buffer = ws.thread_buffer(omp_get_thread_num());
+      const Unit& unit = unit_list[u];
+      float* partial = partials + u * int64_t(g.partial_floats());
       const LatentCacheRows& c = caches[unit.seq];
-      const float* q_op = ws.queries() + unit.seq * query_floats;
+      const float* q_op = queries + unit.seq * query_floats;
       if (d.bf16_products) run_unit<true>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
       else if (bf16_rows) run_unit<false>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
       else run_unit<false>(g, c.rows_f32, unit.begin, unit.end, q_op, partial, buffer);
@@ -688,15 +655,15 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
 #pragma omp parallel for schedule(static) if (batch * g.H > 8)
   for (int64_t bh = 0; bh < batch * g.H; ++bh) {
     const int64_t b = bh / g.H, h = bh % g.H;
-    const int64_t u0 = ws.first_unit[size_t(b)], u1 = ws.first_unit[size_t(b) + 1];
+    const int64_t u0 = first_unit[b], u1 = first_unit[b + 1];
     float* out = o + bh * g.R;
     std::fill(out, out + g.R, 0.0f);
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t u = u0; u < u1; ++u) m = std::max(m, ws.partials()[u * stride + g.H * g.R + h]);
+    for (int64_t u = u0; u < u1; ++u) m = std::max(m, partials[u * stride + g.H * g.R + h]);
     if (m == -std::numeric_limits<float>::infinity()) continue;  // no visible row (or only -inf scores)
     float total = 0.0f;
     for (int64_t u = u0; u < u1; ++u) {
-      const float* part = ws.partials() + u * stride;
+      const float* part = partials + u * stride;
       const float w = std::exp(part[g.H * g.R + h] - m);
       total += w * part[g.H * g.R + g.H + h];
       const float* po = part + h * g.R;

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "hyla/core/half.h"
+#include "hyla/core/workspace.h"
 
 namespace hyla {
 
@@ -36,28 +37,11 @@ struct LatentCacheRows {
   int64_t length = 0;
 };
 
-class LatentAttentionWorkspace {
- public:
-  LatentAttentionWorkspace();
-  ~LatentAttentionWorkspace();
-  LatentAttentionWorkspace(LatentAttentionWorkspace&&) noexcept;
-  LatentAttentionWorkspace& operator=(LatentAttentionWorkspace&&) noexcept;
-
-  // Bytes of scratch memory held; it only grows, and stays put once the shapes repeat.
-  size_t bytes() const;
-
-  struct State;  // defined in latent_attention.cpp
-  State& state() { return *state_; }
-
- private:
-  std::unique_ptr<State> state_;
-};
-
 // q [batch, H, R + Dr]: per head the absorbed query q̃ (R values) then the rotated q_pe (Dr).
 // Writes o [batch, H, R]. All caches of a call have the same dtype. A sequence whose cache is empty
 // gets o = 0. Without bf16_products the arithmetic is f32 (bf16 rows are widened exactly), so the
 // result is that of up-projecting the cache and running ordinary attention, to f32 rounding.
 void latent_attention_decode(const LatentAttentionDims& dims, int64_t batch, const LatentCacheRows* caches,
-                             const float* q, float* o, LatentAttentionWorkspace& workspace);
+                             const float* q, float* o, Workspace& workspace);
 
 }  // namespace hyla

@@ -1,9 +1,12 @@
 #pragma once
 // What every layer's forward needs to know about the pass: the token layout (a packed batch of
-// sequences), the matmul precision, and whether to keep activations for a backward.
+// sequences), where scratch memory comes from, the matmul precision, and whether to keep
+// activations for a backward.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "hyla/core/workspace.h"
 
 namespace hyla {
 
@@ -27,6 +30,8 @@ struct TokenBatch {
 
 struct ForwardContext {
   const TokenBatch& tokens;
+  // Scratch for the pass (core/workspace.h); a saving layer keeps it for its backward's scratch.
+  Workspace& workspace;
   Precision precision = Precision::F32;
   bool save_for_backward = false;
   // The weight of this forward's loss in the training objective (e.g. 1 / micro-batches under

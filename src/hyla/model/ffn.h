@@ -58,14 +58,14 @@ class MoeFfn {
   const Router& router() const { return router_; }
 
  private:
-  // Everything a forward leaves for backward; non-saving forwards use a second set, so an
-  // evaluation between a forward and its backward leaves the saved one intact.
+  // Everything a forward leaves for backward (its arrays in kept_); non-saving forwards use a
+  // second set, so an evaluation between a forward and its backward leaves the saved one intact.
   struct ForwardState {
     Routing routing;
     ExpertDispatch dispatch;
-    Tensor x_latent;  // [N, ℓ] expert input W_lat_down u (ℓ > 0)
-    Tensor m;         // [N, ℓ] combined experts (ℓ > 0)
-    Tensor m_norm;    // [N, ℓ] RMSNorm_{lat_norm}(m) (ℓ > 0)
+    ExpertActivations experts;
+    const float* x_latent = nullptr;  // [N, ℓ] expert input W_lat_down u (ℓ > 0)
+    const float* m_norm = nullptr;    // [N, ℓ] RMSNorm_{lat_norm}(m) (ℓ > 0)
   };
 
   const ModelConfig& config_;
@@ -82,10 +82,9 @@ class MoeFfn {
   const float* saved_u_ = nullptr;
   Precision saved_precision_ = Precision::F32;
   float saved_loss_scale_ = 1.0f;
+  Workspace* workspace_ = nullptr;  // the saving forward's, for the backward's scratch
   float aux_loss_ = 0.0f;
-  // Work space: expert outputs (forward) or input gradients (backward) per slot [N·k, width],
-  // per-slot and per-choice weight gradients, router score gradients, latent gradients.
-  Tensor slot_rows_, d_slot_weight_, d_weights_, d_scores_, d_m_, d_m_norm_, d_x_latent_;
+  Arena kept_;
 };
 
 }  // namespace hyla

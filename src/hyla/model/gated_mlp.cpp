@@ -1,7 +1,6 @@
 #include "hyla/model/gated_mlp.h"
 
 #include "hyla/kernels/activations.h"
-#include "hyla/model/layer_buffer.h"
 
 namespace hyla {
 
@@ -13,11 +12,13 @@ GatedMlp::GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int
 
 DenseGatedMlp::DenseGatedMlp(const GatedMlp& mlp) : gate_up_(mlp.gate_up), down_(mlp.down_proj) {}
 
-void DenseGatedMlp::forward(const float* x, int64_t n, float* y, Precision precision, bool save, float beta) {
+void DenseGatedMlp::forward(const float* x, int64_t n, float* y, Precision precision, bool save, Workspace& workspace,
+                            float beta) {
   const int64_t w = down_.in();
-  float* gu = grow_buffer<float>(save ? saved_gu_ : work_gu_, n * 2 * w);
-  float* h = grow_buffer<float>(save ? saved_h_ : work_h_, n * w);
-  if (save) saved_x_ = x, saved_rows_ = n, saved_precision_ = precision;
+  LayerActivations activations(kept_, workspace, save);
+  float* gu = activations.take<float>(n * 2 * w);
+  float* h = activations.take<float>(n * w);
+  if (save) saved_x_ = x, saved_gu_ = gu, saved_h_ = h, saved_rows_ = n, saved_precision_ = precision, workspace_ = &workspace;
   gate_up_.forward(x, n, gu, precision);
   gated_activation_forward(GatedActivation::Swiglu, gu, n, w, h);
   down_.forward(h, n, y, precision, beta);
@@ -27,11 +28,12 @@ void DenseGatedMlp::backward(const float* dy, float* dx, float beta) {
   HYLA_ASSERT(saved_x_ != nullptr);
   const int64_t n = saved_rows_, w = down_.in();
   const Precision p = saved_precision_;
-  float* dh = grow_buffer<float>(work_h_, n * w);
-  float* dgu = grow_buffer<float>(work_gu_, n * 2 * w);
+  Frame scratch(workspace_->serial());
+  float* dh = scratch.take<float>(n * w);
+  float* dgu = scratch.take<float>(n * 2 * w);
   down_.backward_input(dy, n, dh, p);
-  down_.backward_weight(saved_h_.data<float>(), dy, n, p);
-  gated_activation_backward(GatedActivation::Swiglu, saved_gu_.data<float>(), dh, n, w, dgu);
+  down_.backward_weight(saved_h_, dy, n, p);
+  gated_activation_backward(GatedActivation::Swiglu, saved_gu_, dh, n, w, dgu);
   gate_up_.backward_input(dgu, n, dx, p, beta);
   gate_up_.backward_weight(saved_x_, dgu, n, p);
 }

@@ -3,6 +3,7 @@
 // (the dense FFN and the shared experts; the routed experts run per expert in moe_experts.h).
 #include <string>
 
+#include "hyla/model/layer_buffer.h"
 #include "hyla/model/layers.h"
 
 namespace hyla {
@@ -21,18 +22,22 @@ class DenseGatedMlp {
  public:
   DenseGatedMlp() = default;
   explicit DenseGatedMlp(const GatedMlp& mlp);
-  // y = W_down(silu(W_gate x) ⊙ W_up x) + beta·y for n rows; when saving, x must stay valid until backward.
-  void forward(const float* x, int64_t n, float* y, Precision precision, bool save, float beta = 0.0f);
+  // y = W_down(silu(W_gate x) ⊙ W_up x) + beta·y for n rows; when saving, x must stay valid until
+  // backward, and so must `workspace`, whose scratch the backward uses.
+  void forward(const float* x, int64_t n, float* y, Precision precision, bool save, Workspace& workspace,
+               float beta = 0.0f);
   // dx = dL/dx + beta·dx from dy; adds the parameter gradients.
   void backward(const float* dy, float* dx, float beta = 0.0f);
 
  private:
   Linear gate_up_, down_;
+  // The last saving forward's input, pre-activations [n, 2w] and activations [n, w] (in kept_).
   const float* saved_x_ = nullptr;
+  const float *saved_gu_ = nullptr, *saved_h_ = nullptr;
   int64_t saved_rows_ = 0;
   Precision saved_precision_ = Precision::F32;
-  Tensor saved_gu_, saved_h_;  // [n, 2w] pre-activations, [n, w] activations
-  Tensor work_gu_, work_h_;    // the same for non-saving forwards; dgu and dh in backward
+  Workspace* workspace_ = nullptr;
+  Arena kept_;
 };
 
 }  // namespace hyla

@@ -149,10 +149,11 @@ void KdaMixer::forward(const float* u, float* y, const ForwardContext& ctx, std:
   const KdaInputs in{ctx.tokens.batch(), ctx.tokens.starts.data(), plane(0), plane(1), plane(2),
                      decay_.data<float>(), beta_.data<float>(), nullptr};
   kda_forward({heads_, head_dim_, head_dim_}, in, kernel_options(ctx.save_for_backward, ctx.precision),
-              o_.data<float>(), nullptr, ctx.save_for_backward ? &saved_states_ : nullptr, workspace_);
+              o_.data<float>(), nullptr, ctx.save_for_backward ? &saved_states_ : nullptr, ctx.workspace);
   output(y, ctx, ctx.save_for_backward);
   tokens_ = &ctx.tokens;
   precision_ = ctx.precision;
+  workspace_ = &ctx.workspace;
 }
 
 void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches) {
@@ -180,7 +181,7 @@ void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
   } else {
     const KdaInputs in{B, ctx.tokens.starts.data(), plane(0), plane(1), plane(2), decay_.data<float>(),
                        beta_.data<float>(), states.data()};
-    kda_forward(shape, in, kernel_options(false, ctx.precision), o_.data<float>(), states.data(), nullptr, workspace_);
+    kda_forward(shape, in, kernel_options(false, ctx.precision), o_.data<float>(), states.data(), nullptr, ctx.workspace);
   }
   output(y, ctx, false);
 }
@@ -225,7 +226,7 @@ void KdaMixer::backward(const float* dy, float* du) {
   const KdaInputs in{tokens.batch(), tokens.starts.data(), plane(0), plane(1), plane(2), decay_.data<float>(),
                      beta_.data<float>(), nullptr};
   kda_backward({heads_, head_dim_, head_dim_}, in, kernel_options(true, p), dgated, nullptr, saved_states_,
-               {dq, dk, dv, dg, dbeta, nullptr}, workspace_);
+               {dq, dk, dv, dg, dbeta, nullptr}, *workspace_);
 
   const float q_scale = 1.0f / std::sqrt(float(K));
   const float lb = gate_lower_bound_;

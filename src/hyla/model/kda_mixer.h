@@ -57,7 +57,7 @@ class KdaMixer {
   Tensor normed_;        // [N, HV] RMSNorm(o)
   Tensor rstd_;          // [N·H] of the output norm
   KdaSavedStates saved_states_;
-  KdaWorkspace workspace_;
+  Workspace* workspace_ = nullptr;
   const TokenBatch* tokens_ = nullptr;
   Precision precision_ = Precision::F32;
   Tensor grad_proj_, grad_out_, grad_qkvg_, grad_beta_;  // backward temporaries

@@ -1,19 +1,37 @@
 #pragma once
-// Buffers a layer keeps between calls (saved activations, work space): grown to the largest size
-// seen and then reused, so steady-state steps allocate nothing.
-#include <algorithm>
+// Where a layer's forward puts its activations. When a backward will read them they go into the
+// layer's own arena, emptied by its next saving forward (a training step allocates nothing once
+// the shapes repeat); otherwise into the shared Workspace, given back when the forward returns,
+// so inference keeps one set of scratch for the whole model instead of one per layer. Either way
+// the layer body takes its buffers the same way and never asks which.
 #include <cstdint>
 
-#include "hyla/core/tensor.h"
+#include "hyla/core/workspace.h"
 
 namespace hyla {
 
-// At least `numel` elements of `buffer` (contents unspecified after growing).
-template <typename T>
-T* grow_buffer(Tensor& buffer, int64_t numel) {
-  if (!buffer.defined() || buffer.dtype() != dtype_of<T>() || buffer.numel() < numel)
-    buffer = Tensor::empty(dtype_of<T>(), {std::max<int64_t>(numel, 1)});
-  return buffer.data<T>();
-}
+class LayerActivations {
+ public:
+  LayerActivations(Arena& kept, Workspace& workspace, bool keep)
+      : arena_(keep ? kept : workspace.serial()), mark_(arena_.mark()), keep_(keep) {
+    if (keep_) arena_.rewind(kEmpty);
+  }
+  ~LayerActivations() {
+    if (!keep_) arena_.rewind(mark_);
+  }
+  LayerActivations(const LayerActivations&) = delete;
+  LayerActivations& operator=(const LayerActivations&) = delete;
+
+  template <typename T>
+  T* take(int64_t count) {
+    return arena_.take<T>(count);
+  }
+
+ private:
+  static constexpr Arena::Mark kEmpty{0, 0};
+  Arena& arena_;
+  Arena::Mark mark_;
+  bool keep_;
+};
 
 }  // namespace hyla

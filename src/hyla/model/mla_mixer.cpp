@@ -11,12 +11,6 @@
 namespace hyla {
 namespace {
 
-// A float buffer of at least n values, grown (never shrunk) and reused across calls.
-float* grow(Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() < n) t = Tensor::empty(DType::F32, {std::max<int64_t>(n, 1)});
-  return t.data<float>();
-}
-
 // Row loops touching fewer values than this run on one thread (a decode step's few rows).
 constexpr int64_t kParallelValues = 1 << 15;
 
@@ -65,22 +59,23 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
 // ---------------------------------------------------------------------------------------------
 // Steps shared by the training and the cached forward
 
-float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const int64_t* positions) {
-  float* proj = grow(proj_, rows * proj_width_);
+float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const int64_t* positions,
+                               LayerActivations& a) {
+  float* proj = proj_ = a.take<float>(rows * proj_width_);
   input_proj_.forward(u, rows, proj, p);
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
 #pragma omp parallel for schedule(static) if (rows * width > kParallelValues)
     for (int64_t r = 0; r < rows; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
   }
-  if (rope_dim_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, grow(rope_, rows * rope_dim_));
+  if (rope_dim_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
   return proj;
 }
 
 // q in the attention layout [rows, H, Dn + Dr], q_pe rotated.
-float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save) {
+float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save, LayerActivations& a) {
   const int64_t ldq = heads_ * qk_dim_;
-  float* q = grow(q_, rows * ldq);
+  float* q = q_ = a.take<float>(rows * ldq);
   const float* unrotated = q;
   RopeLayout unrotated_layout{ldq, qk_dim_};
   if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (nope parts only)
@@ -91,28 +86,28 @@ float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save
     unrotated = proj;
     unrotated_layout = {proj_width_, qk_dim_};
   } else {
-    float* q_a = grow(q_a_, rows * q_lora_rank_);
+    float* q_a = q_a_ = a.take<float>(rows * q_lora_rank_);
     q_a_norm_.forward(proj, rows, q_a, save, proj_width_, q_lora_rank_);
     q_b_proj_.forward(q_a, rows, q, p);
   }
   if (rope_dim_)
-    rope_forward(rope_.data<float>(), rows, heads_, rope_dim_, unrotated + nope_dim_, unrotated_layout, q + nope_dim_,
+    rope_forward(rope_, rows, heads_, rope_dim_, unrotated + nope_dim_, unrotated_layout, q + nope_dim_,
                  {ldq, qk_dim_});
   return q;
 }
 
 // c = RMSNorm(W_kva u)'s latent part, [rows, kv_lora_rank].
-float* MlaMixer::latents(const float* proj, int64_t rows, bool save) {
-  float* c = grow(c_, rows * kv_lora_rank_);
+float* MlaMixer::latents(const float* proj, int64_t rows, bool save, LayerActivations& a) {
+  float* c = c_ = a.take<float>(rows * kv_lora_rank_);
   kv_a_norm_.forward(proj + kv_offset_, rows, c, save, proj_width_, kv_lora_rank_);
   return c;
 }
 
 // The shared k_pe, rotated, [rows, Dr]; nullptr when Dr = 0.
-float* MlaMixer::rotated_key_pe(const float* proj, int64_t rows) {
+float* MlaMixer::rotated_key_pe(const float* proj, int64_t rows, LayerActivations& a) {
   if (!rope_dim_) return nullptr;
-  float* k_pe = grow(k_pe_, rows * rope_dim_);
-  rope_forward(rope_.data<float>(), rows, 1, rope_dim_, proj + kv_offset_ + kv_lora_rank_, {proj_width_, 0}, k_pe,
+  float* k_pe = a.take<float>(rows * rope_dim_);
+  rope_forward(rope_, rows, 1, rope_dim_, proj + kv_offset_ + kv_lora_rank_, {proj_width_, 0}, k_pe,
                {rope_dim_, 0});
   return k_pe;
 }
@@ -121,7 +116,8 @@ float* MlaMixer::rotated_key_pe(const float* proj, int64_t rows) {
 void MlaMixer::up_project(const float* latent, int64_t ld_latent, const float* k_pe, int64_t ld_pe, int64_t rows,
                           Precision p, float* k, float* v) {
   const int64_t per_head = nope_dim_ + v_dim_, ldk = heads_ * qk_dim_, ldv = heads_ * v_dim_;
-  float* kv = grow(kv_, rows * heads_ * per_head);
+  Frame scratch(workspace_->serial());
+  float* kv = scratch.take<float>(rows * heads_ * per_head);
   kv_b_proj_.forward(latent, rows, kv, p, 0.0f, ld_latent);
 #pragma omp parallel for schedule(static) if (rows * ldk > kParallelValues)
   for (int64_t r = 0; r < rows; ++r)
@@ -135,11 +131,11 @@ void MlaMixer::up_project(const float* latent, int64_t ld_latent, const float* k
 }
 
 // y = W_o (o ⊙ σ(g)) (or W_o o without the gate).
-void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision p, float* y) {
+void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision p, float* y, LayerActivations& a) {
   const float* attended = o;
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
-    float* gated = grow(gated_, rows * width);
+    float* gated = gated_ = a.take<float>(rows * width);
 #pragma omp parallel for schedule(static) if (rows * width > kParallelValues)
     for (int64_t r = 0; r < rows; ++r) {
       const float* gate = proj + r * proj_width_ + gate_offset_;
@@ -168,18 +164,20 @@ void MlaMixer::forward_full(const float* u, float* y, const ForwardContext& ctx)
   const Precision p = ctx.precision;
   const bool save = ctx.save_for_backward;
   HYLA_CHECK(int64_t(tokens.positions.size()) == N, "MLA forward: {} positions for {} rows", tokens.positions.size(), N);
-  const float* proj = project_input(u, N, p, tokens.positions.data());
-  const float* q = queries(proj, N, p, save);
-  const float* c = latents(proj, N, save);
-  const float* k_pe = rotated_key_pe(proj, N);
-  float* k = grow(k_, N * heads_ * qk_dim_);
-  float* v = grow(v_, N * heads_ * v_dim_);
+  workspace_ = &ctx.workspace;
+  LayerActivations a(kept_, ctx.workspace, save);
+  const float* proj = project_input(u, N, p, tokens.positions.data(), a);
+  const float* q = queries(proj, N, p, save, a);
+  const float* c = latents(proj, N, save, a);
+  const float* k_pe = rotated_key_pe(proj, N, a);
+  float* k = k_ = a.take<float>(N * heads_ * qk_dim_);
+  float* v = v_ = a.take<float>(N * heads_ * v_dim_);
   up_project(c, kv_lora_rank_, k_pe, rope_dim_, N, p, k, v);
-  float* o = grow(o_, N * heads_ * v_dim_);
-  float* lse = grow(lse_, N * heads_);
+  float* o = o_ = a.take<float>(N * heads_ * v_dim_);
+  float* lse = lse_ = a.take<float>(N * heads_);
   const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_, p == Precision::BF16 && !save};
-  attention_forward(dims, tokens.batch(), tokens.starts.data(), tokens.starts.data(), q, k, v, o, lse, attention_ws_);
-  output(proj, o, N, p, y);
+  attention_forward(dims, tokens.batch(), tokens.starts.data(), tokens.starts.data(), q, k, v, o, lse, ctx.workspace);
+  output(proj, o, N, p, y, a);
   saved_rows_ = save ? N : -1;
   if (!save) return;
   saved_u_ = u;
@@ -192,14 +190,15 @@ void MlaMixer::backward(const float* dy, float* du) {
   const int64_t N = saved_rows_, batch = int64_t(saved_starts_.size()) - 1;
   const Precision p = saved_precision_;
   const int64_t ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_, per_head = nope_dim_ + v_dim_;
-  const float* proj = proj_.data<float>();
-  const float* o = o_.data<float>();
+  const float* proj = proj_;
+  const float* o = o_;
+  Frame scratch(workspace_->serial());
 
   // y = W_o (o ⊙ σ(g))
-  float* d_o = grow(d_o_, N * ldo);
+  float* d_o = scratch.take<float>(N * ldo);
   o_proj_.backward_input(dy, N, d_o, p);
-  o_proj_.backward_weight(g_proj_.defined() ? gated_.data<float>() : o, dy, N, p);
-  float* dproj = grow(dproj_, N * proj_width_);
+  o_proj_.backward_weight(g_proj_.defined() ? gated_ : o, dy, N, p);
+  float* dproj = scratch.take<float>(N * proj_width_);
   if (g_proj_.defined()) {
 #pragma omp parallel for schedule(static) if (N * ldo > kParallelValues)
     for (int64_t r = 0; r < N; ++r) {
@@ -216,16 +215,16 @@ void MlaMixer::backward(const float* dy, float* du) {
   }
 
   // Attention
-  float* dq = grow(dq_, N * ldq);
-  float* dk = grow(dk_, N * ldq);
-  float* dv = grow(dv_, N * ldo);
+  float* dq = scratch.take<float>(N * ldq);
+  float* dk = scratch.take<float>(N * ldq);
+  float* dv = scratch.take<float>(N * ldo);
   const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_};
-  attention_backward(dims, batch, saved_starts_.data(), saved_starts_.data(), q_.data<float>(), k_.data<float>(),
-                     v_.data<float>(), o, lse_.data<float>(), d_o, dq, dk, dv, attention_ws_);
+  attention_backward(dims, batch, saved_starts_.data(), saved_starts_.data(), q_, k_, v_, o, lse_, d_o, dq, dk, dv,
+                     *workspace_);
 
   // Keys and values: per head back into W_kvb's row layout; the shared k_pe's gradient is the sum
   // over heads, rotated back, in proj's k_pe columns.
-  float* dkv = grow(kv_, N * heads_ * per_head);
+  float* dkv = scratch.take<float>(N * heads_ * per_head);
   float* dk_pe = dproj + kv_offset_ + kv_lora_rank_;
 #pragma omp parallel for schedule(static) if (N * ldq > kParallelValues)
   for (int64_t r = 0; r < N; ++r) {
@@ -239,9 +238,9 @@ void MlaMixer::backward(const float* dy, float* du) {
       for (int64_t i = 0; i < rope_dim_; ++i) sum[i] += dkh[nope_dim_ + i];
     }
   }
-  if (rope_dim_) rope_backward(rope_.data<float>(), N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
-  kv_b_proj_.backward_weight(c_.data<float>(), dkv, N, p);
-  float* dc = grow(dc_, N * kv_lora_rank_);
+  if (rope_dim_) rope_backward(rope_, N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
+  kv_b_proj_.backward_weight(c_, dkv, N, p);
+  float* dc = scratch.take<float>(N * kv_lora_rank_);
   kv_b_proj_.backward_input(dkv, N, dc, p);
   kv_a_norm_.backward(dc, dproj + kv_offset_, false, kv_lora_rank_, proj_width_);
 
@@ -253,14 +252,14 @@ void MlaMixer::backward(const float* dy, float* du) {
         std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
                     size_t(nope_dim_) * sizeof(float));
     if (rope_dim_)
-      rope_backward(rope_.data<float>(), N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dproj + nope_dim_,
+      rope_backward(rope_, N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dproj + nope_dim_,
                     {proj_width_, qk_dim_});
   } else {
     if (rope_dim_)
-      rope_backward(rope_.data<float>(), N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dq + nope_dim_,
+      rope_backward(rope_, N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dq + nope_dim_,
                     {ldq, qk_dim_});
-    q_b_proj_.backward_weight(q_a_.data<float>(), dq, N, p);
-    float* dq_a = grow(dq_a_, N * q_lora_rank_);
+    q_b_proj_.backward_weight(q_a_, dq, N, p);
+    float* dq_a = scratch.take<float>(N * q_lora_rank_);
     q_b_proj_.backward_input(dq, N, dq_a, p);
     q_a_norm_.backward(dq_a, dproj, false, q_lora_rank_, proj_width_);
   }
@@ -294,12 +293,14 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
                  i, b, position, c.length + i);
     }
   }
-  saved_rows_ = -1;  // the buffers below are the ones a saved forward left for backward
+  saved_rows_ = -1;  // the buffer pointers below are the ones a saved forward left for backward
   const Precision p = ctx.precision;
-  const float* proj = project_input(u, N, p, tokens.positions.data());
-  const float* q = queries(proj, N, p, false);
-  const float* c = latents(proj, N, false);
-  const float* k_pe = rotated_key_pe(proj, N);
+  workspace_ = &ctx.workspace;
+  LayerActivations a(kept_, ctx.workspace, /*keep=*/false);
+  const float* proj = project_input(u, N, p, tokens.positions.data(), a);
+  const float* q = queries(proj, N, p, false, a);
+  const float* c = latents(proj, N, false, a);
+  const float* k_pe = rotated_key_pe(proj, N, a);
   append_to_caches(tokens, c, k_pe, caches);
 
   prefill_.clear();
@@ -309,11 +310,11 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
     if (n == 1 && decode_path == DecodePath::Absorbed) decode_.push_back(b);
     else if (n > 0) prefill_.push_back(b);
   }
-  float* o = grow(o_, N * heads_ * v_dim_);
+  float* o = a.take<float>(N * heads_ * v_dim_);
   if (!prefill_.empty()) prefill_attention(tokens, caches, prefill_, q, p, o);
   if (!decode_.empty()) decode_attention(tokens, caches, decode_, q, p, o);
   for (int64_t b = 0; b < batch; ++b) caches[size_t(b)]->length += tokens.length(b);
-  output(proj, o, N, p, y);
+  output(proj, o, N, p, y, a);
 }
 
 // Rows [length, length + new) of each cache = [c | k_pe] of the sequence's new tokens.
@@ -355,8 +356,8 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
     k_starts_.push_back(k_starts_.back() + cache.length + n - first);
   }
   const int64_t count = int64_t(sequences.size()), queries = q_starts_.back(), keys = k_starts_.back();
-
-  float* latent = grow(latent_, keys * width);
+  Frame scratch(workspace_->serial());
+  float* latent = scratch.take<float>(keys * width);
 #pragma omp parallel for schedule(static) if (keys * width > kParallelValues)
   for (int64_t j = 0; j < keys; ++j) {
     const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
@@ -365,13 +366,13 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
     if (cache.latent_bf16) convert(cache.latent_bf16 + row * width, latent + j * width, size_t(width));
     else std::memcpy(latent + j * width, cache.latent_f32 + row * width, size_t(width) * sizeof(float));
   }
-  float* k = grow(k_, keys * ldq);
-  float* v = grow(v_, keys * ldo);
+  float* k = scratch.take<float>(keys * ldq);
+  float* v = scratch.take<float>(keys * ldo);
   up_project(latent, width, latent + kv_lora_rank_, width, keys, p, k, v);
 
   // The sequences' query rows, packed in their order (the kernel takes contiguous sequences).
-  float* q_rows = grow(q_rows_, queries * ldq);
-  float* o_rows = grow(o_rows_, queries * ldo);
+  float* q_rows = scratch.take<float>(queries * ldq);
+  float* o_rows = scratch.take<float>(queries * ldo);
   for (int64_t s = 0; s < count; ++s) {
     const int64_t from = tokens.starts[size_t(sequences[size_t(s)])];
     std::memcpy(q_rows + q_starts_[size_t(s)] * ldq, q + from * ldq,
@@ -379,7 +380,7 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
   }
   const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_, p == Precision::BF16};
   attention_forward(dims, count, q_starts_.data(), k_starts_.data(), q_rows, k, v, o_rows,
-                    grow(lse_, queries * heads_), attention_ws_);
+                    scratch.take<float>(queries * heads_), *workspace_);
   for (int64_t s = 0; s < count; ++s) {
     const int64_t to = tokens.starts[size_t(sequences[size_t(s)])];
     std::memcpy(o + to * ldo, o_rows + q_starts_[size_t(s)] * ldo,
@@ -397,11 +398,12 @@ void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<LatentCache*
                                 const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
   const int64_t count = int64_t(sequences.size()), R = kv_lora_rank_, width = cache_width();
   const int64_t ldq = heads_ * qk_dim_, ldo = heads_ * v_dim_, head_rows = (nope_dim_ + v_dim_) * R;
-  float* q_rows = grow(q_rows_, count * ldq);
+  Frame scratch(workspace_->serial());
+  float* q_rows = scratch.take<float>(count * ldq);
   for (int64_t s = 0; s < count; ++s)
     std::memcpy(q_rows + s * ldq, q + tokens.starts[size_t(sequences[size_t(s)])] * ldq, size_t(ldq) * sizeof(float));
 
-  float* q_absorbed = grow(q_absorbed_, count * heads_ * width);
+  float* q_absorbed = scratch.take<float>(count * heads_ * width);
   const float* w_kvb = kv_b_proj_.w();
   if (nope_dim_)
     gemm_batched(heads_, Trans::N, Trans::N, count, R, nope_dim_, 1.0f, q_rows, ldq, qk_dim_, w_kvb, R, head_rows,
@@ -418,12 +420,12 @@ void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<LatentCache*
     const LatentCache& cache = *caches[size_t(b)];
     decode_caches_.push_back({cache.latent_bf16, cache.latent_f32, cache.length + 1});
   }
-  float* o_latent = grow(o_latent_, count * heads_ * R);
+  float* o_latent = scratch.take<float>(count * heads_ * R);
   const bool bf16_products = p == Precision::BF16 && caches[0]->latent_bf16 && R % 32 == 0;
   const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_, bf16_products};
-  latent_attention_decode(dims, count, decode_caches_.data(), q_absorbed, o_latent, latent_ws_);
+  latent_attention_decode(dims, count, decode_caches_.data(), q_absorbed, o_latent, *workspace_);
 
-  float* o_rows = grow(o_rows_, count * ldo);
+  float* o_rows = scratch.take<float>(count * ldo);
   gemm_batched(heads_, Trans::N, Trans::T, count, v_dim_, R, 1.0f, o_latent, heads_ * R, R, w_kvb + nope_dim_ * R, R,
                head_rows, 0.0f, o_rows, ldo, v_dim_);
   for (int64_t s = 0; s < count; ++s)

@@ -13,6 +13,7 @@
 
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/latent_attention.h"
+#include "hyla/model/layer_buffer.h"
 #include "hyla/model/layer_cache.h"
 #include "hyla/model/layers.h"
 
@@ -55,14 +56,14 @@ class MlaMixer {
   void forward_full(const float* u, float* y, const ForwardContext& ctx);
   void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LatentCache* const> caches,
                       DecodePath decode_path);
-  // Steps shared by forward and forward_cached; each returns a layer-owned buffer.
-  float* project_input(const float* u, int64_t rows, Precision p, const int64_t* positions);
-  float* queries(const float* proj, int64_t rows, Precision p, bool save);
-  float* latents(const float* proj, int64_t rows, bool save);
-  float* rotated_key_pe(const float* proj, int64_t rows);
+  // Steps shared by forward and forward_cached; each returns a buffer taken from `a`.
+  float* project_input(const float* u, int64_t rows, Precision p, const int64_t* positions, LayerActivations& a);
+  float* queries(const float* proj, int64_t rows, Precision p, bool save, LayerActivations& a);
+  float* latents(const float* proj, int64_t rows, bool save, LayerActivations& a);
+  float* rotated_key_pe(const float* proj, int64_t rows, LayerActivations& a);
   void up_project(const float* latent, int64_t ld_latent, const float* k_pe, int64_t ld_pe, int64_t rows,
                   Precision p, float* k, float* v);
-  void output(const float* proj, const float* o, int64_t rows, Precision p, float* y);
+  void output(const float* proj, const float* o, int64_t rows, Precision p, float* y, LayerActivations& a);
   // forward_cached's pieces: which rows of the batch each takes is in `sequences`.
   void append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe, std::span<LatentCache* const> caches);
   void prefill_attention(const TokenBatch& tokens, std::span<LatentCache* const> caches,
@@ -90,27 +91,21 @@ class MlaMixer {
   Precision saved_precision_ = Precision::F32;
   std::vector<int64_t> saved_starts_;
 
-  // Buffers, grown to the largest batch seen and reused. Rows × columns (N: the batch's rows; in a
-  // prefill k_, v_ and kv_ hold the visible cached rows instead):
-  Tensor proj_;      // N × proj_width_ (the gate columns hold σ(W_g u))
-  Tensor rope_;      // N × Dr: cos | sin of each row's angles
-  Tensor q_a_;       // N × q_lora_rank (normalised)
-  Tensor q_, k_;     // N × H·(Dn + Dr), attention layout
-  Tensor v_;         // N × H·Dv
-  Tensor c_;         // N × kv_lora_rank (normalised)
-  Tensor k_pe_;      // N × Dr (rotated)
-  Tensor kv_;        // N × H·(Dn + Dv): W_kvb c; in backward its gradient
-  Tensor o_, gated_; // N × H·Dv: attention output, and o ⊙ σ(g)
-  Tensor lse_;       // N × H
-  Tensor d_o_, dq_, dk_, dv_, dc_, dproj_, dq_a_;
-  Tensor latent_;              // prefill: visible cached rows as f32
-  Tensor q_rows_, o_rows_;     // prefill or decode: the rows of the sequences taking that path
-  Tensor q_absorbed_, o_latent_;
+  // The last forward's activations (N: the batch's rows), in kept_ when it saved for backward,
+  // else in the workspace and gone after the call:
+  float* proj_ = nullptr;   // N × proj_width_ (the gate columns hold σ(W_g u))
+  float* rope_ = nullptr;   // N × Dr: cos | sin of each row's angles
+  float* q_a_ = nullptr;    // N × q_lora_rank (normalised)
+  float *q_ = nullptr, *k_ = nullptr;  // N × H·(Dn + Dr), attention layout
+  float* v_ = nullptr;      // N × H·Dv
+  float* c_ = nullptr;      // N × kv_lora_rank (normalised)
+  float *o_ = nullptr, *gated_ = nullptr;  // N × H·Dv: attention output, and o ⊙ σ(g)
+  float* lse_ = nullptr;    // N × H
+  Arena kept_;
+  Workspace* workspace_ = nullptr;  // the last forward's, for scratch (and the backward's)
   std::vector<int64_t> q_starts_, k_starts_, first_key_, prefill_, decode_;
   std::vector<LatentCacheRows> decode_caches_;
   std::vector<LatentCache*> latent_slots_;  // forward's slots, as this layer's kind
-  AttentionWorkspace attention_ws_;
-  LatentAttentionWorkspace latent_ws_;
 };
 
 }  // namespace hyla

@@ -409,7 +409,7 @@ ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options
   grow(in.tokens.rows, options.backward);
   input_ = &in;
   embed(in);
-  const ForwardContext ctx{in.tokens, options.precision, options.backward, options.loss_scale};
+  const ForwardContext ctx{in.tokens, workspace_, options.precision, options.backward, options.loss_scale};
   const float* h = body_forward(ctx, caches);
   for (int64_t b = 0; b < int64_t(caches.size()); ++b) caches[size_t(b)].tokens += in.tokens.length(b);
   ForwardResult result;

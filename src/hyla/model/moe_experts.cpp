@@ -10,7 +10,6 @@
 #include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
 #include "hyla/kernels/vmath.h"
-#include "hyla/model/layer_buffer.h"
 
 namespace hyla {
 namespace {
@@ -46,32 +45,22 @@ RoutedExperts::RoutedExperts(ParamStore& store, const std::string& prefix, const
     experts_.emplace_back(store, prefix + "experts." + std::to_string(e) + ".", in, width_, Component::RoutedExperts);
   const int64_t B = kTokenBlock, D = in_, w = width_;
   // The largest packing space among the bf16 block products that pack their operands.
-  const int64_t pack_bytes = std::max({small_gemm_bf16_scratch(B, 2 * w, D), small_gemm_bf16_scratch(B, D, w),
-                                       small_gemm_bf16_scratch(B, w, D), small_gemm_bf16_scratch(B, D, 2 * w),
-                                       small_gemm_bf16_scratch(2 * w, D, B), small_gemm_bf16_scratch(D, w, B)});
-  const int64_t transposed = std::max(D * round_up(2 * w, 16), w * round_up(D, 16));
-  scratch_floats_ = 2 * round_up(B * D, 16) + round_up(B * 2 * w, 16) + 2 * round_up(B * w, 16) +
-                    round_up(transposed, 16) + round_up(int8_workspace_floats(B, std::max(D, w)), 16) +
-                    round_up((pack_bytes + 3) / 4, 16);
+  pack_bytes_ = std::max({small_gemm_bf16_scratch(B, 2 * w, D), small_gemm_bf16_scratch(B, D, w),
+                          small_gemm_bf16_scratch(B, w, D), small_gemm_bf16_scratch(B, D, 2 * w),
+                          small_gemm_bf16_scratch(2 * w, D, B), small_gemm_bf16_scratch(D, w, B)});
 }
 
-RoutedExperts::BlockBuffers RoutedExperts::thread_buffers(int thread) {
+RoutedExperts::BlockBuffers RoutedExperts::block_buffers(Frame& frame) const {
   const int64_t B = kTokenBlock, D = in_, w = width_;
-  float* p = scratch_.data<float>() + thread * scratch_floats_;
-  auto take = [&p](int64_t floats) {
-    float* start = p;
-    p += round_up(floats, 16);  // keeps every buffer 64-byte aligned
-    return start;
-  };
   BlockBuffers b;
-  b.rows = take(B * D);
-  b.grad_rows = take(B * D);
-  b.gu = take(B * 2 * w);
-  b.h = take(B * w);
-  b.h_other = take(B * w);
-  b.weights_t = take(std::max(D * round_up(2 * w, 16), w * round_up(D, 16)));
-  b.int8_rows = take(int8_workspace_floats(B, std::max(D, w)));
-  b.pack = p;
+  b.rows = frame.take<float>(B * D);
+  b.grad_rows = frame.take<float>(B * D);
+  b.gu = frame.take<float>(B * 2 * w);
+  b.h = frame.take<float>(B * w);
+  b.h_other = frame.take<float>(B * w);
+  b.weights_t = frame.take<float>(std::max(D * round_up(2 * w, 16), w * round_up(D, 16)));
+  b.int8_rows = frame.take<float>(int8_workspace_floats(B, std::max(D, w)));
+  b.pack = frame.take<char>(pack_bytes_);
   return b;
 }
 
@@ -94,15 +83,11 @@ void RoutedExperts::plan(const ExpertDispatch& dispatch, int64_t first, int64_t 
 }
 
 void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last,
-                            Precision precision, bool save, float* out) {
-  const int64_t D = in_, w = width_, slots = dispatch.tokens * dispatch.k;
-  if (save) {
-    grow_buffer<float>(saved_gu_, slots * 2 * w);
-    grow_buffer<float>(saved_h_, slots * w);
-    saved_precision_ = precision;
-  }
-  grow_buffer<float>(scratch_, omp_get_max_threads() * scratch_floats_);
+                            Precision precision, ExpertActivations saved, float* out, Workspace& workspace) {
+  const int64_t D = in_, w = width_;
   plan(dispatch, first, last, /*whole_experts=*/false);
+  workspace.reserve();
+  Frame frame(workspace.serial());
   // bf16: input rows converted once, then gathered as the kernel's packed left operand; the
   // weights' bf16 copies, transposed as 32-bit words, are its packed right operand. (Odd widths
   // have no bf16 pairs along the reduced dimension: those take the packing products.)
@@ -111,20 +96,23 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0 && !all_int8;
   const bf16* x16 = nullptr;
   if (packed_bf16) {
-    bf16* converted = grow_buffer<bf16>(x_bf16_, dispatch.tokens * D);
+    bf16* converted = frame.take<bf16>(dispatch.tokens * D);
 #pragma omp parallel for schedule(static) if (worth_parallel(dispatch.tokens * D))
     for (int64_t t = 0; t < dispatch.tokens; ++t) convert(x + t * D, converted + t * D, size_t(D));
     x16 = converted;
   }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel
+  {
+  Frame thread_frame(workspace.thread(omp_get_thread_num()));
+  const BlockBuffers buf = block_buffers(thread_frame);
+#pragma omp for schedule(dynamic, 1)
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block blk = blocks_[i];
     const int64_t n = blk.size;
-    const BlockBuffers buf = thread_buffers(omp_get_thread_num());
     const GatedMlp& expert = experts_[size_t(blk.expert)];
     const int32_t* tokens = dispatch.slot_token.data() + blk.begin;
-    float* gu = save ? saved_gu_.data<float>() + blk.begin * 2 * w : buf.gu;
-    float* h = save ? saved_h_.data<float>() + blk.begin * w : buf.h;
+    float* gu = saved.gu ? saved.gu + blk.begin * 2 * w : buf.gu;
+    float* h = saved.h ? saved.h + blk.begin * w : buf.h;
     float* y = out + blk.begin * D;
     if (expert.gate_up.int8()) {
       gather_rows(x, D, tokens, n, buf.rows);
@@ -171,6 +159,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
       mm(false, n, D, w, h, w, buf.weights_t, D, 0.0f, y, D);  // H W_downᵀ
     }
   }
+  }
 }
 
 void RoutedExperts::forward_int8(const GatedMlp& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
@@ -188,22 +177,26 @@ void RoutedExperts::forward_int8(const GatedMlp& expert, const float* rows, int6
 }
 
 void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first,
-                             int64_t last, float* d_in, float* d_weight) {
+                             int64_t last, ExpertActivations saved, Precision precision, float* d_in, float* d_weight,
+                             Workspace& workspace) {
   const int64_t D = in_, w = width_;
-  grow_buffer<float>(scratch_, omp_get_max_threads() * scratch_floats_);
   plan(dispatch, first, last, /*whole_experts=*/true);
-#pragma omp parallel for schedule(dynamic, 1)
+  workspace.reserve();
+#pragma omp parallel
+  {
+  Frame thread_frame(workspace.thread(omp_get_thread_num()));
+  const BlockBuffers buf = block_buffers(thread_frame);
+  const BlockProduct mm{precision, buf.pack};
+#pragma omp for schedule(dynamic, 1)
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block whole = blocks_[i];
-    const BlockBuffers buf = thread_buffers(omp_get_thread_num());
-    const BlockProduct mm{saved_precision_, buf.pack};
     const GatedMlp& expert = experts_[size_t(whole.expert)];
     const int64_t parts = (whole.size + kTokenBlock - 1) / kTokenBlock;
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t lo = whole.size * p / parts, begin = whole.begin + lo, n = whole.size * (p + 1) / parts - lo;
       const int32_t* tokens = dispatch.slot_token.data() + begin;
       const float* routing_weight = dispatch.slot_weight.data() + begin;
-      const float* h = saved_h_.data<float>() + begin * w;
+      const float* h = saved.h + begin * w;
       float* g = buf.grad_rows;  // dL/dy of the slots' tokens, before the routing weight
       gather_rows(dm, D, tokens, n, g);
       mm(false, n, w, D, g, D, expert.down_proj.w(), w, 0.0f, buf.h, w);  // G W_down
@@ -215,12 +208,13 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
         d_weight[begin + j] = dot(dh, h + j * w, w);
         for (int64_t r = 0; r < w; ++r) dh[r] *= c, weighted_h[r] = c * h[j * w + r];
       }
-      gated_activation_backward(activation_, saved_gu_.data<float>() + begin * 2 * w, buf.h, n, w, buf.gu);
+      gated_activation_backward(activation_, saved.gu + begin * 2 * w, buf.h, n, w, buf.gu);
       mm(false, n, D, 2 * w, buf.gu, 2 * w, expert.gate_up.w(), D, 0.0f, d_in + begin * D, D);  // dGU W_gu
       gather_rows(x, D, tokens, n, buf.rows);
       mm(true, 2 * w, D, n, buf.gu, 2 * w, buf.rows, D, 1.0f, expert.gate_up.dw(), D);        // += dGUᵀ X
       mm(true, D, w, n, g, D, buf.h_other, w, 1.0f, expert.down_proj.dw(), w);                  // += Gᵀ (c ⊙ H)
     }
+  }
   }
 }
 

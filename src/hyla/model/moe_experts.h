@@ -17,9 +17,17 @@
 
 #include "hyla/kernels/activations.h"
 #include "hyla/model/gated_mlp.h"
+#include "hyla/core/workspace.h"
 #include "hyla/model/moe_dispatch.h"
 
 namespace hyla {
+
+// The experts' pre-activations [slots, 2w] and activations [slots, w] a saving forward keeps
+// for the backward (the MoE layer's activations); null when not saving.
+struct ExpertActivations {
+  float* gu = nullptr;
+  float* h = nullptr;
+};
 
 class RoutedExperts {
  public:
@@ -30,22 +38,22 @@ class RoutedExperts {
   RoutedExperts(ParamStore& store, const std::string& prefix, const ModelConfig& config, int64_t in);
 
   // For the experts in [first, last): out slot rows [slots, in] = E_e(x[slot_token[j]]), unweighted.
-  // Keeps what backward needs when `save` (x must then stay valid until backward).
+  // Writes the slots' rows of `saved` when given (x must then stay valid until backward).
   void forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last, Precision precision,
-               bool save, float* out);
+               ExpertActivations saved, float* out, Workspace& workspace);
 
   // dm [tokens, in]: dL/d(combined output). For the experts in [first, last): writes the slot rows
   // of d_in [slots, in] (dL/dx of each slot, routing weight applied) and d_weight [slots] (dL/dw of
   // each slot's routing weight), and adds the experts' parameter gradients. x and dispatch as in
-  // the saving forward.
+  // the saving forward, whose `saved` activations and precision these are.
   void backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first, int64_t last,
-                float* d_in, float* d_weight);
+                ExpertActivations saved, Precision precision, float* d_in, float* d_weight, Workspace& workspace);
 
  private:
   struct Block {
     int64_t expert, begin, size;  // slots [begin, begin + size)
   };
-  // One thread's work buffers for a block of ≤ kTokenBlock slots, carved out of scratch_.
+  // One thread's work buffers for a block of ≤ kTokenBlock slots.
   struct BlockBuffers {
     float* rows;       // [block, in] the slots' inputs (bf16 rows in the bf16 forward)
     float* grad_rows;  // [block, in] dL/dy of the slots' tokens
@@ -59,7 +67,7 @@ class RoutedExperts {
   // Blocks of the experts in [first, last), largest first; with `whole_experts` one entry per
   // expert (begin/size span all its slots), so that one thread owns each expert's gradients.
   void plan(const ExpertDispatch& dispatch, int64_t first, int64_t last, bool whole_experts);
-  BlockBuffers thread_buffers(int thread);
+  BlockBuffers block_buffers(Frame& frame) const;
   // An int8 expert's forward on one block of n slots: rows [n, in] (f32) → gu, h → y [n, in].
   void forward_int8(const GatedMlp& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
                     void* workspace) const;
@@ -67,13 +75,8 @@ class RoutedExperts {
   std::vector<GatedMlp> experts_;
   GatedActivation activation_ = GatedActivation::Swiglu;
   int64_t in_ = 0, width_ = 0;
-  Precision saved_precision_ = Precision::F32;
-  Tensor saved_gu_;  // [slots, 2w] pre-activations [W_gate x | W_up x]
-  Tensor saved_h_;   // [slots, w] activations
-  Tensor x_bf16_;    // [tokens, in] the inputs in bf16 (bf16 forward)
+  int64_t pack_bytes_ = 0;  // the bf16 products' packing space per thread
   std::vector<Block> blocks_;
-  Tensor scratch_;   // per thread: the block buffers and the bf16 products' packing space
-  int64_t scratch_floats_ = 0;
 };
 
 }  // namespace hyla

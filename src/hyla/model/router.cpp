@@ -5,7 +5,6 @@
 #include "hyla/core/threads.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/matmul.h"
-#include "hyla/model/layer_buffer.h"
 
 namespace hyla {
 
@@ -26,24 +25,25 @@ Router::Router(ParamStore& store, const std::string& prefix, const ModelConfig& 
                      /*weight_decay=*/false, /*trainable=*/false);
 }
 
-void Router::route(const float* u, int64_t n, Routing& routing) const {
-  routing.tokens = n, routing.experts = experts_, routing.k = k_;
-  float* scores = grow_buffer<float>(routing.scores, n * experts_);
-  int32_t* selected = grow_buffer<int32_t>(routing.selected, n * k_);
-  float* weights = grow_buffer<float>(routing.weights, n * k_);
+Routing Router::route(const float* u, int64_t n, LayerActivations& activations) const {
+  Routing routing{n, experts_, k_};
+  float* scores = routing.scores = activations.take<float>(n * experts_);
+  int32_t* selected = routing.selected = activations.take<int32_t>(n * k_);
+  float* weights = routing.weights = activations.take<float>(n * k_);
   if (latent_ == 0) {
     weight_.forward(u, n, scores, Precision::F32);
   } else {
-    float* h = grow_buffer<float>(routing.latent, n * latent_);
+    float* h = routing.latent = activations.take<float>(n * latent_);
     proj_.forward(u, n, h, Precision::F32);
     gemm(Trans::N, Trans::T, n, experts_, latent_, 1.0f, h, latent_, centres_->v(), latent_, 0.0f, scores, experts_);
   }
 #pragma omp parallel for schedule(static) if (worth_parallel(n * experts_))
   for (int64_t t = 0; t < n; ++t) sigmoid_inplace(scores + t * experts_, experts_);
   select_experts(scores, bias_->v(), n, experts_, k_, scaling_, selected, weights);
+  return routing;
 }
 
-void Router::backward(const float* u, const Routing& routing, float* d_scores, float* du) {
+void Router::backward(const float* u, const Routing& routing, float* d_scores, float* du, Arena& scratch) {
   const int64_t n = routing.tokens;
   const float* s = routing.s();
 #pragma omp parallel for schedule(static)
@@ -53,8 +53,9 @@ void Router::backward(const float* u, const Routing& routing, float* d_scores, f
     weight_.backward_input(d_scores, n, du, Precision::F32, 1.0f);
     return;
   }
-  const float* h = routing.latent.data<float>();
-  float* dh = grow_buffer<float>(d_latent_, n * latent_);
+  const float* h = routing.latent;
+  Frame frame(scratch);
+  float* dh = frame.take<float>(n * latent_);
   gemm(Trans::T, Trans::N, experts_, latent_, n, 1.0f, d_scores, experts_, h, latent_, 1.0f, centres_->g(), latent_);
   gemm(Trans::N, Trans::N, n, latent_, experts_, 1.0f, d_scores, experts_, centres_->v(), latent_, 0.0f, dh, latent_);
   proj_.backward_weight(u, dh, n, Precision::F32);

@@ -10,21 +10,22 @@
 #include <cstdint>
 #include <string>
 
+#include "hyla/model/layer_buffer.h"
 #include "hyla/model/layers.h"
 
 namespace hyla {
 
-// One forward's routing of `tokens` rows.
+// One forward's routing of `tokens` rows, in memory the caller provides (its activations).
 struct Routing {
   int64_t tokens = 0, experts = 0, k = 0;
-  Tensor scores;    // [tokens, experts] s
-  Tensor selected;  // [tokens, k] int32 expert ids, best first by s + b; ties go to the lower id
-  Tensor weights;   // [tokens, k] w_i
-  Tensor latent;    // [tokens, r] W_rl u (latent router only)
+  float* scores = nullptr;      // [tokens, experts] s
+  int32_t* selected = nullptr;  // [tokens, k] expert ids, best first by s + b; ties go to the lower id
+  float* weights = nullptr;     // [tokens, k] w_i
+  float* latent = nullptr;      // [tokens, r] W_rl u (latent router only)
 
-  const float* s() const { return scores.data<float>(); }
-  const int32_t* expert_ids() const { return selected.data<int32_t>(); }
-  const float* w() const { return weights.data<float>(); }
+  const float* s() const { return scores; }
+  const int32_t* expert_ids() const { return selected; }
+  const float* w() const { return weights; }
 };
 
 class Router {
@@ -35,12 +36,12 @@ class Router {
 
   Param& bias() const { return *bias_; }
 
-  // Routes n rows of u ([n, d]) into `routing` (its tensors grown as needed).
-  void route(const float* u, int64_t n, Routing& routing) const;
+  // Routes n rows of u ([n, d]); the routing's arrays are taken from `activations`.
+  Routing route(const float* u, int64_t n, LayerActivations& activations) const;
 
   // d_scores [n, E] (dL/ds, overwritten with dL/dlogits) → the router's parameter gradients (+=)
-  // and du += dL/du; u and routing as in the forward.
-  void backward(const float* u, const Routing& routing, float* d_scores, float* du);
+  // and du += dL/du; u and routing as in the forward; scratch from `scratch`.
+  void backward(const float* u, const Routing& routing, float* d_scores, float* du, Arena& scratch);
 
  private:
   Linear weight_;  // plain router [E, d]
@@ -49,7 +50,6 @@ class Router {
   Param* bias_ = nullptr;     // [E]
   int64_t experts_ = 0, k_ = 0, latent_ = 0;
   float scaling_ = 1.0f;
-  Tensor d_latent_;  // [n, r] work space of backward
 };
 
 // Top-k of scores + bias per token into `selected` ([n, k], best first; a tie goes to the lower
