@@ -217,6 +217,31 @@ TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
   EXPECT_EQ(second.tokens, cold_b);
 }
 
+// An image's pad tokens are the same for every image of its size: the prefix cache keys on the
+// inputs' content, so a prompt whose image differs never starts from another image's state.
+TEST(Engine, PrefixCacheKeyCoversNonTokenInputs) {
+  EngineFixture f;
+  EngineOptions o = EngineFixture::exact(1, 512, 16);
+  o.prefix_cache_bytes = int64_t(64) << 20;
+  const std::string shared = test::sample_text(4, 9);
+  GenerationRequest a = f.request(shared + " first question", 4), b = f.request(shared + " second one", 4);
+  const uint8_t pixels_a[] = {1, 2, 3}, pixels_b[] = {1, 2, 4};
+  a.inputs = {{5, content_digest(pixels_a)}};
+  b.inputs = {{5, content_digest(pixels_b)}};
+  Engine engine(f.model, f.tokenizer, o);
+  EXPECT_EQ(engine.submit(a).get().cached_prompt_tokens, 0);
+  EXPECT_EQ(engine.submit(b).get().cached_prompt_tokens, 0);  // same tokens, another image
+  GenerationRequest again = b;
+  EXPECT_GT(engine.submit(again).get().cached_prompt_tokens, 0);  // the same image: reused
+  GenerationRequest late = f.request(shared + " third", 4);
+  late.inputs = {{5, content_digest(pixels_a)}, {int64_t(late.prompt.size()) - 1, content_digest(pixels_b)}};
+  // a's image, and another after every cached prefix of a: a's prefixes still apply
+  EXPECT_GT(engine.submit(late).get().cached_prompt_tokens, 0);
+  GenerationRequest unsorted = a;
+  unsorted.inputs = {{7, 1}, {6, 2}};
+  EXPECT_THROW(engine.submit(unsorted).get(), Error);
+}
+
 // The scheduler driven on the caller's thread, as an RL rollout loop or an evaluator does: the
 // same tokens as the threaded engine; after a weights change its cached prompt states are dropped.
 TEST(Scheduler, SteppedDirectlyMatchesTheEngineAndForgetsStaleStatesWhenWeightsChange) {

@@ -68,6 +68,11 @@ std::string Scheduler::memory_summary() const {
 void Scheduler::validate(const GenerationRequest& request) const {
   HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
   HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
+  for (size_t i = 0; i < request.inputs.size(); ++i)
+    HYLA_CHECK(request.inputs[i].row >= 0 && request.inputs[i].row < int64_t(request.prompt.size()) &&
+                   (i == 0 || request.inputs[i].row > request.inputs[i - 1].row),
+               "prompt input {} starts at row {}: inputs must lie inside the prompt, in increasing rows", i,
+               request.inputs[i].row);
   for (int32_t id : request.prompt)
     HYLA_CHECK(id >= 0 && id < model_->config().vocab_size, "prompt token {} is outside the vocabulary (size {})", id,
                model_->config().vocab_size);
@@ -158,7 +163,7 @@ void Scheduler::admit_waiting(std::vector<Finished>& finished) {
       if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
     }
     // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
-    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, state);
+    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->request.inputs, state);
     a->output.cached_prompt_tokens = a->prefilled;
     stats_.prompt_tokens += a->output.prompt_tokens;
     stats_.cached_prompt_tokens += a->prefilled;
@@ -231,7 +236,7 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     if (prefilling) {
       a.prefilled += lengths[i];
       if (a.prefilled % prefix_cache_.granularity() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
-        prefix_cache_.store(a.request.prompt, a.prefilled, state, *model_);
+        prefix_cache_.store(a.request.prompt, a.request.inputs, a.prefilled, state, *model_);
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }
     if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated

@@ -36,6 +36,9 @@ struct EngineOptions {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
+  // Digests of the prompt's non-token inputs (images), sorted by row: the prefix cache's key
+  // covers them, so prompts that differ only in an image never share a cached state.
+  std::vector<PromptInput> inputs;
   int64_t max_tokens = 128;
   SamplingParams sampling;
   std::vector<std::string> stop;
