@@ -190,6 +190,72 @@ TEST(Model, ExpertsInTwoHalvesThroughTheExchangeMatchAllAtOnce) {
   EXPECT_EQ(exchange.ranges[1], (std::pair<int64_t, int64_t>{half, config.moe.num_experts}));
 }
 
+// Parameter ownership: a process that holds half the routed experts allocates, initialises and
+// loads only those (and every non-expert parameter); the other half's slot rows are computed by
+// the process holding them — here a second model in this process, reached through the exchange
+// as a network exchange would reach another rank. The logits are those of the whole model, bit
+// for bit.
+struct PartnerHoldsTheRest final : ExpertExchange {
+  Model* partner = nullptr;
+  int64_t first_remote = 0;
+  size_t call = 0;
+  Workspace workspace;
+  void forward(const ExpertDispatch& d, const float* x, int64_t, float* slot_rows, const Compute& compute) override {
+    compute(0, first_remote);
+    const std::vector<MoeFfn*> layers = partner->moe_layers();
+    layers[call++ % layers.size()]->routed_experts().forward(x, d, first_remote, d.experts, Precision::F32, {},
+                                                              slot_rows, workspace);
+  }
+  void backward(const ExpertDispatch&, const float*, int64_t, float*, float*, const Compute&) override {
+    ADD_FAILURE() << "inference only";
+  }
+};
+
+TEST(Model, AProcessHoldsOnlyItsExperts) {
+  const ModelConfig config = test::nano_config();
+  const int64_t E = config.moe.num_experts, half = E / 2;
+  Model whole(config), low(config, /*allocate=*/false), high(config, /*allocate=*/false);
+  whole.initialize(5);
+  low.params().hold_only(holds_experts(0, half));
+  high.params().hold_only(holds_experts(half, E));
+  int64_t high_expert_numel = 0;
+  for (const auto& p : whole.params().params()) high_expert_numel += routed_expert_of(p->name) >= half ? p->numel() : 0;
+  ASSERT_GT(high_expert_numel, 0);
+  for (Model* m : {&low, &high}) {
+    m->params().allocate();
+    m->initialize(5);
+  }
+  EXPECT_EQ(low.params().numel(), whole.params().numel() - high_expert_numel);
+  for (const auto& p : whole.params().params()) {
+    const Param& mine = low.params().get(p->name);
+    ASSERT_EQ(mine.held, routed_expert_of(p->name) < half) << p->name;
+    if (mine.held) EXPECT_EQ(std::memcmp(mine.value.raw(), p->value.raw(), p->value.nbytes()), 0) << p->name;
+    else EXPECT_FALSE(mine.value.defined()) << p->name;
+  }
+  // Loading a whole model file holds only the process's share, and saving writes only that share.
+  test::TempDir dir;
+  whole.save(dir.path() / "model", DType::F32);
+  const auto loaded = Model::load(dir.path() / "model", holds_experts(half, E));
+  EXPECT_EQ(loaded->params().numel(), whole.params().numel() - (whole.params().numel() - high.params().numel()));
+  for (const auto& p : high.params().params())
+    if (p->held) EXPECT_EQ(std::memcmp(loaded->params().get(p->name).value.raw(), p->value.raw(), p->value.nbytes()), 0);
+  EXPECT_EQ(int64_t(high.params().named_values(DType::F32).size()),
+            int64_t(whole.params().params().size()) - int64_t(std::count_if(
+                whole.params().params().begin(), whole.params().params().end(),
+                [&](const auto& p) { const int64_t e = routed_expert_of(p->name); return e >= 0 && e < half; })));
+
+  PartnerHoldsTheRest exchange;
+  exchange.partner = &high;
+  exchange.first_remote = half;
+  low.set_expert_exchange(exchange);
+  const ModelInput in = random_input(config, {9, 5}, 3);
+  const ForwardOptions options{.precision = Precision::F32, .outputs = Outputs::All};
+  const ForwardResult a = whole.forward(in, options), b = low.forward(in, options);
+  ASSERT_EQ(a.logits.nbytes(), b.logits.nbytes());
+  EXPECT_EQ(std::memcmp(a.logits.data<float>(), b.logits.data<float>(), a.logits.nbytes()), 0);
+  EXPECT_EQ(exchange.call, whole.moe_layers().size());
+}
+
 // SPEC §7: an image's patches replace the <|image_pad|> rows; no loss is computed at them.
 TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
   const ModelConfig config = test::nano_config([](json& j) { j["vision"]["enabled"] = true; j["vision"]["channels"] = 2; });

@@ -9,8 +9,10 @@
 // the combine: those stay with every process.
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "hyla/model/moe_dispatch.h"
+#include "hyla/model/params.h"
 
 namespace hyla {
 
@@ -40,5 +42,12 @@ class LocalExperts final : public ExpertExchange {
 };
 
 LocalExperts& local_experts();
+
+// Parameter ownership: the routed expert a parameter belongs to (the E of
+// model.layers.L.mlp.experts.E.*), or -1 for every other parameter.
+int64_t routed_expert_of(const std::string& name);
+// The ParamStore::hold_only filter of a process that holds the routed experts [first, last) of
+// every MoE layer and every parameter that is not a routed expert's.
+std::function<bool(const Param&)> holds_experts(int64_t first, int64_t last);
 
 }  // namespace hyla

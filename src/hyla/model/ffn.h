@@ -56,6 +56,9 @@ class MoeFfn {
   LoadStats load_stats() const { return balancer_.stats(); }
 
   const Router& router() const { return router_; }
+  // The routed experts this process holds, for an exchange that runs another process's slot rows
+  // on them (expert_exchange.h).
+  RoutedExperts& routed_experts() { return experts_; }
 
  private:
   // Everything a forward leaves for backward (its arrays in kept_); non-saving forwards use a

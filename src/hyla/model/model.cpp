@@ -110,11 +110,12 @@ void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) co
   out.commit();
 }
 
-std::unique_ptr<Model> Model::load(const fs::path& dir) {
+std::unique_ptr<Model> Model::load(const fs::path& dir, const std::function<bool(const Param&)>& holds) {
   const ModelConfig config = ModelConfig::load((dir / "config.json").string());
   auto model = std::make_unique<Model>(config, /*allocate=*/false);
   const ModelWeights weights(dir);
   model->params_.plan_storage(weights, dir.string());
+  if (holds) model->params_.hold_only(holds);
   model->params_.allocate();
   model->params_.load(weights, dir.string());
   model->params_.refresh_bf16();
@@ -460,6 +461,13 @@ std::vector<Model::MixerRef> Model::mixers() const {
 void Model::update_balancing(Collective& collective) {
   for (DecoderLayer& layer : layers_)
     if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->update_balancing(collective);
+}
+
+std::vector<MoeFfn*> Model::moe_layers() const {
+  std::vector<MoeFfn*> out;
+  for (const DecoderLayer& layer : layers_)
+    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) out.push_back(moe->get());
+  return out;
 }
 
 void Model::set_expert_exchange(ExpertExchange& exchange) {

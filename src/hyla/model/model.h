@@ -2,6 +2,7 @@
 // The decoder (SPEC §2): embedding (and image patches, §7), layers of mixer + FFN joined by
 // block attention residuals (§6) or the pre-norm residual, final norm and LM head.
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -96,7 +97,9 @@ class Model {
   // Loads config.json and the weights of a model directory: F32, BF16 or F16, or a directory
   // written by `hyla quantize` (int8 weights, docs/quantization.md), which serves inference but
   // not training.
-  static std::unique_ptr<Model> load(const std::filesystem::path& dir);
+  // `holds` (ParamStore::hold_only) loads only the parameters this process holds.
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir,
+                                     const std::function<bool(const Param&)>& holds = nullptr);
 
   // The one forward. Without caches every sequence starts empty (training, evaluation, scoring);
   // with one cache per sequence, the new tokens (positions continuing the caches) extend them in
@@ -115,6 +118,8 @@ class Model {
   void update_balancing(Collective& collective = single_process());
   // Where every MoE layer's routed experts run (expert_exchange.h; default: all here).
   void set_expert_exchange(ExpertExchange& exchange);
+  // The MoE sublayers in depth order.
+  std::vector<MoeFfn*> moe_layers() const;
   void discard_routing();  // a skipped step: forget its routing, keep the bias
   std::vector<MoeFfn::LoadStats> load_stats() const;
 

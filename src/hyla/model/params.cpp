@@ -93,6 +93,7 @@ void ParamStore::allocate() {
   // int8 kernels take a fused matrix as a list of packed parts.)
   int64_t total = 0, int8_bytes = 0;
   for (const auto& p : params_) {
+    if (!p->held) continue;
     if (p->is_int8()) int8_bytes += int8_packed_bytes(p->shape[0], p->shape[1], p->int8_block);
     else total += p->numel();
   }
@@ -103,6 +104,7 @@ void ParamStore::allocate() {
   else int8_ = Tensor::empty(DType::I8, {int8_bytes});
   int64_t offset = 0, int8_offset = 0;
   for (const auto& p : params_) {
+    if (!p->held) continue;
     if (p->is_int8()) {
       p->int8 = {reinterpret_cast<const uint8_t*>(int8_.data<int8_t>()) + int8_offset, p->shape[0], p->shape[1],
                  p->int8_block};
@@ -124,6 +126,7 @@ void ParamStore::initialize(const ModelConfig& config, uint64_t seed) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
+    if (!p.held) continue;
     uint64_t mix = seed ^ hash_string(p.name);
     Rng rng(splitmix64(mix));  // per-name stream: independent of registration order and threads
     float* v = p.v();
@@ -161,8 +164,15 @@ void ParamStore::initialize(const ModelConfig& config, uint64_t seed) {
 
 int64_t ParamStore::numel() const {
   int64_t n = 0;
-  for (const auto& p : params_) n += p->numel();
+  for (const auto& p : params_) n += p->held ? p->numel() : 0;
   return n;
+}
+
+void ParamStore::hold_only(const std::function<bool(const Param&)>& holds) {
+  HYLA_ASSERT(!allocated_);
+  for (const auto& p : params_) p->held = holds(*p);
+  for (size_t i = 0; i + 1 < params_.size(); ++i)  // a fused matrix product is held whole or not at all
+    HYLA_ASSERT(!params_[i]->fused_with_next || params_[i]->held == params_[i + 1]->held);
 }
 
 Param* ParamStore::find(const std::string& name) const {
@@ -207,13 +217,15 @@ void ParamStore::refresh_bf16() {
 NamedTensors ParamStore::named_values(DType dtype) const {
   check_float_store(has_int8());
   NamedTensors out;
-  for (const auto& p : params_) out.emplace_back(p->name, dtype == DType::F32 ? p->value : p->value.to(dtype));
+  for (const auto& p : params_)
+    if (p->held) out.emplace_back(p->name, dtype == DType::F32 ? p->value : p->value.to(dtype));
   return out;
 }
 
 void ParamStore::load(const ModelWeights& weights, const std::string& source) {
   HYLA_ASSERT(allocated_);
   for (const auto& p : params_) {
+    if (!p->held) continue;
     const SafetensorsEntry& e = weights.entry(p->name);
     HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && e.shape == p->shape);
     const Tensor t = weights.get(p->name);

@@ -3,6 +3,7 @@
 // group, then laid out in one f32 value buffer and one f32 gradient buffer (llm.c style), so the
 // optimiser, gradient norm and checkpointing each run one flat loop.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -48,6 +49,10 @@ struct Param {
   // packed weights and value, value_bf16 and grad are undefined.
   int64_t int8_block = 0;
   Int8PackedMatrix int8;
+  // Whether this process holds the parameter (value, gradient, optimiser state). A parameter held
+  // elsewhere (another process's experts, ParamStore::hold_only) is registered, so names, shapes
+  // and model files stay whole, but has no memory here: value and grad stay undefined.
+  bool held = true;
   float* v() { return value.data<float>(); }
   float* g() { return grad.data<float>(); }
   const bf16* v16() const { return value_bf16.data<bf16>(); }
@@ -62,6 +67,10 @@ class ParamStore {
   // (names, shapes, dtypes and the int8 rules of docs/quantization.md) and marks the parameters the
   // file stores as int8.
   void plan_storage(const ModelWeights& weights, const std::string& source);
+  // Before allocate(): this process holds only the parameters `holds` accepts (e.g.
+  // holds_experts in expert_exchange.h); the others get no memory, no initialisation, no
+  // gradient, are not saved and are skipped when loading.
+  void hold_only(const std::function<bool(const Param&)>& holds);
   // Lays out every registered parameter; no parameter can be added afterwards. Float parameters
   // share one f32 buffer (and its bf16 copy); int8 ones one buffer of packed weights. A store with
   // int8 parameters serves inference only and has no gradients.
@@ -71,7 +80,7 @@ class ParamStore {
   const std::vector<std::unique_ptr<Param>>& params() const { return params_; }
   Param* find(const std::string& name) const;
   Param& get(const std::string& name) const;
-  int64_t numel() const;  // sum over parameters (also before allocation)
+  int64_t numel() const;  // sum over the held parameters: the length of the flat buffers (also before allocation)
   bool allocated() const { return allocated_; }
   bool has_int8() const;
   // The flat buffers over every parameter, for training (which needs float parameters).

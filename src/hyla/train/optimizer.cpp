@@ -14,6 +14,7 @@ AdamW::AdamW(ParamStore& params, const TrainConfig& c)
   constexpr int64_t kChunk = int64_t(1) << 16;
   int64_t total = 0;
   for (const auto& p : params.params()) {
+    if (!p->held) continue;
     const int64_t offset = p->v() - params.values();
     total = std::max(total, offset + p->numel());
     if (!p->trainable) continue;
