@@ -7,6 +7,7 @@
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
+#include "hyla/kernels/residual.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -256,9 +257,7 @@ const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCa
       // The new stream entry s + 1: the base entry (if any) + the sublayer's output.
       float* entry = stream_[size_t(s + 1)].data<float>();
       const float* prior = wiring.base >= 0 ? stream_[size_t(wiring.base)].data<float>() : nullptr;
-      parallel_rows(N, d, [&](int64_t r) {
-        for (int64_t j = 0; j < d; ++j) entry[r * d + j] = out[r * d + j] + (prior ? prior[r * d + j] : 0.0f);
-      });
+      add_rows(out, prior, N, d, entry);
     }
   }
   if (!attn_res) return stream_[size_t(2 * L)].data<float>();
@@ -283,12 +282,7 @@ void Model::body_backward(const float* d_final) {
     // entry = base + out: the entry's gradient is the output's, and flows to the base too.
     float* g = stream_grad_[size_t(s + 1)].data<float>();
     const int base = sublayers_[size_t(s)].base;
-    if (base >= 0) {
-      float* gb = stream_grad_[size_t(base)].data<float>();
-      parallel_rows(N, d, [&](int64_t r) {
-        for (int64_t j = 0; j < d; ++j) gb[r * d + j] += g[r * d + j];
-      });
-    }
+    if (base >= 0) accumulate_rows(g, N, d, stream_grad_[size_t(base)].data<float>());
     float* du = d_u_.data<float>();
     const auto t0 = std::chrono::steady_clock::now();
     if (mixer) std::visit([&](auto& m) { m->backward(g, du); }, layer.mixer);
