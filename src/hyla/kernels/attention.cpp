@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
 #include "hyla/core/memory.h"
@@ -37,9 +38,6 @@ struct Unit {
 // tile's scores, a query tile's packed Q and the output accumulator stay in L1/L2.
 constexpr int64_t kTileQ = 64;
 constexpr int64_t kTileK = 64;
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 // ---------------------------------------------------------------------------------------------
 // Tile products. Every product in the forward and backward pass has the form

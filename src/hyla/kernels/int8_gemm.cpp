@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
 #include "hyla/kernels/vec.h"
@@ -31,8 +32,7 @@ constexpr int64_t kPrefetchBytes = 1024;
 
 int64_t block_bytes(int64_t block) { return block * kPanelRows + kQuadBytes; }
 int64_t panel_bytes(int64_t cols, int64_t block) { return cols / block * block_bytes(block); }
-int64_t panel_count(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t panel_count(int64_t rows) { return ceil_div(rows, kPanelRows); }
 
 // One register tile: some rows of x from row0 on against some consecutive panels of one matrix.
 struct Tile {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/vec.h"
@@ -37,9 +38,6 @@ constexpr int64_t kTile = 64;
 constexpr int64_t kMinUnitRows = 128;
 constexpr int64_t kMaxUnitRows = 1024;
 constexpr int64_t kUnitsPerSequence = 4;
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 struct Geometry {
   int64_t H;      // heads

@@ -8,6 +8,7 @@
 #include <vector>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <unordered_map>
 
 #include "hyla/core/error.h"
@@ -128,20 +129,26 @@ GemmKey make_key(bool bf16_inputs, int64_t batch, Trans ta, Trans tb, int64_t M,
   return {bf16_inputs, ta, tb, batch, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, alpha, beta};
 }
 
+// One rule for both input types: a few rows against a transposed B (x · Wᵀ, decoding) go to
+// skinny_gemm, which streams W once in its stored layout; everything else to oneDNN.
+template <typename T>
+void dispatch_gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda,
+                   const T* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (ta == Trans::N && tb == Trans::T && M <= kSkinnyMaxRows)
+    return skinny_gemm(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run(make_key(std::is_same_v<T, bf16>, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
+}
+
 }  // namespace
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (ta == Trans::N && tb == Trans::T && M <= kSkinnyMaxRows)
-    return skinny_gemm(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  run(make_key(false, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
+  dispatch_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
           const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (ta == Trans::N && tb == Trans::T && M <= kSkinnyMaxRows)
-    return skinny_gemm(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  run(make_key(true, 1, ta, tb, M, N, K, alpha, lda, 0, ldb, 0, beta, ldc, 0), A, B, C);
+  dispatch_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,

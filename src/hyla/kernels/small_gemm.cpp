@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
 #include "hyla/kernels/vec.h"
@@ -194,8 +195,6 @@ void panels_bf16(int64_t M, int64_t N, int64_t pairs, float alpha, const uint32_
 }
 
 #endif  // __AVX512BF16__
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 

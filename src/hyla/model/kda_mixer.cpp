@@ -1,32 +1,15 @@
 #include "hyla/model/kda_mixer.h"
 
-#include <cmath>
+#include <algorithm>
 
-#include "hyla/core/threads.h"
-#include "hyla/kernels/activations.h"
 #include "hyla/kernels/conv1d.h"
 #include "hyla/kernels/norm.h"
-#include "hyla/kernels/vmath.h"
 
 namespace hyla {
 namespace {
 
-constexpr float kL2Eps = 1e-6f;  // SPEC §3: x / sqrt(Σx² + 1e-6)
-
 void grow(Tensor& t, int64_t rows, int64_t cols) {
   if (!t.defined() || t.numel() < rows * cols) t = Tensor::empty(DType::F32, {std::max<int64_t>(rows * cols, 1)});
-}
-
-// out[c] += Σ_r x[r, c] for an rows × cols block (row stride ld).
-void add_column_sums(const float* x, int64_t rows, int64_t cols, int64_t ld, float* out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-    const int64_t c1 = std::min(cols, c0 + 16);
-    float acc[16] = {0};
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += x[r * ld + c];
-    for (int64_t c = c0; c < c1; ++c) out[c] += acc[c - c0];
-  }
 }
 
 }  // namespace
@@ -66,10 +49,26 @@ KdaOptions KdaMixer::kernel_options(bool backward, Precision p) const {
   return o;
 }
 
+KdaPrepareShape KdaMixer::prepare_shape() const { return {rows_, heads_, head_dim_, in_proj_.out()}; }
+
+KdaDecayGate KdaMixer::decay_gate() const {
+  return {config_.kda.gate == KdaGate::LowerBound, gate_lower_bound_, a_log_->value.data<float>(),
+          dt_bias_->value.data<float>()};
+}
+
+// f and b are columns of the fused projection rows [q k v f g b].
+KdaPrepareInputs KdaMixer::prepare_inputs() const {
+  return {conv_.data<float>(), proj_.data<float>() + 3 * width_, proj_.data<float>() + 5 * width_};
+}
+
+KdaPrepared KdaMixer::prepared() {
+  return {plane(0), plane(1), plane(2), inv_norm_.data<float>(), decay_.data<float>(), beta_.data<float>()};
+}
+
 // Projections, convs (continuing from `conv_tails` when given: three [kernel-1, HK] tails per
 // sequence, q k v), activations, L2 norms, decays and β for the rows of ctx.tokens.
 void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails) {
-  const int64_t N = ctx.tokens.rows, HK = width_, H = heads_, K = head_dim_, P = in_proj_.out();
+  const int64_t N = ctx.tokens.rows, HK = width_, H = heads_, P = in_proj_.out();
   rows_ = N;
   u_ = u;
   grow(proj_, N, P);
@@ -89,39 +88,7 @@ void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, co
     causal_conv1d_forward(conv, proj_.data<float>() + which * HK, P, weights[which]->value.data<float>(),
                           conv_tails ? tails.data() : nullptr, conv_.data<float>() + which * HK, 3 * HK);
   }
-  const float q_scale = 1.0f / std::sqrt(float(K));
-  const float lb = gate_lower_bound_;
-  const bool bounded = config_.kda.gate == KdaGate::LowerBound;
-  const float* a_log = a_log_->value.data<float>();
-  const float* dt_bias = dt_bias_->value.data<float>();
-#pragma omp parallel for schedule(static) if (worth_parallel(N * 3 * HK))
-  for (int64_t r = 0; r < N; ++r) {
-    const float* c = conv_.data<float>() + r * 3 * HK;
-    for (int which = 0; which < 3; ++which) {
-      float* x = plane(which) + r * HK;
-      std::copy(c + which * HK, c + (which + 1) * HK, x);
-      silu_inplace(x, HK);
-    }
-    for (int64_t h = 0; h < H; ++h)
-      for (int which = 0; which < 2; ++which) {  // q then k
-        float* head = plane(which) + r * HK + h * K;
-        const float inv = 1.0f / std::sqrt(dot(head, head, K) + kL2Eps);
-        inv_norm_.data<float>()[r * 2 * H + which * H + h] = inv;
-        const float scale = inv * (which == 0 ? q_scale : 1.0f);
-        for (int64_t j = 0; j < K; ++j) head[j] *= scale;
-      }
-    const float* z_in = proj_.data<float>() + r * P + 3 * HK;
-    float* g = decay_.data<float>() + r * HK;
-    for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(a_log[h]);
-      for (int64_t j = h * K; j < (h + 1) * K; ++j) {
-        const float z = z_in[j] + dt_bias[j];
-        g[j] = bounded ? lb * sigmoid(a * z) : -a * softplus(z);
-      }
-    }
-    const float* b_in = proj_.data<float>() + r * P + 5 * HK;
-    for (int64_t h = 0; h < H; ++h) beta_.data<float>()[r * H + h] = sigmoid(b_in[h]);
-  }
+  kda_prepare_forward(prepare_shape(), decay_gate(), prepare_inputs(), prepared());
 }
 
 // y = o_proj(RMSNorm(o) per head ⊙ σ(gate)).
@@ -132,13 +99,7 @@ void KdaMixer::output(float* y, const ForwardContext& ctx, bool save) {
   grow(rstd_, N, H);
   rmsnorm_forward(o_.data<float>(), K, o_norm_.weight().value.data<float>(), N * H, K, float(config_.rms_norm_eps),
                   normed_.data<float>(), K, save ? rstd_.data<float>() : nullptr);
-#pragma omp parallel for schedule(static) if (worth_parallel(N * HK))
-  for (int64_t r = 0; r < N; ++r) {
-    const float* gate = proj_.data<float>() + r * P + 4 * HK;
-    const float* n = normed_.data<float>() + r * HK;
-    float* out = gated_.data<float>() + r * HK;
-    for (int64_t j = 0; j < HK; ++j) out[j] = n[j] * sigmoid(gate[j]);
-  }
+  kda_output_gate_forward(normed_.data<float>(), proj_.data<float>() + 4 * HK, P, N, HK, gated_.data<float>());
   o_proj_.forward(gated_.data<float>(), N, y, ctx.precision);
 }
 
@@ -201,18 +162,8 @@ void KdaMixer::backward(const float* dy, float* du) {
   // y = o_proj(gated), gated = normed ⊙ σ(gate).
   o_proj_.backward_input(dy, N, dgated, p);
   o_proj_.backward_weight(gated_.data<float>(), dy, N, p);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < N; ++r) {
-    const float* gate = proj_.data<float>() + r * P + 4 * HK;
-    const float* n = normed_.data<float>() + r * HK;
-    float* dg = dgated + r * HK;
-    float* dgate = dproj + r * P + 4 * HK;
-    for (int64_t j = 0; j < HK; ++j) {
-      const float s = sigmoid(gate[j]);
-      dgate[j] = dg[j] * n[j] * s * (1.0f - s);
-      dg[j] *= s;  // now d(normed)
-    }
-  }
+  kda_output_gate_backward(normed_.data<float>(), proj_.data<float>() + 4 * HK, P, N, HK, dgated, dgated,
+                           dproj + 4 * HK);  // dgated now holds d(normed)
   // normed = RMSNorm_{o_norm}(o) per head: do overwrites dgated in place.
   rmsnorm_backward(o_.data<float>(), K, o_norm_.weight().value.data<float>(), rstd_.data<float>(), dgated, K, N * H,
                    K, dgated, K, /*accumulate_dx=*/false, o_norm_.weight().g());
@@ -228,73 +179,9 @@ void KdaMixer::backward(const float* dy, float* du) {
   kda_backward({heads_, head_dim_, head_dim_}, in, kernel_options(true, p), dgated, nullptr, saved_states_,
                {dq, dk, dv, dg, dbeta, nullptr}, *workspace_);
 
-  const float q_scale = 1.0f / std::sqrt(float(K));
-  const float lb = gate_lower_bound_;
-  const bool bounded = config_.kda.gate == KdaGate::LowerBound;
-  const float* a_log = a_log_->value.data<float>();
-  const float* dt_bias = dt_bias_->value.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < N; ++r) {
-    float* row = dproj + r * P;
-    // β = σ(b).
-    for (int64_t h = 0; h < H; ++h) {
-      const float b = beta_.data<float>()[r * H + h];
-      row[5 * HK + h] = dbeta[r * H + h] * b * (1.0f - b);
-    }
-    // g = lb·σ(a z) or -a·softplus(z), z = f + dt_bias: dz into the f columns; dA_log is summed below.
-    const float* z_in = proj_.data<float>() + r * P + 3 * HK;
-    for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(a_log[h]);
-      for (int64_t j = h * K; j < (h + 1) * K; ++j) {
-        const float z = z_in[j] + dt_bias[j], d = dg[r * HK + j];
-        if (bounded) {
-          const float s = sigmoid(a * z);
-          row[3 * HK + j] = d * lb * s * (1.0f - s) * a;
-        } else {
-          row[3 * HK + j] = -d * a * sigmoid(z);
-        }
-      }
-    }
-    // q, k: x ↦ x / sqrt(Σx² + eps) (· K^-1/2 for q), after silu; v: silu. Back to the conv outputs.
-    const float* c = conv_.data<float>() + r * 3 * HK;
-    for (int which = 0; which < 3; ++which) {
-      float* d = (which == 0 ? dq : which == 1 ? dk : dv) + r * HK;
-      if (which < 2) {
-        const float scale = which == 0 ? q_scale : 1.0f;
-        for (int64_t h = 0; h < H; ++h) {
-          const float inv = inv_norm_.data<float>()[r * 2 * H + which * H + h];
-          const float* y = plane(which) + r * HK + h * K;  // = n · scale, n the unit vector
-          float* dh = d + h * K;
-          // n = x·inv, dn = scale·dy: dx = inv·(dn − n (n·dn)).
-          const float ndn = dot(y, dh, K);  // n·dn = (y/scale)·(dh·scale)
-          for (int64_t j = 0; j < K; ++j) {
-            const float n = y[j] / scale;
-            dh[j] = inv * (dh[j] * scale - n * ndn);
-          }
-        }
-      }
-      float* dc = row + which * HK;  // the conv gradient goes through the pre-conv projection columns below
-      for (int64_t j = 0; j < HK; ++j) {
-        const float x = c[which * HK + j], s = sigmoid(x);
-        dc[j] = d[j] * s * (1.0f + x * (1.0f - s));  // d silu / dx, stored temporarily as d(conv output)
-      }
-    }
-  }
-  // dt_bias: Σ_rows dz; A_log[h]: Σ dz·z (bounded: ∂g/∂A_log = z ∂g/∂z) or Σ dg·g (softplus: ∂g/∂A_log = g).
-  add_column_sums(dproj + 3 * HK, N, HK, P, dt_bias_->g());
-  {
-    float* dalog = a_log_->g();
-    std::vector<double> sums(size_t(H), 0.0);
-    for (int64_t r = 0; r < N; ++r) {
-      const float* z_in = proj_.data<float>() + r * P + 3 * HK;
-      for (int64_t j = 0; j < HK; ++j) {
-        const float contrib = bounded ? dproj[r * P + 3 * HK + j] * (z_in[j] + dt_bias[j])
-                                      : dg[r * HK + j] * decay_.data<float>()[r * HK + j];
-        sums[size_t(j / K)] += contrib;
-      }
-    }
-    for (int64_t h = 0; h < H; ++h) dalog[h] += float(sums[size_t(h)]);
-  }
+  // The activations, L2 norms and gates: d(conv output) into the q k v columns of dproj.
+  kda_prepare_backward(prepare_shape(), decay_gate(), prepare_inputs(), prepared(), {dq, dk, dv, dg, dbeta},
+                       {dproj, dproj + 3 * HK, dproj + 5 * HK, a_log_->g(), dt_bias_->g()});
   // Convs: d(conv output) sits in the q k v columns of dproj; replace it by d(conv input).
   const Conv1dShape conv{HK, config_.kda.conv_kernel, tokens.batch(), tokens.starts.data()};
   Param* weights[3] = {q_conv_, k_conv_, v_conv_};

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hyla/kernels/kda.h"
+#include "hyla/kernels/kda_gates.h"
 #include "hyla/model/config.h"
 #include "hyla/model/context.h"
 #include "hyla/model/layer_cache.h"
@@ -33,6 +34,11 @@ class KdaMixer {
   void project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails);
   void output(float* y, const ForwardContext& ctx, bool save);
   float* plane(int which) { return qkv_.data<float>() + which * rows_ * width_; }
+  // This layer's buffers as the pointwise kernels see them (kernels/kda_gates.h).
+  KdaPrepareShape prepare_shape() const;
+  KdaDecayGate decay_gate() const;
+  KdaPrepareInputs prepare_inputs() const;
+  KdaPrepared prepared();
   KdaOptions kernel_options(bool backward, Precision p) const;
 
   const ModelConfig& config_;

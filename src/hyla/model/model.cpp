@@ -7,6 +7,8 @@
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
+#include "hyla/kernels/cross_entropy.h"
+#include "hyla/kernels/residual.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -257,9 +259,7 @@ const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCa
       // The new stream entry s + 1: the base entry (if any) + the sublayer's output.
       float* entry = stream_[size_t(s + 1)].data<float>();
       const float* prior = wiring.base >= 0 ? stream_[size_t(wiring.base)].data<float>() : nullptr;
-      parallel_rows(N, d, [&](int64_t r) {
-        for (int64_t j = 0; j < d; ++j) entry[r * d + j] = out[r * d + j] + (prior ? prior[r * d + j] : 0.0f);
-      });
+      add_rows(out, prior, N, d, entry);
     }
   }
   if (!attn_res) return stream_[size_t(2 * L)].data<float>();
@@ -284,12 +284,7 @@ void Model::body_backward(const float* d_final) {
     // entry = base + out: the entry's gradient is the output's, and flows to the base too.
     float* g = stream_grad_[size_t(s + 1)].data<float>();
     const int base = sublayers_[size_t(s)].base;
-    if (base >= 0) {
-      float* gb = stream_grad_[size_t(base)].data<float>();
-      parallel_rows(N, d, [&](int64_t r) {
-        for (int64_t j = 0; j < d; ++j) gb[r * d + j] += g[r * d + j];
-      });
-    }
+    if (base >= 0) accumulate_rows(g, N, d, stream_grad_[size_t(base)].data<float>());
     float* du = d_u_.data<float>();
     const auto t0 = std::chrono::steady_clock::now();
     if (mixer) std::visit([&](auto& m) { m->backward(g, du); }, layer.mixer);
@@ -350,30 +345,12 @@ LossResult Model::head_loss(const float* normed, const ModelInput& in, Precision
     const int64_t n = std::min(kChunk, N - r0);
     float* logits = logits_chunk_.data<float>();
     lm_head_.forward(normed + r0 * d, n, logits, p);
-    double chunk_loss = 0;
-#pragma omp parallel for schedule(static) reduction(+ : chunk_loss)
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = logits + i * V;
-      const int32_t t = targets.empty() ? -1 : targets[size_t(r0 + i)];
-      if (t < 0) {
-        if (d_normed) std::fill(row, row + V, 0.0f);
-        continue;
-      }
-      float top = row[0];
-      for (int64_t j = 1; j < V; ++j) top = std::max(top, row[j]);
-      double sum = 0;
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - top));
-      const double lse = double(top) + std::log(sum);
-      if (weights) chunk_loss += double(weights[r0 + i]) * (lse - double(row[t]));
-      else chunk_loss += lse - double(row[t]);
-      if (d_normed) {  // softmax − onehot, scaled to this row's share of the mean (and its weight)
-        const float scale = weights ? grad_scale * weights[r0 + i] : grad_scale;
-        for (int64_t j = 0; j < V; ++j) row[j] = float(std::exp(double(row[j]) - lse)) * scale;
-        row[t] -= scale;
-      }
-    }
-    total += chunk_loss;
-    if (d_normed) {
+    const int32_t* chunk_targets = targets.data() + r0;
+    const float* chunk_weights = weights ? weights + r0 : nullptr;
+    if (!d_normed) {
+      total += cross_entropy_loss(logits, n, V, chunk_targets, chunk_weights);
+    } else {  // each row's gradient scaled to its share of the mean
+      total += cross_entropy_loss_and_gradient(logits, n, V, chunk_targets, chunk_weights, grad_scale);
       lm_head_.backward_input(logits, n, d_normed + r0 * d, p);
       lm_head_.backward_weight(normed + r0 * d, logits, n, p);
     }

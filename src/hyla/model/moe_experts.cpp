@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
@@ -13,8 +14,6 @@
 
 namespace hyla {
 namespace {
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // C = alpha · op(A) · B + beta · C on one thread, with bf16-rounded inputs under Precision::BF16.
 struct BlockProduct {
@@ -73,7 +72,7 @@ void RoutedExperts::plan(const ExpertDispatch& dispatch, int64_t first, int64_t 
       blocks_.push_back({e, begin, slots});
       continue;
     }
-    const int64_t parts = (slots + kTokenBlock - 1) / kTokenBlock;
+    const int64_t parts = ceil_div(slots, kTokenBlock);
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t lo = slots * p / parts, hi = slots * (p + 1) / parts;
       blocks_.push_back({e, begin + lo, hi - lo});
@@ -191,7 +190,7 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block whole = blocks_[i];
     const GatedMlp& expert = experts_[size_t(whole.expert)];
-    const int64_t parts = (whole.size + kTokenBlock - 1) / kTokenBlock;
+    const int64_t parts = ceil_div(whole.size, kTokenBlock);
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t lo = whole.size * p / parts, begin = whole.begin + lo, n = whole.size * (p + 1) / parts - lo;
       const int32_t* tokens = dispatch.slot_token.data() + begin;
