@@ -6,12 +6,11 @@
 #include <memory>
 #include <vector>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/workspace.h"
 #include "hyla/kernels/kda.h"
 
 namespace hyla {
-
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Row strides of the token-major inputs.
 struct KdaStrides {
