@@ -6,14 +6,6 @@
 #include "hyla/kernels/norm.h"
 
 namespace hyla {
-namespace {
-
-void grow(Tensor& t, int64_t rows, int64_t cols) {
-  if (!t.defined() || t.numel() < rows * cols) t = Tensor::empty(DType::F32, {std::max<int64_t>(rows * cols, 1)});
-}
-
-}  // namespace
-
 KdaMixer::KdaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config)
     : config_(config),
       heads_(config.kda.num_heads),
@@ -58,26 +50,27 @@ KdaDecayGate KdaMixer::decay_gate() const {
 
 // f and b are columns of the fused projection rows [q k v f g b].
 KdaPrepareInputs KdaMixer::prepare_inputs() const {
-  return {conv_.data<float>(), proj_.data<float>() + 3 * width_, proj_.data<float>() + 5 * width_};
+  return {conv_, proj_ + 3 * width_, proj_ + 5 * width_};
 }
 
 KdaPrepared KdaMixer::prepared() {
-  return {plane(0), plane(1), plane(2), inv_norm_.data<float>(), decay_.data<float>(), beta_.data<float>()};
+  return {plane(0), plane(1), plane(2), inv_norm_, decay_, beta_};
 }
 
 // Projections, convs (continuing from `conv_tails` when given: three [kernel-1, HK] tails per
 // sequence, q k v), activations, L2 norms, decays and β for the rows of ctx.tokens.
-void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails) {
+void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails,
+                                   LayerActivations& a) {
   const int64_t N = ctx.tokens.rows, HK = width_, H = heads_, P = in_proj_.out();
   rows_ = N;
   u_ = u;
-  grow(proj_, N, P);
-  grow(conv_, N, 3 * HK);
-  grow(qkv_, N, 3 * HK);
-  grow(inv_norm_, N, 2 * H);
-  grow(decay_, N, HK);
-  grow(beta_, N, H);
-  in_proj_.forward(u, N, proj_.data<float>(), ctx.precision);
+  proj_ = a.take<float>(N * P);
+  conv_ = a.take<float>(N * 3 * HK);
+  qkv_ = a.take<float>(N * 3 * HK);
+  inv_norm_ = a.take<float>(N * 2 * H);
+  decay_ = a.take<float>(N * HK);
+  beta_ = a.take<float>(N * H);
+  in_proj_.forward(u, N, proj_, ctx.precision);
 
   const Conv1dShape conv{HK, config_.kda.conv_kernel, ctx.tokens.batch(), ctx.tokens.starts.data()};
   const Param* weights[3] = {q_conv_, k_conv_, v_conv_};
@@ -85,33 +78,34 @@ void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, co
   for (int which = 0; which < 3; ++which) {
     for (int64_t b = 0; b < ctx.tokens.batch(); ++b)
       tails[size_t(b)] = conv_tails ? conv_tails[b] + which * (conv.kernel - 1) * HK : nullptr;
-    causal_conv1d_forward(conv, proj_.data<float>() + which * HK, P, weights[which]->value.data<float>(),
-                          conv_tails ? tails.data() : nullptr, conv_.data<float>() + which * HK, 3 * HK);
+    causal_conv1d_forward(conv, proj_ + which * HK, P, weights[which]->value.data<float>(),
+                          conv_tails ? tails.data() : nullptr, conv_ + which * HK, 3 * HK);
   }
   kda_prepare_forward(prepare_shape(), decay_gate(), prepare_inputs(), prepared());
 }
 
 // y = o_proj(RMSNorm(o) per head ⊙ σ(gate)).
-void KdaMixer::output(float* y, const ForwardContext& ctx, bool save) {
+void KdaMixer::output(float* y, const ForwardContext& ctx, bool save, LayerActivations& a) {
   const int64_t N = rows_, HK = width_, H = heads_, K = head_dim_, P = in_proj_.out();
-  grow(normed_, N, HK);
-  grow(gated_, N, HK);
-  grow(rstd_, N, H);
-  rmsnorm_forward(o_.data<float>(), K, o_norm_.weight().value.data<float>(), N * H, K, float(config_.rms_norm_eps),
-                  normed_.data<float>(), K, save ? rstd_.data<float>() : nullptr);
-  kda_output_gate_forward(normed_.data<float>(), proj_.data<float>() + 4 * HK, P, N, HK, gated_.data<float>());
-  o_proj_.forward(gated_.data<float>(), N, y, ctx.precision);
+  normed_ = a.take<float>(N * HK);
+  gated_ = a.take<float>(N * HK);
+  rstd_ = a.take<float>(N * H);
+  rmsnorm_forward(o_, K, o_norm_.weight().value.data<float>(), N * H, K, float(config_.rms_norm_eps),
+                  normed_, K, save ? rstd_ : nullptr);
+  kda_output_gate_forward(normed_, proj_ + 4 * HK, P, N, HK, gated_);
+  o_proj_.forward(gated_, N, y, ctx.precision);
 }
 
 void KdaMixer::forward(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches) {
   if (!caches.empty()) return forward_cached(u, y, ctx, caches);
-  project_and_prepare(u, ctx, nullptr);
-  grow(o_, rows_, width_);
+  LayerActivations a(kept_, ctx.workspace, ctx.save_for_backward);
+  project_and_prepare(u, ctx, nullptr, a);
+  o_ = a.take<float>(rows_ * width_);
   const KdaInputs in{ctx.tokens.batch(), ctx.tokens.starts.data(), plane(0), plane(1), plane(2),
-                     decay_.data<float>(), beta_.data<float>(), nullptr};
+                     decay_, beta_, nullptr};
   kda_forward({heads_, head_dim_, head_dim_}, in, kernel_options(ctx.save_for_backward, ctx.precision),
-              o_.data<float>(), nullptr, ctx.save_for_backward ? &saved_states_ : nullptr, ctx.workspace);
-  output(y, ctx, ctx.save_for_backward);
+              o_, nullptr, ctx.save_for_backward ? &saved_states_ : nullptr, ctx.workspace);
+  output(y, ctx, ctx.save_for_backward, a);
   tokens_ = &ctx.tokens;
   precision_ = ctx.precision;
   workspace_ = &ctx.workspace;
@@ -125,26 +119,27 @@ void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
     const RecurrentState& cache = std::get<RecurrentState>(*caches[size_t(b)]);
     tails[size_t(b)] = cache.conv_tails, states[size_t(b)] = cache.state;
   }
-  project_and_prepare(u, ctx, tails.data());
+  LayerActivations a(kept_, ctx.workspace, /*keep=*/false);
+  project_and_prepare(u, ctx, tails.data(), a);
   const Conv1dShape conv{width_, config_.kda.conv_kernel, B, ctx.tokens.starts.data()};
   std::vector<float*> tail(static_cast<size_t>(B));
   for (int which = 0; which < 3; ++which) {
     for (int64_t b = 0; b < B; ++b) tail[size_t(b)] = tails[size_t(b)] + which * (conv.kernel - 1) * width_;
-    causal_conv1d_update_tails(conv, proj_.data<float>() + which * width_, in_proj_.out(), tail.data());
+    causal_conv1d_update_tails(conv, proj_ + which * width_, in_proj_.out(), tail.data());
   }
-  grow(o_, rows_, width_);
+  o_ = a.take<float>(rows_ * width_);
   const KdaShape shape{heads_, head_dim_, head_dim_};
   bool decode = true;
   for (int64_t b = 0; b < B; ++b) decode &= ctx.tokens.length(b) == 1;
   if (decode) {
-    kda_decode_step(shape, B, plane(0), plane(1), plane(2), decay_.data<float>(), beta_.data<float>(), states.data(),
-                    o_.data<float>());
+    kda_decode_step(shape, B, plane(0), plane(1), plane(2), decay_, beta_, states.data(),
+                    o_);
   } else {
-    const KdaInputs in{B, ctx.tokens.starts.data(), plane(0), plane(1), plane(2), decay_.data<float>(),
-                       beta_.data<float>(), states.data()};
-    kda_forward(shape, in, kernel_options(false, ctx.precision), o_.data<float>(), states.data(), nullptr, ctx.workspace);
+    const KdaInputs in{B, ctx.tokens.starts.data(), plane(0), plane(1), plane(2), decay_,
+                       beta_, states.data()};
+    kda_forward(shape, in, kernel_options(false, ctx.precision), o_, states.data(), nullptr, ctx.workspace);
   }
-  output(y, ctx, false);
+  output(y, ctx, false, a);
 }
 
 void KdaMixer::backward(const float* dy, float* du) {
@@ -152,30 +147,27 @@ void KdaMixer::backward(const float* dy, float* du) {
   const TokenBatch& tokens = *tokens_;
   const int64_t N = rows_, HK = width_, H = heads_, K = head_dim_, P = in_proj_.out();
   const Precision p = precision_;
-  grow(grad_proj_, N, P);
-  grow(grad_out_, N, HK);
-  grow(grad_qkvg_, 4 * N, HK);
-  grow(grad_beta_, N, H);
-  float* dproj = grad_proj_.data<float>();
-  float* dgated = grad_out_.data<float>();
+  Frame scratch(workspace_->serial());
+  float* dproj = scratch.take<float>(N * P);
+  float* dgated = scratch.take<float>(N * HK);
 
   // y = o_proj(gated), gated = normed ⊙ σ(gate).
   o_proj_.backward_input(dy, N, dgated, p);
-  o_proj_.backward_weight(gated_.data<float>(), dy, N, p);
-  kda_output_gate_backward(normed_.data<float>(), proj_.data<float>() + 4 * HK, P, N, HK, dgated, dgated,
+  o_proj_.backward_weight(gated_, dy, N, p);
+  kda_output_gate_backward(normed_, proj_ + 4 * HK, P, N, HK, dgated, dgated,
                            dproj + 4 * HK);  // dgated now holds d(normed)
   // normed = RMSNorm_{o_norm}(o) per head: do overwrites dgated in place.
-  rmsnorm_backward(o_.data<float>(), K, o_norm_.weight().value.data<float>(), rstd_.data<float>(), dgated, K, N * H,
+  rmsnorm_backward(o_, K, o_norm_.weight().value.data<float>(), rstd_, dgated, K, N * H,
                    K, dgated, K, /*accumulate_dx=*/false, o_norm_.weight().g());
 
   // The delta rule.
-  float* dq = grad_qkvg_.data<float>();
+  float* dq = scratch.take<float>(4 * N * HK);
   float* dk = dq + N * HK;
   float* dv = dk + N * HK;
   float* dg = dv + N * HK;
-  float* dbeta = grad_beta_.data<float>();
-  const KdaInputs in{tokens.batch(), tokens.starts.data(), plane(0), plane(1), plane(2), decay_.data<float>(),
-                     beta_.data<float>(), nullptr};
+  float* dbeta = scratch.take<float>(N * H);
+  const KdaInputs in{tokens.batch(), tokens.starts.data(), plane(0), plane(1), plane(2), decay_,
+                     beta_, nullptr};
   kda_backward({heads_, head_dim_, head_dim_}, in, kernel_options(true, p), dgated, nullptr, saved_states_,
                {dq, dk, dv, dg, dbeta, nullptr}, *workspace_);
 
@@ -185,9 +177,9 @@ void KdaMixer::backward(const float* dy, float* du) {
   // Convs: d(conv output) sits in the q k v columns of dproj; replace it by d(conv input).
   const Conv1dShape conv{HK, config_.kda.conv_kernel, tokens.batch(), tokens.starts.data()};
   Param* weights[3] = {q_conv_, k_conv_, v_conv_};
-  float* dconv_in = grad_out_.data<float>();  // free again: [N, HK]
+  float* dconv_in = dgated;  // free again: [N, HK]
   for (int which = 0; which < 3; ++which) {
-    causal_conv1d_backward(conv, proj_.data<float>() + which * HK, P, weights[which]->value.data<float>(),
+    causal_conv1d_backward(conv, proj_ + which * HK, P, weights[which]->value.data<float>(),
                            dproj + which * HK, P, dconv_in, HK, weights[which]->g());
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) std::copy(dconv_in + r * HK, dconv_in + (r + 1) * HK, dproj + r * P + which * HK);

@@ -9,6 +9,7 @@
 #include "hyla/kernels/kda_gates.h"
 #include "hyla/model/config.h"
 #include "hyla/model/context.h"
+#include "hyla/model/layer_buffer.h"
 #include "hyla/model/layer_cache.h"
 #include "hyla/model/layers.h"
 
@@ -31,9 +32,10 @@ class KdaMixer {
 
  private:
   void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches);
-  void project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails);
-  void output(float* y, const ForwardContext& ctx, bool save);
-  float* plane(int which) { return qkv_.data<float>() + which * rows_ * width_; }
+  void project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails,
+                           LayerActivations& a);
+  void output(float* y, const ForwardContext& ctx, bool save, LayerActivations& a);
+  float* plane(int which) { return qkv_ + which * rows_ * width_; }
   // This layer's buffers as the pointwise kernels see them (kernels/kda_gates.h).
   KdaPrepareShape prepare_shape() const;
   KdaDecayGate decay_gate() const;
@@ -50,23 +52,24 @@ class KdaMixer {
   Param *q_conv_, *k_conv_, *v_conv_, *a_log_, *dt_bias_;
   RmsNorm o_norm_;
 
-  // Activations of the last forward (rows × columns), grown to the largest batch and reused.
+  // Activations of the last forward (rows × columns): in kept_ when it saved for backward, else
+  // in the workspace and gone after the call.
   int64_t rows_ = 0;
   const float* u_ = nullptr;
-  Tensor proj_;          // [N, 5HK + H]: q k v (pre-conv), f, g (output gate logits), b
-  Tensor conv_;          // [N, 3HK]: conv outputs of q k v, before silu
-  Tensor qkv_;           // three [N, HK] planes q, k, v: silu(conv), q and k L2-normalised (q scaled)
-  Tensor inv_norm_;      // [N, 2H]: 1/sqrt(Σx² + 1e-6) of q and k per head
-  Tensor decay_, beta_;  // g [N, HK], β [N, H]
-  Tensor o_;             // [N, HV] kernel output
-  Tensor gated_;         // [N, HV] RMSNorm(o) ⊙ σ(gate)
-  Tensor normed_;        // [N, HV] RMSNorm(o)
-  Tensor rstd_;          // [N·H] of the output norm
+  float* proj_ = nullptr;      // [N, 5HK + H]: q k v (pre-conv), f, g (output gate logits), b
+  float* conv_ = nullptr;      // [N, 3HK]: conv outputs of q k v, before silu
+  float* qkv_ = nullptr;       // three [N, HK] planes q, k, v: silu(conv), q and k L2-normalised (q scaled)
+  float* inv_norm_ = nullptr;  // [N, 2H]: 1/sqrt(Σx² + 1e-6) of q and k per head
+  float *decay_ = nullptr, *beta_ = nullptr;  // g [N, HK], β [N, H]
+  float* o_ = nullptr;         // [N, HV] kernel output
+  float* gated_ = nullptr;     // [N, HV] RMSNorm(o) ⊙ σ(gate)
+  float* normed_ = nullptr;    // [N, HV] RMSNorm(o)
+  float* rstd_ = nullptr;      // [N·H] of the output norm
+  Arena kept_;
   KdaSavedStates saved_states_;
   Workspace* workspace_ = nullptr;
   const TokenBatch* tokens_ = nullptr;
   Precision precision_ = Precision::F32;
-  Tensor grad_proj_, grad_out_, grad_qkvg_, grad_beta_;  // backward temporaries
 };
 
 }  // namespace hyla
