@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "hyla/core/threads.h"
 #include "hyla/kernels/activations.h"
@@ -32,10 +31,6 @@ void kda_prepare_forward(const KdaPrepareShape& s, const KdaDecayGate& gate, con
                          const KdaPrepared& out) {
   const int64_t N = s.rows, H = s.heads, K = s.head_dim, HK = H * K, ld = s.ld_proj;
   const float q_scale = 1.0f / std::sqrt(float(K));
-  const float lb = gate.lower_bound;
-  const bool bounded = gate.lower_bounded;
-  const float* a_log = gate.a_log;
-  const float* dt_bias = gate.dt_bias;
   float* const planes[3] = {out.q, out.k, out.v};
 #pragma omp parallel for schedule(static) if (worth_parallel(N * 3 * HK))
   for (int64_t r = 0; r < N; ++r) {
@@ -56,10 +51,10 @@ void kda_prepare_forward(const KdaPrepareShape& s, const KdaDecayGate& gate, con
     const float* z_in = in.f + r * ld;
     float* g = out.g + r * HK;
     for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(a_log[h]);
+      const float a = std::exp(gate.a_log[h]);
       for (int64_t j = h * K; j < (h + 1) * K; ++j) {
-        const float z = z_in[j] + dt_bias[j];
-        g[j] = bounded ? lb * sigmoid(a * z) : -a * softplus(z);
+        const float z = z_in[j] + gate.dt_bias[j];
+        g[j] = gate.lower_bounded ? gate.lower_bound * sigmoid(a * z) : -a * softplus(z);
       }
     }
     const float* b_in = in.b + r * ld;
@@ -71,10 +66,6 @@ void kda_prepare_backward(const KdaPrepareShape& s, const KdaDecayGate& gate, co
                           const KdaPrepared& saved, const KdaPrepareGrads& grads, const KdaPrepareInputGrads& out) {
   const int64_t N = s.rows, H = s.heads, K = s.head_dim, HK = H * K, ld = s.ld_proj;
   const float q_scale = 1.0f / std::sqrt(float(K));
-  const float lb = gate.lower_bound;
-  const bool bounded = gate.lower_bounded;
-  const float* a_log = gate.a_log;
-  const float* dt_bias = gate.dt_bias;
   const float* const planes[3] = {saved.q, saved.k, saved.v};
   const float* const d_planes[3] = {grads.dq, grads.dk, grads.dv};
 #pragma omp parallel for schedule(static)
@@ -88,12 +79,12 @@ void kda_prepare_backward(const KdaPrepareShape& s, const KdaDecayGate& gate, co
     const float* z_in = in.f + r * ld;
     float* df = out.df + r * ld;
     for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(a_log[h]);
+      const float a = std::exp(gate.a_log[h]);
       for (int64_t j = h * K; j < (h + 1) * K; ++j) {
-        const float z = z_in[j] + dt_bias[j], d = grads.dg[r * HK + j];
-        if (bounded) {
+        const float z = z_in[j] + gate.dt_bias[j], d = grads.dg[r * HK + j];
+        if (gate.lower_bounded) {
           const float sg = sigmoid(a * z);
-          df[j] = d * lb * sg * (1.0f - sg) * a;
+          df[j] = d * gate.lower_bound * sg * (1.0f - sg) * a;
         } else {
           df[j] = -d * a * sigmoid(z);
         }
@@ -128,16 +119,14 @@ void kda_prepare_backward(const KdaPrepareShape& s, const KdaDecayGate& gate, co
   }
   // dt_bias: Σ_rows dz; A_log[h]: Σ dz·z (bounded: ∂g/∂A_log = z ∂g/∂z) or Σ dg·g (softplus: ∂g/∂A_log = g).
   add_column_sums(out.df, N, HK, ld, out.d_dt_bias);
-  std::vector<double> sums(size_t(H), 0.0);
-  for (int64_t r = 0; r < N; ++r) {
-    const float* z_in = in.f + r * ld;
-    for (int64_t j = 0; j < HK; ++j) {
-      const float contrib = bounded ? out.df[r * ld + j] * (z_in[j] + dt_bias[j])
-                                    : grads.dg[r * HK + j] * saved.g[r * HK + j];
-      sums[size_t(j / K)] += contrib;
-    }
+  for (int64_t h = 0; h < H; ++h) {
+    double sum = 0.0;
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t j = h * K; j < (h + 1) * K; ++j)
+        sum += gate.lower_bounded ? out.df[r * ld + j] * (in.f[r * ld + j] + gate.dt_bias[j])
+                                  : grads.dg[r * HK + j] * saved.g[r * HK + j];
+    out.d_a_log[h] += float(sum);
   }
-  for (int64_t h = 0; h < H; ++h) out.d_a_log[h] += float(sums[size_t(h)]);
 }
 
 void kda_output_gate_forward(const float* normed, const float* logits, int64_t ld_logits, int64_t rows,
