@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "hyla/core/threads.h"
+
 namespace hyla {
 namespace {
 
@@ -9,7 +11,7 @@ namespace {
 void rotate(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout lx, float* y,
             RopeLayout ly, float sign) {
   const int64_t pairs = dim / 2;
-#pragma omp parallel for schedule(static) if (rows * heads * dim > (1 << 14))
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * heads * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const float* cos = table + r * dim;
     const float* sin = cos + pairs;

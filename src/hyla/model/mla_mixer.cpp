@@ -4,15 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "hyla/core/threads.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/rope.h"
 
 namespace hyla {
 namespace {
-
-// Row loops touching fewer values than this run on one thread (a decode step's few rows).
-constexpr int64_t kParallelValues = 1 << 15;
 
 // The sequence of batch row r.
 int64_t sequence_of(const TokenBatch& tokens, int64_t r) {
@@ -65,7 +63,7 @@ float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const 
   input_proj_.forward(u, rows, proj, p);
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
-#pragma omp parallel for schedule(static) if (rows * width > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * width))
     for (int64_t r = 0; r < rows; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
   }
   if (rope_dim_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
@@ -79,7 +77,7 @@ float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save
   const float* unrotated = q;
   RopeLayout unrotated_layout{ldq, qk_dim_};
   if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (nope parts only)
-#pragma omp parallel for schedule(static) if (rows * ldq > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * ldq))
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t h = 0; h < heads_; ++h)
         std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(nope_dim_) * sizeof(float));
@@ -119,7 +117,7 @@ void MlaMixer::up_project(const float* latent, int64_t ld_latent, const float* k
   Frame scratch(workspace_->serial());
   float* kv = scratch.take<float>(rows * heads_ * per_head);
   kv_b_proj_.forward(latent, rows, kv, p, 0.0f, ld_latent);
-#pragma omp parallel for schedule(static) if (rows * ldk > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * ldk))
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads_; ++h) {
       const float* src = kv + (r * heads_ + h) * per_head;
@@ -136,7 +134,7 @@ void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
     float* gated = gated_ = a.take<float>(rows * width);
-#pragma omp parallel for schedule(static) if (rows * width > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * width))
     for (int64_t r = 0; r < rows; ++r) {
       const float* gate = proj + r * proj_width_ + gate_offset_;
 #pragma omp simd
@@ -200,7 +198,7 @@ void MlaMixer::backward(const float* dy, float* du) {
   o_proj_.backward_weight(g_proj_.defined() ? gated_ : o, dy, N, p);
   float* dproj = scratch.take<float>(N * proj_width_);
   if (g_proj_.defined()) {
-#pragma omp parallel for schedule(static) if (N * ldo > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * ldo))
     for (int64_t r = 0; r < N; ++r) {
       const float* gate = proj + r * proj_width_ + gate_offset_;
       float* d_gate = dproj + r * proj_width_ + gate_offset_;
@@ -226,7 +224,7 @@ void MlaMixer::backward(const float* dy, float* du) {
   // over heads, rotated back, in proj's k_pe columns.
   float* dkv = scratch.take<float>(N * heads_ * per_head);
   float* dk_pe = dproj + kv_offset_ + kv_lora_rank_;
-#pragma omp parallel for schedule(static) if (N * ldq > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * ldq))
   for (int64_t r = 0; r < N; ++r) {
     float* sum = dk_pe + r * proj_width_;
     std::fill(sum, sum + rope_dim_, 0.0f);
@@ -246,7 +244,7 @@ void MlaMixer::backward(const float* dy, float* du) {
 
   // Queries
   if (q_lora_rank_ == 0) {
-#pragma omp parallel for schedule(static) if (N * ldq > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * ldq))
     for (int64_t r = 0; r < N; ++r)
       for (int64_t h = 0; h < heads_; ++h)
         std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
@@ -321,7 +319,7 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
 void MlaMixer::append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe,
                                 std::span<LatentCache* const> caches) {
   const int64_t N = tokens.rows, width = cache_width();
-#pragma omp parallel for schedule(static) if (N * width > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * width))
   for (int64_t r = 0; r < N; ++r) {
     const int64_t b = sequence_of(tokens, r);
     const LatentCache& cache = *caches[size_t(b)];
@@ -358,7 +356,7 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
   const int64_t count = int64_t(sequences.size()), queries = q_starts_.back(), keys = k_starts_.back();
   Frame scratch(workspace_->serial());
   float* latent = scratch.take<float>(keys * width);
-#pragma omp parallel for schedule(static) if (keys * width > kParallelValues)
+#pragma omp parallel for schedule(static) if (worth_parallel(keys * width))
   for (int64_t j = 0; j < keys; ++j) {
     const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
     const LatentCache& cache = *caches[size_t(sequences[size_t(s)])];
