@@ -13,6 +13,7 @@
 #include "hyla/core/error.h"
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/vec.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -69,71 +70,14 @@ Outputs run_kernel(const Problem& p) {
   return run_kernel(p, ws);
 }
 
-// The reference: full softmax per query row in double, and its analytic gradient for the loss
-// Σ dO ∘ O. Inputs are taken as double so finite differences can perturb them.
-struct Reference {
-  std::vector<double> o, lse, dq, dk, dv;
-};
-
-bool visible(int64_t key, int64_t pos, int64_t window) { return key <= pos && (window == 0 || pos - key < window); }
+// The reference (tests/reference_ops.h): full softmax per query row in double, and its analytic
+// gradient for the loss Σ dO ∘ O. Inputs are taken as double so finite differences can perturb them.
+using Reference = reference::AttentionDouble;
 
 Reference reference(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, bool gradients) {
-  const AttentionDims& d = p.dims;
-  const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim;
-  Reference r;
-  r.o.assign(size_t(p.nq() * H * Dv), 0.0);
-  r.lse.assign(size_t(p.nq() * H), -INFINITY);
-  r.dq.assign(q.size(), 0.0);
-  r.dk.assign(k.size(), 0.0);
-  r.dv.assign(v.size(), 0.0);
-  std::vector<double> prob, dprob;
-  for (int64_t b = 0; b < p.batch(); ++b) {
-    const int64_t qb = p.q_starts[size_t(b)], q_len = p.q_starts[size_t(b) + 1] - qb;
-    const int64_t kb = p.k_starts[size_t(b)], kv_len = p.k_starts[size_t(b) + 1] - kb;
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < q_len; ++i) {
-        const int64_t pos = kv_len - q_len + i, row = (qb + i) * H + h;
-        const double* qi = &q[size_t(row * Dq)];
-        prob.assign(size_t(kv_len), 0.0);
-        double mx = -INFINITY;
-        for (int64_t s = 0; s < kv_len; ++s) {
-          if (!visible(s, pos, d.window)) continue;
-          double dot = 0;
-          for (int64_t e = 0; e < Dq; ++e) dot += qi[e] * k[size_t(((kb + s) * H + h) * Dq + e)];
-          prob[size_t(s)] = d.scale * dot;
-          mx = std::max(mx, prob[size_t(s)]);
-        }
-        if (mx == -INFINITY) continue;  // sees no key: o = 0, lse = -inf, no gradient
-        double sum = 0;
-        for (int64_t s = 0; s < kv_len; ++s)
-          sum += prob[size_t(s)] = visible(s, pos, d.window) ? std::exp(prob[size_t(s)] - mx) : 0.0;
-        r.lse[size_t(row)] = mx + std::log(sum);
-        for (int64_t s = 0; s < kv_len; ++s) {
-          prob[size_t(s)] /= sum;
-          for (int64_t e = 0; e < Dv; ++e) r.o[size_t(row * Dv + e)] += prob[size_t(s)] * v[size_t(((kb + s) * H + h) * Dv + e)];
-        }
-        if (!gradients) continue;
-        const float* g = &p.d_o[size_t(row * Dv)];
-        double D = 0;
-        for (int64_t e = 0; e < Dv; ++e) D += g[e] * r.o[size_t(row * Dv + e)];
-        for (int64_t s = 0; s < kv_len; ++s) {
-          if (prob[size_t(s)] == 0.0) continue;
-          const int64_t krow = (kb + s) * H + h;
-          double dp = 0;
-          for (int64_t e = 0; e < Dv; ++e) {
-            dp += g[e] * v[size_t(krow * Dv + e)];
-            r.dv[size_t(krow * Dv + e)] += prob[size_t(s)] * g[e];
-          }
-          const double ds = d.scale * prob[size_t(s)] * (dp - D);
-          for (int64_t e = 0; e < Dq; ++e) {
-            r.dq[size_t(row * Dq + e)] += ds * k[size_t(krow * Dq + e)];
-            r.dk[size_t(krow * Dq + e)] += ds * qi[e];
-          }
-        }
-      }
-  }
-  return r;
+  return reference::attention(p.dims, p.batch(), p.q_starts.data(), p.k_starts.data(), q, k, v,
+                              gradients ? p.d_o.data() : nullptr);
 }
 
 std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }

@@ -7,6 +7,7 @@
 
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
+#include "hyla/kernels/backend.h"
 #include "hyla/model/model.h"
 #include "model_test_util.h"
 #include "test_util.h"
@@ -23,6 +24,13 @@ TEST(Cli, HelpListsSubcommands) {
   for (const char* cmd : {"version", "inspect", "init", "tokenizer", "data"}) EXPECT_NE(r.output.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(run_hyla("inspect --help").exit_code, 0);
   EXPECT_NE(run_hyla("no-such-command").exit_code, 0);
+}
+
+// The binary reports the kernel backend it was linked with, instruction set included.
+TEST(Cli, VersionNamesTheKernelBackend) {
+  const auto r = run_hyla("version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find(std::string("\nkernels ") + kernel_backend_name() + "\n"), std::string::npos) << r.output;
 }
 
 TEST(Cli, InitThenInspectRoundTrips) {

@@ -1,7 +1,7 @@
-// The cross-entropy kernels (kernels/cross_entropy.h) against a double-precision reference written
-// here: the loss with and without per-row weights (negative and zero ones included, as policy
-// gradients use), rows without a target, logits far from 0, and the gradient against central
-// differences of the reference.
+// The cross-entropy kernels (kernels/cross_entropy.h) against the double-precision reference
+// (tests/reference_ops.h): the loss with and without per-row weights (negative and zero ones
+// included, as policy gradients use), rows without a target, logits far from 0, and the gradient
+// against central differences of the reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hyla/kernels/cross_entropy.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -33,17 +34,8 @@ Batch make_batch(int64_t rows, int64_t classes) {
 }
 
 double reference_loss(const std::vector<double>& logits, const Batch& b, bool weighted) {
-  double total = 0.0;
-  for (int64_t r = 0; r < b.rows; ++r) {
-    const int32_t t = b.targets[size_t(r)];
-    if (t < 0) continue;
-    const double* x = logits.data() + r * b.classes;
-    const double top = *std::max_element(x, x + b.classes);
-    double sum = 0.0;
-    for (int64_t j = 0; j < b.classes; ++j) sum += std::exp(x[j] - top);
-    total += (weighted ? double(b.weights[size_t(r)]) : 1.0) * (top + std::log(sum) - x[t]);
-  }
-  return total;
+  return reference::cross_entropy_loss(logits.data(), b.rows, b.classes, b.targets.data(),
+                                       weighted ? b.weights.data() : nullptr);
 }
 
 TEST(CrossEntropy, LossMatchesReference) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hyla/kernels/kda.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -65,39 +66,11 @@ Problem make_problem(int64_t H, int64_t K, int64_t V, std::vector<int64_t> lengt
   return p;
 }
 
-// The definition in double precision; also returns the final states.
-void reference(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
-               const std::vector<double>& v, const std::vector<double>& g, const std::vector<double>& beta,
-               const std::vector<double>& s0, std::vector<double>& o, std::vector<double>& s_final) {
-  const int64_t H = p.shape.heads, K = p.shape.key_dim, V = p.shape.value_dim;
-  o.assign(size_t(p.rows() * H * V), 0.0);
-  s_final.assign(s0.size(), 0.0);
-  std::vector<double> S(static_cast<size_t>(K * V)), e(static_cast<size_t>(V));
-  for (int64_t b = 0; b < p.batch(); ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      std::copy(s0.begin() + (b * H + h) * K * V, s0.begin() + (b * H + h + 1) * K * V, S.begin());
-      for (int64_t t = p.starts[b]; t < p.starts[b + 1]; ++t) {
-        const int64_t x = t * H + h;
-        for (int64_t c = 0; c < K; ++c)
-          for (int64_t j = 0; j < V; ++j) S[c * V + j] *= std::exp(g[x * K + c]);
-        for (int64_t j = 0; j < V; ++j) {
-          double s = 0;
-          for (int64_t c = 0; c < K; ++c) s += S[c * V + j] * k[x * K + c];
-          e[j] = v[x * V + j] - s;
-        }
-        for (int64_t c = 0; c < K; ++c)
-          for (int64_t j = 0; j < V; ++j) S[c * V + j] += beta[x] * k[x * K + c] * e[j];
-        for (int64_t j = 0; j < V; ++j) {
-          double s = 0;
-          for (int64_t c = 0; c < K; ++c) s += S[c * V + j] * q[x * K + c];
-          o[x * V + j] = s;
-        }
-      }
-      std::copy(S.begin(), S.end(), s_final.begin() + (b * H + h) * K * V);
-    }
-}
-
 std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+reference::KdaDoubleInputs doubles(const Problem& p) {
+  return {to_double(p.q), to_double(p.k), to_double(p.v), to_double(p.g), to_double(p.beta), to_double(p.s0)};
+}
 
 struct Output {
   std::vector<float> o, s;
@@ -143,7 +116,7 @@ KdaOptions options(KdaPath path, int64_t chunk = 64, bool bf16 = false) {
 TEST(Kda, RecurrentMatchesDoubleReference) {
   const Problem p = make_problem(2, 16, 24, {37, 1, 70}, Gate::LowerBound, 1);
   std::vector<double> o, s;
-  reference(p, to_double(p.q), to_double(p.k), to_double(p.v), to_double(p.g), to_double(p.beta), to_double(p.s0), o, s);
+  reference::kda_recurrence(p.shape, p.batch(), p.starts.data(), doubles(p), o, s);
   const Output r = run_forward(p, options(KdaPath::Recurrent));
   EXPECT_LT(relative_error(r.o, o), 1e-5);
   EXPECT_LT(relative_error(r.s, s), 1e-5);
@@ -303,13 +276,11 @@ TEST(Kda, BackwardMatchesFiniteDifferences) {
   std::vector<float> Wo(size_t(N * H * V)), Ws(p.s0.size());
   for (float& x : Wo) x = normal(rng);
   for (float& x : Ws) x = normal(rng);
-  struct Inputs {
-    std::vector<double> q, k, v, g, beta, s0;
-  };
-  const Inputs base{to_double(p.q), to_double(p.k), to_double(p.v), to_double(p.g), to_double(p.beta), to_double(p.s0)};
+  using Inputs = reference::KdaDoubleInputs;
+  const Inputs base = doubles(p);
   auto loss = [&](const Inputs& x) {
     std::vector<double> o, s;
-    reference(p, x.q, x.k, x.v, x.g, x.beta, x.s0, o, s);
+    reference::kda_recurrence(p.shape, p.batch(), p.starts.data(), x, o, s);
     double l = 0;
     for (size_t i = 0; i < o.size(); ++i) l += o[i] * Wo[i];
     for (size_t i = 0; i < s.size(); ++i) l += s[i] * Ws[i];
@@ -334,7 +305,7 @@ TEST(Kda, BackwardMatchesFiniteDifferences) {
       const std::vector<float>* grad;
     };
     const Check checks[] = {{"q", &Inputs::q, &dq}, {"k", &Inputs::k, &dk}, {"v", &Inputs::v, &dv},
-                            {"g", &Inputs::g, &dg}, {"beta", &Inputs::beta, &db}, {"s0", &Inputs::s0, &ds0}};
+                            {"g", &Inputs::g, &dg}, {"beta", &Inputs::beta, &db}, {"s0", &Inputs::initial_states, &ds0}};
     for (const Check& c : checks) {
       const std::vector<float>& grad = *c.grad;
       double scale = 0;

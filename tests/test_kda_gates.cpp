@@ -1,6 +1,6 @@
 // The KDA mixer's pointwise kernels (kernels/kda_gates.h, SPEC §3): the prepare step (silu, per-head
-// L2 norms, the decay gate in both forms, β) and the output gate, forward against a double-precision
-// reference written here from the SPEC, backward against central differences of that reference.
+// L2 norms, the decay gate in both forms, β) and the output gate, forward against the double-precision
+// reference (tests/reference_ops.h), backward against central differences of that reference.
 // Sizes are odd (head widths off the 16-lane vectors, a partial 16-column block) and one case is large
 // enough that the row loops run in parallel. The kernels read their logits and write their
 // gradients inside the rows of a fused projection, so the tests lay them out that way and check
@@ -18,6 +18,7 @@
 
 #include "hyla/core/threads.h"
 #include "hyla/kernels/kda_gates.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -37,9 +38,6 @@ Doubles random_doubles(int64_t n, uint32_t seed, float stddev = 1.0f, float mean
   const std::vector<float> f = random_vector(n, seed, stddev, mean);
   return {f.begin(), f.end()};
 }
-
-double sigmoid_d(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double softplus_d(double x) { return std::log1p(std::exp(x)); }
 
 // Worst |got − want| over the largest |want|: every value here is an f32 result of a few roundings
 // (~1e-7 relative) off the double reference; 1e-5 leaves margin, a wrong formula is off by O(1).
@@ -106,42 +104,10 @@ struct PrepareInputs {
   Doubles conv, proj, a_log, dt_bias;  // conv [N, 3HK], proj [N, ld] (only f and b are read)
 };
 
-struct PrepareReference {
-  Doubles q, k, v, inv_norm, g, beta;
-};
-
-PrepareReference reference_prepare(const Layout& s, bool bounded, double lb, const PrepareInputs& in) {
-  const int64_t N = s.N, H = s.H, K = s.K, HK = s.HK();
-  PrepareReference out;
-  Doubles* planes[3] = {&out.q, &out.k, &out.v};
-  for (Doubles* p : planes) p->assign(size_t(N * HK), 0.0);
-  out.inv_norm.assign(size_t(N * 2 * H), 0.0);
-  out.g.assign(size_t(N * HK), 0.0);
-  out.beta.assign(size_t(N * H), 0.0);
-  for (int64_t r = 0; r < N; ++r) {
-    for (int which = 0; which < 3; ++which)
-      for (int64_t j = 0; j < HK; ++j) {
-        const double x = in.conv[size_t(r * 3 * HK + which * HK + j)];
-        (*planes[which])[size_t(r * HK + j)] = x * sigmoid_d(x);
-      }
-    for (int which = 0; which < 2; ++which)
-      for (int64_t h = 0; h < H; ++h) {
-        double* head = planes[which]->data() + r * HK + h * K;
-        double sq = 0.0;
-        for (int64_t j = 0; j < K; ++j) sq += head[j] * head[j];
-        const double inv = 1.0 / std::sqrt(sq + 1e-6);
-        out.inv_norm[size_t(r * 2 * H + which * H + h)] = inv;
-        for (int64_t j = 0; j < K; ++j) head[j] *= inv * (which == 0 ? 1.0 / std::sqrt(double(K)) : 1.0);
-      }
-    for (int64_t j = 0; j < HK; ++j) {
-      const double a = std::exp(in.a_log[size_t(j / K)]);
-      const double z = in.proj[size_t(r * s.ld() + s.f_col() + j)] + in.dt_bias[size_t(j)];
-      out.g[size_t(r * HK + j)] = bounded ? lb * sigmoid_d(a * z) : -a * softplus_d(z);
-    }
-    for (int64_t h = 0; h < H; ++h)
-      out.beta[size_t(r * H + h)] = sigmoid_d(in.proj[size_t(r * s.ld() + s.b_col() + h)]);
-  }
-  return out;
+reference::KdaPreparedDouble reference_prepare(const Layout& s, bool bounded, double lb, const PrepareInputs& in) {
+  return reference::kda_prepare({s.N, s.H, s.K, s.ld()}, bounded, lb,
+                                {in.conv.data(), in.proj.data() + s.f_col(), in.proj.data() + s.b_col(),
+                                 in.a_log.data(), in.dt_bias.data()});
 }
 
 std::vector<float> to_float(const Doubles& v) { return {v.begin(), v.end()}; }
@@ -166,7 +132,7 @@ void check_prepare(const Layout& s, bool bounded, int64_t fd_entries) {
       beta(size_t(N * H), -1.0f);
   const KdaPrepared out{q.data(), k.data(), v.data(), inv_norm.data(), g.data(), beta.data()};
   kda_prepare_forward(shape, gate, kin, out);
-  const PrepareReference ref = reference_prepare(s, bounded, lb, in);
+  const reference::KdaPreparedDouble ref = reference_prepare(s, bounded, lb, in);
   expect_close(q.data(), ref.q, what + " q");
   expect_close(k.data(), ref.k, what + " k");
   expect_close(v.data(), ref.v, what + " v");
@@ -202,7 +168,7 @@ void check_prepare(const Layout& s, bool bounded, int64_t fd_entries) {
   EXPECT_EQ(changed, 0) << what << ": wrote outside its columns";
 
   auto loss = [&]() {
-    const PrepareReference y = reference_prepare(s, bounded, lb, in);
+    const reference::KdaPreparedDouble y = reference_prepare(s, bounded, lb, in);
     double l = 0.0;
     for (int64_t i = 0; i < N * HK; ++i)
       l += Rq[size_t(i)] * y.q[size_t(i)] + Rk[size_t(i)] * y.k[size_t(i)] + Rv[size_t(i)] * y.v[size_t(i)] +
@@ -243,9 +209,7 @@ TEST(KdaGates, PrepareRowsInParallel) {
 
 Doubles reference_output_gate(const Doubles& normed, const Doubles& logits, int64_t ld, int64_t rows, int64_t width) {
   Doubles out(size_t(rows * width));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < width; ++j)
-      out[size_t(r * width + j)] = normed[size_t(r * width + j)] * sigmoid_d(logits[size_t(r * ld + j)]);
+  reference::kda_output_gate_forward(normed.data(), logits.data(), ld, rows, width, out.data());
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "hyla/core/error.h"
 #include "hyla/kernels/latent_attention.h"
 #include "hyla/kernels/vec.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -65,32 +66,6 @@ struct Caches {
   std::vector<std::vector<bf16>> bf;
 };
 
-// o[b, h] = Σ_s softmax(scale · q_h · row_s) · row_s[:R] over the visible rows, in double.
-std::vector<double> reference(const Case& c, const std::vector<std::vector<float>>& rows, const std::vector<float>& q,
-                              float scale) {
-  const int64_t K = c.latent + c.rope, B = int64_t(c.lengths.size());
-  std::vector<double> o(size_t(B * c.heads * c.latent), 0.0);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t L = c.lengths[size_t(b)], first = c.window ? std::max<int64_t>(0, L - c.window) : 0;
-    for (int64_t h = 0; h < c.heads; ++h) {
-      const float* qh = q.data() + (b * c.heads + h) * K;
-      std::vector<double> score(size_t(L), -INFINITY);
-      double mx = -INFINITY;
-      for (int64_t s = first; s < L; ++s) {
-        double dot = 0;
-        for (int64_t k = 0; k < K; ++k) dot += double(qh[k]) * rows[size_t(b)][size_t(s * K + k)];
-        mx = std::max(mx, score[size_t(s)] = scale * dot);
-      }
-      double sum = 0;
-      for (int64_t s = first; s < L; ++s) sum += score[size_t(s)] = std::exp(score[size_t(s)] - mx);
-      for (int64_t s = first; s < L; ++s)
-        for (int64_t r = 0; r < c.latent; ++r)
-          o[size_t((b * c.heads + h) * c.latent + r)] += score[size_t(s)] / sum * rows[size_t(b)][size_t(s * K + r)];
-    }
-  }
-  return o;
-}
-
 // Runs one case with f32 and bf16 rows (and bf16 products where the latent width allows); the bf16
 // runs are compared with the reference on the same (rounded) rows. f32 arithmetic must agree to
 // f32 rounding. bf16 products round the query and the probabilities to bf16 (2^-9 relative):
@@ -101,16 +76,13 @@ void check(const Case& c, uint32_t seed) {
   const int64_t K = c.latent + c.rope, B = int64_t(c.lengths.size());
   const float scale = 1.0f / std::sqrt(float(c.latent));
   Caches caches;
-  std::vector<std::vector<float>> widened;
   for (int64_t L : c.lengths) {
     std::vector<float> rows(size_t(L * K));
     for (float& x : rows) x = normal(rng);
     std::vector<bf16> rows16(rows.size());
-    std::vector<float> back(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) back[i] = to_f32(rows16[i] = to_bf16(rows[i]));
+    convert(rows.data(), rows16.data(), rows.size());
     caches.f32.push_back(std::move(rows));
     caches.bf.push_back(std::move(rows16));
-    widened.push_back(std::move(back));
   }
   std::vector<float> q(size_t(B * c.heads * K));
   for (float& x : q) x = 1.5f * normal(rng);  // sharp enough that the softmax is far from uniform
@@ -131,11 +103,12 @@ void check(const Case& c, uint32_t seed) {
     LatentAttentionDims run_dims = dims;
     run_dims.bf16_products = bf16_products;
     latent_attention_decode(run_dims, B, views.data(), q.data(), o.data(), ws);
-    const auto ref = reference(c, bf16_rows ? widened : caches.f32, q, scale);
+    std::vector<float> ref(o.size());
+    reference::latent_attention_decode(run_dims, B, views.data(), q.data(), ref.data(), ws);
     double worst = 0, magnitude = 0;
     for (size_t i = 0; i < o.size(); ++i) {
-      worst = std::max(worst, std::abs(o[i] - ref[i]));
-      magnitude = std::max(magnitude, std::abs(ref[i]));
+      worst = std::max(worst, std::abs(double(o[i]) - ref[i]));
+      magnitude = std::max(magnitude, std::abs(double(ref[i])));
     }
     EXPECT_LE(worst, (bf16_products ? 1e-2 : 2e-6) * std::max(magnitude, 1.0))
         << "heads " << c.heads << " latent " << c.latent << " rope " << c.rope << " window " << c.window

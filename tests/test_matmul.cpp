@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "hyla/kernels/matmul.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -14,23 +16,6 @@ struct Case {
   int64_t M, N, K, pad;  // pad: extra columns in each leading dimension
   float alpha, beta;
 };
-
-// C[b] = alpha op(A[b]) op(B[b]) + beta C[b] in double.
-void reference(const Case& c, int64_t batch, const std::vector<float>& A, int64_t lda, int64_t sa,
-               const std::vector<float>& B, int64_t ldb, int64_t sb, std::vector<double>& C, int64_t ldc, int64_t sc) {
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < c.M; ++i)
-      for (int64_t j = 0; j < c.N; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < c.K; ++k) {
-          const double a = c.ta == Trans::N ? A[b * sa + i * lda + k] : A[b * sa + k * lda + i];
-          const double x = c.tb == Trans::N ? B[b * sb + k * ldb + j] : B[b * sb + j * ldb + k];
-          s += a * x;
-        }
-        double& out = C[b * sc + i * ldc + j];
-        out = c.alpha * s + (c.beta == 0 ? 0.0 : c.beta * out);
-      }
-}
 
 template <typename T>
 void check(const Case& c, int64_t batch) {
@@ -43,17 +28,16 @@ void check(const Case& c, int64_t batch) {
   std::vector<float> A(size_t(batch * sa)), B(size_t(batch * sb)), C(size_t(batch * sc));
   for (auto* v : {&A, &B, &C})
     for (float& x : *v) x = dist(rng);
+  const auto input = [](float x) {
+    if constexpr (std::is_same_v<T, bf16>) return to_bf16(x);
+    else return x;
+  };
   std::vector<T> At(A.size()), Bt(B.size());
-  for (size_t i = 0; i < A.size(); ++i) {
-    if constexpr (std::is_same_v<T, bf16>) A[i] = to_f32(At[i] = to_bf16(A[i]));
-    else At[i] = A[i];
-  }
-  for (size_t i = 0; i < B.size(); ++i) {
-    if constexpr (std::is_same_v<T, bf16>) B[i] = to_f32(Bt[i] = to_bf16(B[i]));
-    else Bt[i] = B[i];
-  }
-  std::vector<double> expected(C.begin(), C.end());
-  reference(c, batch, A, lda, sa, B, ldb, sb, expected, ldc, sc);
+  std::transform(A.begin(), A.end(), At.begin(), input);
+  std::transform(B.begin(), B.end(), Bt.begin(), input);
+  std::vector<float> expected = C;
+  reference::gemm_batched(batch, c.ta, c.tb, c.M, c.N, c.K, c.alpha, At.data(), lda, sa, Bt.data(), ldb, sb, c.beta,
+                          expected.data(), ldc, sc);
   if (batch == 1)
     gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, At.data(), lda, Bt.data(), ldb, c.beta, C.data(), ldc);
   else

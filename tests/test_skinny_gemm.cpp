@@ -7,6 +7,7 @@
 
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/skinny_gemm.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -17,28 +18,30 @@ void check(int64_t M, int64_t N, int64_t K, float alpha, float beta, unsigned se
   std::normal_distribution<float> dist;
   const int64_t ldx = K + 3, ldw = K + 5, ldy = N + 7;
   std::vector<T> x(size_t(M * ldx)), W(size_t(N * ldw));
-  std::vector<double> xd(x.size()), wd(W.size());
-  const auto fill = [&](std::vector<T>& v, std::vector<double>& d) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      if constexpr (std::is_same_v<T, float>) v[i] = dist(rng), d[i] = v[i];
-      else v[i] = to_bf16(dist(rng)), d[i] = to_f32(v[i]);
+  for (auto* v : {&x, &W})
+    for (T& e : *v) {
+      if constexpr (std::is_same_v<T, float>) e = dist(rng);
+      else e = to_bf16(dist(rng));
     }
-  };
-  fill(x, xd);
-  fill(W, wd);
   std::vector<float> y(size_t(M * ldy));
   for (auto& v : y) v = dist(rng);
   const std::vector<float> y0 = y;
   skinny_gemm(M, N, K, alpha, x.data(), ldx, W.data(), ldw, beta, y.data(), ldy);
+  std::vector<float> ref = y0, scale(y0.size());
+  reference::skinny_gemm(M, N, K, alpha, x.data(), ldx, W.data(), ldw, beta, ref.data(), ldy);
+  // Σ_k |x_k w_k|, the scale of the rounding errors: the same product on the inputs' magnitudes.
+  const auto magnitude = [](std::vector<T> v) {
+    for (T& e : v) {
+      if constexpr (std::is_same_v<T, float>) e = std::abs(e);
+      else e.bits &= 0x7fff;
+    }
+    return v;
+  };
+  reference::skinny_gemm(M, N, K, 1.0f, magnitude(x).data(), ldx, magnitude(W).data(), ldw, 0.0f, scale.data(), ldy);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
-      double ref = 0, scale = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        ref += xd[size_t(m * ldx + k)] * wd[size_t(n * ldw + k)];
-        scale += std::abs(xd[size_t(m * ldx + k)] * wd[size_t(n * ldw + k)]);
-      }
-      ref = alpha * ref + beta * y0[size_t(m * ldy + n)];
-      EXPECT_NEAR(y[size_t(m * ldy + n)], ref, 1e-5 * (std::abs(alpha) * scale + std::abs(beta * y0[size_t(m * ldy + n)])) + 1e-6)
+      const size_t at = size_t(m * ldy + n);
+      EXPECT_NEAR(y[at], ref[at], 1e-5 * (std::abs(alpha) * scale[at] + std::abs(beta * y0[at])) + 1e-6)
           << "M " << M << " N " << N << " K " << K << " at " << m << "," << n;
     }
   // The padding between rows of y is never written.

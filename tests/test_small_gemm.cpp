@@ -6,6 +6,7 @@
 
 #include "hyla/core/memory.h"
 #include "hyla/kernels/small_gemm.h"
+#include "reference_ops.h"
 
 namespace hyla {
 namespace {
@@ -17,23 +18,15 @@ void check(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, float bet
   std::vector<float> A((trans_a ? K : M) * lda + 1), B(K * ldb + 1), C(M * ldc + 1);
   for (auto* v : {&A, &B, &C})
     for (float& x : *v) x = dist(rng);
-  std::vector<double> expected(C.size());
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double s = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        float a = trans_a ? A[k * lda + i] : A[i * lda + k], b = B[k * ldb + j];
-        if (bf16_inputs) a = to_f32(to_bf16(a)), b = to_f32(to_bf16(b));
-        s += double(a) * b;
-      }
-      expected[i * ldc + j] = alpha * s + beta * C[i * ldc + j];
-    }
-  std::vector<float> got = C;
+  std::vector<float> got = C, expected = C;
   if (bf16_inputs) {
     auto scratch = allocate_aligned(size_t(small_gemm_bf16_scratch(M, N, K)));
     small_gemm_bf16(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc, scratch.get());
+    reference::small_gemm_bf16(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, expected.data(), ldc,
+                               nullptr);
   } else {
     small_gemm(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+    reference::small_gemm(trans_a, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, expected.data(), ldc);
   }
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j)
@@ -78,12 +71,13 @@ TEST(SmallGemm, Bf16PackedOperands) {
         for (const auto* pairs : {&packed, &words}) {
           std::vector<float> got = c;
           small_gemm_bf16_packed(M, N, K, 0.5f, a16.data(), lda, pairs->data(), ldb, 2.0f, got.data(), ldc);
+          std::vector<float> expected = c;
+          reference::gemm(Trans::N, Trans::T, M, N, K, 0.5f, a16.data(), lda, bt16.data(), K, 2.0f, expected.data(),
+                          ldc);
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < N; ++j) {
-              double s = 0;
-              for (int64_t k = 0; k < K; ++k) s += double(to_f32(a16[size_t(i * lda + k)])) * to_f32(bt16[size_t(j * K + k)]);
-              const double expected = 0.5 * s + 2.0 * c[size_t(i * ldc + j)];
-              ASSERT_NEAR(got[size_t(i * ldc + j)], expected, 1e-5 * (std::sqrt(double(K)) + std::fabs(expected)))
+              const float want = expected[size_t(i * ldc + j)];
+              ASSERT_NEAR(got[size_t(i * ldc + j)], want, 1e-5 * (std::sqrt(double(K)) + std::fabs(want)))
                   << M << "x" << N << "x" << K << " at " << i << "," << j;
             }
           for (int64_t i = 0; i < M; ++i) ASSERT_EQ(got[size_t(i * ldc + N)], c[size_t(i * ldc + N)]);

@@ -1,0 +1,23 @@
+#include "hyla/kernels/backend.h"
+
+namespace hyla {
+
+// The same macros the kernels select their code on (backend.h), so the name cannot claim an
+// instruction set the build does not use.
+const char* kernel_backend_name() {
+  return "cpu ("
+#if defined(__AVX512F__)
+         "AVX-512"
+#if defined(__AVX512BF16__)
+         " BF16"
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+         " VNNI"
+#endif
+#else
+         "portable"
+#endif
+         ")";
+}
+
+}  // namespace hyla

@@ -1,0 +1,42 @@
+#pragma once
+// The kernel backend: the seam between the model and the hardware its arithmetic runs on.
+//
+// The op interface. A backend implements exactly these headers of this folder:
+//   matmul.h (gemm, gemm_batched), small_gemm.h, skinny_gemm.h, int8_gemm.h   matrix products
+//   norm.h, activations.h, rope.h, conv1d.h, residual.h                        per-row steps
+//   kda.h, kda_gates.h                                                         the KDA mixer
+//   attention.h, latent_attention.h                                            attention
+//   cross_entropy.h                                                            the loss
+// and this header's kernel_backend_name. The rest of the folder is the CPU backend's own:
+// vec.h and vmath.h are its SIMD helpers, kda_internal.h its task split, and bandwidth.h (like
+// matmul.h's measure_gemm_peak_gflops) measures this machine for benchmarks rather than computing
+// a model's values.
+//
+// What crosses: plain host pointers with shapes and row strides (layouts as each header states
+// them), small structs of those (AttentionDims, KdaInputs, Conv1dShape, ...), and a Workspace
+// (core/workspace.h) for scratch that lives only for the call. What never crosses: layers,
+// parameters, Tensor objects, or anything an op keeps after it returns. Two places still fall
+// short of that: KdaSavedStates holds a Tensor that kda_forward sizes (its chunk states belong to
+// the caller, but their memory is taken inside the op), and the MoE experts and attention
+// residuals (model/moe_experts.cpp, model/attn_res.cpp) call vmath.h's dot directly.
+//
+// Which backend runs is chosen once, when the library is built: CMakeLists.txt compiles this
+// folder's sources as HYLA_KERNEL_SOURCES. A second backend (CUDA) is a second implementation of
+// the headers above put there instead, and it is correct when tests/test_backend_ops.cpp passes
+// against it: every op on the same inputs as the double-precision reference in
+// tests/reference_ops.h, within the tolerances stated there.
+//
+// The CPU backend's instruction set is fixed at compile time too, by the compiler's target
+// (-march=native, or x86-64-v2 under HYLA_NATIVE=OFF): vec.h makes its 16-lane Vec one AVX-512
+// register when __AVX512F__ is defined and 16 plain floats otherwise, and every kernel written on
+// Vec follows. The kernels with instructions of their own test their own macros and fall back to
+// portable code without them: the bf16 dot products (small_gemm, skinny_gemm, attention,
+// latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__.
+
+namespace hyla {
+
+// The backend this process runs and the instruction set it was built for, as in
+// "cpu (AVX-512 BF16 VNNI)", "cpu (AVX-512)" or "cpu (portable)".
+const char* kernel_backend_name();
+
+}  // namespace hyla

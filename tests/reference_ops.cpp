@@ -1,0 +1,349 @@
+#include "reference_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hyla/core/error.h"
+
+namespace hyla::reference {
+namespace {
+
+std::vector<double> widen(const float* x, int64_t n) {
+  return n > 0 ? std::vector<double>(x, x + n) : std::vector<double>{};
+}
+
+void narrow(const std::vector<double>& x, float* out) {
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float(x[i]);
+}
+
+// Elements a block of `rows` rows of `width` values, `ld` apart, spans.
+int64_t extent(int64_t rows, int64_t width, int64_t ld) { return rows > 0 ? (rows - 1) * ld + width : 0; }
+
+// A rows × cols block of x (row stride ld) rounded to bf16, rows packed cols apart.
+std::vector<bf16> rounded(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<bf16> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = to_bf16(x[r * ld + c]);
+  return out;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+bool visible(int64_t key, int64_t pos, int64_t window) { return key <= pos && (window == 0 || pos - key < window); }
+
+}  // namespace
+
+void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  reference::gemm(trans_a ? Trans::T : Trans::N, Trans::N, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void small_gemm_bf16(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                     const float* B, int64_t ldb, float beta, float* C, int64_t ldc, void*) {
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const std::vector<bf16> a = rounded(A, a_rows, a_cols, lda), b = rounded(B, K, N, ldb);
+  reference::gemm(trans_a ? Trans::T : Trans::N, Trans::N, M, N, K, alpha, a.data(), a_cols, b.data(), N, beta, C,
+                  ldc);
+}
+
+void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                     int64_t ld_y, float* rstd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_x;
+    double squares = 0;
+    for (int64_t j = 0; j < dim; ++j) squares += double(xr[j]) * xr[j];
+    const double inv = 1.0 / std::sqrt(squares / double(dim) + eps);
+    if (rstd) rstd[r] = float(inv);
+    for (int64_t j = 0; j < dim; ++j) y[r * ld_y + j] = float(xr[j] * inv * w[j]);
+  }
+}
+
+void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      const double a = gu[r * 2 * width + j], b = gu[r * 2 * width + width + j];
+      const double gated = act == GatedActivation::Swiglu
+                               ? a * sigmoid(a) * b
+                               : 4.0 * std::tanh(a / 4.0) * sigmoid(a) * (25.0 * std::tanh(b / 25.0));
+      h[r * width + j] = float(gated);
+    }
+}
+
+void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table) {
+  const int64_t pairs = dim / 2;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double angle = double(positions[r]) * std::pow(theta, -2.0 * double(i) / double(dim));
+      table[r * dim + i] = float(std::cos(angle));
+      table[r * dim + pairs + i] = float(std::sin(angle));
+    }
+}
+
+void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout x_layout,
+                  float* y, RopeLayout y_layout) {
+  const int64_t pairs = dim / 2;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float* in = x + r * x_layout.row_stride + h * x_layout.head_stride + 2 * i;
+        float* out = y + r * y_layout.row_stride + h * y_layout.head_stride + 2 * i;
+        const double x0 = in[0], x1 = in[1], c = table[r * dim + i], s = table[r * dim + pairs + i];
+        out[0] = float(x0 * c - x1 * s);
+        out[1] = float(x0 * s + x1 * c);
+      }
+}
+
+void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
+                           const float* const* tails, float* y, int64_t ld_y) {
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t first = s.starts[b];
+    // Input t of sequence b: its row for t >= 0, else entry kernel-1+t of its tail, else 0.
+    const auto input = [&](int64_t t, int64_t c) -> double {
+      if (t >= 0) return x[(first + t) * ld_x + c];
+      if (tails && tails[b]) return tails[b][(s.kernel - 1 + t) * s.channels + c];
+      return 0.0;
+    };
+    for (int64_t t = 0; t < s.starts[b + 1] - first; ++t)
+      for (int64_t c = 0; c < s.channels; ++c) {
+        double sum = 0;
+        for (int64_t j = 0; j < s.kernel; ++j) sum += double(w[c * s.kernel + j]) * input(t - s.kernel + 1 + j, c);
+        y[(first + t) * ld_y + c] = float(sum);
+      }
+  }
+}
+
+void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, float* y) {
+  for (int64_t i = 0; i < rows * cols; ++i) y[i] = float(double(x[i]) + (base ? double(base[i]) : 0.0));
+}
+
+double cross_entropy_loss(const float* logits, int64_t rows, int64_t classes, const int32_t* targets,
+                          const float* weights) {
+  const std::vector<double> x = widen(logits, rows * classes);
+  return reference::cross_entropy_loss(x.data(), rows, classes, targets, weights);
+}
+
+double cross_entropy_loss(const double* logits, int64_t rows, int64_t classes, const int32_t* targets,
+                          const float* weights) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t t = targets[r];
+    if (t < 0) continue;
+    const double* x = logits + r * classes;
+    const double top = *std::max_element(x, x + classes);
+    double sum = 0.0;
+    for (int64_t j = 0; j < classes; ++j) sum += std::exp(x[j] - top);
+    total += (weights ? double(weights[r]) : 1.0) * (top + std::log(sum) - x[t]);
+  }
+  return total;
+}
+
+float kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions&, float* o,
+                  float* const* final_states, KdaSavedStates* saved, Workspace&) {
+  HYLA_CHECK(saved == nullptr, "reference kda_forward: there is no reference backward to save states for");
+  const int64_t H = shape.heads, K = shape.key_dim, V = shape.value_dim, N = in.batch ? in.starts[in.batch] : 0;
+  const int64_t state = H * K * V;
+  KdaDoubleInputs x{widen(in.q, N * H * K), widen(in.k, N * H * K),   widen(in.v, N * H * V),
+                    widen(in.g, N * H * K), widen(in.beta, N * H), std::vector<double>(size_t(in.batch * state), 0.0)};
+  for (int64_t b = 0; in.initial_states && b < in.batch; ++b)
+    std::copy(in.initial_states[b], in.initial_states[b] + state, x.initial_states.begin() + b * state);
+  std::vector<double> out, finals;
+  reference::kda_recurrence(shape, in.batch, in.starts, x, out, finals);
+  narrow(out, o);
+  for (int64_t b = 0; final_states && b < in.batch; ++b)
+    for (int64_t i = 0; i < state; ++i) final_states[b][i] = float(finals[size_t(b * state + i)]);
+  return 0.0f;
+}
+
+void kda_recurrence(const KdaShape& shape, int64_t batch, const int64_t* starts, const KdaDoubleInputs& in,
+                    std::vector<double>& o, std::vector<double>& final_states) {
+  const int64_t H = shape.heads, K = shape.key_dim, V = shape.value_dim;
+  const std::vector<double>&q = in.q, &k = in.k, &v = in.v, &g = in.g, &beta = in.beta, &s0 = in.initial_states;
+  o.assign(size_t((batch ? starts[batch] : 0) * H * V), 0.0);
+  final_states.assign(s0.size(), 0.0);
+  std::vector<double> S(static_cast<size_t>(K * V)), e(static_cast<size_t>(V));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy(s0.begin() + (b * H + h) * K * V, s0.begin() + (b * H + h + 1) * K * V, S.begin());
+      for (int64_t t = starts[b]; t < starts[b + 1]; ++t) {
+        const int64_t x = t * H + h;
+        for (int64_t c = 0; c < K; ++c)
+          for (int64_t j = 0; j < V; ++j) S[c * V + j] *= std::exp(g[x * K + c]);
+        for (int64_t j = 0; j < V; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < K; ++c) s += S[c * V + j] * k[x * K + c];
+          e[j] = v[x * V + j] - s;
+        }
+        for (int64_t c = 0; c < K; ++c)
+          for (int64_t j = 0; j < V; ++j) S[c * V + j] += beta[x] * k[x * K + c] * e[j];
+        for (int64_t j = 0; j < V; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < K; ++c) s += S[c * V + j] * q[x * K + c];
+          o[x * V + j] = s;
+        }
+      }
+      std::copy(S.begin(), S.end(), final_states.begin() + (b * H + h) * K * V);
+    }
+}
+
+void kda_prepare_forward(const KdaPrepareShape& s, const KdaDecayGate& gate, const KdaPrepareInputs& in,
+                         const KdaPrepared& out) {
+  const int64_t N = s.rows, H = s.heads, HK = H * s.head_dim;
+  const std::vector<double> conv = widen(in.conv, N * 3 * HK), f = widen(in.f, extent(N, HK, s.ld_proj)),
+                            b = widen(in.b, extent(N, H, s.ld_proj)), a_log = widen(gate.a_log, H),
+                            dt_bias = widen(gate.dt_bias, HK);
+  const KdaPreparedDouble r = reference::kda_prepare(s, gate.lower_bounded, gate.lower_bound,
+                                          {conv.data(), f.data(), b.data(), a_log.data(), dt_bias.data()});
+  narrow(r.q, out.q);
+  narrow(r.k, out.k);
+  narrow(r.v, out.v);
+  narrow(r.inv_norm, out.inv_norm);
+  narrow(r.g, out.g);
+  narrow(r.beta, out.beta);
+}
+
+KdaPreparedDouble kda_prepare(const KdaPrepareShape& s, bool lower_bounded, double lower_bound,
+                              const KdaPrepareDoubleInputs& in) {
+  const int64_t N = s.rows, H = s.heads, K = s.head_dim, HK = H * K;
+  KdaPreparedDouble out;
+  std::vector<double>* planes[3] = {&out.q, &out.k, &out.v};
+  for (std::vector<double>* p : planes) p->assign(size_t(N * HK), 0.0);
+  out.inv_norm.assign(size_t(N * 2 * H), 0.0);
+  out.g.assign(size_t(N * HK), 0.0);
+  out.beta.assign(size_t(N * H), 0.0);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int which = 0; which < 3; ++which)
+      for (int64_t j = 0; j < HK; ++j) {
+        const double x = in.conv[r * 3 * HK + which * HK + j];
+        (*planes[which])[size_t(r * HK + j)] = x * sigmoid(x);
+      }
+    for (int which = 0; which < 2; ++which)
+      for (int64_t h = 0; h < H; ++h) {
+        double* head = planes[which]->data() + r * HK + h * K;
+        double sq = 0.0;
+        for (int64_t j = 0; j < K; ++j) sq += head[j] * head[j];
+        const double inv = 1.0 / std::sqrt(sq + 1e-6);
+        out.inv_norm[size_t(r * 2 * H + which * H + h)] = inv;
+        for (int64_t j = 0; j < K; ++j) head[j] *= inv * (which == 0 ? 1.0 / std::sqrt(double(K)) : 1.0);
+      }
+    for (int64_t j = 0; j < HK; ++j) {
+      const double a = std::exp(in.a_log[j / K]);
+      const double z = in.f[r * s.ld_proj + j] + in.dt_bias[j];
+      out.g[size_t(r * HK + j)] = lower_bounded ? lower_bound * sigmoid(a * z) : -a * std::log1p(std::exp(z));
+    }
+    for (int64_t h = 0; h < H; ++h) out.beta[size_t(r * H + h)] = sigmoid(in.b[r * s.ld_proj + h]);
+  }
+  return out;
+}
+
+void kda_output_gate_forward(const float* normed, const float* logits, int64_t ld_logits, int64_t rows,
+                             int64_t width, float* gated) {
+  const std::vector<double> n = widen(normed, rows * width), l = widen(logits, extent(rows, width, ld_logits));
+  std::vector<double> out(n.size());
+  reference::kda_output_gate_forward(n.data(), l.data(), ld_logits, rows, width, out.data());
+  narrow(out, gated);
+}
+
+void kda_output_gate_forward(const double* normed, const double* logits, int64_t ld_logits, int64_t rows,
+                             int64_t width, double* gated) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j)
+      gated[r * width + j] = normed[r * width + j] * sigmoid(logits[r * ld_logits + j]);
+}
+
+void attention_forward(const AttentionDims& dims, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
+                       const float* q, const float* k, const float* v, float* o, float* lse, Workspace&) {
+  const int64_t nq = q_starts[batch], nk = k_starts[batch], H = dims.heads;
+  const AttentionDouble r =
+      reference::attention(dims, batch, q_starts, k_starts, widen(q, nq * H * dims.qk_dim),
+                           widen(k, nk * H * dims.qk_dim), widen(v, nk * H * dims.v_dim), nullptr);
+  narrow(r.o, o);
+  narrow(r.lse, lse);
+}
+
+AttentionDouble attention(const AttentionDims& d, int64_t batch, const int64_t* q_starts, const int64_t* k_starts,
+                          const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                          const float* d_o) {
+  const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim;
+  AttentionDouble r;
+  r.o.assign(size_t(q_starts[batch] * H * Dv), 0.0);
+  r.lse.assign(size_t(q_starts[batch] * H), -INFINITY);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0);
+  std::vector<double> prob;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t qb = q_starts[b], q_len = q_starts[b + 1] - qb;
+    const int64_t kb = k_starts[b], kv_len = k_starts[b + 1] - kb;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < q_len; ++i) {
+        const int64_t pos = kv_len - q_len + i, row = (qb + i) * H + h;
+        const double* qi = &q[size_t(row * Dq)];
+        prob.assign(size_t(kv_len), 0.0);
+        double mx = -INFINITY;
+        for (int64_t s = 0; s < kv_len; ++s) {
+          if (!visible(s, pos, d.window)) continue;
+          double dot = 0;
+          for (int64_t e = 0; e < Dq; ++e) dot += qi[e] * k[size_t(((kb + s) * H + h) * Dq + e)];
+          prob[size_t(s)] = d.scale * dot;
+          mx = std::max(mx, prob[size_t(s)]);
+        }
+        if (mx == -INFINITY) continue;  // sees no key: o = 0, lse = -inf, no gradient
+        double sum = 0;
+        for (int64_t s = 0; s < kv_len; ++s)
+          sum += prob[size_t(s)] = visible(s, pos, d.window) ? std::exp(prob[size_t(s)] - mx) : 0.0;
+        r.lse[size_t(row)] = mx + std::log(sum);
+        for (int64_t s = 0; s < kv_len; ++s) {
+          prob[size_t(s)] /= sum;
+          for (int64_t e = 0; e < Dv; ++e) r.o[size_t(row * Dv + e)] += prob[size_t(s)] * v[size_t(((kb + s) * H + h) * Dv + e)];
+        }
+        if (!d_o) continue;
+        const float* g = &d_o[row * Dv];
+        double D = 0;
+        for (int64_t e = 0; e < Dv; ++e) D += g[e] * r.o[size_t(row * Dv + e)];
+        for (int64_t s = 0; s < kv_len; ++s) {
+          if (prob[size_t(s)] == 0.0) continue;
+          const int64_t krow = (kb + s) * H + h;
+          double dp = 0;
+          for (int64_t e = 0; e < Dv; ++e) {
+            dp += g[e] * v[size_t(krow * Dv + e)];
+            r.dv[size_t(krow * Dv + e)] += prob[size_t(s)] * g[e];
+          }
+          const double ds = d.scale * prob[size_t(s)] * (dp - D);
+          for (int64_t e = 0; e < Dq; ++e) {
+            r.dq[size_t(row * Dq + e)] += ds * k[size_t(krow * Dq + e)];
+            r.dk[size_t(krow * Dq + e)] += ds * qi[e];
+          }
+        }
+      }
+  }
+  return r;
+}
+
+void latent_attention_decode(const LatentAttentionDims& dims, int64_t batch, const LatentCacheRows* caches,
+                             const float* q, float* o, Workspace&) {
+  const int64_t H = dims.heads, R = dims.latent, K = dims.latent + dims.rope;
+  for (int64_t b = 0; b < batch; ++b) {
+    const LatentCacheRows& cache = caches[b];
+    const auto row_value = [&](int64_t s, int64_t i) -> double {
+      return cache.rows_bf16 ? to_f32(cache.rows_bf16[s * K + i]) : cache.rows_f32[s * K + i];
+    };
+    const int64_t L = cache.length, first = dims.window ? std::max<int64_t>(0, L - dims.window) : 0;
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q + (b * H + h) * K;
+      std::vector<double> score(size_t(L), -INFINITY), out(size_t(R), 0.0);
+      double mx = -INFINITY;
+      for (int64_t s = first; s < L; ++s) {
+        double dot = 0;
+        for (int64_t i = 0; i < K; ++i) dot += double(qh[i]) * row_value(s, i);
+        mx = std::max(mx, score[size_t(s)] = dims.scale * dot);
+      }
+      double sum = 0;
+      for (int64_t s = first; s < L; ++s) sum += score[size_t(s)] = std::exp(score[size_t(s)] - mx);
+      for (int64_t s = first; s < L; ++s)
+        for (int64_t i = 0; i < R; ++i) out[size_t(i)] += score[size_t(s)] / sum * row_value(s, i);
+      narrow(out, o + (b * H + h) * R);
+    }
+  }
+}
+
+}  // namespace hyla::reference

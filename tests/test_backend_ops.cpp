@@ -1,0 +1,669 @@
+// The cross-backend equivalence test, after llama.cpp's test-backend-ops: every op of the kernel
+// interface (hyla/kernels/backend.h) runs in the linked backend (hyla::op) and in the reference
+// backend (hyla::reference::op, tests/reference_ops.h) on the same random inputs, and each output
+// must agree to max |a − b| / max |b| within the tolerance stated for its op and precision. The
+// shapes take odd sizes (tails of the 16-lane vectors and of the kernels' tiles), strided rows,
+// packed batches of sequences of different lengths, and bf16 beside f32 wherever an op has a
+// precision switch. This is the test a second backend has to pass, unchanged.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hyla/core/memory.h"
+#include "hyla/kernels/backend.h"
+#include "hyla/kernels/cross_entropy.h"
+#include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/norm.h"
+#include "hyla/kernels/residual.h"
+#include "hyla/kernels/skinny_gemm.h"
+#include "hyla/kernels/small_gemm.h"
+#include "hyla/kernels/vec.h"
+#include "reference_ops.h"
+
+namespace hyla {
+namespace {
+
+enum class Backend { Linked, Reference };
+
+// hyla::op or hyla::reference::op: both take the same arguments, so each case states them once.
+#define CALL_OP(backend, op, ...) \
+  ((backend) == Backend::Linked ? ::hyla::op(__VA_ARGS__) : ::hyla::reference::op(__VA_ARGS__))
+
+// ---- tolerances, as max |a − b| / max |b| over an output ----
+
+// Sums of many f32 terms (matrix products, softmax sums, the KDA state, on every KDA path): the
+// reference's are exact to f32 rounding, a backend's round at every step in its own order,
+// ~sqrt(terms)·2^-24 of the output's scale for random signs (measured up to 5e-7 here). A wrong
+// index or a dropped term is off by O(1).
+constexpr double kF32Sums = 1e-5;
+// A few f32 roundings per element, plus vectorised exp and tanh (~1e-7 each; measured up to 6e-7).
+constexpr double kF32Elementwise = 1e-5;
+// One f32 addition per element: correctly rounded in any IEEE backend, so bit for bit.
+constexpr double kExact = 0.0;
+// Block products of bf16-rounded operands (8 significant bits, 2^-9 relative) accumulated in f32:
+// scores and sums move by a few 2^-9 of their scale (measured up to 5e-3).
+constexpr double kBf16Products = 1e-2;
+// KDA chains about four such products per chunk, each a dot product of up to 64 terms (measured
+// up to 6e-3).
+constexpr double kKdaBf16 = 2e-2;
+// The loss adds each row's f32-rounded |x − max| terms in double: ≤ 1e-6 per row, far under the
+// loss of a row (~log classes; measured up to 2e-9).
+constexpr double kLoss = 1e-6;
+
+// ---- cases ----
+
+struct Output {
+  const char* name;
+  std::vector<double> values;
+};
+using Outputs = std::vector<Output>;
+
+struct Case {
+  std::string shape;
+  const char* precision;
+  double tolerance;
+  std::function<Outputs(Backend)> run;
+};
+
+struct Op {
+  const char* name;
+  std::vector<Case> (*cases)();
+};
+
+// Every output buffer starts as this, so that an element a backend leaves unwritten shows.
+constexpr float kUnwritten = -7.0f;
+
+std::vector<float> normal(int64_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+template <typename T>
+std::vector<T> as(const std::vector<float>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<bf16> out(x.size());
+    convert(x.data(), out.data(), x.size());
+    return out;
+  }
+}
+
+template <typename T>
+const char* input_precision() {
+  return std::is_same_v<T, float> ? "f32" : "bf16 inputs";
+}
+
+std::vector<double> values(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// max |got − want| / max |want|. An infinite want (the lse of a query that sees no key) must be
+// matched exactly; a NaN in got fails.
+double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    if (std::isinf(want[i])) {
+      if (got[i] != want[i]) return INFINITY;
+      continue;
+    }
+    diff = std::max(diff, std::abs(got[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Row offsets of a packed batch.
+std::vector<int64_t> starts_of(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> starts{0};
+  for (int64_t n : lengths) starts.push_back(starts.back() + n);
+  return starts;
+}
+
+std::string list(const std::vector<int64_t>& lengths) { return fmt::format("{{{}}}", fmt::join(lengths, ",")); }
+
+// ---- matrix products ----
+
+struct GemmShape {
+  Trans ta, tb;
+  int64_t M, N, K, pad;  // pad: extra columns in each leading dimension
+  float alpha, beta;
+};
+
+const GemmShape kGemmShapes[] = {
+    {Trans::N, Trans::N, 17, 23, 31, 0, 1.0f, 0.0f},  {Trans::N, Trans::T, 64, 48, 80, 3, 1.0f, 0.0f},
+    {Trans::T, Trans::N, 33, 65, 129, 1, 0.5f, 1.0f}, {Trans::T, Trans::T, 8, 5, 300, 2, -2.0f, 0.25f},
+    {Trans::N, Trans::T, 3, 300, 200, 0, 1.0f, 0.0f},  // x · Wᵀ of ≤ 4 rows: gemm's skinny path
+    {Trans::N, Trans::N, 1, 1, 1, 0, 1.0f, 1.0f},
+};
+
+template <typename T>
+Case gemm_case(const GemmShape& g, int64_t batch, uint32_t seed) {
+  const int64_t a_rows = g.ta == Trans::N ? g.M : g.K, a_cols = g.ta == Trans::N ? g.K : g.M;
+  const int64_t b_rows = g.tb == Trans::N ? g.K : g.N, b_cols = g.tb == Trans::N ? g.N : g.K;
+  const int64_t lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.N + g.pad;
+  // Gaps between the matrices of a batch too.
+  const int64_t sa = a_rows * lda + 3, sb = b_rows * ldb + 5, sc = g.M * ldc + 1;
+  const std::vector<T> A = as<T>(normal(batch * sa, seed)), B = as<T>(normal(batch * sb, seed + 1));
+  const std::vector<float> C = normal(batch * sc, seed + 2);
+  const std::string shape = fmt::format("M={} N={} K={} {}{} ld+{} alpha={} beta={}{}", g.M, g.N, g.K,
+                                        g.ta == Trans::N ? "A" : "Aᵀ", g.tb == Trans::N ? "B" : "Bᵀ", g.pad, g.alpha,
+                                        g.beta, batch > 1 ? fmt::format(" batch={}", batch) : "");
+  return {shape, input_precision<T>(), kF32Sums, [=](Backend backend) {
+            std::vector<float> c = C;
+            if (batch == 1)
+              CALL_OP(backend, gemm, g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data(), lda, B.data(), ldb, g.beta,
+                      c.data(), ldc);
+            else
+              CALL_OP(backend, gemm_batched, batch, g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data(), lda, sa, B.data(),
+                      ldb, sb, g.beta, c.data(), ldc, sc);
+            return Outputs{{"C", values(c)}};
+          }};
+}
+
+std::vector<Case> gemm_cases(int64_t batch) {
+  std::vector<Case> cases;
+  uint32_t seed = 100;
+  for (const GemmShape& g : kGemmShapes) {
+    cases.push_back(gemm_case<float>(g, batch, seed += 3));
+    cases.push_back(gemm_case<bf16>(g, batch, seed += 3));
+  }
+  return cases;
+}
+
+std::vector<Case> single_gemm_cases() { return gemm_cases(1); }
+std::vector<Case> batched_gemm_cases() { return gemm_cases(3); }
+
+std::vector<Case> small_gemm_cases() {
+  struct Shape {
+    bool trans_a;
+    int64_t M, N, K;
+    float alpha, beta;
+  };
+  const Shape shapes[] = {{false, 7, 17, 63, 1.0f, 0.0f},
+                          {true, 33, 65, 16, -0.5f, 1.0f},
+                          {false, 64, 128, 128, 2.0f, 0.75f},
+                          {true, 5, 130, 3, 1.0f, 1.0f}};
+  std::vector<Case> cases;
+  uint32_t seed = 200;
+  for (const Shape& s : shapes)
+    for (const bool bf16_inputs : {false, true}) {
+      const int64_t lda = (s.trans_a ? s.M : s.K) + 3, ldb = s.N + 5, ldc = s.N + 1;
+      const std::vector<float> A = normal((s.trans_a ? s.K : s.M) * lda, seed += 3), B = normal(s.K * ldb, seed + 1),
+                               C = normal(s.M * ldc, seed + 2);
+      const std::string shape = fmt::format("M={} N={} K={} {}B alpha={} beta={}", s.M, s.N, s.K,
+                                            s.trans_a ? "Aᵀ" : "A", s.alpha, s.beta);
+      // bf16: both backends round the same f32 inputs to bf16, so the products agree as in f32.
+      cases.push_back({shape, bf16_inputs ? "bf16 inputs" : "f32", kF32Sums, [=](Backend backend) {
+                         std::vector<float> c = C;
+                         if (bf16_inputs) {
+                           const auto scratch = allocate_aligned(size_t(small_gemm_bf16_scratch(s.M, s.N, s.K)));
+                           CALL_OP(backend, small_gemm_bf16, s.trans_a, s.M, s.N, s.K, s.alpha, A.data(), lda,
+                                   B.data(), ldb, s.beta, c.data(), ldc, scratch.get());
+                         } else {
+                           CALL_OP(backend, small_gemm, s.trans_a, s.M, s.N, s.K, s.alpha, A.data(), lda, B.data(),
+                                   ldb, s.beta, c.data(), ldc);
+                         }
+                         return Outputs{{"C", values(c)}};
+                       }});
+    }
+  return cases;
+}
+
+template <typename T>
+Case skinny_gemm_case(int64_t M, int64_t N, int64_t K, float alpha, float beta, uint32_t seed) {
+  const int64_t ldx = K + 3, ldw = K + 5, ldy = N + 7;
+  const std::vector<T> x = as<T>(normal(M * ldx, seed)), W = as<T>(normal(N * ldw, seed + 1));
+  const std::vector<float> y = normal(M * ldy, seed + 2);
+  return {fmt::format("M={} N={} K={} alpha={} beta={}", M, N, K, alpha, beta), input_precision<T>(), kF32Sums,
+          [=](Backend backend) {
+            std::vector<float> out = y;
+            CALL_OP(backend, skinny_gemm, M, N, K, alpha, x.data(), ldx, W.data(), ldw, beta, out.data(), ldy);
+            return Outputs{{"y", values(out)}};
+          }};
+}
+
+std::vector<Case> skinny_gemm_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 300;
+  for (const auto& [M, N, K, alpha, beta] : {std::tuple{int64_t(1), int64_t(700), int64_t(515), 1.0f, 0.0f},
+                                            std::tuple{int64_t(2), int64_t(131), int64_t(257), 0.5f, 1.0f},
+                                            std::tuple{int64_t(3), int64_t(5), int64_t(7), -2.0f, 0.25f},
+                                            std::tuple{int64_t(4), int64_t(64), int64_t(128), 1.0f, 0.0f}}) {
+    cases.push_back(skinny_gemm_case<float>(M, N, K, alpha, beta, seed += 3));
+    cases.push_back(skinny_gemm_case<bf16>(M, N, K, alpha, beta, seed += 3));
+  }
+  return cases;
+}
+
+// ---- per-row steps ----
+
+// A single decode row, an odd block, and enough rows × columns that the backend runs rows in parallel.
+const std::pair<int64_t, int64_t> kRowShapes[] = {{1, 7}, {13, 33}, {300, 128}};
+
+std::vector<Case> rmsnorm_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 400;
+  for (const auto& [rows, dim] : kRowShapes) {
+    const int64_t ld_x = dim + 3, ld_y = dim + 1;
+    const std::vector<float> x = normal(rows * ld_x, seed += 2, 3.0f), w = normal(dim, seed + 1);
+    cases.push_back({fmt::format("rows={} dim={} ld_x={} ld_y={}", rows, dim, ld_x, ld_y), "f32", kF32Elementwise,
+                     [=](Backend backend) {
+                       std::vector<float> y(size_t(rows * ld_y), kUnwritten), rstd(size_t(rows), kUnwritten);
+                       CALL_OP(backend, rmsnorm_forward, x.data(), ld_x, w.data(), rows, dim, 1e-6f, y.data(), ld_y,
+                               rstd.data());
+                       return Outputs{{"y", values(y)}, {"rstd", values(rstd)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> gated_activation_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 500;
+  for (const GatedActivation act : {GatedActivation::Swiglu, GatedActivation::Situ})
+    for (const auto& [rows, width] : kRowShapes) {
+      // σ 4: the logits reach the curved and saturated parts of tanh(a/4) and σ(a).
+      const std::vector<float> gu = normal(rows * 2 * width, ++seed, 4.0f);
+      cases.push_back({fmt::format("{} rows={} width={}", act == GatedActivation::Swiglu ? "swiglu" : "situ", rows,
+                                   width),
+                       "f32", kF32Elementwise, [=](Backend backend) {
+                         std::vector<float> h(size_t(rows * width), kUnwritten);
+                         CALL_OP(backend, gated_activation_forward, act, gu.data(), rows, width, h.data());
+                         return Outputs{{"h", values(h)}};
+                       }});
+    }
+  return cases;
+}
+
+std::vector<Case> rope_cases() {
+  struct Shape {
+    int64_t heads, dim;
+    RopeLayout layout;  // the same for x and y
+    double theta;
+    std::vector<int64_t> positions;
+  };
+  std::vector<int64_t> prefill(200);
+  for (size_t i = 0; i < prefill.size(); ++i) prefill[i] = int64_t(i) + 3000;
+  const Shape shapes[] = {
+      {3, 8, {24, 8}, 10000.0, {0, 1, 777, (int64_t(1) << 20) - 1}},  // f32 angles would be off by 0.06 rad
+      {2, 6, {20, 8}, 500.0, {3, 0, 9, 100, 5000}},                    // gaps between heads and rows
+      {4, 64, {4 * 64, 64}, 10000.0, prefill},                         // rows in parallel
+  };
+  std::vector<Case> cases;
+  uint32_t seed = 600;
+  for (const Shape& s : shapes) {
+    const int64_t rows = int64_t(s.positions.size()), size = rows * s.layout.row_stride;
+    const std::vector<float> x = normal(size, ++seed);
+    cases.push_back({fmt::format("rows={} heads={} dim={} row stride={} head stride={} theta={}", rows, s.heads, s.dim,
+                                 s.layout.row_stride, s.layout.head_stride, s.theta),
+                     "f32", kF32Elementwise, [=](Backend backend) {
+                       std::vector<float> table(size_t(rows * s.dim), kUnwritten), y(size_t(size), kUnwritten);
+                       CALL_OP(backend, rope_table, s.positions.data(), rows, s.dim, s.theta, table.data());
+                       CALL_OP(backend, rope_forward, table.data(), rows, s.heads, s.dim, x.data(), s.layout, y.data(),
+                               s.layout);
+                       return Outputs{{"table", values(table)}, {"y", values(y)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> causal_conv1d_cases() {
+  struct Shape {
+    int64_t channels, kernel;
+    std::vector<int64_t> lengths;
+    bool tails;  // a decode cache's previous inputs, else zeros
+  };
+  const Shape shapes[] = {
+      {37, 4, {1, 5, 40}, false}, {37, 4, {1, 5, 40}, true}, {16, 2, {3}, true}, {130, 4, {300}, false}};
+  std::vector<Case> cases;
+  uint32_t seed = 700;
+  for (const Shape& s : shapes) {
+    const std::vector<int64_t> starts = starts_of(s.lengths);
+    const int64_t batch = int64_t(s.lengths.size()), rows = starts.back(), ld_x = s.channels + 5,
+                  ld_y = s.channels + 2;
+    const std::vector<float> x = normal(rows * ld_x, seed += 3), w = normal(s.channels * s.kernel, seed + 1),
+                             tails = normal(batch * (s.kernel - 1) * s.channels, seed + 2);
+    cases.push_back({fmt::format("channels={} kernel={} lengths={}{}", s.channels, s.kernel, list(s.lengths),
+                                 s.tails ? " with tails" : ""),
+                     "f32", kF32Sums, [=](Backend backend) {
+                       std::vector<const float*> tail_rows;
+                       for (int64_t b = 0; b < batch; ++b)
+                         tail_rows.push_back(tails.data() + b * (s.kernel - 1) * s.channels);
+                       const Conv1dShape shape{s.channels, s.kernel, batch, starts.data()};
+                       std::vector<float> y(size_t(rows * ld_y), kUnwritten);
+                       CALL_OP(backend, causal_conv1d_forward, shape, x.data(), ld_x, w.data(),
+                               s.tails ? tail_rows.data() : nullptr, y.data(), ld_y);
+                       return Outputs{{"y", values(y)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> add_rows_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 800;
+  for (const auto& [rows, cols] : kRowShapes)
+    for (const bool with_base : {true, false}) {
+      const std::vector<float> x = normal(rows * cols, seed += 2), base = normal(rows * cols, seed + 1);
+      cases.push_back({fmt::format("rows={} cols={}{}", rows, cols, with_base ? "" : " no base"), "f32", kExact,
+                       [=](Backend backend) {
+                         std::vector<float> y(x.size(), kUnwritten);
+                         CALL_OP(backend, add_rows, x.data(), with_base ? base.data() : nullptr, rows, cols, y.data());
+                         return Outputs{{"y", values(y)}};
+                       }});
+    }
+  return cases;
+}
+
+std::vector<Case> cross_entropy_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 900;
+  for (const auto& [rows, classes] : {std::pair<int64_t, int64_t>{9, 37}, std::pair<int64_t, int64_t>{64, 1001}})
+    for (const bool weighted : {false, true}) {
+      std::vector<float> logits = normal(rows * classes, ++seed, 2.0f);
+      for (int64_t j = 0; j < classes; ++j) logits[size_t(2 * classes + j)] += 300.0f;  // exp overflows f32 unshifted
+      std::vector<int32_t> targets;
+      std::mt19937 rng(seed);
+      for (int64_t r = 0; r < rows; ++r) targets.push_back(r % 4 == 0 ? -1 : int32_t(rng() % uint32_t(classes)));
+      std::vector<float> weights = normal(rows, seed + 50);  // negative ones too, as policy gradients have
+      weights[1] = 0.0f;
+      cases.push_back({fmt::format("rows={} classes={}{} (rows 0, 4, ... without target)", rows, classes,
+                                   weighted ? " weighted" : ""),
+                       "f32", kLoss, [=](Backend backend) {
+                         const double loss = CALL_OP(backend, cross_entropy_loss, logits.data(), rows, classes,
+                                                     targets.data(), weighted ? weights.data() : nullptr);
+                         return Outputs{{"loss", {loss}}};
+                       }});
+    }
+  return cases;
+}
+
+// ---- the KDA mixer ----
+
+struct PrepareLayout {
+  int64_t rows, heads, head_dim;
+  int64_t HK() const { return heads * head_dim; }
+  // The projection rows hold f, then two unrelated columns, then b, then three more.
+  int64_t ld_proj() const { return HK() + heads + 5; }
+  int64_t b_col() const { return HK() + 2; }
+};
+
+struct PrepareInputs {
+  std::vector<float> conv, proj, a_log, dt_bias;
+};
+
+// Unit-normal logits, A_log ~ N(0.3, 0.5²) and dt_bias ~ N(−1, 0.5²) keep a·z within a few units:
+// both gates run through their curved part.
+PrepareInputs prepare_inputs(const PrepareLayout& s, uint32_t seed) {
+  PrepareInputs in{normal(s.rows * 3 * s.HK(), seed), normal(s.rows * s.ld_proj(), seed + 1),
+                   normal(s.heads, seed + 2, 0.5f), normal(s.HK(), seed + 3, 0.5f)};
+  for (float& x : in.a_log) x += 0.3f;
+  for (float& x : in.dt_bias) x -= 1.0f;
+  return in;
+}
+
+// kda_prepare_forward's outputs.
+struct Prepared {
+  std::vector<float> q, k, v, inv_norm, g, beta;
+};
+
+Prepared prepare(Backend backend, const PrepareLayout& s, bool lower_bounded, const PrepareInputs& in) {
+  const int64_t N = s.rows, H = s.heads, HK = s.HK();
+  Prepared out{std::vector<float>(size_t(N * HK), kUnwritten), std::vector<float>(size_t(N * HK), kUnwritten),
+               std::vector<float>(size_t(N * HK), kUnwritten), std::vector<float>(size_t(N * 2 * H), kUnwritten),
+               std::vector<float>(size_t(N * HK), kUnwritten), std::vector<float>(size_t(N * H), kUnwritten)};
+  const KdaDecayGate gate{lower_bounded, -5.0f, in.a_log.data(), in.dt_bias.data()};
+  CALL_OP(backend, kda_prepare_forward, KdaPrepareShape{N, H, s.head_dim, s.ld_proj()}, gate,
+          KdaPrepareInputs{in.conv.data(), in.proj.data(), in.proj.data() + s.b_col()},
+          KdaPrepared{out.q.data(), out.k.data(), out.v.data(), out.inv_norm.data(), out.g.data(), out.beta.data()});
+  return out;
+}
+
+std::vector<Case> kda_prepare_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1000;
+  // Head widths off the 16-lane vectors; 300 rows run in parallel.
+  for (const PrepareLayout& s : {PrepareLayout{7, 3, 5}, PrepareLayout{5, 1, 21}, PrepareLayout{300, 2, 32}})
+    for (const bool lower_bounded : {true, false}) {
+      const PrepareInputs in = prepare_inputs(s, seed += 4);
+      cases.push_back({fmt::format("rows={} heads={} head_dim={} {} gate", s.rows, s.heads, s.head_dim,
+                                   lower_bounded ? "lower-bounded" : "softplus"),
+                       "f32", kF32Elementwise, [=](Backend backend) {
+                         const Prepared p = prepare(backend, s, lower_bounded, in);
+                         return Outputs{{"q", values(p.q)},       {"k", values(p.k)}, {"v", values(p.v)},
+                                        {"inv_norm", values(p.inv_norm)}, {"g", values(p.g)}, {"beta", values(p.beta)}};
+                       }});
+    }
+  return cases;
+}
+
+std::vector<Case> kda_output_gate_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1100;
+  for (const auto& [rows, width] : kRowShapes) {
+    const int64_t ld_logits = width + 5;
+    const std::vector<float> normed = normal(rows * width, seed += 2),
+                             logits = normal(rows * ld_logits, seed + 1, 2.0f);
+    cases.push_back({fmt::format("rows={} width={} ld_logits={}", rows, width, ld_logits), "f32", kF32Elementwise,
+                     [=](Backend backend) {
+                       std::vector<float> gated(size_t(rows * width), kUnwritten);
+                       CALL_OP(backend, kda_output_gate_forward, normed.data(), logits.data(), ld_logits, rows, width,
+                               gated.data());
+                       return Outputs{{"gated", values(gated)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> kda_cases() {
+  struct Shape {
+    int64_t heads, key_dim, value_dim;
+    std::vector<int64_t> lengths;
+    bool initial_states, lower_bounded;
+  };
+  const Shape shapes[] = {
+      {2, 16, 24, {37, 1, 70}, true, true},  // K ≠ V, a one-token sequence, continuing from states
+      {1, 32, 32, {100}, false, true},       // not a multiple of the chunk, zero initial state
+      {3, 16, 16, {20, 45}, true, false},    // the unbounded (softplus) gate
+  };
+  struct Variant {
+    KdaPath path;
+    bool bf16;
+  };
+  const Variant variants[] = {{KdaPath::Recurrent, false},      {KdaPath::ChunkedDense, false},
+                              {KdaPath::ChunkedPairwise, false}, {KdaPath::ChunkedDense, true},
+                              {KdaPath::ChunkedPairwise, true}};
+  std::vector<Case> cases;
+  uint32_t seed = 1200;
+  for (const Shape& s : shapes) {
+    // The delta rule's inputs as the mixer makes them: q, k, g and β from the prepare step (so q and
+    // k are normalised and g is a real decay), v any values.
+    const int64_t N = starts_of(s.lengths).back(), H = s.heads, K = s.key_dim, V = s.value_dim;
+    const PrepareLayout layout{N, H, K};
+    const Prepared p = prepare(Backend::Reference, layout, s.lower_bounded, prepare_inputs(layout, seed += 4));
+    const std::vector<float> v = normal(N * H * V, seed + 1),
+                             initial = normal(int64_t(s.lengths.size()) * H * K * V, seed + 2, 0.3f);
+    for (const Variant& variant : variants) {
+      if (variant.path == KdaPath::ChunkedDense && !s.lower_bounded) continue;  // needs the bounded gate
+      const KdaOptions options{variant.path, 16, variant.bf16, -5.0f};
+      cases.push_back(
+          {fmt::format("H={} K={} V={} lengths={} {} path, chunk 16{}", H, K, V, list(s.lengths),
+                       to_string(variant.path), s.initial_states ? ", initial states" : ""),
+           variant.bf16 ? "bf16 products" : "f32", variant.bf16 ? kKdaBf16 : kF32Sums, [=](Backend backend) {
+             const KdaShape shape{H, K, V};
+             const std::vector<int64_t> starts = starts_of(s.lengths);
+             const int64_t batch = int64_t(s.lengths.size());
+             std::vector<float> states = initial, o(size_t(N * H * V), kUnwritten), finals(initial.size(), kUnwritten);
+             const std::vector<float*> initial_rows = kda_state_pointers(states.data(), batch, shape),
+                                       final_rows = kda_state_pointers(finals.data(), batch, shape);
+             const KdaInputs in{batch,        starts.data(), p.q.data(), p.k.data(), v.data(), p.g.data(),
+                                p.beta.data(), s.initial_states ? initial_rows.data() : nullptr};
+             Workspace workspace;
+             CALL_OP(backend, kda_forward, shape, in, options, o.data(), final_rows.data(), nullptr, workspace);
+             return Outputs{{"o", values(o)}, {"final states", values(finals)}};
+           }});
+    }
+  }
+  return cases;
+}
+
+// ---- attention ----
+
+std::vector<Case> attention_cases() {
+  struct Shape {
+    int64_t heads, qk_dim, v_dim, window;
+    std::vector<int64_t> q_lens, kv_lens;
+    const char* what;
+  };
+  const Shape shapes[] = {
+      {3, 32, 32, 0, {65}, {65}, "training, one past the tile"},
+      {2, 64, 64, 0, {1, 70, 5}, {1, 70, 5}, "a batch of lengths"},
+      {2, 32, 32, 50, {37, 64}, {150, 101}, "sliding window, prefill on a cache"},
+      {3, 24, 16, 0, {33, 1}, {40, 300}, "qk_dim ≠ v_dim, a decode step"},
+      {2, 7, 5, 3, {10, 3}, {4, 0}, "odd widths, queries that see no key"},
+  };
+  std::vector<Case> cases;
+  uint32_t seed = 1300;
+  for (const Shape& s : shapes)
+    for (const bool bf16_products : {false, true}) {
+      const AttentionDims dims{s.heads, s.qk_dim, s.v_dim, s.window, float(1.0 / std::sqrt(double(s.qk_dim))),
+                               bf16_products};
+      const std::vector<int64_t> q_starts = starts_of(s.q_lens), k_starts = starts_of(s.kv_lens);
+      const int64_t nq = q_starts.back(), nk = k_starts.back();
+      const std::vector<float> q = normal(nq * s.heads * s.qk_dim, seed += 3),
+                               k = normal(nk * s.heads * s.qk_dim, seed + 1),
+                               v = normal(nk * s.heads * s.v_dim, seed + 2);
+      cases.push_back({fmt::format("H={} Dqk={} Dv={} window={} q_lens={} kv_lens={}: {}", s.heads, s.qk_dim, s.v_dim,
+                                   s.window, list(s.q_lens), list(s.kv_lens), s.what),
+                       bf16_products ? "bf16 products" : "f32", bf16_products ? kBf16Products : kF32Sums,
+                       [=](Backend backend) {
+                         std::vector<float> o(size_t(nq * s.heads * s.v_dim), kUnwritten),
+                             lse(size_t(nq * s.heads), kUnwritten);
+                         Workspace workspace;
+                         CALL_OP(backend, attention_forward, dims, int64_t(s.q_lens.size()), q_starts.data(),
+                                 k_starts.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), workspace);
+                         return Outputs{{"o", values(o)}, {"lse", values(lse)}};
+                       }});
+    }
+  return cases;
+}
+
+std::vector<Case> latent_attention_cases() {
+  struct Shape {
+    int64_t heads, latent, rope, window;
+    std::vector<int64_t> lengths;
+  };
+  const Shape shapes[] = {
+      {8, 128, 0, 0, {1, 5, 65, 300}},  // lengths around a tile
+      {3, 40, 8, 0, {129, 2}},          // heads padded, rows not whole vectors
+      {8, 64, 8, 5, {1, 4, 200}},       // sliding window
+      {2, 32, 8, 0, {0, 17}},           // an empty cache
+  };
+  enum class Rows { F32, Bf16, Bf16Products };
+  std::vector<Case> cases;
+  uint32_t seed = 1400;
+  for (const Shape& s : shapes) {
+    const int64_t K = s.latent + s.rope, B = int64_t(s.lengths.size());
+    std::vector<std::vector<float>> rows;
+    // A row even for an empty cache: a cache names its rows whatever its length.
+    for (int64_t L : s.lengths) rows.push_back(normal(std::max<int64_t>(L, 1) * K, ++seed));
+    const std::vector<float> q = normal(B * s.heads * K, ++seed, 1.5f);  // a softmax far from uniform
+    for (const Rows kind : {Rows::F32, Rows::Bf16, Rows::Bf16Products}) {
+      if (kind == Rows::Bf16Products && s.latent % 32 != 0) continue;  // the bf16 kernel's requirement
+      const LatentAttentionDims dims{s.heads, s.latent, s.rope, s.window, float(1.0 / std::sqrt(double(K))),
+                                     kind == Rows::Bf16Products};
+      // bf16 rows without bf16 products are widened exactly: f32 arithmetic on the same values.
+      cases.push_back({fmt::format("H={} R={} Dr={} window={} lengths={}", s.heads, s.latent, s.rope, s.window,
+                                   list(s.lengths)),
+                       kind == Rows::F32 ? "f32 rows" : kind == Rows::Bf16 ? "bf16 rows" : "bf16 rows and products",
+                       kind == Rows::Bf16Products ? kBf16Products : kF32Sums, [=](Backend backend) {
+                         std::vector<std::vector<bf16>> rows16;
+                         std::vector<LatentCacheRows> caches;
+                         for (int64_t b = 0; b < B; ++b) {
+                           LatentCacheRows cache;
+                           if (kind == Rows::F32) {
+                             cache.rows_f32 = rows[size_t(b)].data();
+                           } else {
+                             rows16.push_back(as<bf16>(rows[size_t(b)]));
+                             cache.rows_bf16 = rows16.back().data();
+                           }
+                           cache.length = s.lengths[size_t(b)];
+                           caches.push_back(cache);
+                         }
+                         std::vector<float> o(size_t(B * s.heads * s.latent), kUnwritten);
+                         Workspace workspace;
+                         CALL_OP(backend, latent_attention_decode, dims, B, caches.data(), q.data(), o.data(),
+                                 workspace);
+                         return Outputs{{"o", values(o)}};
+                       }});
+    }
+  }
+  return cases;
+}
+
+// ---- the table ----
+
+const Op kOps[] = {
+    {"gemm", single_gemm_cases},
+    {"gemm_batched", batched_gemm_cases},
+    {"small_gemm", small_gemm_cases},
+    {"skinny_gemm", skinny_gemm_cases},
+    {"rmsnorm_forward", rmsnorm_cases},
+    {"gated_activation_forward", gated_activation_cases},
+    {"rope", rope_cases},
+    {"causal_conv1d_forward", causal_conv1d_cases},
+    {"add_rows", add_rows_cases},
+    {"cross_entropy_loss", cross_entropy_cases},
+    {"kda_prepare_forward", kda_prepare_cases},
+    {"kda_output_gate_forward", kda_output_gate_cases},
+    {"kda_forward", kda_cases},
+    {"attention_forward", attention_cases},
+    {"latent_attention_decode", latent_attention_cases},
+};
+
+void PrintTo(const Op& op, std::ostream* os) { *os << op.name; }
+
+class BackendOps : public ::testing::TestWithParam<Op> {};
+
+TEST_P(BackendOps, MatchTheReference) {
+  const Op& op = GetParam();
+  for (const Case& c : op.cases()) {
+    const Outputs got = c.run(Backend::Linked), want = c.run(Backend::Reference);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double error = relative_error(got[i].values, want[i].values);
+      EXPECT_LE(error, c.tolerance) << op.name << " [" << c.shape << "] " << c.precision << ": " << got[i].name
+                                    << " is off by " << error << " of its scale (tolerance " << c.tolerance << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::ValuesIn(kOps),
+                         [](const ::testing::TestParamInfo<Op>& info) { return std::string(info.param.name); });
+
+// The name states the instruction set the kernels were built for: portable exactly when vec.h's
+// Vec is its plain-loop struct (aligned as a float, where the AVX-512 register aligns to 64), VNNI
+// exactly when the int8 products run their native kernels.
+TEST(KernelBackend, NameStatesTheInstructionSet) {
+  const std::string name = kernel_backend_name();
+  EXPECT_EQ(name.rfind("cpu (", 0), 0u) << name;
+  EXPECT_EQ(name == "cpu (portable)", alignof(vec::Vec) == alignof(float)) << name;
+  EXPECT_EQ(name.find("VNNI") != std::string::npos, int8_native_kernels()) << name;
+}
+
+}  // namespace
+}  // namespace hyla
