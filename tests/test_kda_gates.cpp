@@ -19,23 +19,16 @@
 #include "hyla/core/threads.h"
 #include "hyla/kernels/kda_gates.h"
 #include "reference_ops.h"
+#include "test_util.h"
 
 namespace hyla {
 namespace {
 
 using Doubles = std::vector<double>;
 
-std::vector<float> random_vector(int64_t n, uint32_t seed, float stddev = 1.0f, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(mean, stddev);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
 // f32 values held as doubles: the kernel and the reference see the same inputs.
 Doubles random_doubles(int64_t n, uint32_t seed, float stddev = 1.0f, float mean = 0.0f) {
-  const std::vector<float> f = random_vector(n, seed, stddev, mean);
+  const std::vector<float> f = test::normal_floats(n, seed, stddev, mean);
   return {f.begin(), f.end()};
 }
 
@@ -50,30 +43,9 @@ void expect_close(const float* got, const Doubles& want, const std::string& what
   EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << what << ": worst error " << worst << " at scale " << scale;
 }
 
-double central_difference(const std::function<double()>& loss, double& x, double h = 1e-5) {
-  const double x0 = x;
-  x = x0 + h;
-  const double plus = loss();
-  x = x0 - h;
-  const double minus = loss();
-  x = x0;
-  return (plus - minus) / (2.0 * h);
-}
-
-// Analytic (f32, from the kernel) against central differences of the double reference loss at the
-// given entries of x. h = 1e-5 in double: truncation and cancellation ~1e-10. The kernels' f32
-// arithmetic sets the floor (~1e-6 of the largest gradient); 5e-5 leaves margin and still fails a
-// dropped term or a wrong factor.
-void expect_gradients(const std::string& what, const std::function<double()>& loss, Doubles& x,
-                      const std::function<float(int64_t)>& analytic, const std::vector<int64_t>& entries) {
-  double worst = 0.0, scale = 0.0;
-  for (int64_t i : entries) {
-    const double fd = central_difference(loss, x[size_t(i)]);
-    worst = std::max(worst, std::abs(fd - double(analytic(i))));
-    scale = std::max(scale, std::abs(fd));
-  }
-  EXPECT_GT(scale, 0.0) << what;
-  EXPECT_LE(worst, 5e-5 * scale + 1e-9) << what << ": worst error " << worst << " at gradient scale " << scale;
+void expect_nonzero_gradients(const std::string& what, const std::function<double()>& loss, Doubles& x,
+                              const std::function<double(int64_t)>& analytic, const std::vector<int64_t>& entries) {
+  EXPECT_GT(test::expect_gradients(what, loss, x, analytic, entries), 0.0) << what;
 }
 
 constexpr int64_t kEveryEntry = INT64_MAX;
@@ -141,9 +113,9 @@ void check_prepare(const Layout& s, bool bounded, int64_t fd_entries) {
   expect_close(beta.data(), ref.beta, what + " beta");
 
   // L = Σ R ⊙ (q, k, v, g, β): the R are the upstream gradients.
-  const std::vector<float> Rq = random_vector(N * HK, 11), Rk = random_vector(N * HK, 12),
-                           Rv = random_vector(N * HK, 13), Rg = random_vector(N * HK, 14),
-                           Rb = random_vector(N * H, 15);
+  const std::vector<float> Rq = test::normal_floats(N * HK, 11), Rk = test::normal_floats(N * HK, 12),
+                           Rv = test::normal_floats(N * HK, 13), Rg = test::normal_floats(N * HK, 14),
+                           Rb = test::normal_floats(N * H, 15);
   const KdaPrepareGrads grads{Rq.data(), Rk.data(), Rv.data(), Rg.data(), Rb.data()};
   // The gradients land in a fused-projection gradient: d_conv in [0, 3HK), df at 3HK, db at 5HK.
   // Those are overwritten (-1 fill); the output gate's columns [4HK, 5HK) and the padding are
@@ -177,17 +149,17 @@ void check_prepare(const Layout& s, bool bounded, int64_t fd_entries) {
     return l;
   };
   // conv: entry r·3HK + c ↔ d_conv at dproj[r·ld + c].
-  expect_gradients(what + " d_conv", loss, in.conv,
+  expect_nonzero_gradients(what + " d_conv", loss, in.conv,
                    [&](int64_t i) { return dproj[size_t(i / (3 * HK) * ld + i % (3 * HK))]; },
                    entries_of(N * 3 * HK, fd_entries, 21));
   std::vector<int64_t> f_entries, b_entries;
   for (int64_t i : entries_of(N * HK, fd_entries, 22)) f_entries.push_back(i / HK * ld + s.f_col() + i % HK);
   for (int64_t i : entries_of(N * H, fd_entries, 23)) b_entries.push_back(i / H * ld + s.b_col() + i % H);
-  expect_gradients(what + " df", loss, in.proj, [&](int64_t i) { return dproj[size_t(i)]; }, f_entries);
-  expect_gradients(what + " db", loss, in.proj, [&](int64_t i) { return dproj[size_t(i)]; }, b_entries);
-  expect_gradients(what + " d A_log", loss, in.a_log, [&](int64_t i) { return d_a_log[size_t(i)] - kPrior; },
+  expect_nonzero_gradients(what + " df", loss, in.proj, [&](int64_t i) { return dproj[size_t(i)]; }, f_entries);
+  expect_nonzero_gradients(what + " db", loss, in.proj, [&](int64_t i) { return dproj[size_t(i)]; }, b_entries);
+  expect_nonzero_gradients(what + " d A_log", loss, in.a_log, [&](int64_t i) { return d_a_log[size_t(i)] - kPrior; },
                    entries_of(H, kEveryEntry, 0));
-  expect_gradients(what + " d dt_bias", loss, in.dt_bias,
+  expect_nonzero_gradients(what + " d dt_bias", loss, in.dt_bias,
                    [&](int64_t i) { return d_dt_bias[size_t(i)] - kPrior; }, entries_of(HK, kEveryEntry, 0));
 }
 
@@ -224,7 +196,7 @@ void check_output_gate(int64_t rows, int64_t width, bool in_place) {
   kda_output_gate_forward(normed.data(), logits.data(), ld, rows, width, gated.data());
   expect_close(gated.data(), reference_output_gate(normed_d, logits_d, ld, rows, width), what + " forward");
 
-  const std::vector<float> R = random_vector(rows * width, 33);
+  const std::vector<float> R = test::normal_floats(rows * width, 33);
   std::vector<float> d_gated(R), d_normed_separate(size_t(rows * width), -1.0f);
   float* d_normed = in_place ? d_gated.data() : d_normed_separate.data();
   constexpr float kSentinel = 7.0f;
@@ -242,11 +214,11 @@ void check_output_gate(int64_t rows, int64_t width, bool in_place) {
     for (size_t i = 0; i < y.size(); ++i) l += R[i] * y[i];
     return l;
   };
-  expect_gradients(what + " d_normed", loss, normed_d, [&](int64_t i) { return d_normed[i]; },
+  expect_nonzero_gradients(what + " d_normed", loss, normed_d, [&](int64_t i) { return d_normed[i]; },
                    entries_of(rows * width, 300, 34));
   std::vector<int64_t> gate_entries;
   for (int64_t i : entries_of(rows * width, 300, 35)) gate_entries.push_back(i / width * ld + i % width);
-  expect_gradients(what + " d_logits", loss, logits_d, [&](int64_t i) { return d_logits[size_t(i)]; },
+  expect_nonzero_gradients(what + " d_logits", loss, logits_d, [&](int64_t i) { return d_logits[size_t(i)]; },
                    gate_entries);
 }
 

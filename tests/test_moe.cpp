@@ -65,14 +65,6 @@ struct Layered {
   int64_t d() const { return config.hidden_size; }
 };
 
-std::vector<float> random_vector(int64_t n, uint32_t seed, float stddev = 1.0f, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(mean, stddev);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 Params params_of(const ParamStore& store) {
@@ -106,33 +98,6 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 
 // ---- gradient checks ----
 
-// Central differences of loss() in `x` (a double the loss reads), step h.
-double central_difference(const std::function<double()>& loss, double& x, double h = 1e-5) {
-  const double x0 = x;
-  x = x0 + h;
-  const double plus = loss();
-  x = x0 - h;
-  const double minus = loss();
-  x = x0;
-  return (plus - minus) / (2.0 * h);
-}
-
-// Compares analytic gradients (f32, from the layer) to central differences of the double reference
-// loss at the given entries (h = 1e-5 in double: truncation and cancellation errors ~1e-10). The
-// layer's f32 arithmetic is the error floor: measured ≤ 6e-6 of the tensor's largest gradient
-// over all checks here; 5e-5 leaves a margin for other rounding orders and stays far below real
-// mistakes (a dropped term or a 10% error in the aux_loss gradient fails).
-void expect_gradients(const std::string& what, const std::function<double()>& loss, std::vector<double>& x,
-                      const float* analytic, const std::vector<int64_t>& entries) {
-  double worst = 0.0, scale = 0.0;
-  for (int64_t i : entries) {
-    const double fd = central_difference(loss, x[size_t(i)]);
-    worst = std::max(worst, std::abs(fd - double(analytic[i])));
-    scale = std::max(scale, std::abs(fd));
-  }
-  EXPECT_LE(worst, 5e-5 * scale + 1e-9) << what << ": worst error " << worst << " at gradient scale " << scale;
-}
-
 std::vector<int64_t> sample_entries(int64_t n, int count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int64_t> all(static_cast<size_t>(n));
@@ -155,8 +120,8 @@ template <typename Layer, typename RefFn>
 void check_layer(Layered<Layer>& s, RefFn reference, int64_t n, float loss_scale, const std::string& what,
                  bool aux_only = false) {
   const int64_t d = s.d();
-  const std::vector<float> u = random_vector(n * d, 11);
-  const std::vector<float> R = random_vector(n * d, 12, aux_only ? 0.0f : 1.0f);
+  const std::vector<float> u = test::normal_floats(n * d, 11);
+  const std::vector<float> R = test::normal_floats(n * d, 12, aux_only ? 0.0f : 1.0f);
   std::vector<float> dy(R);
   for (float& v : dy) v *= loss_scale;
 
@@ -183,7 +148,7 @@ void check_layer(Layered<Layer>& s, RefFn reference, int64_t n, float loss_scale
     for (size_t i = 0; i < R.size(); ++i) l += R[i] * ref.first[i];
     return double(loss_scale) * l;
   };
-  expect_gradients(what + " du", loss, ud, du.data(), all_entries(n * d));
+  test::expect_gradients(what + " du", loss, ud, [&](int64_t i) { return double(du[size_t(i)]); }, all_entries(n * d));
   int checked = 0;
   for (const auto& param : s.store.params()) {
     if (!param->trainable) {
@@ -191,7 +156,8 @@ void check_layer(Layered<Layer>& s, RefFn reference, int64_t n, float loss_scale
       continue;
     }
     const bool expert = param->name.find(".experts.") != std::string::npos;
-    expect_gradients(what + " " + param->name, loss, P[param->name], param->g(),
+    const float* g = param->g();
+    test::expect_gradients(what + " " + param->name, loss, P[param->name], [&](int64_t i) { return double(g[i]); },
                      sample_entries(param->numel(), expert ? 4 : 12, uint32_t(checked)));
     ++checked;
   }
@@ -200,11 +166,11 @@ void check_layer(Layered<Layer>& s, RefFn reference, int64_t n, float loss_scale
 void check_moe(const ModelConfig& config, int64_t n, float loss_scale, const std::string& what,
                bool aux_only = false) {
   Layered<MoeFfn> s(config);
-  const std::vector<float> bias = random_vector(config.moe.num_experts, 5, 0.1f);
+  const std::vector<float> bias = test::normal_floats(config.moe.num_experts, 5, 0.1f);
   std::copy(bias.begin(), bias.end(), s.value("gate.e_score_correction_bias"));
   // The check is only meaningful away from routing ties (a tie flips under the differences).
   const MoeReference unperturbed =
-      reference_moe_of(s.config, params_of(s.store), to_double(random_vector(n * s.d(), 11)), n);
+      reference_moe_of(s.config, params_of(s.store), to_double(test::normal_floats(n * s.d(), 11)), n);
   ASSERT_GT(unperturbed.min_gap, 1e-3) << what;
   check_layer(
       s,
@@ -283,7 +249,7 @@ TEST(Moe, ExpertsSpanningSeveralBlocks) {
   const int64_t n = 640, half = n / 2;  // ~320 slots per expert > RoutedExperts::kTokenBlock ≥ 160
   Layered<MoeFfn> s(config);
   const int64_t d = s.d();
-  const std::vector<float> u = random_vector(n * d, 3), dy = random_vector(n * d, 4);
+  const std::vector<float> u = test::normal_floats(n * d, 3), dy = test::normal_floats(n * d, 4);
   s.store.zero_grads();
   const std::vector<float> y = forward(*s.layer, u, n, d);
   expect_close(y, reference_moe_of(s.config, params_of(s.store), to_double(u), n).y, 1e-5, "blocks forward");
@@ -316,7 +282,7 @@ TEST(Moe, AllExpertsSelectedIsTheDenseMixture) {
   });
   Layered<MoeFfn> s(config);
   const int64_t n = 16, d = s.d(), E = 4, w = config.moe.moe_intermediate_size;
-  const std::vector<float> u = random_vector(n * d, 21);
+  const std::vector<float> u = test::normal_floats(n * d, 21);
   const std::vector<float> y = forward(*s.layer, u, n, d);
   const Params P = params_of(s.store);
   std::vector<double> want(static_cast<size_t>(n * d), 0.0);
@@ -340,7 +306,7 @@ TEST(Moe, TiesGoToTheLowerExpertId) {
   Workspace workspace;
   Arena kept;
   LayerActivations activations(kept, workspace, /*keep=*/false);
-  const Routing routing = s.layer->router().route(random_vector(5 * s.d(), 1).data(), 5, activations);
+  const Routing routing = s.layer->router().route(test::normal_floats(5 * s.d(), 1).data(), 5, activations);
   for (int64_t t = 0; t < 5; ++t) {
     EXPECT_EQ(routing.expert_ids()[t * 2], 0);
     EXPECT_EQ(routing.expert_ids()[t * 2 + 1], 1);
@@ -378,8 +344,8 @@ TEST(Moe, LoadStatsThroughTheLayer) {
   s.value("gate.e_score_correction_bias")[2] = 10.0f;
   s.value("gate.e_score_correction_bias")[5] = 10.0f;
   const int64_t n = 10;
-  forward(*s.layer, random_vector(n * s.d(), 2), n, s.d());
-  forward(*s.layer, random_vector(n * s.d(), 3), n, s.d());
+  forward(*s.layer, test::normal_floats(n * s.d(), 2), n, s.d());
+  forward(*s.layer, test::normal_floats(n * s.d(), 3), n, s.d());
   const ExpertLoadStats stats = s.layer->load_stats();
   EXPECT_EQ(stats.tokens_per_expert, (std::vector<int64_t>{0, 0, 2 * n, 0, 0, 2 * n, 0, 0}));
   EXPECT_FLOAT_EQ(stats.max_over_mean, 4.0f);  // 2n / (2 · 2n / 8)
@@ -402,7 +368,7 @@ std::vector<float> skewed_balancing_run(const std::string& rule, double speed, i
   for (int e = 0; e < 2; ++e) s.value("gate.weight")[e * d] = 2.0f;
   std::vector<float> max_over_mean;
   for (int step = 0; step < steps; ++step) {
-    std::vector<float> u = random_vector(n * d, 100 + step);
+    std::vector<float> u = test::normal_floats(n * d, 100 + step);
     for (int64_t t = 0; t < n; ++t) u[t * d] += 3.0f;
     forward(*s.layer, u, n, d);
     max_over_mean.push_back(s.layer->load_stats().max_over_mean);
@@ -453,7 +419,7 @@ TEST(Moe, Bf16ForwardCloseToF32) {
     });
     Layered<MoeFfn> s(config);
     const int64_t n = 96;
-    const std::vector<float> u = random_vector(n * 64, 4);
+    const std::vector<float> u = test::normal_floats(n * 64, 4);
     const std::vector<float> y32 = forward(*s.layer, u, n, 64, Precision::F32, false);
     const std::vector<float> y16 = forward(*s.layer, u, n, 64, Precision::BF16, false);
     double err = 0.0, norm = 0.0;
@@ -462,7 +428,7 @@ TEST(Moe, Bf16ForwardCloseToF32) {
     EXPECT_GT(std::sqrt(err / norm), 1e-5) << "bf16 products in use";
   }
   Layered<DenseFfn> dense(tiny_config([](json& j) { j["hidden_size"] = 64; }));
-  const std::vector<float> u = random_vector(96 * 64, 4);
+  const std::vector<float> u = test::normal_floats(96 * 64, 4);
   const std::vector<float> y32 = forward(*dense.layer, u, 96, 64, Precision::F32, false);
   const std::vector<float> y16 = forward(*dense.layer, u, 96, 64, Precision::BF16, false);
   double err = 0.0, norm = 0.0;
@@ -479,7 +445,7 @@ TEST(Moe, Bf16BackwardCloseToF32) {
   });
   Layered<MoeFfn> s(config);
   const int64_t n = 96, d = 64;
-  const std::vector<float> u = random_vector(n * d, 4), dy = random_vector(n * d, 5);
+  const std::vector<float> u = test::normal_floats(n * d, 4), dy = test::normal_floats(n * d, 5);
   std::vector<float> du32(static_cast<size_t>(n * d)), du16(static_cast<size_t>(n * d));
   s.store.zero_grads();
   forward(*s.layer, u, n, d, Precision::F32);
@@ -502,7 +468,7 @@ TEST(Moe, Bf16BackwardCloseToF32) {
 TEST(Moe, EvaluationBetweenForwardAndBackward) {
   Layered<MoeFfn> s(tiny_config([](json& j) { j["moe"]["latent_dim"] = 8; }));
   const int64_t n = 24, d = s.d();
-  const std::vector<float> u = random_vector(n * d, 1), dy = random_vector(n * d, 2);
+  const std::vector<float> u = test::normal_floats(n * d, 1), dy = test::normal_floats(n * d, 2);
   std::vector<float> du_plain(static_cast<size_t>(n * d)), du_interleaved(static_cast<size_t>(n * d));
   s.store.zero_grads();
   forward(*s.layer, u, n, d);
@@ -510,7 +476,7 @@ TEST(Moe, EvaluationBetweenForwardAndBackward) {
   const std::vector<float> g_plain(s.store.grads(), s.store.grads() + s.store.numel());
   s.store.zero_grads();
   forward(*s.layer, u, n, d);
-  forward(*s.layer, random_vector(40 * d, 3), 40, d, Precision::F32, /*save=*/false);
+  forward(*s.layer, test::normal_floats(40 * d, 3), 40, d, Precision::F32, /*save=*/false);
   s.layer->backward(dy.data(), du_interleaved.data());
   EXPECT_EQ(du_plain, du_interleaved);
   EXPECT_EQ(g_plain, std::vector<float>(s.store.grads(), s.store.grads() + s.store.numel()));

@@ -3,12 +3,44 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
 
 namespace hyla::test {
+
+std::vector<float> normal_floats(int64_t n, uint32_t seed, float stddev, float mean) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(mean, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+double central_difference(const std::function<double()>& loss, double& x, double h) {
+  const double x0 = x;
+  x = x0 + h;
+  const double plus = loss();
+  x = x0 - h;
+  const double minus = loss();
+  x = x0;
+  return (plus - minus) / (2.0 * h);
+}
+
+double expect_gradients(const std::string& what, const std::function<double()>& loss, std::vector<double>& x,
+                      const std::function<double(int64_t)>& analytic, const std::vector<int64_t>& entries) {
+  double worst = 0.0, scale = 0.0;
+  for (int64_t i : entries) {
+    const double fd = central_difference(loss, x[size_t(i)]);
+    worst = std::max(worst, std::abs(fd - analytic(i)));
+    scale = std::max(scale, std::abs(fd));
+  }
+  EXPECT_LE(worst, 5e-5 * scale + 1e-9) << what << ": worst error " << worst << " at gradient scale " << scale;
+  return scale;
+}
 
 Workspace& test_workspace() {
   static Workspace workspace;
