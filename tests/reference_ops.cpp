@@ -94,7 +94,7 @@ void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, 
 }
 
 void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
-                           const float* const* tails, float* y, int64_t ld_y) {
+                           const float* const* tails, float* y, int64_t ld_y, Workspace&) {
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t first = s.starts[b];
     // Input t of sequence b: its row for t >= 0, else entry kernel-1+t of its tail, else 0.

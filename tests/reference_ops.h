@@ -80,7 +80,7 @@ void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, 
                   float* y, RopeLayout y_layout);
 
 void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
-                           const float* const* tails, float* y, int64_t ld_y);
+                           const float* const* tails, float* y, int64_t ld_y, Workspace& workspace);
 
 void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, float* y);
 

@@ -345,8 +345,9 @@ std::vector<Case> causal_conv1d_cases() {
                          tail_rows.push_back(tails.data() + b * (s.kernel - 1) * s.channels);
                        const Conv1dShape shape{s.channels, s.kernel, batch, starts.data()};
                        std::vector<float> y(size_t(rows * ld_y), kUnwritten);
+                       Workspace workspace;
                        CALL_OP(backend, causal_conv1d_forward, shape, x.data(), ld_x, w.data(),
-                               s.tails ? tail_rows.data() : nullptr, y.data(), ld_y);
+                               s.tails ? tail_rows.data() : nullptr, y.data(), ld_y, workspace);
                        return Outputs{{"y", values(y)}};
                      }});
   }

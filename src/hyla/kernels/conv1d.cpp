@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "hyla/core/threads.h"
 
@@ -21,18 +20,19 @@ const float* input_row(const Conv1dShape& s, const float* x, int64_t ld_x, const
 }
 
 // w [channels, kernel] transposed to [kernel, channels] for contiguous channel loops.
-std::vector<float> taps_by_offset(const Conv1dShape& s, const float* w) {
-  std::vector<float> taps(size_t(s.kernel * s.channels));
+const float* taps_by_offset(const Conv1dShape& s, const float* w, Frame& frame) {
+  float* taps = frame.take<float>(s.kernel * s.channels);
   for (int64_t c = 0; c < s.channels; ++c)
-    for (int64_t j = 0; j < s.kernel; ++j) taps[size_t(j * s.channels + c)] = w[c * s.kernel + j];
+    for (int64_t j = 0; j < s.kernel; ++j) taps[j * s.channels + c] = w[c * s.kernel + j];
   return taps;
 }
 
 }  // namespace
 
 void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
-                           const float* const* tails, float* y, int64_t ld_y) {
-  const std::vector<float> taps = taps_by_offset(s, w);
+                           const float* const* tails, float* y, int64_t ld_y, Workspace& workspace) {
+  Frame frame(workspace.serial());
+  const float* taps = taps_by_offset(s, w, frame);
   for (int64_t b = 0; b < s.batch; ++b) {
 #pragma omp parallel for schedule(static) if (worth_parallel((s.starts[b + 1] - s.starts[b]) * s.channels * s.kernel))
     for (int64_t r = s.starts[b]; r < s.starts[b + 1]; ++r) {
@@ -41,7 +41,7 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
       for (int64_t j = 0; j < s.kernel; ++j) {
         const float* in = input_row(s, x, ld_x, tails, b, r, s.kernel - 1 - j);
         if (!in) continue;
-        const float* tap = taps.data() + j * s.channels;
+        const float* tap = taps + j * s.channels;
 #pragma omp simd
         for (int64_t c = 0; c < s.channels; ++c) out[c] += tap[c] * in[c];
       }
@@ -50,15 +50,17 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
 }
 
 void causal_conv1d_backward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w, const float* dy,
-                            int64_t ld_dy, float* dx, int64_t ld_dx, float* dw) {
-  const std::vector<float> taps = taps_by_offset(s, w);
+                            int64_t ld_dy, float* dx, int64_t ld_dx, float* dw, Workspace& workspace) {
+  Frame frame(workspace.serial());
+  const float* taps = taps_by_offset(s, w, frame);
   const int threads = omp_get_max_threads();
-  std::vector<float> partial(size_t(threads) * size_t(s.kernel * s.channels), 0.0f);
+  float* const partial = frame.take<float>(threads * s.kernel * s.channels);
+  std::fill(partial, partial + threads * s.kernel * s.channels, 0.0f);
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t first = s.starts[b], last = s.starts[b + 1];
 #pragma omp parallel
     {
-      float* dw_local = partial.data() + size_t(omp_get_thread_num()) * size_t(s.kernel * s.channels);
+      float* dw_local = partial + omp_get_thread_num() * s.kernel * s.channels;
 #pragma omp for schedule(static)
       for (int64_t r = first; r < last; ++r) {
         // dx_r = Σ_j w[:, j] ⊙ dy_{r + kernel-1-j} (the outputs that read row r).
@@ -68,7 +70,7 @@ void causal_conv1d_backward(const Conv1dShape& s, const float* x, int64_t ld_x, 
           const int64_t ahead = r + s.kernel - 1 - j;
           if (ahead >= last) continue;
           const float* g = dy + ahead * ld_dy;
-          const float* tap = taps.data() + j * s.channels;
+          const float* tap = taps + j * s.channels;
 #pragma omp simd
           for (int64_t c = 0; c < s.channels; ++c) out[c] += tap[c] * g[c];
         }
@@ -87,22 +89,24 @@ void causal_conv1d_backward(const Conv1dShape& s, const float* x, int64_t ld_x, 
   for (int t = 0; t < threads; ++t)
     for (int64_t j = 0; j < s.kernel; ++j)
       for (int64_t c = 0; c < s.channels; ++c)
-        dw[c * s.kernel + j] += partial[size_t(t) * size_t(s.kernel * s.channels) + size_t(j * s.channels + c)];
+        dw[c * s.kernel + j] += partial[t * s.kernel * s.channels + j * s.channels + c];
 }
 
-void causal_conv1d_update_tails(const Conv1dShape& s, const float* x, int64_t ld_x, float* const* tails) {
+void causal_conv1d_update_tails(const Conv1dShape& s, const float* x, int64_t ld_x, float* const* tails,
+                                Workspace& workspace) {
   const int64_t keep = s.kernel - 1;
   if (keep == 0) return;
-  std::vector<float> rows(size_t(keep * s.channels));
+  Frame frame(workspace.serial());
+  float* const rows = frame.take<float>(keep * s.channels);
   for (int64_t b = 0; b < s.batch; ++b) {
     // The new tail is the last `keep` inputs of [old tail ; new rows].
     const int64_t last = s.starts[b + 1];
     for (int64_t i = 0; i < keep; ++i) {
       const float* in = input_row(s, x, ld_x, tails, b, last, keep - i);
-      if (in) std::memcpy(rows.data() + i * s.channels, in, size_t(s.channels) * sizeof(float));
-      else std::fill(rows.begin() + i * s.channels, rows.begin() + (i + 1) * s.channels, 0.0f);
+      if (in) std::memcpy(rows + i * s.channels, in, size_t(s.channels) * sizeof(float));
+      else std::fill(rows + i * s.channels, rows + (i + 1) * s.channels, 0.0f);
     }
-    std::memcpy(tails[b], rows.data(), rows.size() * sizeof(float));
+    std::memcpy(tails[b], rows, size_t(keep * s.channels) * sizeof(float));
   }
 }
 

@@ -5,6 +5,8 @@
 // kernel-1 inputs, oldest first: a decode cache) or are zero.
 #include <cstdint>
 
+#include "hyla/core/workspace.h"
+
 namespace hyla {
 
 struct Conv1dShape {
@@ -14,13 +16,14 @@ struct Conv1dShape {
 };
 
 // x rows ld_x apart, y rows ld_y apart; w [channels, kernel]; tails: nullptr (zeros) or one
-// [kernel-1, channels] buffer per sequence.
+// [kernel-1, channels] buffer per sequence. Scratch (the taps by offset) from `workspace`.
 void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
-                           const float* const* tails, float* y, int64_t ld_y);
+                           const float* const* tails, float* y, int64_t ld_y, Workspace& workspace);
 // Given dy, writes dx (zero-tail forward) and adds to dw [channels, kernel].
 void causal_conv1d_backward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w, const float* dy,
-                            int64_t ld_dy, float* dx, int64_t ld_dx, float* dw);
+                            int64_t ld_dy, float* dx, int64_t ld_dx, float* dw, Workspace& workspace);
 // After a forward over new rows, shifts each sequence's tail to its last kernel-1 inputs.
-void causal_conv1d_update_tails(const Conv1dShape& s, const float* x, int64_t ld_x, float* const* tails);
+void causal_conv1d_update_tails(const Conv1dShape& s, const float* x, int64_t ld_x, float* const* tails,
+                                Workspace& workspace);
 
 }  // namespace hyla

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
 
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
@@ -36,22 +37,23 @@ void check(const KdaShape& shape, const KdaInputs& in, const KdaOptions& options
 // (sequence, head, columns) tasks, longest sequences first so that dynamic scheduling balances
 // them. With fewer (sequence, head) pairs than threads, each pair's state columns are split
 // (in multiples of 16) so that every thread has work.
-std::vector<KdaTask> tasks(const KdaShape& shape, const KdaInputs& in, int64_t& splits) {
-  std::vector<int64_t> order(size_t(in.batch));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+std::span<const KdaTask> tasks(const KdaShape& shape, const KdaInputs& in, int64_t& splits, Frame& frame) {
+  int64_t* const order = frame.take<int64_t>(in.batch);
+  std::iota(order, order + in.batch, 0);
+  std::stable_sort(order, order + in.batch, [&](int64_t a, int64_t b) {
     return in.starts[a + 1] - in.starts[a] > in.starts[b + 1] - in.starts[b];
   });
   const int64_t pairs = in.batch * shape.heads, threads = omp_get_max_threads();
   splits = pairs >= threads ? 1 : std::clamp<int64_t>(ceil_div(threads, pairs), 1, ceil_div(shape.value_dim, 16));
   const int64_t width = ceil_div(ceil_div(shape.value_dim, splits), 16) * 16;
-  std::vector<KdaTask> list;
-  for (int64_t b : order)
+  splits = ceil_div(shape.value_dim, width);
+  KdaTask* const list = frame.take<KdaTask>(in.batch * shape.heads * splits);
+  int64_t n = 0;
+  for (int64_t i = 0; i < in.batch; ++i)
     for (int64_t h = 0; h < shape.heads; ++h)
       for (int64_t v0 = 0; v0 < shape.value_dim; v0 += width)
-        list.push_back({b, h, v0, std::min(width, shape.value_dim - v0), v0 / width});
-  splits = ceil_div(shape.value_dim, width);
-  return list;
+        list[n++] = {order[i], h, v0, std::min(width, shape.value_dim - v0), v0 / width};
+  return {list, size_t(n)};
 }
 
 // Flush-to-zero and denormals-are-zero for the kernel's duration: decayed products can fall
@@ -81,8 +83,9 @@ float kda_forward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
     if (!(saved->states.defined() && saved->states.numel() >= needed.numel()))
       saved->states = Tensor::empty(DType::F32, needed);
   }
+  Frame frame(workspace.serial());
   int64_t splits = 1;
-  const auto list = tasks(shape, in, splits);
+  const auto list = tasks(shape, in, splits, frame);
   float max_exponent = 0.0f;
 #pragma omp parallel reduction(max : max_exponent)
   {
@@ -107,12 +110,12 @@ void kda_backward(const KdaShape& shape, const KdaInputs& in, const KdaOptions& 
   check(shape, in, options);
   HYLA_CHECK(saved.chunk_base.size() == size_t(in.batch) + 1, "kda: backward needs the states of its forward");
   workspace.reserve();
+  Frame frame(workspace.serial());
   int64_t splits = 1;
-  const auto list = tasks(shape, in, splits);
+  const auto list = tasks(shape, in, splits, frame);
   // Split tasks write their partial dq, dk, dg, dβ into per-split buffers, summed afterwards.
   const int64_t rows = in.batch ? in.starts[in.batch] : 0, nqk = rows * shape.heads * shape.key_dim,
                 nb = rows * shape.heads;
-  Frame frame(workspace.serial());
   float* const partials = splits > 1 ? frame.take<float>(splits * (3 * nqk + nb)) : nullptr;
   auto grads_of = [&](const KdaTask& task) {
     if (splits == 1) return grads;

@@ -24,12 +24,15 @@ void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows,
 }
 
 void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float* rstd, const float* dy, int64_t ld_dy,
-                      int64_t rows, int64_t dim, float* dx, int64_t ld_dx, bool accumulate_dx, float* dw) {
+                      int64_t rows, int64_t dim, float* dx, int64_t ld_dx, bool accumulate_dx, float* dw,
+                      Workspace& workspace) {
   const int threads = omp_get_max_threads();
-  std::vector<float> partial(size_t(threads) * size_t(dim), 0.0f);
+  Frame frame(workspace.serial());
+  float* const partial = frame.take<float>(threads * dim);
+  std::fill(partial, partial + threads * dim, 0.0f);
 #pragma omp parallel
   {
-    float* dw_local = partial.data() + size_t(omp_get_thread_num()) * size_t(dim);
+    float* dw_local = partial + omp_get_thread_num() * dim;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = x + r * ld_x, *dyr = dy + r * ld_dy;
@@ -47,7 +50,7 @@ void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float*
     }
   }
   for (int t = 0; t < threads; ++t)
-    for (int64_t j = 0; j < dim; ++j) dw[j] += partial[size_t(t) * size_t(dim) + size_t(j)];
+    for (int64_t j = 0; j < dim; ++j) dw[j] += partial[t * dim + j];
 }
 
 }  // namespace hyla

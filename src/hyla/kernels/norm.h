@@ -2,6 +2,8 @@
 // RMSNorm over rows: y = x / sqrt(mean(x²) + eps) ⊙ w (SPEC notation), and its backward.
 #include <cstdint>
 
+#include "hyla/core/workspace.h"
+
 namespace hyla {
 
 // x, y: [rows, dim] with row strides ld_x, ld_y; w: [dim]; rstd (optional): [rows], saves
@@ -11,8 +13,10 @@ void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows,
 
 // Given dy, writes dx (row stride ld_dx; accumulates when accumulate_dx; dx may alias dy) and
 // adds to dw [dim].
-// rstd from the forward. Rows run in parallel; dw sums per-thread partials in a fixed order.
+// rstd from the forward. Rows run in parallel; dw sums per-thread partials (in `workspace`) in a
+// fixed order.
 void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float* rstd, const float* dy, int64_t ld_dy,
-                      int64_t rows, int64_t dim, float* dx, int64_t ld_dx, bool accumulate_dx, float* dw);
+                      int64_t rows, int64_t dim, float* dx, int64_t ld_dx, bool accumulate_dx, float* dw,
+                      Workspace& workspace);
 
 }  // namespace hyla

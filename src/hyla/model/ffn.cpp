@@ -88,7 +88,7 @@ void MoeFfn::backward(const float* dy, float* du) {
     lat_up_.backward_input(dy, n, d_normed, p);
     lat_up_.backward_weight(state.m_norm, dy, n, p);
     float* d_combined = scratch.take<float>(n * latent);
-    lat_norm_.backward(d_normed, d_combined, /*accumulate=*/false);
+    lat_norm_.backward(d_normed, d_combined, /*accumulate=*/false, *workspace_);
     dm = d_combined;
     x = state.x_latent;
     dx = scratch.take<float>(n * latent);

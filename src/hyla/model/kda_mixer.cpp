@@ -79,7 +79,7 @@ void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, co
     for (int64_t b = 0; b < ctx.tokens.batch(); ++b)
       tails[size_t(b)] = conv_tails ? conv_tails[b] + which * (conv.kernel - 1) * HK : nullptr;
     causal_conv1d_forward(conv, proj_ + which * HK, P, weights[which]->value.data<float>(),
-                          conv_tails ? tails.data() : nullptr, conv_ + which * HK, 3 * HK);
+                          conv_tails ? tails.data() : nullptr, conv_ + which * HK, 3 * HK, ctx.workspace);
   }
   kda_prepare_forward(prepare_shape(), decay_gate(), prepare_inputs(), prepared());
 }
@@ -125,7 +125,7 @@ void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
   std::vector<float*> tail(static_cast<size_t>(B));
   for (int which = 0; which < 3; ++which) {
     for (int64_t b = 0; b < B; ++b) tail[size_t(b)] = tails[size_t(b)] + which * (conv.kernel - 1) * width_;
-    causal_conv1d_update_tails(conv, proj_ + which * width_, in_proj_.out(), tail.data());
+    causal_conv1d_update_tails(conv, proj_ + which * width_, in_proj_.out(), tail.data(), ctx.workspace);
   }
   o_ = a.take<float>(rows_ * width_);
   const KdaShape shape{heads_, head_dim_, head_dim_};
@@ -158,7 +158,7 @@ void KdaMixer::backward(const float* dy, float* du) {
                            dproj + 4 * HK);  // dgated now holds d(normed)
   // normed = RMSNorm_{o_norm}(o) per head: do overwrites dgated in place.
   rmsnorm_backward(o_, K, o_norm_.weight().value.data<float>(), rstd_, dgated, K, N * H,
-                   K, dgated, K, /*accumulate_dx=*/false, o_norm_.weight().g());
+                   K, dgated, K, /*accumulate_dx=*/false, o_norm_.weight().g(), *workspace_);
 
   // The delta rule.
   float* dq = scratch.take<float>(4 * N * HK);
@@ -180,7 +180,7 @@ void KdaMixer::backward(const float* dy, float* du) {
   float* dconv_in = dgated;  // free again: [N, HK]
   for (int which = 0; which < 3; ++which) {
     causal_conv1d_backward(conv, proj_ + which * HK, P, weights[which]->value.data<float>(),
-                           dproj + which * HK, P, dconv_in, HK, weights[which]->g());
+                           dproj + which * HK, P, dconv_in, HK, weights[which]->g(), *workspace_);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) std::copy(dconv_in + r * HK, dconv_in + (r + 1) * HK, dproj + r * P + which * HK);
   }

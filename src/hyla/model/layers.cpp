@@ -133,10 +133,11 @@ void RmsNorm::forward(const float* x, int64_t rows, float* y, bool save, int64_t
   rmsnorm_forward(x, ld_x, weight_->v(), rows, dim_, eps_, y, ld_y, rstd);
 }
 
-void RmsNorm::backward(const float* dy, float* dx, bool accumulate, int64_t ld_dy, int64_t ld_dx) {
+void RmsNorm::backward(const float* dy, float* dx, bool accumulate, Workspace& workspace, int64_t ld_dy,
+                       int64_t ld_dx) {
   HYLA_ASSERT(saved_x_ != nullptr);
   rmsnorm_backward(saved_x_, saved_ld_, weight_->v(), rstd_.data<float>(), dy, ld_dy < 0 ? dim_ : ld_dy, saved_rows_,
-                   dim_, dx, ld_dx < 0 ? dim_ : ld_dx, accumulate, weight_->g());
+                   dim_, dx, ld_dx < 0 ? dim_ : ld_dx, accumulate, weight_->g(), workspace);
 }
 
 }  // namespace hyla

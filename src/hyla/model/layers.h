@@ -65,7 +65,8 @@ class RmsNorm {
   // y = RMSNorm(x); x must stay valid until backward when saving.
   void forward(const float* x, int64_t rows, float* y, bool save, int64_t ld_x = -1, int64_t ld_y = -1);
   // dx (= or += when accumulate) from dy; adds to the weight's gradient.
-  void backward(const float* dy, float* dx, bool accumulate, int64_t ld_dy = -1, int64_t ld_dx = -1);
+  void backward(const float* dy, float* dx, bool accumulate, Workspace& workspace, int64_t ld_dy = -1,
+                int64_t ld_dx = -1);
 
  private:
   Param* weight_ = nullptr;

@@ -240,7 +240,7 @@ void MlaMixer::backward(const float* dy, float* du) {
   kv_b_proj_.backward_weight(c_, dkv, N, p);
   float* dc = scratch.take<float>(N * kv_lora_rank_);
   kv_b_proj_.backward_input(dkv, N, dc, p);
-  kv_a_norm_.backward(dc, dproj + kv_offset_, false, kv_lora_rank_, proj_width_);
+  kv_a_norm_.backward(dc, dproj + kv_offset_, false, *workspace_, kv_lora_rank_, proj_width_);
 
   // Queries
   if (q_lora_rank_ == 0) {
@@ -259,7 +259,7 @@ void MlaMixer::backward(const float* dy, float* du) {
     q_b_proj_.backward_weight(q_a_, dq, N, p);
     float* dq_a = scratch.take<float>(N * q_lora_rank_);
     q_b_proj_.backward_input(dq, N, dq_a, p);
-    q_a_norm_.backward(dq_a, dproj, false, q_lora_rank_, proj_width_);
+    q_a_norm_.backward(dq_a, dproj, false, *workspace_, q_lora_rank_, proj_width_);
   }
 
   input_proj_.backward_weight(saved_u_, dproj, N, p);

@@ -292,10 +292,10 @@ void Model::body_backward(const float* d_final) {
     (!mixer ? timings_.ffn : layer.mixer.index() == 0 ? timings_.kda : timings_.attention) += seconds_since(t0);
     RmsNorm& norm = mixer ? layer.input_norm : layer.post_attention_norm;
     if (attn_res) {
-      norm.backward(du, d_h_.data<float>(), /*accumulate=*/false);
+      norm.backward(du, d_h_.data<float>(), /*accumulate=*/false, workspace_);
       (mixer ? layer.mixer_res : layer.ffn_res).backward(d_h_.data<float>(), grads_of(sublayers_[size_t(s)].sources));
     } else {
-      norm.backward(du, stream_grad_[size_t(base)].data<float>(), /*accumulate=*/true);  // h was the base entry
+      norm.backward(du, stream_grad_[size_t(base)].data<float>(), /*accumulate=*/true, workspace_);  // h: the base entry
     }
   }
   // The embedding rows (scatter-add by token id) and the image patches.
@@ -397,7 +397,7 @@ ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options
     float* d_normed = options.backward ? d_u_.data<float>() : nullptr;
     result.loss = head_loss(final_normed_.data<float>(), in, options.precision, d_normed, options.loss_scale);
     if (options.backward) {
-      final_norm_.backward(d_u_.data<float>(), d_final_.data<float>(), false);
+      final_norm_.backward(d_u_.data<float>(), d_final_.data<float>(), false, workspace_);
       for (const DecoderLayer& layer : layers_)
         if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) result.loss.aux_loss += (*moe)->aux_loss();
       body_backward(d_final_.data<float>());
