@@ -25,7 +25,7 @@ void add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a model over a whole split of a token directory");
   static std::string model_dir, data_dir, split = "val", dtype = "bf16";
   static int64_t seq_len = 1024, batch = 4;
-  cmd->add_option("--model", model_dir, "Model directory")->required();
+  cmd->add_option("-m,--model", model_dir, "Model directory")->required();
   cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)")->required();
   cmd->add_option("--split", split, "Split listed in the directory's meta.json");
   cmd->add_option("--dtype", dtype,

@@ -1,32 +1,49 @@
 // `hyla generate`: streams a continuation of a prompt and reports prefill and decode speed.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
+#include <iterator>
 #include <memory>
 
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
+#include "hyla/io/file.h"
 #include "hyla/model/model.h"
 
 namespace hyla::cli {
+namespace {
+
+// The prompt piped in (`echo text | hyla generate -m DIR`); a terminal on stdin is not a prompt.
+std::string read_prompt_from_stdin() {
+  HYLA_CHECK(!isatty(STDIN_FILENO), "generate: give the prompt with --prompt, --file or on standard input");
+  return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
 
 void add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Continue a prompt with a model directory; text streams to stdout");
-  static std::string model_dir, prompt, dtype = "bf16";
+  static std::string model_dir, prompt, prompt_file, dtype = "bf16";
   static GenerationRequest request;
   static int64_t context = 4096, prefill_chunk = 512;
-  cmd->add_option("--model", model_dir, "Model directory (with tokenizer.json)")->required();
-  cmd->add_option("--prompt", prompt, "Prompt text")->required();
+  cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
+  auto* text = cmd->add_option("-p,--prompt", prompt, "Prompt text (default: --file, else standard input)");
+  cmd->add_option("-f,--file", prompt_file, "Read the prompt from this file")->excludes(text)->check(CLI::ExistingFile);
   cmd->add_option("-n,--max-tokens", request.max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
   add_sampling_options(cmd, request.sampling);
   cmd->add_option("--stop", request.stop, "Stop strings (repeatable)");
-  cmd->add_option("--context", context, "Maximum tokens of prompt + generation")->check(CLI::PositiveNumber);
+  cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(CLI::PositiveNumber);
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->callback([] {
+  cmd->callback([text] {
+    if (!prompt_file.empty()) prompt = read_file(prompt_file);
+    else if (text->count() == 0) prompt = read_prompt_from_stdin();
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);

@@ -30,17 +30,18 @@ void add_serve(CLI::App& app) {
   static std::string dtype = "bf16", cache_dtype = "bf16";
   static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
   static std::string api_key_file;
-  cmd->add_option("--model", options.model_dir, "Model directory (with tokenizer.json)")->required();
+  cmd->add_option("-m,--model", options.model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--host", options.host, "Address to listen on");
   cmd->add_option("--port", options.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--model-name", options.model_name, "Model id clients use (default: the directory name)");
+  cmd->add_option("--model-name,--served-model-name,--alias", options.model_name,
+                  "Model id clients use (default: the directory name)");
   auto* key = cmd->add_option("--api-key", options.api_key,
                               "Require 'Authorization: Bearer KEY' on /v1 routes (visible in ps: prefer the file or $HYLA_API_KEY)")
                   ->envname("HYLA_API_KEY");
   cmd->add_option("--api-key-file", api_key_file, "Read the API key from this file")->excludes(key);
   cmd->add_flag("--metrics-need-key", options.metrics_need_key, "Require the API key on /metrics too");
-  cmd->add_option("--max-sequences", options.engine.max_sequences, "Sequences decoded together")->check(CLI::PositiveNumber);
-  cmd->add_option("--context", options.engine.context, "Tokens per sequence (prompt + completion)")->check(CLI::Range(2, 1 << 24));
+  cmd->add_option("--max-sequences,--parallel", options.engine.max_sequences, "Sequences decoded together")->check(CLI::PositiveNumber);
+  cmd->add_option("-c,--context,--ctx-size", options.engine.context, "Tokens per sequence (prompt + completion)")->check(CLI::Range(2, 1 << 24));
   cmd->add_option("--prefill-chunk", options.engine.prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--cache-dtype", cache_dtype, "Latent KV cache values")->check(CLI::IsMember({"f32", "bf16"}));

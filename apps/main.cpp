@@ -7,15 +7,32 @@
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
 
+namespace {
+
+void set_thread_count(int n) { hyla::set_threads(hyla::resolve_threads(n)); }
+
+// `-t/--threads` on every subcommand too (`hyla generate -t 1 …`, as llama.cpp users type it),
+// unless a subcommand gives the flag its own meaning (`bench` takes a list of thread counts).
+void add_threads_everywhere(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    const bool has_t = sub->get_option_no_throw("-t") != nullptr;
+    if (sub->get_option_no_throw("--threads") == nullptr)
+      sub->add_option_function<int>(has_t ? "--threads" : "-t,--threads", set_thread_count,
+                                    "Threads (default: $HYLA_THREADS, else physical cores)");
+    add_threads_everywhere(*sub);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Line-buffered stdout: long runs (training logs, streamed text) show each line as it is
   // printed even when the output goes to a file or a pipe.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"hyla: train, serve and evaluate hybrid linear-attention MoE language models"};
   app.require_subcommand(1);
-  app.add_option_function<int>(
-      "--threads", [](int n) { hyla::set_threads(hyla::resolve_threads(n)); },
-      "Threads (default: $HYLA_THREADS, else physical cores)");
+  app.option_defaults()->always_capture_default();  // --help shows every option's default
+  app.add_option_function<int>("-t,--threads", set_thread_count, "Threads (default: $HYLA_THREADS, else physical cores)");
   hyla::cli::add_version(app);
   hyla::cli::add_inspect(app);
   hyla::cli::add_init(app);
@@ -31,6 +48,7 @@ int main(int argc, char** argv) {
   hyla::cli::add_data(app);
   hyla::cli::add_quantize(app);
   hyla::cli::add_eval(app);
+  add_threads_everywhere(app);
   try {
     hyla::set_threads(hyla::resolve_threads(0));
     app.parse(argc, argv);

@@ -165,5 +165,44 @@ TEST(Cli, BadThreadCountIsAnError) {
   EXPECT_NE(run_hyla("--threads abc version").exit_code, 0);
 }
 
+// The flags llama.cpp users type: -m, -p, -f (prompt from a file), the prompt on stdin, -c, and
+// -t after the subcommand; all give the same text as hyla's own names.
+TEST(Cli, GenerateTakesTheEcosystemsFlagsAndPromptSources) {
+  test::TempDir dir;
+  const std::string model = (dir / "nano").string();
+  Model nano(test::nano_config([](nlohmann::json& j) { j["vocab_size"] = 512; }));  // small_tokenizer's vocabulary
+  nano.initialize(3);
+  test::small_tokenizer().save(dir / "tok.json");
+  nano.save(model, DType::F32, dir / "tok.json");
+  test::write_bytes(dir / "prompt.txt", "In the beginning");
+  const std::string common = " -n 6 --temperature 0 --dtype f32";
+  auto stdout_of = [&](const std::string& command, const std::string& name) {
+    const auto r = test::run_command("(" + command + " 2>/dev/null) > " + (dir / name).string());  // stdout only
+    EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+    return read_file(dir / name);
+  };
+  const std::string own = stdout_of(std::string(HYLA_BINARY) + " --threads 1 generate --model " + model +
+                                        " --prompt 'In the beginning' --context 64" + common, "own.txt");
+  ASSERT_EQ(own.rfind("In the beginning", 0), 0u) << own;
+  EXPECT_EQ(stdout_of(std::string(HYLA_BINARY) + " generate -t 1 -m " + model + " -p 'In the beginning' -c 64" + common,
+                      "short.txt"), own);
+  EXPECT_EQ(stdout_of(std::string(HYLA_BINARY) + " generate -m " + model + " -f " + (dir / "prompt.txt").string() +
+                          " --ctx-size 64 --threads 1" + common, "file.txt"), own);
+  EXPECT_EQ(stdout_of("printf 'In the beginning' | " + std::string(HYLA_BINARY) + " generate -m " + model +
+                          " -t 1 -c 64" + common, "stdin.txt"), own);
+  const auto both = run_hyla("generate -m " + model + " -p x -f " + (dir / "prompt.txt").string());
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
+}
+
+TEST(Cli, HelpShowsDefaults) {
+  const auto serve = run_hyla("serve --help");
+  EXPECT_NE(serve.output.find("=8080"), std::string::npos) << serve.output;  // the port
+  EXPECT_NE(serve.output.find("--served-model-name"), std::string::npos);
+  EXPECT_NE(serve.output.find("--parallel"), std::string::npos);
+  EXPECT_NE(run_hyla("generate --help").output.find("-n,--max-tokens INT:POSITIVE=128"), std::string::npos);
+  EXPECT_NE(run_hyla("eval --help").output.find("-t,--threads"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace hyla
