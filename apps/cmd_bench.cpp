@@ -199,8 +199,8 @@ void add_bench(CLI::App& app) {
   bench->add_option("-b,--batch", model_args.batches, "Sequences decoded together (tgN ×B rows), comma separated")->delimiter(',');
   bench->add_option("-r,--repetitions", model_args.reps, "Timed repetitions per test")->check(CLI::Range(1, 1000));
   bench->add_option("--dtype", model_args.dtypes, "Matmul inputs, comma separated")->delimiter(',')->check(CLI::IsMember({"f32", "bf16"}));
-  bench->add_option("--prefill-chunk", model_args.prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
-  bench->add_option("--ttft-prefix", model_args.ttft_prefix, "Also time the first token after this many shared prompt tokens, cold and cached")->check(CLI::NonNegativeNumber);
+  bench->add_option("--prefill-chunk", model_args.prefill_chunk, "Prompt tokens per forward")->check(positive());
+  bench->add_option("--ttft-prefix", model_args.ttft_prefix, "Also time the first token after this many shared prompt tokens, cold and cached")->check(non_negative());
   bench->add_flag("--json", model_args.json, "Print a JSON list of rows");
   bench->callback([bench] {
     if (!bench->get_subcommands().empty()) return;

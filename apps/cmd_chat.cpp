@@ -25,7 +25,7 @@ void add_chat(CLI::App& app) {
   static int64_t max_tokens = 512, context = 4096;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--system", system, "System message");
-  cmd->add_option("-n,--max-tokens", max_tokens, "Most tokens per reply")->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--max-tokens", max_tokens, "Most tokens per reply")->check(positive());
   add_sampling_options(cmd, sampling);
   cmd->add_option("-c,--context,--ctx-size", context, "Conversation tokens kept (older turns are dropped)")->check(CLI::Range(64, 1 << 24));
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));

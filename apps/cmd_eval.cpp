@@ -32,8 +32,8 @@ void add_eval(CLI::App& app) {
                   "Matmul inputs: f32, bf16, or int8 (a directory from hyla quantize, bf16 for the rest); int8 weights "
                   "always run int8 products")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}));
-  cmd->add_option("--seq", seq_len, "Tokens per window")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", batch, "Windows per forward")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", seq_len, "Tokens per window")->check(positive());
+  cmd->add_option("--batch", batch, "Windows per forward")->check(positive());
   cmd->callback([] {
     auto model = Model::load(model_dir);
     HYLA_CHECK(dtype != "int8" || model->params().has_int8(),

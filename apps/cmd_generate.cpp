@@ -35,11 +35,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
   auto* text = cmd->add_option("-p,--prompt", prompt, "Prompt text (default: --file, else standard input)");
   cmd->add_option("-f,--file", prompt_file, "Read the prompt from this file")->excludes(text)->check(CLI::ExistingFile);
-  cmd->add_option("-n,--max-tokens", request.max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--max-tokens", request.max_tokens, "Tokens to generate")->check(positive());
   add_sampling_options(cmd, request.sampling);
   cmd->add_option("--stop", request.stop, "Stop strings (repeatable)");
-  cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(CLI::PositiveNumber);
-  cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
+  cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(positive());
+  cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(positive());
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([text] {
     if (!prompt_file.empty()) prompt = read_file(prompt_file);
@@ -72,8 +72,8 @@ void add_generate(CLI::App& app) {
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
-  cmd->add_option("--temperature", sampling.temperature, "0 for greedy")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", sampling.temperature, "0 for greedy")->check(non_negative());
+  cmd->add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: all)")->check(non_negative());
   cmd->add_option("--top-p", sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", sampling.min_p, "Drop tokens below min-p × the top probability")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", sampling.seed, "Sampling seed");

@@ -40,18 +40,18 @@ void add_serve(CLI::App& app) {
                   ->envname("HYLA_API_KEY");
   cmd->add_option("--api-key-file", api_key_file, "Read the API key from this file")->excludes(key);
   cmd->add_flag("--metrics-need-key", options.metrics_need_key, "Require the API key on /metrics too");
-  cmd->add_option("--max-sequences,--parallel", options.engine.max_sequences, "Sequences decoded together")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-sequences,--parallel", options.engine.max_sequences, "Sequences decoded together")->check(positive());
   cmd->add_option("-c,--context,--ctx-size", options.engine.context, "Tokens per sequence (prompt + completion)")->check(CLI::Range(2, 1 << 24));
-  cmd->add_option("--prefill-chunk", options.engine.prefill_chunk, "Prompt tokens per forward")->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk", options.engine.prefill_chunk, "Prompt tokens per forward")->check(positive());
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--cache-dtype", cache_dtype, "Latent KV cache values")->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--prefix-cache-mb", prefix_cache_mb, "Memory for reusable prompt states (0: off)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-tokens", options.limits.max_tokens, "Largest max_tokens a request may ask for")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-body-kb", max_body_kb, "Largest request body")->check(CLI::PositiveNumber);
-  cmd->add_option("--http-threads", options.http_threads, "HTTP threads kept ready (0: 2 × max-sequences + 4)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(CLI::PositiveNumber);
+  cmd->add_option("--prefix-cache-mb", prefix_cache_mb, "Memory for reusable prompt states (0: off)")->check(non_negative());
+  cmd->add_option("--max-tokens", options.limits.max_tokens, "Largest max_tokens a request may ask for")->check(positive());
+  cmd->add_option("--max-body-kb", max_body_kb, "Largest request body")->check(positive());
+  cmd->add_option("--http-threads", options.http_threads, "HTTP threads kept ready (0: 2 × max-sequences + 4)")->check(non_negative());
+  cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(positive());
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
-                  "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(CLI::NonNegativeNumber);
+                  "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
   cmd->callback([] {
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;

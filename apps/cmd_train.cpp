@@ -10,10 +10,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--train", o.train_config, "Training config (TRAIN.json, docs/training.md)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--data", o.data_dir, "Prepared data directory")->required();
   cmd->add_option("--out", o.run_dir, "Run directory (metrics, checkpoints, final model)")->required();
-  cmd->add_option("--steps", o.steps, "Total optimiser steps (the curriculum is scaled to fit)")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o.batch, "Sequences per step in every stage")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", o.seq, "A single stage of this sequence length")->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o.steps, "Total optimiser steps (the curriculum is scaled to fit)")->check(positive());
+  cmd->add_option("--batch", o.batch, "Sequences per step in every stage")->check(positive());
+  cmd->add_option("--seq", o.seq, "A single stage of this sequence length")->check(positive());
+  cmd->add_option("--lr", o.lr, "Peak learning rate")->check(positive());
   auto* resume = cmd->add_flag("--resume", o.resume, "Continue from the run directory's newest checkpoint");
   cmd->add_flag("--overwrite", o.overwrite, "Start a new run in a run directory that holds checkpoints (deleting them)")
       ->excludes(resume);

@@ -22,6 +22,10 @@ void add_data(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
 
+// Flag checks with readable messages (cli_checks.cpp): finite and > 0, finite and >= 0.
+const CLI::Validator& positive();
+const CLI::Validator& non_negative();
+
 // --temperature, --top-k, --top-p, --min-p and --seed, shared by generate and chat.
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 

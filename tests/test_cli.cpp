@@ -195,6 +195,17 @@ TEST(Cli, GenerateTakesTheEcosystemsFlagsAndPromptSources) {
   EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
 }
 
+// Bad values are named readably (CLI11's own checks printed DBL_MAX as 309 digits), and a value
+// the sampler cannot use is an error before the engine sees it, never a crash of its thread.
+TEST(Cli, BadNumbersGiveShortErrors) {
+  for (const std::string& flag : {"--temperature inf", "--temperature nan", "--temperature -1", "-n 0", "-n x"}) {
+    const auto r = run_hyla("generate -m /nonexistent -p hi " + flag);
+    EXPECT_EQ(r.exit_code, 1) << flag << ": " << r.output;
+    EXPECT_LT(r.output.size(), 120u) << flag << ": " << r.output;
+    EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+  }
+}
+
 TEST(Cli, HelpShowsDefaults) {
   const auto serve = run_hyla("serve --help");
   EXPECT_NE(serve.output.find("=8080"), std::string::npos) << serve.output;  // the port

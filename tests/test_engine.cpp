@@ -242,6 +242,18 @@ TEST(Engine, PrefixCacheKeyCoversNonTokenInputs) {
   EXPECT_THROW(engine.submit(unsorted).get(), Error);
 }
 
+TEST(Engine, UnusableSamplingIsRefusedAtSubmit) {
+  EngineFixture f;
+  Engine engine(f.model, f.tokenizer, EngineFixture::exact(1, 256, 16));
+  GenerationRequest r = f.request("The quick brown fox", 4);
+  r.sampling.temperature = std::nan("");
+  EXPECT_THROW(engine.submit(r), Error);
+  r.sampling.temperature = INFINITY;
+  EXPECT_THROW(engine.submit(r), Error);
+  r.sampling.temperature = 0;
+  EXPECT_EQ(engine.submit(r).get().tokens.size(), 4u);  // the engine still serves
+}
+
 // The scheduler driven on the caller's thread, as an RL rollout loop or an evaluator does: the
 // same tokens as the threaded engine; after a weights change its cached prompt states are dropped.
 TEST(Scheduler, SteppedDirectlyMatchesTheEngineAndForgetsStaleStatesWhenWeightsChange) {

@@ -21,12 +21,15 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
-  HYLA_CHECK(params.temperature >= 0, "temperature must be >= 0, got {}", params.temperature);
+void check_sampling(const SamplingParams& params) {
+  HYLA_CHECK(std::isfinite(params.temperature) && params.temperature >= 0, "temperature must be a finite number >= 0, got {}",
+             params.temperature);
   HYLA_CHECK(params.top_k >= 0, "top_k must be >= 0, got {}", params.top_k);
   HYLA_CHECK(params.top_p > 0 && params.top_p <= 1, "top_p must lie in (0, 1], got {}", params.top_p);
   HYLA_CHECK(params.min_p >= 0 && params.min_p <= 1, "min_p must lie in [0, 1], got {}", params.min_p);
 }
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { check_sampling(params); }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   const int32_t best = argmax(logits, vocab);

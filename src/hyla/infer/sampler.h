@@ -17,6 +17,9 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// Rejects parameters no sampler can use (negative or non-finite temperature, top_p outside (0, 1], ...).
+void check_sampling(const SamplingParams& params);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);

@@ -68,6 +68,7 @@ std::string Scheduler::memory_summary() const {
 void Scheduler::validate(const GenerationRequest& request) const {
   HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
   HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
+  check_sampling(request.sampling);
   for (size_t i = 0; i < request.inputs.size(); ++i)
     HYLA_CHECK(request.inputs[i].row >= 0 && request.inputs[i].row < int64_t(request.prompt.size()) &&
                    (i == 0 || request.inputs[i].row > request.inputs[i - 1].row),
