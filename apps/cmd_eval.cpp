@@ -29,15 +29,13 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)")->required();
   cmd->add_option("--split", split, "Split listed in the directory's meta.json");
   cmd->add_option("--dtype", dtype,
-                  "Matmul inputs: f32, bf16, or int8 (a directory from hyla quantize, bf16 for the rest); int8 weights "
-                  "always run int8 products")
-      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+                  "Matmul inputs, as for generate, chat, serve and bench (int8 weights, from hyla quantize, always "
+                  "run int8 products)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seq", seq_len, "Tokens per window")->check(positive());
   cmd->add_option("--batch", batch, "Windows per forward")->check(positive());
   cmd->callback([] {
     auto model = Model::load(model_dir);
-    HYLA_CHECK(dtype != "int8" || model->params().has_int8(),
-               "eval: --dtype int8 needs a directory written by hyla quantize; {} has floating-point weights", model_dir);
     const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
     const PerplexityResult r = evaluate_perplexity(*model, data_dir, split, seq_len, batch, precision, true);
     HYLA_CHECK(r.tokens > 0, "{}: the {} split has no tokens to predict", data_dir, split);
