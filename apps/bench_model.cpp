@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "bench_util.h"
 #include "hyla/core/error.h"
 #include "hyla/core/random.h"
+#include "hyla/core/progress.h"
 #include "hyla/core/threads.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
@@ -148,6 +150,13 @@ void bench_model(const ModelBenchArgs& a) {
     fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
   }
   std::vector<int64_t> thread_counts = a.threads.empty() ? std::vector<int64_t>{num_threads()} : a.threads;
+  int64_t batched = 0;
+  for (int64_t B : a.batches) batched += B > 1;
+  const int64_t per_setting = int64_t(a.depths.size()) * int64_t(a.prompts.size() + a.generations.size()) +
+                              batched * int64_t(a.generations.size());
+  // The table's rows show progress as they come; --json prints at the end, so it gets a bar on stderr.
+  std::optional<Progress> progress;
+  if (a.json) progress.emplace("bench", uint64_t(int64_t(dtypes.size() * thread_counts.size()) * per_setting), "tests");
   for (const std::string& dtype : dtypes) {
     const Precision precision = precision_of(dtype);
     const double weight_bytes = bytes_per_weight(dtype);
@@ -161,6 +170,7 @@ void bench_model(const ModelBenchArgs& a) {
         rows.push_back({{"model", name}, {"size_bytes", model_bytes}, {"params", counts.total_sum()}, {"dtype", dtype},
                         {"threads", threads}, {"test", test}, {"tokens_per_s", s.mean}, {"std", s.std},
                         {"roofline_fraction", roof}, {"bandwidth_gbs", bandwidth * 1e-9}});
+        if (progress) progress->advance(1);
         if (!a.json)
           fmt::print("| {} | {} | {:.1f} M | {} | {} | {} | {:.1f} ± {:.1f} | {} |\n", name, human_bytes(model_bytes),
                      double(counts.total_sum()) * 1e-6, dtype, threads, test, s.mean, s.std,
@@ -224,6 +234,7 @@ void bench_model(const ModelBenchArgs& a) {
       }
     }
   }
+  if (progress) progress->finish();
   if (a.json) fmt::print("{}\n", rows.dump(2));
 }
 

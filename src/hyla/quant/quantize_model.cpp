@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "hyla/core/error.h"
+#include "hyla/core/progress.h"
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/int8_gemm.h"
@@ -42,7 +43,9 @@ QuantizeSummary quantize_model(const fs::path& in, const fs::path& out, const Qu
   // Fused parts share their input width, so the block rule keeps or quantises a fused matrix whole.
   QuantizeSummary summary;
   NamedTensors tensors;
+  Progress progress("quantize", uint64_t(params.numel()), "params");
   for (const auto& p : params.params()) {
+    progress.advance(uint64_t(p->numel()));
     const Tensor t = weights.get(p->name);
     summary.bytes_in += t.nbytes();
     const std::string keep = p->int8_allowed ? reason_to_keep(*p, options) : "not a matrix-product weight";
@@ -67,6 +70,7 @@ QuantizeSummary quantize_model(const fs::path& in, const fs::path& out, const Qu
     tensors.emplace_back(int8_scale_name(p->name), scales);
   }
 
+  progress.finish();
   AtomicDirectory dir(out);
   for (const fs::directory_entry& e : fs::directory_iterator(in)) {
     if (!e.is_regular_file() || is_weights_file(e.path())) continue;
