@@ -10,6 +10,7 @@
 #include "hyla/data/byte_level.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/pre_tokenizer.h"
+#include "hyla/data/regex.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/data/tokenizer_json.h"
 #include "hyla/data/utf8.h"
@@ -40,6 +41,23 @@ std::string random_bytes(Rng& rng, size_t length) {
   std::string s(length, '\0');
   for (char& c : s) c = char(rng.below(256));
   return s;
+}
+
+// Catastrophic backtracking hits PCRE2's limits: the error names the pattern, the limit and a fix.
+TEST(Regex, ALimitHitNamesThePatternAndTheLimit) {
+  const Regex nested("(a|aa)+$", false, "test");
+  RegexMatchData scratch;
+  const std::string text = std::string(4000, 'a') + "b";
+  size_t begin = 0, end = 0;
+  try {
+    nested.find(text, 0, scratch, begin, end);
+    ADD_FAILURE() << "expected a limit error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("/(a|aa)+$/"), std::string::npos) << m;
+    EXPECT_NE(m.find("limit"), std::string::npos) << m;
+    EXPECT_NE(m.find("possessive"), std::string::npos) << m;
+  }
 }
 
 TEST(ByteLevel, MapsEveryByteToOnePrintableCharacterAndBack) {

@@ -39,7 +39,17 @@ bool Regex::find(std::string_view subject, size_t start, RegexMatchData& scratch
     const int rc = jit_ ? pcre2_jit_match(code_.get(), text, subject.size(), start, 0, scratch.get(), nullptr)
                         : pcre2_match(code_.get(), text, subject.size(), start, 0, scratch.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) return false;
-    HYLA_CHECK(rc >= 0, "regex /{}/: matching failed (PCRE2 error {})", pattern_, rc);
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      const bool limit = rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+                         rc == PCRE2_ERROR_JIT_STACKLIMIT;
+      fail("regex /{}/: matching failed at byte {} of a {}-byte text: {} (PCRE2 error {}){}", pattern_, start,
+           subject.size(), reinterpret_cast<const char*>(message), rc,
+           limit ? "; the pattern backtracks past PCRE2's default limits on this text: bound its repetitions "
+                   "or make them possessive (e.g. \\p{L}++)"
+                 : "");
+    }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch.get());
     if (ovector[1] > ovector[0]) {
       match_begin = ovector[0];
