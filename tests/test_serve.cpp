@@ -550,6 +550,41 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   EXPECT_EQ(locked.client().Get("/metrics", {{"Authorization", "Bearer sekret"}})->status, 200);
 }
 
+// llama.cpp's and vLLM's tokenizer endpoints: the served model's tokenizer, round trip, bad input
+// named, behind the API key like /v1.
+TEST(Serve, TokenizeAndDetokenize) {
+  TestServer s([](ServeOptions& o) { o.api_key = "k"; });
+  auto c = s.client();
+  EXPECT_EQ(c.Post("/tokenize", R"({"content": "x"})", "application/json")->status, 401);
+  c.set_bearer_token_auth("k");
+  const std::string text = "In the beginning God created the heaven";
+  auto res = c.Post("/tokenize", json({{"content", text}}).dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json tokens = json::parse(res->body);
+  const std::vector<int32_t> want = test::small_tokenizer().encode(text, true);
+  EXPECT_EQ(tokens["tokens"].get<std::vector<int32_t>>(), want);
+  EXPECT_EQ(tokens["count"], want.size());
+  EXPECT_GT(tokens["max_model_len"].get<int64_t>(), 0);
+  const json vllm = json::parse(c.Post("/tokenize", json({{"prompt", text}, {"with_pieces", true}}).dump(),
+                                       "application/json")->body);
+  ASSERT_EQ(vllm["tokens"].size(), want.size());
+  EXPECT_EQ(vllm["tokens"][0]["id"], want[0]);
+  EXPECT_FALSE(vllm["tokens"][0]["piece"].get<std::string>().empty());
+  res = c.Post("/detokenize", json({{"tokens", want}}).dump(), "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["content"], text);
+  for (const auto& [path, body] : {std::pair{"/tokenize", R"({"content": 5})"}, {"/tokenize", R"({})"},
+                                   {"/tokenize", R"({"content": "x", "with_pieces": 1})"},
+                                   {"/detokenize", R"({"tokens": [1, -2]})"}, {"/detokenize", R"({"tokens": [1e9]})"},
+                                   {"/detokenize", R"({"tokens": "1 2"})"}, {"/detokenize", "[]"}, {"/tokenize", "{"}}) {
+    res = c.Post(path, body, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << path << " " << body << ": " << res->body;
+    EXPECT_TRUE(json::parse(res->body).contains("error")) << res->body;
+  }
+}
+
 TEST(Serve, SixteenConcurrentClientsAllCompleteAndMatchOneAtATime) {
   TestServer s([](ServeOptions& o) {
     o.engine.precision = Precision::F32;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -48,7 +49,8 @@ int64_t unix_time() {
 
 // Metrics label: one of the routes, so that random paths cannot grow the label set.
 std::string route_label(const std::string& path) {
-  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+  for (const char* route :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"})
     if (path == route) return route;
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
 }
@@ -205,8 +207,9 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
         return Handled::Handled;
       }
     }
-    const bool needs_key =
-        !options_.api_key.empty() && (req.path.rfind("/v1/", 0) == 0 || (options_.metrics_need_key && req.path == "/metrics"));
+    const bool needs_key = !options_.api_key.empty() &&
+                           (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                            (options_.metrics_need_key && req.path == "/metrics"));
     if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options_.api_key))
       return Handled::Unhandled;
     send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_api_key"));
@@ -235,6 +238,55 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
     const EngineStats stats = ready_ ? impl_->engine->stats() : EngineStats{};  // empty while loading
     res.set_content(prometheus_metrics(stats, impl_->counters, options_.engine.max_sequences),
                     "text/plain; version=0.0.4");
+  });
+  // llama.cpp's and vLLM's tokenizer endpoints, so that clients count and inspect tokens with the
+  // served model's tokenizer: POST /tokenize {"content" | "prompt": text, "parse_special": true,
+  // "with_pieces": false} → {"tokens", "count", "max_model_len"}; POST /detokenize {"tokens": [ids]}
+  // → {"content"}.
+  const auto tokenizer_endpoint = [this](const httplib::Request& req, httplib::Response& res,
+                                         const std::function<json(const json&)>& answer) {
+    try {
+      if (!ready_) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
+      const json body = parse_json(req.body, "the request body");
+      if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+      send_json(res, 200, answer(body));
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, ApiError(400, e.what()));
+    }
+  };
+  http.Post("/tokenize", [this, tokenizer_endpoint](const httplib::Request& req, httplib::Response& res) {
+    tokenizer_endpoint(req, res, [this](const json& body) {
+      const char* field = body.contains("content") ? "content" : "prompt";
+      if (!body.contains(field) || !body[field].is_string())
+        throw ApiError(400, "'content' (or 'prompt') must be a string", "content");
+      for (const char* flag : {"parse_special", "with_pieces"})
+        if (body.contains(flag) && !body[flag].is_boolean())
+          throw ApiError(400, fmt::format("'{}' must be true or false", flag), flag);
+      const bool special = body.value("parse_special", true), pieces = body.value("with_pieces", false);
+      const std::vector<int32_t> ids = impl_->tokenizer->encode(body[field].get<std::string>(), special);
+      json tokens = json::array();
+      for (int32_t id : ids) {
+        if (!pieces) tokens.push_back(id);
+        else tokens.push_back({{"id", id}, {"piece", std::string(impl_->tokenizer->decode_token(id))}});
+      }
+      return json{{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", options_.engine.context}};
+    });
+  });
+  http.Post("/detokenize", [this, tokenizer_endpoint](const httplib::Request& req, httplib::Response& res) {
+    tokenizer_endpoint(req, res, [this](const json& body) {
+      if (!body.contains("tokens") || !body["tokens"].is_array())
+        throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+      std::vector<int32_t> ids;
+      for (const json& t : body["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= impl_->tokenizer->vocab_size())
+          throw ApiError(400, fmt::format("'tokens' holds {}, not a token id in [0, {})", t.dump(),
+                                          impl_->tokenizer->vocab_size()), "tokens");
+        ids.push_back(int32_t(t.get<int64_t>()));
+      }
+      return json{{"content", impl_->tokenizer->decode(ids)}};
+    });
   });
   for (const bool chat : {false, true}) {
     http.Post(chat ? "/v1/chat/completions" : "/v1/completions",
