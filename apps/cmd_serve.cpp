@@ -40,6 +40,8 @@ void add_serve(CLI::App& app) {
                   ->envname("HYLA_API_KEY");
   cmd->add_option("--api-key-file", api_key_file, "Read the API key from this file")->excludes(key);
   cmd->add_flag("--metrics-need-key", options.metrics_need_key, "Require the API key on /metrics too");
+  cmd->add_option("--cors-origin", options.cors_origins,
+                  "Browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable; * for any)");
   cmd->add_option("--max-sequences,--parallel", options.engine.max_sequences, "Sequences decoded together")->check(positive());
   cmd->add_option("-c,--context,--ctx-size", options.engine.context, "Tokens per sequence (prompt + completion)")->check(CLI::Range(2, 1 << 24));
   cmd->add_option("--prefill-chunk", options.engine.prefill_chunk, "Prompt tokens per forward")->check(positive());

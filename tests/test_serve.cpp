@@ -585,6 +585,37 @@ TEST(Serve, TokenizeAndDetokenize) {
   }
 }
 
+// CORS for browser UIs: listed origins are echoed and their preflights answered (before the key
+// check: browsers send preflights without credentials); other origins get no CORS headers.
+TEST(Serve, CorsAllowListAndPreflight) {
+  TestServer s([](ServeOptions& o) {
+    o.api_key = "k";
+    o.cors_origins = {"http://ui.example"};
+  });
+  const httplib::Headers preflight = {{"Origin", "http://ui.example"}, {"Access-Control-Request-Method", "POST"},
+                                      {"Access-Control-Request-Headers", "authorization, content-type"}};
+  auto res = s.client().Options("/v1/chat/completions", preflight);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 204);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://ui.example");
+  EXPECT_NE(res->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+  EXPECT_NE(res->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  res = s.client().Get("/v1/models", {{"Origin", "http://ui.example"}, {"Authorization", "Bearer k"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://ui.example");
+  res = s.client().Get("/v1/models", {{"Origin", "http://ui.example"}});  // the key is still required
+  EXPECT_EQ(res->status, 401);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://ui.example");  // so the page can read why
+  res = s.client().Get("/v1/models", {{"Origin", "http://evil.example"}, {"Authorization", "Bearer k"}});
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+  res = s.client().Options("/v1/models", {{"Origin", "http://evil.example"}, {"Access-Control-Request-Method", "GET"}});
+  EXPECT_EQ(res->status, 403);
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+  TestServer closed;
+  EXPECT_FALSE(closed.client().Get("/health", {{"Origin", "http://ui.example"}})->has_header("Access-Control-Allow-Origin"));
+}
+
 TEST(Serve, SixteenConcurrentClientsAllCompleteAndMatchOneAtATime) {
   TestServer s([](ServeOptions& o) {
     o.engine.precision = Precision::F32;

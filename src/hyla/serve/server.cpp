@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -190,6 +191,27 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
   // Runs before cpp-httplib reads a body, so a bad Content-Length is refused without waiting for it.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     using Handled = httplib::Server::HandlerResponse;
+    // CORS: an allowed Origin is echoed on every response; its preflight (OPTIONS) is answered here,
+    // before the key check, since browsers send preflights without credentials.
+    const std::string origin = req.get_header_value("Origin");
+    const bool allowed = !origin.empty() && std::any_of(options_.cors_origins.begin(), options_.cors_origins.end(),
+                                                        [&](const std::string& o) { return o == "*" || o == origin; });
+    if (allowed) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method")) {
+      if (!allowed) {
+        send_error(res, ApiError(403, fmt::format("origin '{}' may not call this server (serve --cors-origin)", origin),
+                                 "", "origin_not_allowed"));
+        return Handled::Handled;
+      }
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+      return Handled::Handled;
+    }
     if (req.has_header("Content-Length")) {
       const std::string value = req.get_header_value("Content-Length");
       const int64_t length = parsed_content_length(value);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hyla/infer/engine.h"
 #include "hyla/serve/api_request.h"
@@ -27,6 +28,9 @@ struct ServeOptions {
   int http_threads = 0;         // threads kept ready; 0: 2 × engine slots + 4
   int max_connections = 1024;   // connections served at once (one thread each); more wait to be accepted
   double shutdown_grace_seconds = 10;  // shutdown(): in-flight requests get this long, then are cancelled
+  // Browser origins allowed to call the API (CORS), e.g. "http://localhost:3000"; "*" allows any.
+  // Empty: no CORS headers, so browsers keep pages of other origins out.
+  std::vector<std::string> cors_origins;
 };
 
 // Each connection holds a socket: lifts the soft limit on open files (often 1024) to `files`, as far
