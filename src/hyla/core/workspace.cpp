@@ -30,16 +30,16 @@ void* Arena::take_bytes(size_t bytes) {
   }
   void* p = static_cast<char*>(block->memory.get()) + block->used;
   block->used += n;
-  size_t total = 0;
-  for (const Block& b : blocks_) total += b.used;
-  high_water_ = std::max(high_water_, total);
+  in_use_ += n;
+  high_water_ = std::max(high_water_, in_use_);
   return p;
 }
 
 void Arena::rewind(Mark m) {
   blocks_.resize(m.block + 1);
   blocks_.back().used = m.used;
-  if (m.block == 0 && m.used == 0 && high_water_ > blocks_.front().capacity) {
+  in_use_ = m.in_use;
+  if (m.in_use == 0 && high_water_ > blocks_.front().capacity) {
     blocks_.front().memory = allocate_aligned(high_water_);
     blocks_.front().capacity = high_water_;
   }

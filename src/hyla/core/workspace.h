@@ -27,9 +27,9 @@ class Arena {
   void* take_bytes(size_t bytes);
 
   struct Mark {
-    size_t block, used;
+    size_t block, used, in_use;
   };
-  Mark mark() const { return {blocks_.size() - 1, blocks_.back().used}; }
+  Mark mark() const { return {blocks_.size() - 1, blocks_.back().used, in_use_}; }
   // Frees everything taken since `m`. Back at the empty mark, an arena that overflowed its first
   // block replaces it by one of the high-water size, so only the first passes allocate.
   void rewind(Mark m);
@@ -47,7 +47,7 @@ class Arena {
     size_t capacity = 0, used = 0;
   };
   std::vector<Block> blocks_;  // never empty; later blocks exist only while the first overflows
-  size_t high_water_ = 0;
+  size_t in_use_ = 0, high_water_ = 0;  // bytes taken over all blocks, now and at most
 };
 
 // Takes from an arena for a scope: everything taken through it is freed at its end.

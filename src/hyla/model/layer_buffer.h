@@ -28,7 +28,7 @@ class LayerActivations {
   }
 
  private:
-  static constexpr Arena::Mark kEmpty{0, 0};
+  static constexpr Arena::Mark kEmpty{0, 0, 0};
   Arena& arena_;
   Arena::Mark mark_;
   bool keep_;
