@@ -7,7 +7,9 @@
 #include <cstring>
 #include <thread>
 
+#include "hyla/data/chat_template.h"
 #include "hyla/infer/engine.h"
+#include "hyla/infer/json_grammar.h"
 #include "hyla/infer/sequence_state.h"
 #include "hyla/infer/text_stream.h"
 #include "model_test_util.h"
@@ -254,6 +256,46 @@ TEST(Engine, UnusableSamplingIsRefusedAtSubmit) {
   EXPECT_EQ(engine.submit(r).get().tokens.size(), 4u);  // the engine still serves
 }
 
+// A random model knows nothing of JSON: constrained, every reply is still a valid instance, ends
+// by itself where the grammar does (finish "stop"), and is the same for the same seed.
+TEST(Engine, GrammarConstrainedRepliesOfARandomModelAreValidJson) {
+  EngineFixture f;
+  Engine engine(f.model, f.tokenizer, EngineFixture::exact(2, 512, 16));
+  const json schema = json::parse(R"({"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]},
+      "level": {"type": "integer"}, "note": {"type": "string", "maxLength": 4}}, "required": ["mood", "level"]})");
+  const auto grammar = json_schema_grammar(schema, "schema");
+  std::vector<std::future<GenerationOutput>> replies;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    GenerationRequest r = f.request("Answer in JSON:", 200);
+    r.sampling.temperature = 1;
+    r.sampling.seed = seed;
+    r.stop_at_end_tokens = true;
+    r.grammar = grammar;
+    replies.push_back(engine.submit(r));
+  }
+  for (auto& reply : replies) {
+    const GenerationOutput out = reply.get();
+    EXPECT_EQ(out.finish_reason, FinishReason::Stop) << out.text;
+    json parsed;
+    ASSERT_NO_THROW(parsed = json::parse(out.text)) << out.text;
+    EXPECT_TRUE(parsed["mood"] == "happy" || parsed["mood"] == "sad") << out.text;
+    EXPECT_TRUE(parsed["level"].is_number_integer()) << out.text;
+    for (const auto& [key, v] : parsed.items()) EXPECT_TRUE(key == "mood" || key == "level" || key == "note") << out.text;
+  }
+  // A forced tool call: after the request's start, arguments and the closing token complete a call.
+  const json parameters = json::parse(R"({"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+      "required": ["city"]})");
+  GenerationRequest call = f.request("<tool_call>\n", 100);
+  call.sampling.temperature = 1;
+  call.stop_at_end_tokens = true;
+  call.grammar = tool_call_grammar({{"get_weather", parameters}, {"get_time", json()}}, false, f.tokenizer.special_id("</tool_call>"));
+  const GenerationOutput out = engine.submit(call).get();
+  const AssistantReply reply = parse_assistant_reply("<tool_call>\n" + out.text);
+  ASSERT_EQ(reply.tool_calls.size(), 1u) << out.text;
+  EXPECT_TRUE(reply.tool_calls[0].name == "get_weather" || reply.tool_calls[0].name == "get_time") << out.text;
+  EXPECT_TRUE(json::parse(reply.tool_calls[0].arguments).is_object()) << out.text;
+}
+
 // The scheduler driven on the caller's thread, as an RL rollout loop or an evaluator does: the
 // same tokens as the threaded engine; after a weights change its cached prompt states are dropped.
 TEST(Scheduler, SteppedDirectlyMatchesTheEngineAndForgetsStaleStatesWhenWeightsChange) {
@@ -391,6 +433,58 @@ TEST(Sampler, DrawsFollowTheFilteredDistribution) {
   min_p.min_p = 0.3;  // keeps p ≥ 0.3·p(2): logits ≥ 2 + log 0.3 = 0.80 → tokens 2, 0
   min_p.seed = 3;
   expect_close(frequencies(min_p), softmax(1, {2, 0}), "min-p 0.3");
+}
+
+// OpenAI's definitions, greedily: logit + bias − frequency_penalty·count − presence_penalty·[count > 0].
+TEST(Sampler, LogitBiasAndPenaltiesFollowOpenAisDefinitions) {
+  const std::vector<float> logits = {2.0f, 1.75f, 1.5f, 0.0f, -1.0f};  // dyadic: exact in float and double
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.25;
+  p.presence_penalty = 0.0625;
+  p.logit_bias = {{4, 3.5f}, {0, -0.125f}};
+  Sampler sampler(p);
+  std::vector<int> count(logits.size(), 0);
+  for (int step = 0; step < 40; ++step) {
+    int want = 0;
+    double best = -1e300;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      double z = logits[i] - p.frequency_penalty * count[i] - (count[i] > 0 ? p.presence_penalty : 0);
+      for (const auto& [token, bias] : p.logit_bias)
+        if (size_t(token) == i) z += bias;
+      if (z > best) best = z, want = int(i);  // ties: the lower id, as the sampler
+    }
+    ASSERT_EQ(sampler.sample(logits.data(), int64_t(logits.size())), want) << "step " << step;
+    ++count[size_t(want)];
+  }
+  EXPECT_GT(count[4], 0);  // the bias lifted a token the model ranks last
+  EXPECT_GT(count[3], 0);  // and the penalties reached down to one it ranks low
+  SamplingParams bad;
+  bad.presence_penalty = 2.5;
+  EXPECT_THROW(check_sampling(bad), Error);
+  bad.presence_penalty = 0;
+  bad.logit_bias = {{1, 101.0f}};
+  EXPECT_THROW(check_sampling(bad), Error);
+}
+
+// A mask (a grammar's) renormalises over the allowed tokens, after the filters.
+TEST(Sampler, MaskedDrawsFollowTheAllowedDistribution) {
+  const std::vector<float> logits = {1.0f, 0.0f, 2.0f, -1.0f, 0.5f};
+  const std::vector<uint8_t> allowed = {1, 1, 0, 0, 1};
+  SamplingParams p;
+  p.seed = 4;
+  Sampler s(p);
+  std::vector<double> f(logits.size(), 0.0);
+  const int draws = 200000;
+  for (int i = 0; i < draws; ++i) f[size_t(s.sample(logits.data(), int64_t(logits.size()), allowed.data()))] += 1.0 / draws;
+  const double z = std::exp(1.0) + std::exp(0.0) + std::exp(0.5);
+  EXPECT_NEAR(f[0], std::exp(1.0) / z, 0.005);
+  EXPECT_NEAR(f[1], 1.0 / z, 0.005);
+  EXPECT_NEAR(f[4], std::exp(0.5) / z, 0.005);
+  EXPECT_EQ(f[2] + f[3], 0.0);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(Sampler(greedy).sample(logits.data(), 5, allowed.data()), 0);
 }
 
 TEST(Sampler, LogProbabilityAndTopAlternatives) {

@@ -13,6 +13,7 @@ bool more_likely(const std::pair<float, int32_t>& a, const std::pair<float, int3
   return a.first != b.first ? a.first > b.first : a.second < b.second;
 }
 
+// The first of the largest logits (logits may be -inf, never all of them).
 int32_t argmax(const float* logits, int64_t vocab) {
   int32_t best = 0;
   for (int64_t i = 1; i < vocab; ++i)
@@ -27,11 +28,46 @@ void check_sampling(const SamplingParams& params) {
   HYLA_CHECK(params.top_k >= 0, "top_k must be >= 0, got {}", params.top_k);
   HYLA_CHECK(params.top_p > 0 && params.top_p <= 1, "top_p must lie in (0, 1], got {}", params.top_p);
   HYLA_CHECK(params.min_p >= 0 && params.min_p <= 1, "min_p must lie in [0, 1], got {}", params.min_p);
+  HYLA_CHECK(params.frequency_penalty >= -2 && params.frequency_penalty <= 2, "frequency_penalty must lie in [-2, 2], got {}",
+             params.frequency_penalty);
+  HYLA_CHECK(params.presence_penalty >= -2 && params.presence_penalty <= 2, "presence_penalty must lie in [-2, 2], got {}",
+             params.presence_penalty);
+  for (const auto& [token, bias] : params.logit_bias) {
+    HYLA_CHECK(token >= 0, "logit_bias: token ids must be >= 0, got {}", token);
+    HYLA_CHECK(bias >= -100 && bias <= 100, "logit_bias for token {} must lie in [-100, 100], got {}", token, bias);
+  }
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { check_sampling(params); }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab) {
+int32_t Sampler::sample(const float* logits, int64_t vocab, const uint8_t* allowed) {
+  const int32_t token = draw(adjust(logits, vocab, allowed), vocab);
+  if (params_.frequency_penalty != 0 || params_.presence_penalty != 0) {
+    if (drawn_count_.empty()) drawn_count_.assign(size_t(vocab), 0);
+    if (drawn_count_[size_t(token)]++ == 0) drawn_.push_back(token);
+  }
+  return token;
+}
+
+const float* Sampler::adjust(const float* logits, int64_t vocab, const uint8_t* allowed) {
+  if (!allowed && params_.logit_bias.empty() && drawn_.empty()) return logits;
+  adjusted_.assign(logits, logits + vocab);
+  for (const auto& [token, bias] : params_.logit_bias)
+    if (token < vocab) adjusted_[size_t(token)] += bias;
+  for (const int32_t token : drawn_)
+    adjusted_[size_t(token)] -= float(params_.frequency_penalty * drawn_count_[size_t(token)] + params_.presence_penalty);
+  if (allowed) {
+    bool any = false;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!allowed[i]) adjusted_[size_t(i)] = -INFINITY;
+      any = any || allowed[i];
+    }
+    HYLA_ASSERT(any);  // callers finish a sequence whose grammar allows nothing
+  }
+  return adjusted_.data();
+}
+
+int32_t Sampler::draw(const float* logits, int64_t vocab) {
   const int32_t best = argmax(logits, vocab);
   if (params_.temperature == 0 || params_.top_k == 1) return best;
   const double top = logits[best], inv_t = 1.0 / params_.temperature;

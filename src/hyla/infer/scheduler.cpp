@@ -32,13 +32,17 @@ struct Scheduler::Active {
   GenerationRequest request;
   GenerationOutput output;
   Sampler sampler;
+  std::optional<GrammarMatcher> grammar;
+  std::vector<uint8_t> allowed;  // the grammar's mask, per token
   TextStream text;
   int slot = -1;
   int64_t prefilled = 0;   // prompt tokens in the state
   int32_t next = -1;       // the last sampled token, to be fed in the next step
   Clock::time_point start, last;
   Active(RequestId id, GenerationRequest r)
-      : id(id), request(std::move(r)), sampler(request.sampling), text(request.stop) {}
+      : id(id), request(std::move(r)), sampler(request.sampling), text(request.stop) {
+    if (request.grammar) grammar.emplace(*request.grammar);
+  }
 };
 
 Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
@@ -69,6 +73,9 @@ void Scheduler::validate(const GenerationRequest& request) const {
   HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
   HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
   check_sampling(request.sampling);
+  for (const auto& [token, bias] : request.sampling.logit_bias)
+    HYLA_CHECK(token < tokenizer_.vocab_size(), "logit_bias names token {}, outside the vocabulary (size {})", token,
+               tokenizer_.vocab_size());
   for (size_t i = 0; i < request.inputs.size(); ++i)
     HYLA_CHECK(request.inputs[i].row >= 0 && request.inputs[i].row < int64_t(request.prompt.size()) &&
                    (i == 0 || request.inputs[i].row > request.inputs[i - 1].row),
@@ -247,7 +254,22 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     }
     const bool scored = prefilling && a.request.prompt_logprobs;
     const float* row = first + (scored ? lengths[i] - 1 : 0) * V;  // the sequence's last row
-    const int32_t token = a.sampler.sample(row, sample_vocab);
+    const uint8_t* allowed = nullptr;
+    if (a.grammar) {
+      if (!grammar_vocabulary_) grammar_vocabulary_ = std::make_unique<GrammarVocabulary>(tokenizer_);
+      a.allowed.resize(size_t(grammar_vocabulary_->size()));
+      a.grammar->allowed(*grammar_vocabulary_, a.allowed.data());
+      if (a.request.stop_at_end_tokens && a.grammar->can_end())
+        for (const int32_t id : end_ids_) a.allowed[size_t(id)] = 1;
+      if (std::find(a.allowed.begin(), a.allowed.begin() + sample_vocab, 1) == a.allowed.begin() + sample_vocab) {
+        // No token of this vocabulary continues the grammar: the output is as complete as it gets.
+        a.output.finish_reason = FinishReason::Length;
+        done.push_back(&a);
+        continue;
+      }
+      allowed = a.allowed.data();
+    }
+    const int32_t token = a.sampler.sample(row, sample_vocab, allowed);
     if (prefilling) {
       a.output.time_to_first_token = seconds_between(a.start, now);
       stats_.ttft.observe(a.output.time_to_first_token);
@@ -266,9 +288,14 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     if (a.request.stop_at_end_tokens && std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) {
       reason = FinishReason::Stop;
     } else {
+      if (a.grammar) {
+        const bool taken = tokenizer_.is_special(token) ? a.grammar->accept_special(token)
+                                                        : a.grammar->accept_bytes(tokenizer_.decode_token(token));
+        HYLA_ASSERT(taken);  // the mask allowed only tokens some parse takes
+      }
       const std::string piece = a.text.push(tokenizer_.decode_token(token));
       if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = FinishReason::Cancelled;
-      else if (a.text.stopped()) reason = FinishReason::Stop;
+      else if (a.text.stopped() || (a.grammar && !a.grammar->can_continue())) reason = FinishReason::Stop;
       else if (int64_t(a.output.tokens.size()) >= a.request.max_tokens || state.length() + 1 >= state.capacity())
         reason = FinishReason::Length;
     }
@@ -284,7 +311,8 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
 
 void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& finished) {
   a.output.finish_reason = reason;
-  if (reason == FinishReason::Length) {
+  // Text held back as a possible stop string is final unless a stop string did appear.
+  if (reason != FinishReason::Cancelled && !a.text.stopped()) {
     const std::string rest = a.text.flush();
     if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hyla/data/tokenizer.h"
+#include "hyla/infer/grammar.h"
 #include "hyla/infer/prefix_cache.h"
 #include "hyla/infer/sampler.h"
 #include "hyla/infer/sequence_state.h"
@@ -43,6 +44,9 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool stop_at_end_tokens = true;
+  // Only text of this grammar's language is generated (grammar.h), and generation stops when the
+  // grammar allows nothing more; end tokens come only where it may end. Shared by choices.
+  std::shared_ptr<const Grammar> grammar;
   bool logprobs = false;       // log-probability of each generated token
   bool prompt_logprobs = false; // and of each prompt token after the first (for scoring, echo)
   int top_logprobs = 0;         // with either: also the most likely tokens at each position
@@ -138,6 +142,7 @@ class Scheduler {
   std::vector<bool> slot_used_;
   PrefixCache prefix_cache_;
   std::vector<int32_t> end_ids_;
+  std::unique_ptr<GrammarVocabulary> grammar_vocabulary_;  // built for the first constrained request
   std::deque<std::unique_ptr<Active>> waiting_;
   std::vector<std::unique_ptr<Active>> running_;
   EngineStats stats_;

@@ -1,0 +1,377 @@
+#include "hyla/infer/json_grammar.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "hyla/core/error.h"
+#include "hyla/io/json_fields.h"
+
+namespace hyla {
+
+using json = nlohmann::json;
+using Rule = Grammar::Rule;
+using Sequence = Grammar::Sequence;
+
+namespace {
+
+constexpr int64_t kMaxCount = 10000;  // largest minItems/maxItems/minLength/maxLength followed
+
+std::bitset<256> byte_range(int lo, int hi) {
+  std::bitset<256> set;
+  for (int b = lo; b <= hi; ++b) set.set(size_t(b));
+  return set;
+}
+
+class JsonGrammarBuilder {
+ public:
+  JsonGrammarBuilder(Grammar& grammar, const json* root) : g_(grammar), root_(root) {}
+
+  Rule value() {
+    if (value_ >= 0) return value_;
+    value_ = g_.add_rule();
+    for (const Rule r : {object(), array(), string(0, -1), number(), boolean()}) g_.add_alternative(value_, {Grammar::ref(r)});
+    g_.add_alternative(value_, g_.literal("null"));
+    return value_;
+  }
+
+  // Any object (every value any JSON value). Each of value, object and array registers its rule
+  // before referring to the others, so the mutual recursion ends.
+  Rule object() {
+    if (object_ >= 0) return object_;
+    object_ = g_.add_rule();
+    define_free_object(object_, value());
+    return object_;
+  }
+
+  Rule array() {
+    if (array_ >= 0) return array_;
+    array_ = g_.add_rule();
+    define_array(array_, value(), 0, -1);
+    return array_;
+  }
+
+  Rule string(int64_t min, int64_t max) {
+    const auto key = std::make_pair(min, max);
+    if (const auto it = strings_.find(key); it != strings_.end()) return it->second;
+    const Rule r = g_.add_rule();
+    Sequence s = {g_.byte('"'), Grammar::ref(g_.repeat(Grammar::ref(character()), min, max)), g_.byte('"')};
+    g_.add_alternative(r, s);
+    strings_[key] = r;
+    return r;
+  }
+
+  Rule integer() {
+    if (integer_ >= 0) return integer_;
+    integer_ = g_.add_rule();
+    const Rule magnitude = g_.add_rule();
+    g_.add_alternative(magnitude, g_.literal("0"));
+    g_.add_alternative(magnitude, {g_.bytes(byte_range('1', '9')), Grammar::ref(g_.repeat(digit(), 0, 15))});
+    g_.add_alternative(integer_, {Grammar::ref(g_.optional(g_.literal("-"))), Grammar::ref(magnitude)});
+    return integer_;
+  }
+
+  Rule number() {
+    if (number_ >= 0) return number_;
+    number_ = g_.add_rule();
+    const Rule fraction = g_.optional({g_.byte('.'), Grammar::ref(g_.repeat(digit(), 1, 16))});
+    std::bitset<256> e, sign;
+    e.set('e');
+    e.set('E');
+    sign.set('+');
+    sign.set('-');
+    const Rule exponent =
+        g_.optional({g_.bytes(e), Grammar::ref(g_.optional({g_.bytes(sign)})), Grammar::ref(g_.repeat(digit(), 1, 2))});
+    g_.add_alternative(number_, {Grammar::ref(integer()), Grammar::ref(fraction), Grammar::ref(exponent)});
+    return number_;
+  }
+
+  Rule boolean() {
+    if (boolean_ >= 0) return boolean_;
+    boolean_ = g_.add_rule();
+    g_.add_alternative(boolean_, g_.literal("true"));
+    g_.add_alternative(boolean_, g_.literal("false"));
+    return boolean_;
+  }
+
+  Rule schema(const json& s, const std::string& where) {
+    if (s.is_boolean()) {
+      HYLA_CHECK(s.get<bool>(), "{}: the schema false admits no value", where);
+      return value();
+    }
+    HYLA_CHECK(s.is_object(), "{} must be a JSON Schema (an object or a boolean), got {}", where, json_excerpt(s));
+    check_keywords(s, where);
+    if (const auto it = s.find("$ref"); it != s.end()) return reference(*it, where);
+    const Rule r = g_.add_rule();
+    if (const auto it = s.find("const"); it != s.end()) {
+      g_.add_alternative(r, g_.literal(it->dump()));
+      return r;
+    }
+    if (const auto it = s.find("enum"); it != s.end()) {
+      HYLA_CHECK(it->is_array() && !it->empty(), "{}.enum must be a non-empty array", where);
+      for (const json& v : *it) g_.add_alternative(r, g_.literal(v.dump()));
+      return r;
+    }
+    for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+      const auto it = s.find(key);
+      if (it == s.end()) continue;
+      HYLA_CHECK(it->is_array() && !it->empty(), "{}.{} must be a non-empty array of schemas", where, key);
+      HYLA_CHECK(std::string(key) != "allOf" || it->size() == 1,
+                 "{}.allOf with {} schemas is not supported by constrained sampling (only one)", where, it->size());
+      for (size_t i = 0; i < it->size(); ++i)
+        g_.add_alternative(r, {Grammar::ref(schema((*it)[i], fmt::format("{}.{}[{}]", where, key, i)))});
+      return r;
+    }
+    for (const std::string& type : types(s, where)) g_.add_alternative(r, {Grammar::ref(typed(type, s, where))});
+    return r;
+  }
+
+ private:
+  Grammar::Symbol digit() { return g_.bytes(byte_range('0', '9')); }
+  Grammar::Symbol space() {
+    if (space_ < 0) space_ = g_.optional(g_.literal(" "));
+    return Grammar::ref(space_);
+  }
+
+  // One character of a JSON string: unescaped (not '"', '\\' or a control byte), an escape, or a
+  // whole UTF-8 sequence, so lengths count characters as JSON Schema does.
+  Rule character() {
+    if (character_ >= 0) return character_;
+    character_ = g_.add_rule();
+    std::bitset<256> plain = byte_range(0x20, 0x7f);
+    plain.reset('"');
+    plain.reset('\\');
+    g_.add_alternative(character_, {g_.bytes(plain)});
+    std::bitset<256> escaped;
+    for (const char c : std::string_view("\"\\/bfnrt")) escaped.set(uint8_t(c));
+    g_.add_alternative(character_, {g_.byte('\\'), g_.bytes(escaped)});
+    std::bitset<256> hex = byte_range('0', '9') | byte_range('a', 'f') | byte_range('A', 'F');
+    g_.add_alternative(character_, {g_.byte('\\'), g_.byte('u'), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex)});
+    // Well-formed UTF-8 only (RFC 3629 table 3-7): no overlong forms, surrogates or code points past U+10FFFF.
+    const auto range = [&](int lo, int hi) { return g_.bytes(byte_range(lo, hi)); };
+    const Grammar::Symbol tail = range(0x80, 0xbf);
+    for (const Grammar::Sequence& sequence : std::initializer_list<Grammar::Sequence>{
+             {range(0xc2, 0xdf), tail},
+             {range(0xe0, 0xe0), range(0xa0, 0xbf), tail},
+             {range(0xe1, 0xec), tail, tail},
+             {range(0xed, 0xed), range(0x80, 0x9f), tail},
+             {range(0xee, 0xef), tail, tail},
+             {range(0xf0, 0xf0), range(0x90, 0xbf), tail, tail},
+             {range(0xf1, 0xf3), tail, tail, tail},
+             {range(0xf4, 0xf4), range(0x80, 0x8f), tail, tail}})
+      g_.add_alternative(character_, sequence);
+    return character_;
+  }
+
+  // {"key": value, ...} with any keys, `values` for every value.
+  void define_free_object(Rule r, Rule values) {
+    const Rule member = g_.add_rule();
+    g_.add_alternative(member, {Grammar::ref(string(0, -1)), g_.byte(':'), space(), Grammar::ref(values)});
+    const Rule more = g_.add_rule();
+    g_.add_alternative(more, {g_.byte(','), space(), Grammar::ref(member)});
+    g_.add_alternative(r, g_.literal("{}"));
+    g_.add_alternative(r, {g_.byte('{'), Grammar::ref(member), Grammar::ref(g_.repeat(Grammar::ref(more), 0, -1)), g_.byte('}')});
+  }
+
+  void define_array(Rule r, Rule items, int64_t min, int64_t max) {
+    if (min == 0) g_.add_alternative(r, g_.literal("[]"));
+    if (max == 0) return;
+    const Rule more = g_.add_rule();
+    g_.add_alternative(more, {g_.byte(','), space(), Grammar::ref(items)});
+    const Rule rest = g_.repeat(Grammar::ref(more), std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1);
+    g_.add_alternative(r, {g_.byte('['), Grammar::ref(items), Grammar::ref(rest), g_.byte(']')});
+  }
+
+  static void check_keywords(const json& s, const std::string& where) {
+    static const std::set<std::string> understood = {
+        "type",     "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
+        "maxLength", "enum",      "const",    "anyOf",                "oneOf", "allOf",    "$ref",     "$defs",
+        "definitions", "title",   "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+        "readOnly", "writeOnly"};
+    for (const auto& [key, v] : s.items())
+      HYLA_CHECK(understood.count(key),
+                 "{}: the JSON Schema keyword '{}' is not supported by constrained sampling (supported: type, properties, "
+                 "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, "
+                 "oneOf, allOf of one, $ref/$defs)",
+                 where, key);
+  }
+
+  static int64_t count(const json& s, const char* key, int64_t fallback, const std::string& where) {
+    const auto it = s.find(key);
+    if (it == s.end()) return fallback;
+    HYLA_CHECK(it->is_number_integer() && it->get<int64_t>() >= 0 && it->get<int64_t>() <= kMaxCount,
+               "{}.{} must be an integer in [0, {}], got {}", where, key, kMaxCount, json_excerpt(*it));
+    return it->get<int64_t>();
+  }
+
+  static std::vector<std::string> types(const json& s, const std::string& where) {
+    const auto it = s.find("type");
+    if (it == s.end()) {
+      for (const char* key : {"properties", "required", "additionalProperties"})
+        if (s.contains(key)) return {"object"};
+      for (const char* key : {"items", "minItems", "maxItems"})
+        if (s.contains(key)) return {"array"};
+      for (const char* key : {"minLength", "maxLength"})
+        if (s.contains(key)) return {"string"};
+      return {"any"};
+    }
+    std::vector<std::string> names;
+    if (it->is_string()) names.push_back(it->get<std::string>());
+    else if (it->is_array() && !it->empty())
+      for (const json& t : *it) names.push_back(t.is_string() ? t.get<std::string>() : "?");
+    static const std::set<std::string> known = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    for (const std::string& t : names)
+      HYLA_CHECK(known.count(t), "{}.type must be object, array, string, number, integer, boolean, null or a list of them, got {}",
+                 where, json_excerpt(*it));
+    HYLA_CHECK(!names.empty(), "{}.type must not be empty", where);
+    return names;
+  }
+
+  Rule typed(const std::string& type, const json& s, const std::string& where) {
+    if (type == "any") return value();
+    if (type == "string") {
+      const int64_t min = count(s, "minLength", 0, where), max = count(s, "maxLength", -1, where);
+      HYLA_CHECK(max < 0 || max >= min, "{}: maxLength {} is below minLength {}", where, max, min);
+      return string(min, max);
+    }
+    if (type == "number") return number();
+    if (type == "integer") return integer();
+    if (type == "boolean") return boolean();
+    if (type == "null") {
+      const Rule r = g_.add_rule();
+      g_.add_alternative(r, g_.literal("null"));
+      return r;
+    }
+    if (type == "array") {
+      const int64_t min = count(s, "minItems", 0, where), max = count(s, "maxItems", -1, where);
+      HYLA_CHECK(max < 0 || max >= min, "{}: maxItems {} is below minItems {}", where, max, min);
+      const auto items = s.find("items");
+      const Rule item = items == s.end() ? value() : schema(*items, where + ".items");
+      const Rule r = g_.add_rule();
+      define_array(r, item, min, max);
+      return r;
+    }
+    return typed_object(s, where);
+  }
+
+  Rule typed_object(const json& s, const std::string& where) {
+    std::map<std::string, const json*> properties;
+    static const json anything = true;
+    if (const auto it = s.find("properties"); it != s.end()) {
+      HYLA_CHECK(it->is_object(), "{}.properties must be an object", where);
+      for (const auto& [name, sub] : it->items()) properties[name] = &sub;
+    }
+    std::set<std::string> required;
+    if (const auto it = s.find("required"); it != s.end()) {
+      HYLA_CHECK(it->is_array(), "{}.required must be an array of names", where);
+      for (const json& name : *it) {
+        HYLA_CHECK(name.is_string(), "{}.required must be an array of names, got {}", where, json_excerpt(name));
+        required.insert(name.get<std::string>());
+        properties.emplace(name.get<std::string>(), &anything);
+      }
+    }
+    const Rule r = g_.add_rule();
+    if (properties.empty()) {
+      const auto extra = s.find("additionalProperties");
+      if (extra != s.end() && extra->is_boolean() && !extra->get<bool>()) g_.add_alternative(r, g_.literal("{}"));
+      else if (extra == s.end() || extra->is_boolean()) g_.add_alternative(r, {Grammar::ref(object())});
+      else define_free_object(r, schema(*extra, where + ".additionalProperties"));
+      return r;
+    }
+    // first[i]: properties i.. with none written yet; rest[i]: the same after one (so each starts with ",").
+    const size_t n = properties.size();
+    std::vector<Rule> first(n + 1), rest(n + 1);
+    first[n] = g_.add_rule();
+    rest[n] = first[n];
+    g_.add_alternative(first[n], {});
+    auto it = properties.rbegin();
+    for (size_t i = n; i-- > 0; ++it) {
+      const std::string& name = it->first;
+      const Rule member = g_.add_rule();
+      Sequence kv = g_.literal(json(name).dump() + ":");
+      kv.push_back(space());
+      kv.push_back(Grammar::ref(schema(*it->second, where + ".properties." + name)));
+      g_.add_alternative(member, kv);
+      const bool optional = !required.count(name);
+      rest[i] = g_.add_rule();
+      g_.add_alternative(rest[i], {g_.byte(','), space(), Grammar::ref(member), Grammar::ref(rest[i + 1])});
+      if (optional) g_.add_alternative(rest[i], {Grammar::ref(rest[i + 1])});
+      first[i] = g_.add_rule();
+      g_.add_alternative(first[i], {Grammar::ref(member), Grammar::ref(rest[i + 1])});
+      if (optional) g_.add_alternative(first[i], {Grammar::ref(first[i + 1])});
+    }
+    g_.add_alternative(r, {g_.byte('{'), Grammar::ref(first[0]), g_.byte('}')});
+    return r;
+  }
+
+  Rule reference(const json& ref, const std::string& where) {
+    HYLA_CHECK(ref.is_string(), "{}.$ref must be a string", where);
+    const std::string target = ref.get<std::string>();
+    if (const auto it = refs_.find(target); it != refs_.end()) return it->second;
+    const json* resolved = nullptr;
+    if (target == "#") {
+      resolved = root_;
+    } else {
+      for (const char* section : {"#/$defs/", "#/definitions/"}) {
+        const std::string prefix = section;
+        if (target.rfind(prefix, 0) != 0 || !root_->is_object()) continue;
+        const auto defs = root_->find(prefix.substr(2, prefix.size() - 3));
+        if (defs != root_->end() && defs->is_object() && defs->contains(target.substr(prefix.size())))
+          resolved = &(*defs)[target.substr(prefix.size())];
+      }
+    }
+    HYLA_CHECK(resolved, "{}.$ref '{}' does not name the root ('#') or an entry of #/$defs or #/definitions", where, target);
+    // Registered before it is built, so a recursive schema refers back to it.
+    const Rule r = g_.add_rule();
+    refs_[target] = r;
+    g_.add_alternative(r, {Grammar::ref(schema(*resolved, target))});
+    return r;
+  }
+
+  Grammar& g_;
+  const json* root_;
+  Rule value_ = -1, object_ = -1, array_ = -1, integer_ = -1, number_ = -1, boolean_ = -1, space_ = -1, character_ = -1;
+  std::map<std::pair<int64_t, int64_t>, Rule> strings_;
+  std::map<std::string, Rule> refs_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Grammar> json_object_grammar() {
+  auto grammar = std::make_shared<Grammar>();
+  const Rule start = grammar->add_rule();
+  JsonGrammarBuilder builder(*grammar, nullptr);
+  grammar->add_alternative(start, {Grammar::ref(builder.object())});
+  return grammar;
+}
+
+std::shared_ptr<const Grammar> json_schema_grammar(const json& schema, const std::string& where) {
+  auto grammar = std::make_shared<Grammar>();
+  const Rule start = grammar->add_rule();
+  JsonGrammarBuilder builder(*grammar, &schema);
+  grammar->add_alternative(start, {Grammar::ref(builder.schema(schema, where))});
+  return grammar;
+}
+
+std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, bool name_forced,
+                                                 int32_t call_close_token) {
+  HYLA_ASSERT(!tools.empty() && (!name_forced || tools.size() == 1));
+  auto grammar = std::make_shared<Grammar>();
+  const Rule start = grammar->add_rule();
+  JsonGrammarBuilder builder(*grammar, nullptr);
+  for (const ToolSchema& tool : tools) {
+    JsonGrammarBuilder arguments(*grammar, &tool.parameters);
+    const Rule args = tool.parameters.is_null()
+                          ? builder.object()
+                          : arguments.schema(tool.parameters, fmt::format("the parameters of tool '{}'", tool.name));
+    Sequence call = name_forced ? Sequence{} : grammar->literal("{\"name\": " + json(tool.name).dump() + ", \"arguments\": ");
+    call.push_back(Grammar::ref(args));
+    for (const Grammar::Symbol& s : grammar->literal("}\n")) call.push_back(s);
+    call.push_back(Grammar::special(call_close_token));
+    grammar->add_alternative(start, call);
+  }
+  return grammar;
+}
+
+}  // namespace hyla
