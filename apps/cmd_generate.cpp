@@ -1,8 +1,8 @@
 // `hyla generate`: streams a continuation of a prompt and reports prefill and decode speed.
 #include <fmt/format.h>
-
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -77,6 +77,30 @@ void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {
   cmd->add_option("--top-p", sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", sampling.min_p, "Drop tokens below min-p × the top probability")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", sampling.seed, "Sampling seed");
+  cmd->add_option("--frequency-penalty", sampling.frequency_penalty, "Logit drop per time a token was generated")
+      ->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--presence-penalty", sampling.presence_penalty, "Logit drop for every token generated before")
+      ->check(CLI::Range(-2.0, 2.0));
+  // llama.cpp's spelling: TOKEN_ID followed by a signed bias, e.g. 15043+1.5 or 42-100.
+  cmd->add_option_function<std::vector<std::string>>(
+         "--logit-bias",
+         [&sampling](const std::vector<std::string>& items) {
+           for (const std::string& item : items) {
+             const size_t sign = item.find_first_of("+-", 1);
+             int32_t token = -1;
+             double bias = 0;
+             const bool ok = sign != std::string::npos &&
+                             std::from_chars(item.data(), item.data() + sign, token).ptr == item.data() + sign &&
+                             std::from_chars(item.data() + sign + (item[sign] == '+'), item.data() + item.size(), bias).ptr ==
+                                 item.data() + item.size();
+             if (!ok || token < 0 || !(bias >= -100 && bias <= 100))
+               throw CLI::ValidationError("--logit-bias",
+                                          "'" + item + "' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS with a bias in [-100, 100]");
+             sampling.logit_bias.emplace_back(token, float(bias));
+           }
+         },
+         "Add BIAS to a token's logit: TOKEN_ID+BIAS or TOKEN_ID-BIAS (repeatable)")
+      ->type_name("ID±BIAS");
 }
 
 }  // namespace hyla::cli

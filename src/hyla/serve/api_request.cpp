@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <random>
 
 #include "hyla/data/chat_template.h"
+#include "hyla/infer/json_grammar.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/serve/api_error.h"
 
@@ -75,20 +77,51 @@ void check_model(const json& body, const std::string& served_model) {
 // Options the engine does not implement are refused when set to anything but their neutral value,
 // rather than silently ignored.
 void refuse_unsupported(const json& body) {
-  for (const char* name : {"presence_penalty", "frequency_penalty"})
-    if (number(body, name, 0, -2, 2) != 0) invalid(name, fmt::format("'{}' is not supported by hyla serve", name));
-  if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    invalid("logit_bias", "'logit_bias' is not supported by hyla serve");
   if (integer(body, "best_of", 1, 1, 1) != 1) invalid("best_of", "'best_of' must be 1");
   if (const json* suffix = field(body, "suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
     invalid("suffix", "'suffix' is not supported by hyla serve");
-  if (const json* format = field(body, "response_format")) {
-    if (!format->is_object() || format->value("type", json()) != "text")
-      invalid("response_format", "only response_format {\"type\": \"text\"} is supported by hyla serve");
+}
+
+// response_format: text (no constraint), json_object or json_schema (grammar-constrained sampling).
+std::shared_ptr<const Grammar> response_format(const json& body) {
+  const json* format = field(body, "response_format");
+  if (!format) return nullptr;
+  const json* type_field = format->is_object() ? field(*format, "type") : nullptr;
+  const std::string type = type_field && type_field->is_string() ? type_field->get<std::string>() : "";
+  if (type == "text") return nullptr;
+  if (type == "json_object") return json_object_grammar();
+  if (type != "json_schema")
+    invalid("response_format", "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                               "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+  const json* spec = field(*format, "json_schema");
+  if (!spec || !spec->is_object() || !field(*spec, "schema"))
+    invalid("response_format", "response_format of type json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
+  try {
+    return json_schema_grammar((*spec)["schema"], "response_format.json_schema.schema");
+  } catch (const Error& e) {
+    invalid("response_format", e.what());
   }
 }
 
-void read_common(const json& body, const ServeLimits& limits, ApiRequest& r) {
+// {"token id": bias, ...}: ids as decimal strings, as OpenAI's API takes them.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body, const Tokenizer& tokenizer) {
+  std::vector<std::pair<int32_t, float>> biases;
+  const json* bias = field(body, "logit_bias");
+  if (!bias) return biases;
+  if (!bias->is_object()) invalid("logit_bias", fmt::format("'logit_bias' must be an object of token id → bias, got {}", type_name(*bias)));
+  for (const auto& [key, value] : bias->items()) {
+    int64_t id = -1;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (error != std::errc() || end != key.data() + key.size() || id < 0 || id >= tokenizer.vocab_size())
+      invalid("logit_bias", fmt::format("logit_bias keys must be token ids in [0, {}), got '{}'", tokenizer.vocab_size(), key));
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      invalid("logit_bias", fmt::format("logit_bias['{}'] must be a number in [-100, 100], got {}", key, json_excerpt(value)));
+    biases.emplace_back(int32_t(id), value.get<float>());
+  }
+  return biases;
+}
+
+void read_common(const json& body, const Tokenizer& tokenizer, const ServeLimits& limits, ApiRequest& r) {
   refuse_unsupported(body);
   SamplingParams& s = r.generation.sampling;
   s.temperature = number(body, "temperature", 1.0, 0, 2);
@@ -96,6 +129,10 @@ void read_common(const json& body, const ServeLimits& limits, ApiRequest& r) {
   if (s.top_p == 0) s.top_p = 1e-9;  // OpenAI accepts 0: keep only the most likely token
   s.top_k = integer(body, "top_k", 0, 0, INT32_MAX);
   s.min_p = number(body, "min_p", 0, 0, 1);
+  s.frequency_penalty = number(body, "frequency_penalty", 0, -2, 2);
+  s.presence_penalty = number(body, "presence_penalty", 0, -2, 2);
+  s.logit_bias = logit_bias(body, tokenizer);
+  r.generation.grammar = response_format(body);
   s.seed = field(body, "seed") ? uint64_t(integer(body, "seed", 0, INT64_MIN, INT64_MAX)) : std::random_device()();
   r.n = integer(body, "n", 1, 1, limits.max_choices);
   r.stream = boolean(body, "stream", false);
@@ -158,7 +195,7 @@ ApiRequest parse_completion_request(const json& body, const Tokenizer& tokenizer
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   check_model(body, served_model);
   ApiRequest r;
-  read_common(body, limits, r);
+  read_common(body, tokenizer, limits, r);
   const json* prompt = field(body, "prompt");
   if (!prompt) invalid("prompt", "'prompt' is required");
   // A string, an array of strings, an array of token ids, or an array of such arrays.
@@ -196,7 +233,7 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   check_model(body, served_model);
   ApiRequest r;
   r.chat = true;
-  read_common(body, limits, r);
+  read_common(body, tokenizer, limits, r);
 
   const json* messages = field(body, "messages");
   if (!messages || !messages->is_array() || messages->empty())
@@ -245,6 +282,7 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   }
 
   std::vector<std::string> functions, names;
+  std::vector<ToolSchema> schemas;
   if (const json* tools = field(body, "tools")) {
     if (!tools->is_array()) invalid("tools", "'tools' must be an array");
     for (const json& tool : *tools) {
@@ -253,8 +291,10 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
         invalid("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
       functions.push_back(tool["function"].dump());
       names.push_back(tool["function"]["name"].get<std::string>());
+      schemas.push_back({names.back(), tool["function"].value("parameters", json())});
     }
   }
+  std::vector<ToolSchema> forced;  // the tools a forced call may name
   std::string choice = functions.empty() ? "none" : "auto";
   if (const json* tc = field(body, "tool_choice")) {
     if (tc->is_string()) {
@@ -267,12 +307,27 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
       if (std::find(names.begin(), names.end(), name) == names.end())
         invalid("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", name));
       r.prefill = "<tool_call>\n{\"name\": " + json(name).dump() + ", \"arguments\": ";
+      forced.push_back(schemas[size_t(std::find(names.begin(), names.end(), name) - names.begin())]);
     } else {
       invalid("tool_choice", "'tool_choice' must be none, auto, required or a named function");
     }
     if (choice != "none" && functions.empty()) invalid("tool_choice", "'tool_choice' needs 'tools'");
   }
-  if (choice == "required") r.prefill = "<tool_call>\n";
+  if (choice == "required") {
+    r.prefill = "<tool_call>\n";
+    forced = schemas;
+  }
+  if (!forced.empty()) {
+    // The forced call is well-formed by construction: its JSON follows the tool's parameters schema.
+    if (r.generation.grammar) invalid("response_format", "'response_format' cannot constrain a reply that 'tool_choice' forces to be a tool call");
+    const std::optional<int32_t> close = tokenizer.token_id("</tool_call>");
+    if (!close) invalid("tool_choice", "this model's tokenizer has no </tool_call> token, so a call cannot be forced");
+    try {
+      r.generation.grammar = tool_call_grammar(forced, choice != "required", *close);
+    } catch (const Error& e) {
+      invalid("tools", e.what());
+    }
+  }
   r.tools_offered = choice != "none";
   if (r.tools_offered) chat = with_tools(chat, functions);
 
