@@ -41,8 +41,13 @@ struct Scenario {
   std::string hello_reply = "Hello there, friend!";
   std::string call = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
   json to_json() const {
-    return {{"tools", tools}, {"weather_messages", weather_messages}, {"hello_messages", hello_messages},
-            {"hello_reply", hello_reply}};
+    const int32_t biased = test::small_tokenizer().encode(" the")[0];
+    return {{"tools", tools},
+            {"weather_messages", weather_messages},
+            {"hello_messages", hello_messages},
+            {"hello_reply", hello_reply},
+            {"biased_token", biased},
+            {"biased_text", std::string(test::small_tokenizer().decode_token(biased))}};
   }
 };
 
@@ -232,6 +237,14 @@ TEST(ServeRequest, ReadsEveryPromptFormAndSamplingField) {
   EXPECT_EQ(r.generation.stop, std::vector<std::string>{"END"});
   EXPECT_TRUE(r.echo && r.generation.prompt_logprobs && r.generation.logprobs);
   EXPECT_EQ(r.generation.top_logprobs, 2);
+  EXPECT_FALSE(r.generation.grammar);
+  const ApiRequest tuned = parse_completion_request(json::parse(R"({"prompt": "x", "frequency_penalty": 0.5,
+      "presence_penalty": -1, "logit_bias": {"17": -100, "3": 2.5}, "response_format": {"type": "json_object"}})"), tok, "m",
+                                                    test_limits());
+  EXPECT_EQ(tuned.generation.sampling.frequency_penalty, 0.5);
+  EXPECT_EQ(tuned.generation.sampling.presence_penalty, -1);
+  EXPECT_EQ(tuned.generation.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{17, -100.0f}, {3, 2.5f}}));
+  EXPECT_TRUE(tuned.generation.grammar);
   // A prompt of token ids alone, and the default of 16 tokens.
   const ApiRequest ids = parse_completion_request(json::parse(R"({"prompt": [1, 2, 3]})"), tok, "m", test_limits());
   EXPECT_EQ(ids.prompts[0], (std::vector<int32_t>{1, 2, 3}));
@@ -257,7 +270,17 @@ TEST(ServeRequest, RejectsBadFieldsNamingThem) {
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"stop", ""}}).param, "stop");
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"n", 0}}).param, "n");
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"logprobs", 9}}).param, "logprobs");
-  EXPECT_EQ(completion_error({{"prompt", "x"}, {"frequency_penalty", 0.5}}).param, "frequency_penalty");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"frequency_penalty", 2.5}}).param, "frequency_penalty");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"presence_penalty", "a lot"}}).param, "presence_penalty");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"logit_bias", {{"12", 101}}}}).param, "logit_bias");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}}).param, "logit_bias");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"logit_bias", {{"the", 1}}}}).param, "logit_bias");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"response_format", {{"type", "yaml"}}}}).param, "response_format");
+  EXPECT_EQ(completion_error({{"prompt", "x"}, {"response_format", {{"type", "json_schema"}}}}).param, "response_format");
+  const ApiError pattern = completion_error(json::parse(R"({"prompt": "x", "response_format": {"type": "json_schema",
+      "json_schema": {"name": "n", "schema": {"type": "string", "format": "email"}}}})"));
+  EXPECT_EQ(pattern.param, "response_format");
+  EXPECT_NE(std::string(pattern.what()).find("'format'"), std::string::npos) << pattern.what();
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"max_tokens", 0}}).param, "max_tokens");  // without echo
   EXPECT_EQ(completion_error({{"prompt", "x"}, {"stream", true}, {"logprobs", 1}}).param, "logprobs");
   const std::string long_prompt(20000, 'a');
@@ -298,6 +321,8 @@ TEST(ServeRequest, ChatPromptFollowsTheTemplateWithToolsOffered) {
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
   const ApiRequest named = parse_chat_request(body, tok, "m", test_limits());
   EXPECT_EQ(named.prefill, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
+  EXPECT_TRUE(named.generation.grammar);  // the arguments follow the tool's parameters
+  EXPECT_FALSE(r.generation.grammar);     // "auto" leaves the reply free
   EXPECT_EQ(tok.decode(named.prompts[0]), tok.decode(r.prompts[0]) + named.prefill);
   body["tool_choice"] = "none";
   EXPECT_FALSE(parse_chat_request(body, tok, "m", test_limits()).tools_offered);
@@ -553,10 +578,10 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
 // llama.cpp's and vLLM's tokenizer endpoints: the served model's tokenizer, round trip, bad input
 // named, behind the API key like /v1.
 TEST(Serve, TokenizeAndDetokenize) {
-  TestServer s([](ServeOptions& o) { o.api_key = "k"; });
+  TestServer s([](ServeOptions& o) { o.api_key = "sk-test"; });
   auto c = s.client();
   EXPECT_EQ(c.Post("/tokenize", R"({"content": "x"})", "application/json")->status, 401);
-  c.set_bearer_token_auth("k");
+  c.set_bearer_token_auth("sk-test");
   const std::string text = "In the beginning God created the heaven";
   auto res = c.Post("/tokenize", json({{"content", text}}).dump(), "application/json");
   ASSERT_TRUE(res);

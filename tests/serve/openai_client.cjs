@@ -31,6 +31,53 @@ async function main() {
   assert.strictEqual(call.function.name, "get_weather");
   assert.deepStrictEqual(JSON.parse(call.function.arguments), { city: "Paris" });
 
+  // Constrained output: the memorised model knows no JSON, yet replies with an instance of the schema.
+  const schema = {
+    type: "object", additionalProperties: false, required: ["mood", "level"],
+    properties: { mood: { enum: ["happy", "sad"] }, level: { type: "integer" }, note: { type: "string", maxLength: 8 } },
+  };
+  for (const seed of [1, 2, 3]) {
+    const structured = await client.chat.completions.create({
+      model, messages: scenario.hello_messages, temperature: 1, seed,
+      response_format: { type: "json_schema", json_schema: { name: "mood", schema, strict: true } },
+    });
+    const reply = JSON.parse(structured.choices[0].message.content);
+    assert.ok(["happy", "sad"].includes(reply.mood), `mood in the enum: ${structured.choices[0].message.content}`);
+    assert.ok(Number.isInteger(reply.level), "level an integer");
+    assert.ok(Object.keys(reply).every((k) => k in schema.properties), "no undeclared property");
+    assert.strictEqual(structured.choices[0].finish_reason, "stop");
+  }
+  const object = await client.chat.completions.create({
+    model, messages: scenario.hello_messages, temperature: 0, max_tokens: 200, response_format: { type: "json_object" },
+  });
+  if (object.choices[0].finish_reason === "stop") assert.ok(typeof JSON.parse(object.choices[0].message.content) === "object");
+  else assert.ok(object.choices[0].message.content.startsWith("{"), "json_object output starts as an object");
+
+  // A named tool_choice forces a well-formed call where the model would never make one.
+  const moodTool = [{ type: "function", function: { name: "set_mood", parameters: schema } }];
+  for (const stream of [false, true]) {
+    const request = {
+      model, messages: scenario.hello_messages, tools: moodTool, temperature: 1, seed: 7,
+      tool_choice: { type: "function", function: { name: "set_mood" } },
+    };
+    const forced = stream ? await client.chat.completions.stream(request).finalChatCompletion()
+                          : await client.chat.completions.create(request);
+    const fc = forced.choices[0].message.tool_calls[0];
+    assert.strictEqual(fc.function.name, "set_mood");
+    assert.ok(["happy", "sad"].includes(JSON.parse(fc.function.arguments).mood), fc.function.arguments);
+    assert.strictEqual(forced.choices[0].finish_reason, "tool_calls");
+  }
+
+  // logit_bias: +100 on one token makes greedy decoding repeat it; penalties are taken.
+  const biased = await client.completions.create({
+    model, prompt: "In the beginning", max_tokens: 3, temperature: 0, logit_bias: { [scenario.biased_token]: 100 },
+  });
+  assert.strictEqual(biased.choices[0].text, scenario.biased_text.repeat(3));
+  const penalised = await client.completions.create({
+    model, prompt: "In the beginning", max_tokens: 5, frequency_penalty: 1.5, presence_penalty: 0.5, seed: 1,
+  });
+  assert.strictEqual(penalised.choices.length, 1);
+
   // Streaming chat: the text deltas add up to the unstreamed reply.
   const stream = await client.chat.completions.create({
     model, messages: scenario.hello_messages, temperature: 0, stream: true, stream_options: { include_usage: true },
