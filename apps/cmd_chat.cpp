@@ -1,13 +1,20 @@
 // `hyla chat`: an interactive terminal chat in the format of SPEC §8. Each turn re-sends the whole
 // conversation; the engine's prompt-state cache restores the part it has already read, so a turn
-// costs only its new tokens.
+// costs only its new tokens. On a terminal, lines are edited and recalled with libedit (history
+// kept in a file) and Ctrl-C stops a reply; from a pipe, each reply ends with a delimiter line so
+// a script can split them. Either way a notice on stderr says when the context is full.
+#include <editline/readline.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "hyla/core/error.h"
@@ -18,9 +25,52 @@
 
 namespace hyla::cli {
 
+namespace {
+
+std::atomic<bool> interrupted{false};
+void on_interrupt(int) { interrupted = true; }
+
+// Ctrl-C ends the reply being generated (not the chat) while one of these lives.
+class InterruptStopsReply {
+ public:
+  InterruptStopsReply() {
+    interrupted = false;
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptStopsReply() { sigaction(SIGINT, &previous_, nullptr); }
+
+ private:
+  struct sigaction previous_ {};
+};
+
+std::string default_history_file() {
+  if (const char* state = std::getenv("XDG_STATE_HOME"); state && *state) return std::string(state) + "/hyla/chat_history";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.local/state/hyla/chat_history";
+  return "";
+}
+
+// One line from the user: edited with history on a terminal, plain from a pipe; nullopt at EOF.
+std::optional<std::string> read_line(bool interactive) {
+  if (!interactive) {
+    std::string line;
+    if (!std::getline(std::cin, line)) return std::nullopt;
+    return line;
+  }
+  char* raw = readline("> ");
+  if (!raw) return std::nullopt;
+  std::string line(raw);
+  std::free(raw);
+  if (!line.empty()) add_history(line.c_str());
+  return line;
+}
+
+}  // namespace
+
 void add_chat(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (/reset clears the conversation, /exit or EOF quits)");
-  static std::string model_dir, system, dtype = "bf16";
+  static std::string model_dir, system, dtype = "bf16", delimiter = "<|im_end|>", history_file = default_history_file();
   static SamplingParams sampling;
   static int64_t max_tokens = 512, context = 4096;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
@@ -29,6 +79,8 @@ void add_chat(CLI::App& app) {
   add_sampling_options(cmd, sampling);
   cmd->add_option("-c,--context,--ctx-size", context, "Conversation tokens kept (older turns are dropped)")->check(CLI::Range(64, 1 << 24));
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--delimiter", delimiter, "When input is not a terminal: the line printed after each reply");
+  cmd->add_option("--history", history_file, "On a terminal: the file of past input lines (empty: none)");
   cmd->callback([] {
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
@@ -39,43 +91,66 @@ void add_chat(CLI::App& app) {
     options.prefill_chunk = 64;  // prompt states are reusable at multiples of this
     Engine engine(*model, tokenizer, options);
     const bool interactive = isatty(STDIN_FILENO);
+    if (interactive && !history_file.empty()) {
+      std::error_code ignored;  // a history that cannot be kept is no reason not to chat
+      std::filesystem::create_directories(std::filesystem::path(history_file).parent_path(), ignored);
+      read_history(history_file.c_str());
+    }
     std::vector<ChatMessage> history;
     if (!system.empty()) history.push_back({"system", system, {}});
     const size_t fixed = history.size();
-    if (interactive) fmt::print(stderr, "hyla chat: {} (/reset, /exit); {}\n", model_dir, engine.memory_summary());
-    std::string line;
+    if (interactive)
+      fmt::print(stderr, "hyla chat: {} (/reset, /exit; Ctrl-C stops a reply); {}\n", model_dir, engine.memory_summary());
     for (;;) {
-      if (interactive) fmt::print("> ");
       std::fflush(stdout);
-      if (!std::getline(std::cin, line) || line == "/exit") break;
-      if (line == "/reset") {
+      const std::optional<std::string> line = read_line(interactive);
+      if (!line || *line == "/exit") break;
+      if (*line == "/reset") {
         history.resize(fixed);
         continue;
       }
-      if (line.empty()) continue;
-      history.push_back({"user", line, {}});
+      if (line->empty()) continue;
+      history.push_back({"user", *line, {}});
       GenerationRequest request;
       request.sampling = sampling;
       request.prompt = encode_chat(tokenizer, history, /*add_generation_prompt=*/true);
       // Drop the oldest turns (never the system message) until the reply fits.
+      int64_t dropped = 0;
       while (int64_t(request.prompt.size()) + max_tokens > context && history.size() > fixed + 1) {
         history.erase(history.begin() + int64_t(fixed));
         request.prompt = encode_chat(tokenizer, history, true);
+        ++dropped;
       }
+      if (dropped > 0)
+        fmt::print(stderr, "[context full ({} tokens): dropped the {} oldest message{}]\n", context, dropped,
+                   dropped == 1 ? "" : "s");
       request.max_tokens = std::min<int64_t>(max_tokens, context - int64_t(request.prompt.size()));
       if (request.max_tokens < 1) {
-        fmt::print(stderr, "hyla chat: the message alone exceeds the context of {} tokens\n", context);
+        fmt::print(stderr, "[context full: this message alone takes {} of the {} tokens; not sent]\n", request.prompt.size(),
+                   context);
         history.pop_back();
+        if (!interactive) fmt::print("{}\n", delimiter);
         continue;
       }
       request.on_text = [](std::string_view text) {
         fmt::print("{}", text);
         std::fflush(stdout);
-        return true;
+        return !interrupted;
       };
-      const GenerationOutput out = engine.submit(request).get();
+      GenerationOutput out;
+      {
+        const std::optional<InterruptStopsReply> ctrl_c = interactive ? std::optional<InterruptStopsReply>(std::in_place) : std::nullopt;
+        out = engine.submit(request).get();
+      }
       fmt::print("\n");
+      if (!interactive) fmt::print("{}\n", delimiter);
+      std::fflush(stdout);
       history.push_back({"assistant", out.text, {}});
+      if (out.finish_reason == FinishReason::Cancelled) fmt::print(stderr, "[stopped]\n");
+      if (out.finish_reason == FinishReason::Length)
+        fmt::print(stderr, "[reply cut at {} tokens: {}]\n", out.tokens.size(),
+                   request.max_tokens < max_tokens ? fmt::format("the context of {} tokens is full", context)
+                                                   : fmt::format("--max-tokens {}", max_tokens));
       const double decode = out.seconds - out.time_to_first_token;
       if (interactive)
         fmt::print(stderr, "[{} prompt tokens ({} cached) at {:.0f} t/s, {} generated at {:.1f} t/s]\n", out.prompt_tokens,
@@ -83,6 +158,7 @@ void add_chat(CLI::App& app) {
                    double(out.prompt_tokens - out.cached_prompt_tokens) / std::max(out.time_to_first_token, 1e-9),
                    out.tokens.size(), double(out.tokens.size() - 1) / std::max(decode, 1e-9));
     }
+    if (interactive && !history_file.empty()) write_history(history_file.c_str());
   });
 }
 

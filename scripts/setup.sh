@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libstb-dev zlib1g-dev libpcre2-dev
+  libedit-dev                      # line editing and history in `hyla chat` (BSD-licensed)
   libopenmpi-dev openmpi-bin       # multi-process runs
   clang libclang-rt-14-dev         # libFuzzer target (scripts/fuzz.sh)
   bible-kjv dataset-fashion-mnist  # demo corpora

@@ -195,11 +195,37 @@ TEST(Cli, GenerateTakesTheEcosystemsFlagsAndPromptSources) {
   EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
 }
 
+// From a pipe every reply ends with the delimiter line (a message too long to send gets one too, so
+// replies stay countable), and dropping old turns or a context too small is said on stderr.
+TEST(Cli, ChatFromAPipeDelimitsRepliesAndSaysWhenTheContextIsFull) {
+  test::TempDir dir;
+  const std::string model = (dir / "nano").string();
+  Model nano(test::nano_config([](nlohmann::json& j) { j["vocab_size"] = 512; }));
+  nano.initialize(3);
+  test::small_tokenizer().save(dir / "tok.json");
+  nano.save(model, DType::F32, dir / "tok.json");
+  const std::string turn = "tell me about the weather in the north and the south of the land";
+  test::write_bytes(dir / "in.txt", turn + "\n" + turn + "\n\n" + turn + "\n" + std::string(400, 'z') + "\n/exit\nnever read\n");
+  const auto r = test::run_command(fmt::format("({} chat -t 1 -m {} -n 8 -c 64 --temperature 0 --dtype f32 < {} > {} 2> {})",
+                                               HYLA_BINARY, model, (dir / "in.txt").string(), (dir / "out.txt").string(),
+                                               (dir / "err.txt").string()));
+  ASSERT_EQ(r.exit_code, 0) << read_file(dir / "err.txt");
+  const std::string out = read_file(dir / "out.txt"), err = read_file(dir / "err.txt");
+  size_t delimiters = 0;
+  for (size_t at = out.find("\n<|im_end|>\n"); at != std::string::npos; at = out.find("\n<|im_end|>\n", at + 1)) ++delimiters;
+  EXPECT_EQ(delimiters, 4u) << out;  // three replies and the refused message; the empty line is skipped
+  EXPECT_NE(err.find("[context full (64 tokens): dropped the"), std::string::npos) << err;
+  EXPECT_NE(err.find("not sent]"), std::string::npos) << err;
+  const auto custom = test::run_command("printf 'hi\\n' | " + std::string(HYLA_BINARY) + " chat -t 1 -m " + model +
+                                        " -n 2 --dtype f32 --delimiter '=== end ===' 2>/dev/null");
+  EXPECT_NE(custom.output.find("\n=== end ===\n"), std::string::npos) << custom.output;
+}
+
 // Bad values are named readably (CLI11's own checks printed DBL_MAX as 309 digits), and a value
 // the sampler cannot use is an error before the engine sees it, never a crash of its thread.
 TEST(Cli, BadNumbersGiveShortErrors) {
-  for (const std::string& flag : {"--temperature inf", "--temperature nan", "--temperature -1", "-n 0", "-n x"}) {
-    const auto r = run_hyla("generate -m /nonexistent -p hi " + flag);
+  for (const char* flag : {"--temperature inf", "--temperature nan", "--temperature -1", "-n 0", "-n x"}) {
+    const auto r = run_hyla(fmt::format("generate -m /nonexistent -p hi {}", flag));
     EXPECT_EQ(r.exit_code, 1) << flag << ": " << r.output;
     EXPECT_LT(r.output.size(), 120u) << flag << ": " << r.output;
     EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
