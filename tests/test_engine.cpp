@@ -288,12 +288,34 @@ TEST(Engine, GrammarConstrainedRepliesOfARandomModelAreValidJson) {
   GenerationRequest call = f.request("<tool_call>\n", 100);
   call.sampling.temperature = 1;
   call.stop_at_end_tokens = true;
-  call.grammar = tool_call_grammar({{"get_weather", parameters}, {"get_time", json()}}, false, f.tokenizer.special_id("</tool_call>"));
+  call.grammar = tool_call_grammar({{"get_weather", parameters}, {"get_time", json()}}, ToolCallFrom::Object,
+                                   f.tokenizer.special_id("</tool_call>"));
   const GenerationOutput out = engine.submit(call).get();
   const AssistantReply reply = parse_assistant_reply("<tool_call>\n" + out.text);
   ASSERT_EQ(reply.tool_calls.size(), 1u) << out.text;
   EXPECT_TRUE(reply.tool_calls[0].name == "get_weather" || reply.tool_calls[0].name == "get_time") << out.text;
   EXPECT_TRUE(json::parse(reply.tool_calls[0].arguments).is_object()) << out.text;
+
+  // Armed by a token: free text until the model writes <tool_call> (a bias makes this one do so at
+  // once), a well-formed call after it; a reply that never writes it is untouched.
+  const int32_t open = f.tokenizer.special_id("<tool_call>");
+  GenerationRequest lazy = f.request("Hello", 100);
+  lazy.sampling.temperature = 1;
+  lazy.stop_at_end_tokens = true;
+  lazy.grammar = tool_call_grammar({{"get_weather", parameters}}, ToolCallFrom::Marker, f.tokenizer.special_id("</tool_call>"));
+  lazy.grammar_after = open;
+  lazy.sampling.logit_bias = {{open, 100.0f}};
+  const GenerationOutput called = engine.submit(lazy).get();
+  ASSERT_EQ(called.tokens[0], open);
+  const AssistantReply lazy_reply = parse_assistant_reply(called.text);
+  ASSERT_EQ(lazy_reply.tool_calls.size(), 1u) << called.text;
+  EXPECT_EQ(lazy_reply.tool_calls[0].name, "get_weather");
+  lazy.sampling.logit_bias = {{open, -100.0f}};
+  lazy.max_tokens = 12;
+  GenerationRequest free = lazy;
+  free.grammar = nullptr;
+  free.grammar_after.reset();
+  EXPECT_EQ(engine.submit(lazy).get().tokens, engine.submit(free).get().tokens);
 }
 
 // The scheduler driven on the caller's thread, as an RL rollout loop or an evaluator does: the

@@ -322,7 +322,7 @@ TEST(ServeRequest, ChatPromptFollowsTheTemplateWithToolsOffered) {
   const ApiRequest named = parse_chat_request(body, tok, "m", test_limits());
   EXPECT_EQ(named.prefill, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ");
   EXPECT_TRUE(named.generation.grammar);  // the arguments follow the tool's parameters
-  EXPECT_FALSE(r.generation.grammar);     // "auto" leaves the reply free
+  EXPECT_TRUE(r.generation.grammar && r.generation.grammar_after);  // "auto": free until a call starts
   EXPECT_EQ(tok.decode(named.prompts[0]), tok.decode(r.prompts[0]) + named.prefill);
   body["tool_choice"] = "none";
   EXPECT_FALSE(parse_chat_request(body, tok, "m", test_limits()).tools_offered);

@@ -354,9 +354,9 @@ std::shared_ptr<const Grammar> json_schema_grammar(const json& schema, const std
   return grammar;
 }
 
-std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, bool name_forced,
+std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, ToolCallFrom from,
                                                  int32_t call_close_token) {
-  HYLA_ASSERT(!tools.empty() && (!name_forced || tools.size() == 1));
+  HYLA_ASSERT(!tools.empty() && (from != ToolCallFrom::Arguments || tools.size() == 1));
   auto grammar = std::make_shared<Grammar>();
   const Rule start = grammar->add_rule();
   JsonGrammarBuilder builder(*grammar, nullptr);
@@ -365,7 +365,10 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& 
     const Rule args = tool.parameters.is_null()
                           ? builder.object()
                           : arguments.schema(tool.parameters, fmt::format("the parameters of tool '{}'", tool.name));
-    Sequence call = name_forced ? Sequence{} : grammar->literal("{\"name\": " + json(tool.name).dump() + ", \"arguments\": ");
+    Sequence call;
+    if (from == ToolCallFrom::Marker) call = grammar->literal("\n");
+    if (from != ToolCallFrom::Arguments)
+      for (const Grammar::Symbol& s : grammar->literal("{\"name\": " + json(tool.name).dump() + ", \"arguments\": ")) call.push_back(s);
     call.push_back(Grammar::ref(args));
     for (const Grammar::Symbol& s : grammar->literal("}\n")) call.push_back(s);
     call.push_back(Grammar::special(call_close_token));

@@ -30,10 +30,13 @@ struct ToolSchema {
   std::string name;
   nlohmann::json parameters;  // a JSON Schema of the arguments object (null: any object)
 };
-// A call after the reply's forced start: for one named tool, the start ends at `"arguments": `
-// and the grammar is its arguments then `}\n` and the `</tool_call>` token; otherwise the start
-// is `<tool_call>\n` and the grammar is `{"name": …, "arguments": …}` for any of the tools.
-std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, bool name_forced,
+// One call, from where the text before it ends, to the `</tool_call>` token that closes it.
+enum class ToolCallFrom {
+  Arguments,  // `<tool_call>\n{"name": "…", "arguments": ` is written (a named tool_choice): one tool
+  Object,     // `<tool_call>\n` is written (tool_choice "required")
+  Marker,     // the model has just written the `<tool_call>` token (tool_choice "auto")
+};
+std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, ToolCallFrom from,
                                                  int32_t call_close_token);
 
 }  // namespace hyla

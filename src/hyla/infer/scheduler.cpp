@@ -41,7 +41,7 @@ struct Scheduler::Active {
   Clock::time_point start, last;
   Active(RequestId id, GenerationRequest r)
       : id(id), request(std::move(r)), sampler(request.sampling), text(request.stop) {
-    if (request.grammar) grammar.emplace(*request.grammar);
+    if (request.grammar && !request.grammar_after) grammar.emplace(*request.grammar);
   }
 };
 
@@ -73,6 +73,7 @@ void Scheduler::validate(const GenerationRequest& request) const {
   HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
   HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
   check_sampling(request.sampling);
+  HYLA_CHECK(!request.grammar_after || request.grammar, "grammar_after needs a grammar");
   for (const auto& [token, bias] : request.sampling.logit_bias)
     HYLA_CHECK(token < tokenizer_.vocab_size(), "logit_bias names token {}, outside the vocabulary (size {})", token,
                tokenizer_.vocab_size());
@@ -292,6 +293,8 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
         const bool taken = tokenizer_.is_special(token) ? a.grammar->accept_special(token)
                                                         : a.grammar->accept_bytes(tokenizer_.decode_token(token));
         HYLA_ASSERT(taken);  // the mask allowed only tokens some parse takes
+      } else if (a.request.grammar && token == a.request.grammar_after) {
+        a.grammar.emplace(*a.request.grammar);
       }
       const std::string piece = a.text.push(tokenizer_.decode_token(token));
       if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = FinishReason::Cancelled;

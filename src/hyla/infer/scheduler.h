@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,8 +46,11 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stop_at_end_tokens = true;
   // Only text of this grammar's language is generated (grammar.h), and generation stops when the
-  // grammar allows nothing more; end tokens come only where it may end. Shared by choices.
+  // grammar allows nothing more; end tokens come only where it may end. Shared by choices. With
+  // grammar_after, generation is free until the model writes that token, then follows the grammar
+  // (a tool call the model chose to make).
   std::shared_ptr<const Grammar> grammar;
+  std::optional<int32_t> grammar_after;
   bool logprobs = false;       // log-probability of each generated token
   bool prompt_logprobs = false; // and of each prompt token after the first (for scoring, echo)
   int top_logprobs = 0;         // with either: also the most likely tokens at each position

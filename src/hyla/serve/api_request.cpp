@@ -317,16 +317,25 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
     r.prefill = "<tool_call>\n";
     forced = schemas;
   }
+  const std::optional<int32_t> open = tokenizer.token_id("<tool_call>"), close = tokenizer.token_id("</tool_call>");
   if (!forced.empty()) {
     // The forced call is well-formed by construction: its JSON follows the tool's parameters schema.
     if (r.generation.grammar) invalid("response_format", "'response_format' cannot constrain a reply that 'tool_choice' forces to be a tool call");
-    const std::optional<int32_t> close = tokenizer.token_id("</tool_call>");
     if (!close) invalid("tool_choice", "this model's tokenizer has no </tool_call> token, so a call cannot be forced");
     try {
-      r.generation.grammar = tool_call_grammar(forced, choice != "required", *close);
+      r.generation.grammar =
+          tool_call_grammar(forced, choice == "required" ? ToolCallFrom::Object : ToolCallFrom::Arguments, *close);
     } catch (const Error& e) {
       invalid("tools", e.what());
     }
+  } else if (choice == "auto" && !r.generation.grammar && open && close) {
+    // The model may answer in text; a call it starts is held to the tools' schemas from its marker on.
+    try {
+      r.generation.grammar = tool_call_grammar(schemas, ToolCallFrom::Marker, *close);
+    } catch (const Error& e) {
+      invalid("tools", e.what());
+    }
+    r.generation.grammar_after = *open;
   }
   r.tools_offered = choice != "none";
   if (r.tools_offered) chat = with_tools(chat, functions);
