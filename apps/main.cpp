@@ -1,7 +1,10 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "hyla/core/error.h"
@@ -21,6 +24,16 @@ void add_threads_everywhere(CLI::App& app) {
                                     "Threads (default: $HYLA_THREADS, else physical cores)");
     add_threads_everywhere(*sub);
   }
+}
+
+// llama.cpp's multi-letter short flags, which CLI11 cannot declare, as hyla's long names. Only
+// a whole argument is rewritten, and only after the subcommand that has the flag.
+std::vector<std::string> with_llama_cpp_spellings(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  const auto serve = std::find(args.begin(), args.end(), "serve");
+  for (auto it = serve; it != args.end(); ++it)
+    if (*it == "-np") *it = "--parallel";
+  return args;
 }
 
 }  // namespace
@@ -51,7 +64,10 @@ int main(int argc, char** argv) {
   add_threads_everywhere(app);
   try {
     hyla::set_threads(hyla::resolve_threads(0));
-    app.parse(argc, argv);
+    std::vector<std::string> args = with_llama_cpp_spellings(argc, argv);
+    std::vector<char*> pointers;
+    for (std::string& arg : args) pointers.push_back(arg.data());
+    app.parse(int(pointers.size()), pointers.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     // Bad flags follow the CLI's convention for every user error: one line, exit status 1.

@@ -239,6 +239,9 @@ TEST(Cli, HelpShowsDefaults) {
   EXPECT_NE(serve.output.find("--parallel"), std::string::npos);
   EXPECT_NE(run_hyla("generate --help").output.find("-n,--max-tokens INT:POSITIVE=128"), std::string::npos);
   EXPECT_NE(run_hyla("eval --help").output.find("-t,--threads"), std::string::npos);
+  // llama.cpp's -np (not declarable in CLI11) reaches serve's --parallel, range check included.
+  const auto np = run_hyla("serve -m /nonexistent -np 0");
+  EXPECT_NE(np.output.find("--max-sequences: must be a finite number > 0, got 0"), std::string::npos) << np.output;
 }
 
 }  // namespace
