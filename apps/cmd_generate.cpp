@@ -13,6 +13,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
+#include "hyla/infer/json_grammar.h"
 #include "hyla/io/file.h"
 #include "hyla/model/model.h"
 
@@ -29,7 +30,7 @@ std::string read_prompt_from_stdin() {
 
 void add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Continue a prompt with a model directory; text streams to stdout");
-  static std::string model_dir, prompt, prompt_file, dtype = "bf16";
+  static std::string model_dir, prompt, prompt_file, dtype = "bf16", json_schema, json_schema_file;
   static GenerationRequest request;
   static int64_t context = 4096, prefill_chunk = 512;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
@@ -41,9 +42,17 @@ void add_generate(CLI::App& app) {
   cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(positive());
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(positive());
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
+  auto* schema = cmd->add_option("-j,--json-schema", json_schema, "Generate only JSON of this schema ('{}': any JSON value)");
+  cmd->add_option("--json-schema-file", json_schema_file, "The same, read from a file")->excludes(schema)->check(CLI::ExistingFile);
   cmd->callback([text] {
     if (!prompt_file.empty()) prompt = read_file(prompt_file);
     else if (text->count() == 0) prompt = read_prompt_from_stdin();
+    if (!json_schema_file.empty()) json_schema = read_file(json_schema_file);
+    if (!json_schema.empty()) {
+      const nlohmann::json schema_json = nlohmann::json::parse(json_schema, nullptr, /*allow_exceptions=*/false);
+      HYLA_CHECK(!schema_json.is_discarded(), "generate: --json-schema is not valid JSON: {}", json_schema.substr(0, 80));
+      request.grammar = json_schema_grammar(schema_json, "--json-schema");
+    }
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);

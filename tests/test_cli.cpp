@@ -190,6 +190,17 @@ TEST(Cli, GenerateTakesTheEcosystemsFlagsAndPromptSources) {
                           " --ctx-size 64 --threads 1" + common, "file.txt"), own);
   EXPECT_EQ(stdout_of("printf 'In the beginning' | " + std::string(HYLA_BINARY) + " generate -m " + model +
                           " -t 1 -c 64" + common, "stdin.txt"), own);
+  // llama.cpp's -j: the continuation is an instance of the schema, ending where the schema does.
+  const std::string constrained = stdout_of(std::string(HYLA_BINARY) + " generate -t 1 -m " + model +
+                                                " -p 'In the beginning' -n 100 --temperature 1 -j " +
+                                                "'{\"type\": \"object\", \"properties\": {\"ok\": {\"type\": \"boolean\"}}, "
+                                                "\"required\": [\"ok\"]}'",
+                                            "json.txt");
+  ASSERT_EQ(constrained.rfind("In the beginning", 0), 0u) << constrained;
+  const nlohmann::json reply = nlohmann::json::parse(constrained.substr(16), nullptr, false);
+  EXPECT_TRUE(reply.is_object() && reply["ok"].is_boolean()) << constrained;
+  EXPECT_NE(run_hyla("generate -m " + model + " -p x -j '{\"type\": \"bool\"}'").output.find("--json-schema.type must be"),
+            std::string::npos);
   const auto both = run_hyla("generate -m " + model + " -p x -f " + (dir / "prompt.txt").string());
   EXPECT_NE(both.exit_code, 0);
   EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
