@@ -116,6 +116,22 @@ TEST(JsonGrammar, UnsupportedKeywordsAreRefusedByNameAndPlace) {
   EXPECT_NE(message("false").find("admits no value"), std::string::npos);
 }
 
+// Tool parameters commonly carry keywords outside the subset: the call's structure is still held.
+TEST(JsonGrammar, ToolCallsKeepTheirStructureWhateverKeywordsTheParametersUse) {
+  const json parameters = json::parse(R"({"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+      "n": {"type": "integer", "minimum": 1}}, "required": ["day"]})");
+  const auto g = tool_call_grammar({{"plan", parameters}, {"other", json()}}, ToolCallFrom::Marker, 99);
+  GrammarMatcher m(*g);
+  EXPECT_TRUE(m.accept_bytes("\n{\"name\": \"plan\", \"arguments\": {\"day\": \"x\", \"n\": 0}}\n"));
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(m.accept_special(99));
+  EXPECT_TRUE(m.can_end());
+  GrammarMatcher wrong(*g);
+  EXPECT_FALSE(wrong.accept_bytes("\n{\"name\": \"plan\", \"arguments\": {\"n\": 1}}"));  // day is required
+  GrammarMatcher unknown(*g);
+  EXPECT_FALSE(unknown.accept_bytes("\n{\"name\": \"plot\""));
+}
+
 // The mask is a trie walk over tokens sorted by bytes; the reference checks each token alone.
 TEST(GrammarMatcher, MaskMatchesCheckingEveryTokenAlone) {
   const Tokenizer& tok = test::small_tokenizer();

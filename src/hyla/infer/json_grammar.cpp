@@ -26,7 +26,8 @@ std::bitset<256> byte_range(int lo, int hi) {
 
 class JsonGrammarBuilder {
  public:
-  JsonGrammarBuilder(Grammar& grammar, const json* root) : g_(grammar), root_(root) {}
+  // `strict`: a keyword outside the subset is an Error; otherwise it is not enforced.
+  JsonGrammarBuilder(Grammar& grammar, const json* root, bool strict) : g_(grammar), root_(root), strict_(strict) {}
 
   Rule value() {
     if (value_ >= 0) return value_;
@@ -101,7 +102,7 @@ class JsonGrammarBuilder {
       return value();
     }
     HYLA_CHECK(s.is_object(), "{} must be a JSON Schema (an object or a boolean), got {}", where, json_excerpt(s));
-    check_keywords(s, where);
+    if (strict_) check_keywords(s, where);
     if (const auto it = s.find("$ref"); it != s.end()) return reference(*it, where);
     const Rule r = g_.add_rule();
     if (const auto it = s.find("const"); it != s.end()) {
@@ -331,6 +332,7 @@ class JsonGrammarBuilder {
 
   Grammar& g_;
   const json* root_;
+  bool strict_;
   Rule value_ = -1, object_ = -1, array_ = -1, integer_ = -1, number_ = -1, boolean_ = -1, space_ = -1, character_ = -1;
   std::map<std::pair<int64_t, int64_t>, Rule> strings_;
   std::map<std::string, Rule> refs_;
@@ -341,7 +343,7 @@ class JsonGrammarBuilder {
 std::shared_ptr<const Grammar> json_object_grammar() {
   auto grammar = std::make_shared<Grammar>();
   const Rule start = grammar->add_rule();
-  JsonGrammarBuilder builder(*grammar, nullptr);
+  JsonGrammarBuilder builder(*grammar, nullptr, true);
   grammar->add_alternative(start, {Grammar::ref(builder.object())});
   return grammar;
 }
@@ -349,7 +351,7 @@ std::shared_ptr<const Grammar> json_object_grammar() {
 std::shared_ptr<const Grammar> json_schema_grammar(const json& schema, const std::string& where) {
   auto grammar = std::make_shared<Grammar>();
   const Rule start = grammar->add_rule();
-  JsonGrammarBuilder builder(*grammar, &schema);
+  JsonGrammarBuilder builder(*grammar, &schema, true);
   grammar->add_alternative(start, {Grammar::ref(builder.schema(schema, where))});
   return grammar;
 }
@@ -359,9 +361,9 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& 
   HYLA_ASSERT(!tools.empty() && (from != ToolCallFrom::Arguments || tools.size() == 1));
   auto grammar = std::make_shared<Grammar>();
   const Rule start = grammar->add_rule();
-  JsonGrammarBuilder builder(*grammar, nullptr);
+  JsonGrammarBuilder builder(*grammar, nullptr, false);
   for (const ToolSchema& tool : tools) {
-    JsonGrammarBuilder arguments(*grammar, &tool.parameters);
+    JsonGrammarBuilder arguments(*grammar, &tool.parameters, false);
     const Rule args = tool.parameters.is_null()
                           ? builder.object()
                           : arguments.schema(tool.parameters, fmt::format("the parameters of tool '{}'", tool.name));

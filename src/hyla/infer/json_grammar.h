@@ -1,14 +1,18 @@
 #pragma once
 // Grammars (grammar.h) for JSON output: any object (response_format json_object), the instances
 // of a JSON Schema (json_schema), and one well-formed tool call in SPEC §8's format (a named or
-// required tool_choice). The JSON is compact, with at most one space after ':' and ','.
+// required tool_choice, or a call the model starts under "auto"). The JSON is compact, with at
+// most one space after ':' and ','.
 //
 // The schema subset: type (one or a list), properties, required, additionalProperties, items,
 // minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf (read as anyOf), allOf of
 // one schema, $ref to the root or into #/$defs or #/definitions; annotations (title, description,
 // default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Any other
 // keyword (pattern, format, minimum, multipleOf, ...) is refused with an Error naming it and where it is,
-// rather than silently not enforced. Properties come out in the order of their names (a parsed
+// rather than silently not enforced — except in tool parameters, where such keywords are common
+// (format, minimum, ...) and were never a promise of the request: a call is guaranteed its
+// structure (types, properties, required, enums), and keywords outside the subset are not
+// enforced there. Properties come out in the order of their names (a parsed
 // JSON object keeps no order), required ones always, others when the model chooses to; no
 // undeclared property is ever generated. Digits are bounded (16 before the point, 16 after, 2 in
 // the exponent: every number fits a double) and so is nesting (grammar.h), so a weak model still
