@@ -199,6 +199,8 @@ TEST(Train, RunsTheCurriculumEvaluatesCheckpointsAndReports) {
   const std::string html = read_file(out + "/report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("stage boundary"), std::string::npos);
+  EXPECT_NE(html.find(">T=32<"), std::string::npos);  // each stage labelled with its length
+  EXPECT_NE(html.find(">T=64<"), std::string::npos);
   EXPECT_NE(html.find("Expert load"), std::string::npos);
 }
 
