@@ -9,13 +9,14 @@ namespace hyla::cli {
 
 void add_quantize(CLI::App& app) {
   auto* cmd = app.add_subcommand("quantize", "Write a copy of a model directory with int8 matrix-product weights");
-  static std::string in, out, dtype = "int8";
+  static std::string in, out, weight_dtype = "int8";
   static QuantizeOptions o;
   static bool force = false;
   cmd->add_option("-m,--model", in, "Model directory (F32, BF16 or F16 weights)")->required();
   cmd->add_option("--out", out, "Output directory (replaced atomically: only a model directory, unless --force)")->required();
   cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
-  cmd->add_option("--dtype", dtype, "Weight format")->check(CLI::IsMember({"int8"}));
+  cmd->add_option("--weight-dtype", weight_dtype, "Weight format")->check(CLI::IsMember({"int8"}));
+  refuse_renamed(cmd, "--dtype", "--weight-dtype", kDtypeMeansMatmulInputs);
   cmd->add_option("--block", o.block, "Input features per scale: 16, 32, 64, 128 or 256");
   cmd->add_flag("--keep-lm-head", o.keep_lm_head, "Leave lm_head.weight floating point");
   cmd->callback([] {

@@ -26,6 +26,11 @@ void add_eval(CLI::App& app);
 const CLI::Validator& positive();
 const CLI::Validator& non_negative();
 
+// A flag that was renamed: the old spelling stays hidden and fails naming the new one, so an old
+// script stops with the fix rather than "argument was not expected".
+void refuse_renamed(CLI::App* cmd, const std::string& old_name, const std::string& new_name, const std::string& why);
+inline constexpr const char* kDtypeMeansMatmulInputs = "--dtype means the matmul inputs, on every command that computes";
+
 // --temperature, --top-k, --top-p, --min-p and --seed, shared by generate and chat.
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
 

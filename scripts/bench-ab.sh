@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 # configs/small.json, freshly initialised, with a BPE trained on the spec: the weights' values do
 # not change the timings.
 "$b/hyla" tokenizer train --input "$repo/docs/SPEC.md" --vocab-size 1024 --out "$work/tok.json" >/dev/null 2>&1
-"$b/hyla" init --config "$repo/configs/small.json" --out "$work/small" --dtype bf16 --tokenizer "$work/tok.json" >/dev/null
+"$b/hyla" init --config "$repo/configs/small.json" --out "$work/small" --weight-dtype bf16 --tokenizer "$work/tok.json" >/dev/null
 
 run() {  # build round
   local build=$1 tag=$2

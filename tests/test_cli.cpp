@@ -37,7 +37,7 @@ TEST(Cli, InitThenInspectRoundTrips) {
   test::TempDir dir;
   const std::string config = (test::source_dir() / "configs/nano.json").string();
   const auto out = (dir / "nano").string();
-  auto r = run_hyla("init --config " + config + " --out " + out + " --seed 3 --dtype bf16");
+  auto r = run_hyla("init --config " + config + " --out " + out + " --seed 3 --weight-dtype bf16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_hyla("inspect " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -46,8 +46,8 @@ TEST(Cli, InitThenInspectRoundTrips) {
   EXPECT_NE(r.output.find("BF16"), std::string::npos);
 
   // The same seed writes the same weights; another seed does not.
-  ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "2 --seed 3 --dtype bf16").exit_code, 0);
-  ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "3 --seed 4 --dtype bf16").exit_code, 0);
+  ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "2 --seed 3 --weight-dtype bf16").exit_code, 0);
+  ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "3 --seed 4 --weight-dtype bf16").exit_code, 0);
   const std::string a = read_file(out + "/model.safetensors"), b = read_file(out + "2/model.safetensors"),
                     c = read_file(out + "3/model.safetensors");
   EXPECT_EQ(a, b);
@@ -56,6 +56,22 @@ TEST(Cli, InitThenInspectRoundTrips) {
   test::small_tokenizer().save(dir / "my-tok.json");
   ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "4 --tokenizer " + (dir / "my-tok.json").string()).exit_code, 0);
   EXPECT_EQ(Tokenizer::load(out + "4/tokenizer.json").vocab_size(), test::small_tokenizer().vocab_size());
+}
+
+// --dtype is the matmul input dtype wherever it is taken; the weight dtype of init and quantize is
+// --weight-dtype, and their old --dtype fails naming it.
+TEST(Cli, WeightDtypeIsNotDtype) {
+  test::TempDir dir;
+  const std::string config = (test::source_dir() / "configs/nano.json").string();
+  for (const std::string& args : {"init --config " + config + " --out " + (dir / "a").string() + " --dtype bf16",
+                                  "quantize --model " + (dir / "a").string() + " --out " + (dir / "b").string() +
+                                      " --dtype int8"}) {
+    const auto r = run_hyla(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.output.find("renamed --weight-dtype"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "a"));
+  EXPECT_EQ(run_hyla("init --help").output.find("--dtype"), std::string::npos);
 }
 
 TEST(Cli, InspectFailsWithOneLineErrors) {

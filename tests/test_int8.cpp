@@ -414,7 +414,7 @@ TEST(Int8Model, QuantizeInspectAndEvalCommands) {
   const std::string f32 = (dir / "f32").string(), int8 = (dir / "int8").string();
   ASSERT_EQ(test::run_hyla("init --config " + (test::source_dir() / "configs/nano.json").string() + " --out " + f32 +
                            " --seed 5").exit_code, 0);
-  auto r = test::run_hyla("quantize --model " + f32 + " --out " + int8 + " --dtype int8 --block 64");
+  auto r = test::run_hyla("quantize --model " + f32 + " --out " + int8 + " --weight-dtype int8 --block 64");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // 32-wide inputs (expert down projections, o_proj) are not a multiple of 64: kept, and said so.
   EXPECT_NE(r.output.find("kept floating point: model.layers.0.self_attn.o_proj.weight (32 input features are not a "

@@ -117,8 +117,13 @@ TEST(Plan, SmallByHand) {
   EXPECT_DOUBLE_EQ(p.decode.expert_bytes, 7 * touched * (3 * 512 * 128) * 2);
   EXPECT_DOUBLE_EQ(p.decode.dense_bytes, 2.0 * double(total - 7 * 128 * 3 * 512 * 128 - 8192 * 512));
   EXPECT_DOUBLE_EQ(p.decode.cache_bytes, 3 * (p.sequence.latent_cache_bytes + 2 * p.sequence.fixed_bytes()));
-  EXPECT_DOUBLE_EQ(p.decode.bandwidth_tokens_per_s_per_gpu, 3 * 2e12 / p.decode.total_bytes());
-  EXPECT_DOUBLE_EQ(p.decode.compute_tokens_per_s_per_gpu, 100e12 / p.flops.decode());
+  // One GPU reads the step at 2 TB/s and computes 3 tokens at 100 TFLOP/s; each sequence gets one.
+  EXPECT_DOUBLE_EQ(p.decode.bandwidth_seconds, p.decode.total_bytes() / 2e12);
+  EXPECT_DOUBLE_EQ(p.decode.compute_seconds, 3 * p.flops.decode() / 100e12);
+  EXPECT_DOUBLE_EQ(p.decode.bandwidth_bound().per_sequence, 2e12 / p.decode.total_bytes());
+  EXPECT_DOUBLE_EQ(p.decode.bandwidth_bound().deployment, 3 * 2e12 / p.decode.total_bytes());
+  EXPECT_DOUBLE_EQ(p.decode.bandwidth_bound().per_gpu, 3 * 2e12 / p.decode.total_bytes());
+  EXPECT_DOUBLE_EQ(p.decode.compute_bound().per_gpu, 100e12 / p.flops.decode());
 
   // Training: 16 B per parameter; ZeRO-1 keeps 4 B per parameter on every GPU.
   EXPECT_DOUBLE_EQ(p.training.state_bytes, 16.0 * total);
@@ -154,6 +159,27 @@ TEST(Plan, MemoryGrowsTheGpuCount) {
   // More sequences touch more distinct experts, never more than exist.
   EXPECT_GT(batched.decode.experts_touched_per_layer, 16 * 30);
   EXPECT_LT(batched.decode.experts_touched_per_layer, 896);
+}
+
+// The flagship's batch-1 decode on 45 H200s: every GPU reads its 1/45 of the step's bytes at the
+// same time, so the one sequence gets 45 GPUs' bandwidth, and per GPU is that over 45.
+TEST(Plan, DecodeBoundsSayWhoReadsWhat) {
+  const Plan p = make_plan(load("configs/flagship-2.8t.json"), PlanOptions{});
+  ASSERT_EQ(p.decode.gpus, 45);
+  const double one_gpu_reading_all = 4.8e12 / p.decode.total_bytes();
+  const DecodeRate bound = p.decode.upper_bound();
+  EXPECT_DOUBLE_EQ(bound.per_sequence, 45 * one_gpu_reading_all);
+  EXPECT_DOUBLE_EQ(bound.deployment, bound.per_sequence);
+  EXPECT_DOUBLE_EQ(bound.per_gpu, one_gpu_reading_all);
+  EXPECT_NEAR(bound.per_sequence, 908, 1);
+  EXPECT_NEAR(bound.per_gpu, 20.2, 0.05);
+  // A batch of 8 shares the weight reads: each sequence slower than alone, the deployment faster.
+  PlanOptions o;
+  o.batch = 8;
+  const Plan batched = make_plan(load("configs/flagship-2.8t.json"), o);
+  EXPECT_LT(batched.decode.upper_bound().per_sequence, bound.per_sequence);
+  EXPECT_GT(batched.decode.upper_bound().deployment, bound.deployment);
+  EXPECT_DOUBLE_EQ(batched.decode.upper_bound().deployment, 8 * batched.decode.upper_bound().per_sequence);
 }
 
 TEST(Plan, RejectsOptionsOutOfRange) {

@@ -199,7 +199,24 @@ TEST(Train, RunsTheCurriculumEvaluatesCheckpointsAndReports) {
   const std::string html = read_file(out + "/report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("stage boundary"), std::string::npos);
+  EXPECT_NE(html.find(">T=32<"), std::string::npos);  // each stage labelled with its length
+  EXPECT_NE(html.find(">T=64<"), std::string::npos);
   EXPECT_NE(html.find("Expert load"), std::string::npos);
+}
+
+// The step line says what MFU is relative to and when the run will end; the start-up line says how
+// that reference was measured.
+TEST(Train, LogLinesNameTheMfuReferenceAndAnEta) {
+  const std::string out = (tiny().dir / "logged").string();
+  const auto r = test::run_hyla(tiny().args(out) + " --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("MFU is relative to "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("oneDNN 2048^3 GEMMs at start-up, timed in CPU time per thread"), std::string::npos) << r.output;
+  const size_t last = r.output.find("step      2/2 |");
+  ASSERT_NE(last, std::string::npos) << r.output;
+  const std::string line = r.output.substr(last, r.output.find('\n', last) - last);
+  EXPECT_NE(line.find(" GFLOP/s | "), std::string::npos) << line;
+  EXPECT_NE(line.find(" elapsed, eta 0s"), std::string::npos) << line;
 }
 
 // Bit-for-bit: a run killed with SIGKILL after its step-6 checkpoint and resumed gives the same

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <vector>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
+#include "hyla/core/threads.h"
 #include "hyla/kernels/skinny_gemm.h"
 
 namespace hyla {
@@ -165,7 +167,7 @@ void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64
 
 int64_t gemm_primitives_created() { return primitives_created.load(); }
 
-double measure_gemm_peak_gflops(bool bf16_inputs) {
+double measure_gemm_peak_gflops(bool bf16_inputs, int repetitions, PeakClock clock) {
   constexpr int64_t n = 2048;
   std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
   std::vector<bf16> ab(a.size(), to_bf16(0.5f)), bb(b.size(), to_bf16(0.25f));
@@ -173,12 +175,19 @@ double measure_gemm_peak_gflops(bool bf16_inputs) {
     if (bf16_inputs) gemm(Trans::N, Trans::N, n, n, n, 1.0f, ab.data(), n, bb.data(), n, 0.0f, c.data(), n);
     else gemm(Trans::N, Trans::N, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   };
+  auto seconds = [clock] {
+    if (clock == PeakClock::Wall)
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9) / num_threads();
+  };
   once();  // primitive creation, first touch
   double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
+  for (int rep = 0; rep < repetitions; ++rep) {
+    const double t0 = seconds();
     once();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds() - t0);
   }
   return 2.0 * double(n) * double(n) * double(n) / best * 1e-9;
 }

@@ -25,9 +25,15 @@ void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64
                   const bf16* A, int64_t lda, int64_t stride_a, const bf16* B, int64_t ldb,
                   int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);
 
-// GFLOP/s of a 2048³ product on this machine now (best of three): the reference peak that
-// benchmarks and MFU figures divide by.
-double measure_gemm_peak_gflops(bool bf16_inputs);
+// How measure_gemm_peak_gflops times a product. Wall: the benchmarks' in-run reference, slowed by
+// whatever else runs. ProcessCpu: the process's CPU time over the thread count, the time its
+// threads actually ran, so other processes taking the cores do not lower the figure (threads
+// spinning at a barrier still count, which can only lower it).
+enum class PeakClock : uint8_t { Wall, ProcessCpu };
+
+// GFLOP/s of a 2048³ product on this machine now, the best of `repetitions` timed runs after an
+// untimed one: the reference peak that benchmarks and MFU figures divide by.
+double measure_gemm_peak_gflops(bool bf16_inputs, int repetitions = 3, PeakClock clock = PeakClock::Wall);
 
 // Number of cached primitives (for tests that check a step creates none).
 int64_t gemm_primitives_created();

@@ -7,9 +7,11 @@
 
 namespace hyla {
 
-double DecodeStep::upper_bound() const {
-  return std::min(bandwidth_tokens_per_s_per_gpu, compute_tokens_per_s_per_gpu);
+DecodeRate DecodeStep::rate(double step_seconds) const {
+  return {1 / step_seconds, double(batch) / step_seconds, double(batch) / step_seconds / double(gpus)};
 }
+
+DecodeRate DecodeStep::upper_bound() const { return rate(std::max(bandwidth_seconds, compute_seconds)); }
 
 namespace {
 
@@ -36,6 +38,8 @@ DecodeStep decode_step(const Plan& p) {
   const int64_t lookup = c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size;
   const int64_t routed = p.params.total[int(Component::RoutedExperts)];
   DecodeStep d;
+  d.batch = p.options.batch;
+  d.gpus = p.deployment.min_gpus;
   d.dense_bytes = double(p.params.total_sum() - routed - lookup) * bytes_per_param;
   const int64_t moe_layers = c.num_hidden_layers - c.moe.first_k_dense_replace;
   if (moe_layers > 0) {
@@ -47,9 +51,10 @@ DecodeStep decode_step(const Plan& p) {
     d.expert_bytes = double(moe_layers) * d.experts_touched_per_layer * expert_params * bytes_per_param;
   }
   d.cache_bytes = batch * (p.sequence.latent_cache_bytes + 2 * p.sequence.fixed_bytes());
-  // Perfectly balanced over N GPUs a step takes total / (N · BW) and yields B tokens.
-  d.bandwidth_tokens_per_s_per_gpu = batch * p.options.gpu.bandwidth_bytes_per_s / d.total_bytes();
-  d.compute_tokens_per_s_per_gpu = p.options.gpu.bf16_flops / p.flops.decode();
+  // Perfectly balanced: each GPU reads and multiplies its 1/N share, all at once.
+  const double gpus = double(d.gpus);
+  d.bandwidth_seconds = d.total_bytes() / (gpus * p.options.gpu.bandwidth_bytes_per_s);
+  d.compute_seconds = batch * p.flops.decode() / (gpus * p.options.gpu.bf16_flops);
   return d;
 }
 

@@ -33,18 +33,33 @@ struct Deployment {
   int64_t min_gpus = 0;
 };
 
+// A decode rate read three ways. A step gives each of the batch's sequences one token, so one
+// sequence sees 1 / step time; the deployment makes batch times that; per GPU is the deployment's
+// rate over its GPUs (what one GPU contributes, not what one GPU alone would decode).
+struct DecodeRate {
+  double per_sequence = 0;
+  double deployment = 0;  // all sequences of the batch together
+  double per_gpu = 0;
+};
+
 // One decode step of the whole batch with routed experts spread over the deployment's GPUs
-// (expert parallelism) and the other weights sharded over the same GPUs.
+// (expert parallelism) and the other weights sharded over the same GPUs, every GPU reading and
+// computing its 1/N share at the same time.
 struct DecodeStep {
+  int64_t batch = 1;
+  int64_t gpus = 1;
   double experts_touched_per_layer = 0;  // distinct routed experts the batch's tokens select
   double dense_bytes = 0;                // non-routed weights, less the embedding lookup table
   double expert_bytes = 0;               // the touched experts' weights
   double cache_bytes = 0;                // latent caches read + KDA states read and written
-  double bandwidth_tokens_per_s_per_gpu = 0;
-  double compute_tokens_per_s_per_gpu = 0;  // at peak throughput
+  double bandwidth_seconds = 0;          // total bytes / (N · bandwidth)
+  double compute_seconds = 0;            // batch · decode FLOPs per token / (N · peak)
 
   double total_bytes() const { return dense_bytes + expert_bytes + cache_bytes; }
-  double upper_bound() const;
+  DecodeRate rate(double step_seconds) const;
+  DecodeRate bandwidth_bound() const { return rate(bandwidth_seconds); }
+  DecodeRate compute_bound() const { return rate(compute_seconds); }
+  DecodeRate upper_bound() const;
 };
 
 // bf16 weights (2) + bf16 gradients (2) + f32 master weights (4) + f32 AdamW moments (8).

@@ -98,20 +98,35 @@ void compute(std::string& out, const Plan& p) {
 void decode(std::string& out, const Plan& p) {
   const DecodeStep& d = p.decode;
   const ModelConfig& c = p.config;
-  const int64_t gpus = p.deployment.min_gpus;
-  out += fmt::format("\ndecode upper bound (batch {}, experts and weights spread over {})\n", p.options.batch,
-                     counted(gpus, "GPU"));
-  line(out, "bytes read per step", si(d.total_bytes(), "B"));
+  const PlanOptions& o = p.options;
+  const std::string gpus = counted(d.gpus, "GPU");
+  out += fmt::format("\ndecode upper bound (batch {}, experts and weights spread over {}, all reading at once)\n", d.batch,
+                     gpus);
+  line(out, "bytes read per step", si(d.total_bytes(), "B"), fmt::format("each GPU reads 1/{} of it", d.gpus));
   line(out, "  dense weights (sharded)", si(d.dense_bytes, "B"), "all but routed experts and the embedding lookup");
   line(out, "  routed experts touched", si(d.expert_bytes, "B"),
        fmt::format("{:.1f} of {} per layer x {} MoE layers", d.experts_touched_per_layer, c.moe.num_experts,
                    c.num_hidden_layers - c.moe.first_k_dense_replace));
   line(out, "  caches and states", si(d.cache_bytes, "B"), "latent caches read, kda states read and written");
-  line(out, "memory-bandwidth bound", short_count(d.bandwidth_tokens_per_s_per_gpu),
-       fmt::format("tokens/s per GPU ({} for the deployment)",
-                   short_count(d.bandwidth_tokens_per_s_per_gpu * double(gpus))));
-  line(out, "compute bound at peak", short_count(d.compute_tokens_per_s_per_gpu), "tokens/s per GPU");
-  line(out, "upper bound", short_count(d.upper_bound()), "tokens/s per GPU");
+  line(out, "step time, memory bandwidth", duration(d.bandwidth_seconds),
+       fmt::format("{} / ({} x {})", si(d.total_bytes(), "B"), gpus, si(o.gpu.bandwidth_bytes_per_s, "B/s")));
+  line(out, "step time, compute at peak", duration(d.compute_seconds),
+       fmt::format("{} x {} / ({} x {})", counted(d.batch, "token"), si(p.flops.decode(), "FLOP"), gpus,
+                   si(o.gpu.bf16_flops, "FLOP/s")));
+  auto rates = [&out](const std::string& label, const DecodeRate& r) {
+    out += fmt::format("  {:<36} {:>12} {:>12} {:>12}\n", label, short_count(r.per_sequence), short_count(r.deployment),
+                       short_count(r.per_gpu));
+  };
+  out += fmt::format("  {:<36} {:>12} {:>12} {:>12}\n", "tokens/s", "per sequence", "deployment", "per GPU");
+  rates("memory-bandwidth bound", d.bandwidth_bound());
+  rates("compute bound at peak", d.compute_bound());
+  rates("upper bound", d.upper_bound());
+  out += d.batch == 1 ? fmt::format("  (a step gives the one sequence a token: deployment = per sequence; per GPU = "
+                                    "deployment / {})\n",
+                                    d.gpus)
+                      : fmt::format("  (a step gives each of the {} sequences a token: deployment = {} x per sequence; per "
+                                    "GPU = deployment / {})\n",
+                                    d.batch, d.batch, d.gpus);
 }
 
 void training(std::string& out, const Plan& p) {
@@ -183,9 +198,13 @@ json plan_json(const Plan& p) {
       {"prefill_seconds", p.prefill_seconds},
       {"decode_bytes_per_step", p.decode.total_bytes()},
       {"decode_experts_touched_per_layer", p.decode.experts_touched_per_layer},
-      {"decode_bandwidth_tokens_per_s_per_gpu", p.decode.bandwidth_tokens_per_s_per_gpu},
-      {"decode_compute_tokens_per_s_per_gpu", p.decode.compute_tokens_per_s_per_gpu},
-      {"decode_tokens_per_s_per_gpu_upper_bound", p.decode.upper_bound()},
+      {"decode_bandwidth_seconds_per_step", p.decode.bandwidth_seconds},
+      {"decode_compute_seconds_per_step", p.decode.compute_seconds},
+      {"decode_bandwidth_tokens_per_s_per_gpu", p.decode.bandwidth_bound().per_gpu},
+      {"decode_compute_tokens_per_s_per_gpu", p.decode.compute_bound().per_gpu},
+      {"decode_tokens_per_s_per_gpu_upper_bound", p.decode.upper_bound().per_gpu},
+      {"decode_tokens_per_s_per_sequence_upper_bound", p.decode.upper_bound().per_sequence},
+      {"decode_tokens_per_s_deployment_upper_bound", p.decode.upper_bound().deployment},
       {"training_bytes_per_param", kTrainingBytesPerParam},
       {"training_state_bytes", p.training.state_bytes},
       {"training_gpus_zero3", p.training.zero3_gpus},

@@ -41,4 +41,9 @@ std::string short_count(double n) {
   return scaled(n, kSuffixes, 5);
 }
 
+std::string duration(double seconds) {
+  static const char* const kUnits[] = {" ns", " us", " ms", " s"};
+  return scaled(seconds * 1e9, kUnits, 4);
+}
+
 }  // namespace hyla

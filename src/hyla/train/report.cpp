@@ -36,10 +36,19 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-// A line chart of step → value with axes, ticks, stage boundaries and an optional reference line.
-std::string chart(const std::string& title, const std::vector<Series>& series, const std::vector<double>& boundaries,
+// A stage boundary line, at the step the stage starts, labelled with its sequence length.
+struct Stage {
+  double step;
+  std::string label;
+};
+
+double text_width(const std::string& text, double font_size) { return 0.6 * font_size * double(text.size()); }
+
+// A line chart of step → value with axes, round ticks, labelled stage starts and an optional
+// reference line. Every value charted here (loss, learning rate, tokens/s, MFU) is non-negative.
+std::string chart(const std::string& title, const std::vector<Series>& series, const std::vector<Stage>& stages,
                   double reference = NAN, const std::string& reference_label = "") {
-  constexpr double W = 720, H = 260, left = 60, right = 20, top = 30, bottom = 40;
+  constexpr double W = 720, H = 270, right = 30, top = 34, bottom = 42, font = 11;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const Series& s : series)
     for (auto [x, y] : s.points) {
@@ -49,28 +58,49 @@ std::string chart(const std::string& title, const std::vector<Series>& series, c
   if (std::isfinite(reference)) y0 = std::min(y0, reference), y1 = std::max(y1, reference);
   if (x0 > x1) return fmt::format("<p>{}: no data</p>", escape(title));
   if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1;
-  const double pad = 0.05 * (y1 - y0);
-  y0 -= pad, y1 += pad;
-  auto X = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
-  auto Y = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * (H - top - bottom); };
-  std::string svg = fmt::format(R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">)svg", W, H);
-  svg += fmt::format(R"svg(<text x="{}" y="18" font-size="13" font-weight="bold">{}</text>)svg", left, escape(title));
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4;
-    svg += fmt::format(R"svg(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#ddd"/><text x="{}" y="{:.1f}" text-anchor="end">{:.4g}</text>)svg",
-                       left, W - right, Y(y), Y(y), left - 4, Y(y) + 4, y);
-    const double x = x0 + (x1 - x0) * i / 4;
-    svg += fmt::format(R"svg(<text x="{:.1f}" y="{}" text-anchor="middle">{:.0f}</text>)svg", X(x), H - bottom + 16, x);
+  const Axis xa = step_axis(x0, x1), ya = value_axis(y0, y1);
+  std::vector<std::string> y_labels;
+  double widest = 0;
+  for (double t : ya.ticks) {
+    y_labels.push_back(tick_label(t, ya.step));
+    widest = std::max(widest, text_width(y_labels.back(), font));
   }
-  svg += fmt::format(R"svg(<text x="{}" y="{}" text-anchor="middle">step</text>)svg", (left + W - right) / 2, H - 6);
-  for (double b : boundaries)
-    svg += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#999" stroke-dasharray="4 3"><title>stage boundary at step {3:.0f}</title></line>)svg",
-                       X(b), top, H - bottom, b);
+  const double left = std::max(40.0, widest + 12);
+  auto X = [&](double x) { return left + (x - xa.lo) / (xa.hi - xa.lo) * (W - left - right); };
+  auto Y = [&](double y) { return top + (1 - (y - ya.lo) / (ya.hi - ya.lo)) * (H - top - bottom); };
+  std::string svg = fmt::format(R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="{}">)svg", W, H, font);
+  svg += fmt::format(R"svg(<text x="{}" y="18" font-size="13" font-weight="bold">{}</text>)svg", left, escape(title));
+  for (size_t i = 0; i < ya.ticks.size(); ++i)
+    svg += fmt::format(R"svg(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#ddd"/><text x="{}" y="{:.1f}" text-anchor="end">{}</text>)svg",
+                       left, W - right, Y(ya.ticks[i]), Y(ya.ticks[i]), left - 5, Y(ya.ticks[i]) + 4, y_labels[i]);
+  for (double t : xa.ticks)
+    svg += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#999"/><text x="{0:.1f}" y="{3}" text-anchor="middle">{4}</text>)svg",
+                       X(t), H - bottom, H - bottom + 4, H - bottom + 16, tick_label(t, xa.step));
+  svg += fmt::format(R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>)svg", left, top,
+                     W - left - right, H - top - bottom);
+  svg += fmt::format(R"svg(<text x="{}" y="{}" text-anchor="middle">step</text>)svg", (left + W - right) / 2, H - 8);
+  for (const Stage& st : stages) {
+    if (st.step > x0)  // the first stage starts at the left edge: label only
+      svg += fmt::format(R"svg(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#999" stroke-dasharray="4 3"><title>stage boundary at step {3:.0f}</title></line>)svg",
+                         X(st.step), top, H - bottom, st.step);
+    // Right of its line, or left of it where it would run off the chart; a white outline keeps
+    // it readable where a curve passes under it.
+    const double at = X(std::max(st.step, x0));
+    const bool fits_right = at + 3 + text_width(st.label, 10) <= W;
+    svg += fmt::format(R"svg(<text x="{:.1f}" y="{}" font-size="10" fill="#555" text-anchor="{}" stroke="white" stroke-width="3" paint-order="stroke">{}</text>)svg",
+                       fits_right ? at + 3 : at - 3, top + 11, fits_right ? "start" : "end", escape(st.label));
+  }
   if (std::isfinite(reference))
     svg += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}" stroke="#c33" stroke-dasharray="6 3"/><text x="{3}" y="{4:.1f}" fill="#c33" text-anchor="end">{5}</text>)svg",
                        left, W - right, Y(reference), W - right - 2, Y(reference) - 4, escape(reference_label));
-  int legend = 0;
+  // The legend sits in the title row, right-aligned, clear of the plot and its stage labels.
+  double legend_x = W - right;
+  for (auto s = series.rbegin(); s != series.rend(); ++s) {
+    legend_x -= 14 + text_width(s->name, font);
+    svg += fmt::format(R"svg(<rect x="{:.1f}" y="9" width="10" height="10" fill="{}"/><text x="{:.1f}" y="18">{}</text>)svg",
+                       legend_x, s->color, legend_x + 14, escape(s->name));
+    legend_x -= 16;
+  }
   for (const Series& s : series) {
     if (s.dots) {
       for (auto [x, y] : s.points)
@@ -82,9 +112,6 @@ std::string chart(const std::string& title, const std::vector<Series>& series, c
         if (std::isfinite(y)) path += fmt::format("{}{:.1f},{:.1f} ", path.empty() ? "M" : "L", X(x), Y(y));
       svg += fmt::format(R"svg(<path d="{}" fill="none" stroke="{}" stroke-width="1.5"/>)svg", path, s.color);
     }
-    svg += fmt::format(R"svg(<rect x="{}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>)svg",
-                       W - right - 160, top + 4 + 16 * legend, s.color, W - right - 145, top + 13 + 16 * legend, escape(s.name));
-    ++legend;
   }
   return svg + "</svg>";
 }
@@ -129,7 +156,47 @@ std::string heat_map(const std::vector<json>& rows) {
   return svg + "</svg>";
 }
 
+// The smallest 1, 2 or 5 × 10^k that cuts `span` into at most `intervals` pieces.
+double round_step(double span, int intervals) {
+  const double raw = span / intervals;
+  const double decade = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * decade >= raw * (1 - 1e-9)) return m * decade;
+  return 10 * decade;
+}
+
+// Multiples k · step for k in [first, last]; computed from k, not summed, so 3 · 5e-4 prints as 0.0015.
+std::vector<double> multiples(double step, double first, double last) {
+  std::vector<double> out;
+  for (double k = first; k <= last; ++k) out.push_back(k == 0 ? 0.0 : k * step);
+  return out;
+}
+
 }  // namespace
+
+Axis value_axis(double lo, double hi) {
+  if (!(hi > lo)) hi = lo + 1;
+  Axis a;
+  a.step = round_step(hi - lo, 5);
+  // The tolerance keeps a value that is a multiple up to rounding (0.3 / 0.1) from adding a tick.
+  const double first = std::floor(lo / a.step + 1e-6), last = std::ceil(hi / a.step - 1e-6);
+  a.ticks = multiples(a.step, first, last);
+  a.lo = a.ticks.front(), a.hi = a.ticks.back();
+  return a;
+}
+
+Axis step_axis(double lo, double hi) {
+  if (!(hi > lo)) hi = lo + 1;
+  Axis a{lo, hi, round_step(hi - lo, 6), {}};
+  a.ticks = multiples(a.step, std::ceil(lo / a.step - 1e-6), std::floor(hi / a.step + 1e-6));
+  return a;
+}
+
+std::string tick_label(double value, double step) {
+  const int decimals = std::max(0, -int(std::floor(std::log10(step) + 1e-9)));
+  if (std::fabs(value) < step * 1e-6) return "0";  // not "0.0000", nor "-0.000" from rounding
+  return fmt::format("{:.{}f}", value, decimals);
+}
 
 fs::path write_report(const fs::path& run_dir) {
   const fs::path metrics_file = run_dir / "metrics.jsonl";
@@ -153,19 +220,26 @@ fs::path write_report(const fs::path& run_dir) {
 
   Series train{"train loss", "#1f77b4", {}}, val{"validation loss", "#d62728", {}, true}, lr{"learning rate", "#2ca02c", {}};
   Series tps{"tokens/s", "#9467bd", {}}, mfu{"MFU (%)", "#ff7f0e", {}};
-  std::vector<double> boundaries;
+  std::vector<Stage> stages;
   int64_t last_stage = -1;
-  double tokens = 0, seconds = 0;
+  double tokens = 0, seconds = 0, peak_low = INFINITY, peak_high = 0;
   for (const json& r : rows) {
     const double step = r.value("step", 0.0);
     if (r.contains("loss") && r["loss"].is_number()) train.points.emplace_back(step, r["loss"].get<double>());
     if (r.contains("val_loss") && r["val_loss"].is_number()) val.points.emplace_back(step, r["val_loss"].get<double>());
-    lr.points.emplace_back(step, r.value("lr", NAN));
-    tps.points.emplace_back(step, r.value("tokens_per_s", NAN));
-    mfu.points.emplace_back(step, 100 * r.value("mfu", NAN));
+    // NAN is a float: as the default it would make value() read the field as float too.
+    constexpr double missing = NAN;
+    lr.points.emplace_back(step, r.value("lr", missing));
+    tps.points.emplace_back(step, r.value("tokens_per_s", missing));
+    mfu.points.emplace_back(step, 100 * r.value("mfu", missing));
     const int64_t stage = r.value("stage", int64_t(1));
-    if (last_stage >= 0 && stage != last_stage) boundaries.push_back(step - 0.5);
+    if (stage != last_stage)
+      stages.push_back({last_stage < 0 ? step : step - 0.5, fmt::format("T={}", r.value("seq_len", int64_t(0)))});
     last_stage = stage;
+    if (r.contains("peak_gflops")) {
+      peak_low = std::min(peak_low, r["peak_gflops"].get<double>());
+      peak_high = std::max(peak_high, r["peak_gflops"].get<double>());
+    }
     tokens += r.value("tokens", 0.0);
     seconds += r.value("step_ms", 0.0) / 1e3;
   }
@@ -178,12 +252,19 @@ fs::path write_report(const fs::path& run_dir) {
   if (std::isfinite(unigram))
     summary += fmt::format("<tr><td>unigram entropy of the data</td><td>{:.4f} nats</td></tr>", unigram);
 
+  // A resumed run measured its GEMM reference again: then the title gives the range.
+  std::string mfu_title = "Model FLOP utilisation (%)";
+  if (peak_high > 0) {
+    const std::string low = fmt::format("{:.0f}", peak_low), high = fmt::format("{:.0f}", peak_high);
+    mfu_title = fmt::format("Model FLOP utilisation (% of {} GFLOP/s, the run's GEMM reference)",
+                            low == high ? high : low + "–" + high);
+  }
   std::string html = R"svg(<!DOCTYPE html><html><head><meta charset="utf-8"><title>hyla training report</title>
 <style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}td{padding:2px 12px;border-bottom:1px solid #eee}pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style></head><body>)svg";
   html += fmt::format("<h1>Training report</h1><p>{}</p><table>{}</table>", escape(fs::absolute(run_dir).string()), summary);
-  html += "<h2>Loss</h2>" + chart("Loss (nats per token)", {train, val}, boundaries, unigram, "unigram entropy");
-  html += "<h2>Learning rate</h2>" + chart("Learning rate", {lr}, boundaries);
-  html += "<h2>Throughput</h2>" + chart("Tokens per second", {tps}, boundaries) + chart("Model FLOP utilisation (%)", {mfu}, boundaries);
+  html += "<h2>Loss</h2>" + chart("Loss (nats per token)", {train, val}, stages, unigram, "unigram entropy");
+  html += "<h2>Learning rate</h2>" + chart("Learning rate", {lr}, stages);
+  html += "<h2>Throughput</h2>" + chart("Tokens per second", {tps}, stages) + chart(mfu_title, {mfu}, stages);
   html += "<h2>Mixture of experts</h2>" + heat_map(rows);
   if (run.contains("train"))
     html += "<h2>Configuration</h2><pre>" + escape(run.dump(2)) + "</pre>";
