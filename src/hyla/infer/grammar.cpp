@@ -14,6 +14,16 @@ constexpr size_t kMaxStackDepth = 512;
 constexpr size_t kMaxParses = 4096;
 // Expansions in one closure: only a left-recursive or ε-cyclic grammar comes near (the builders make none).
 constexpr int kMaxExpansionDepth = 4 * int(kMaxStackDepth) + 64;
+// States remembered per matcher (a 1 KiB transition row each) before all but the current are dropped.
+constexpr size_t kMaxStates = 4096;
+
+uint64_t hash_of(const std::vector<int32_t>& positions, const std::vector<size_t>& ends) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over both arrays
+  const auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const int32_t p : positions) mix(uint64_t(uint32_t(p)));
+  for (const size_t e : ends) mix(uint64_t(e) << 32);
+  return h;
+}
 }  // namespace
 
 Grammar::Rule Grammar::add_rule() {
@@ -109,10 +119,42 @@ void GrammarMatcher::StackSet::add_unique(const std::vector<int32_t>& stack) {
 
 GrammarMatcher::GrammarMatcher(const Grammar& grammar) : grammar_(&grammar) {
   HYLA_ASSERT(grammar.rules() > 0);
-  for (const int32_t start : grammar.alternatives_[0]) {
-    stack_.assign(1, start);
-    close(stack_, current_, 0);
+  StackSet start;
+  for (const int32_t first : grammar.alternatives_[0]) {
+    stack_.assign(1, first);
+    close(stack_, start, 0);
   }
+  current_ = intern(std::move(start));
+}
+
+GrammarMatcher::State GrammarMatcher::intern(StackSet&& set) {
+  const uint64_t h = hash_of(set.positions, set.ends);
+  for (auto [it, end] = index_.equal_range(h); it != end; ++it)
+    if (states_[size_t(it->second)] == set) return it->second;
+  states_.push_back(std::move(set));
+  std::array<State, 256> unknown;
+  unknown.fill(kUnknown);
+  next_.push_back(unknown);
+  index_.emplace(h, State(states_.size() - 1));
+  return State(states_.size() - 1);
+}
+
+GrammarMatcher::State GrammarMatcher::step(State state, uint8_t byte) {
+  State& next = next_[size_t(state)][byte];
+  if (next != kUnknown) return next;
+  advance(states_[size_t(state)], byte, scratch_);
+  // intern() may grow next_, so the row is looked up again after it.
+  const State found = scratch_.size() == 0 ? kDead : intern(StackSet(scratch_));
+  next_[size_t(state)][byte] = found;
+  return found;
+}
+
+void GrammarMatcher::forget_states_but_current() {
+  StackSet keep = std::move(states_[size_t(current_)]);
+  states_.clear();
+  next_.clear();
+  index_.clear();
+  current_ = intern(std::move(keep));
 }
 
 // Expands `stack` until its innermost position is a terminal (or the parse is complete), adding
@@ -182,10 +224,11 @@ void GrammarMatcher::advance_special(const StackSet& in, int32_t token, StackSet
 }
 
 void GrammarMatcher::allowed(const GrammarVocabulary& vocabulary, uint8_t* allowed) {
+  if (states_.size() > kMaxStates) forget_states_but_current();
   std::fill(allowed, allowed + vocabulary.vocab_, uint8_t(0));
   if (levels_.size() < vocabulary.longest_ + 1) levels_.resize(vocabulary.longest_ + 1);
-  const auto level = [&](size_t k) -> StackSet& { return k == 0 ? current_ : levels_[k]; };
-  // Tokens in byte order share prefixes with their neighbours: level k holds the parses after the
+  levels_[0] = current_;
+  // Tokens in byte order share prefixes with their neighbours: levels_[k] is the state after the
   // first k bytes of the last token walked, valid for its first `valid` bytes; a prefix no parse
   // takes (at `dead`) rules out every following token that starts with it.
   size_t valid = 0, dead = SIZE_MAX;
@@ -194,48 +237,48 @@ void GrammarMatcher::allowed(const GrammarVocabulary& vocabulary, uint8_t* allow
     if (dead <= valid) continue;
     dead = SIZE_MAX;
     for (; valid < e.bytes.size(); ++valid) {
-      advance(level(valid), uint8_t(e.bytes[valid]), level(valid + 1));
-      if (level(valid + 1).size() == 0) {
+      levels_[valid + 1] = step(levels_[valid], uint8_t(e.bytes[valid]));
+      if (levels_[valid + 1] == kDead) {
         dead = ++valid;
         break;
       }
     }
     if (dead == SIZE_MAX) allowed[e.token] = 1;
   }
-  for (size_t i = 0; i < current_.size(); ++i) {
-    if (current_.ends[i] == current_.begin(i)) continue;
-    const Grammar::Symbol symbol = grammar_->elements_[size_t(current_.positions[current_.ends[i] - 1])];
+  const StackSet& now = states_[size_t(current_)];
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (now.ends[i] == now.begin(i)) continue;
+    const Grammar::Symbol symbol = grammar_->elements_[size_t(now.positions[now.ends[i] - 1])];
     if (symbol.kind == Grammar::Symbol::Kind::Special && symbol.value < vocabulary.vocab_) allowed[symbol.value] = 1;
   }
 }
 
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
-  if (levels_.size() < bytes.size() + 1) levels_.resize(bytes.size() + 1);
-  const auto level = [&](size_t k) -> StackSet& { return k == 0 ? current_ : levels_[k]; };
-  for (size_t k = 0; k < bytes.size(); ++k) {
-    advance(level(k), uint8_t(bytes[k]), level(k + 1));
-    if (level(k + 1).size() == 0) return false;
-  }
-  if (!bytes.empty()) std::swap(current_, levels_[bytes.size()]);
+  State state = current_;
+  for (const char c : bytes)
+    if ((state = step(state, uint8_t(c))) == kDead) return false;
+  current_ = state;
   return true;
 }
 
 bool GrammarMatcher::accept_special(int32_t token) {
-  advance_special(current_, token, scratch_);
+  advance_special(states_[size_t(current_)], token, scratch_);
   if (scratch_.size() == 0) return false;
-  std::swap(current_, scratch_);
+  current_ = intern(StackSet(scratch_));
   return true;
 }
 
 bool GrammarMatcher::can_end() const {
-  for (size_t i = 0; i < current_.size(); ++i)
-    if (current_.ends[i] == current_.begin(i)) return true;
+  const StackSet& now = states_[size_t(current_)];
+  for (size_t i = 0; i < now.size(); ++i)
+    if (now.ends[i] == now.begin(i)) return true;
   return false;
 }
 
 bool GrammarMatcher::can_continue() const {
-  for (size_t i = 0; i < current_.size(); ++i)
-    if (current_.ends[i] != current_.begin(i)) return true;
+  const StackSet& now = states_[size_t(current_)];
+  for (size_t i = 0; i < now.size(); ++i)
+    if (now.ends[i] != now.begin(i)) return true;
   return false;
 }
 

@@ -8,10 +8,12 @@
 // a GrammarVocabulary (a tokenizer's token bytes, built once), and per sequence a GrammarMatcher
 // that fills an allowed-token mask and takes the drawn token. Rules must not be left-recursive;
 // the builders make repetition right-recursive, which keeps the stacks as deep as the nesting.
+#include <array>
 #include <bitset>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace hyla {
@@ -73,7 +75,7 @@ class GrammarMatcher {
  public:
   explicit GrammarMatcher(const Grammar& grammar);  // before any text; the grammar must outlive it
   // Flags [vocabulary.size()] which tokens some parse can take next (end tokens are the caller's:
-  // see can_end()). Allocation-free once the buffers have grown.
+  // see can_end()). Allocation-free once the caches have grown.
   void allowed(const GrammarVocabulary& vocabulary, uint8_t* allowed);
   // Takes a token's text (a special token by id); false, and no change, if no parse can.
   bool accept_bytes(std::string_view bytes);
@@ -93,14 +95,26 @@ class GrammarMatcher {
       ends.clear();
     }
     void add_unique(const std::vector<int32_t>& stack);
+    bool operator==(const StackSet& other) const = default;
   };
+  // The sets of parses met so far are interned as states, and their transitions on each byte
+  // remembered: a lazily built DFA. Inside a string every character leads back to the same state,
+  // so the mask's walk over the vocabulary is mostly table lookups.
+  using State = int32_t;
+  static constexpr State kDead = -1, kUnknown = -2;
+  State intern(StackSet&& set);
+  State step(State state, uint8_t byte);
+  void forget_states_but_current();
   void close(std::vector<int32_t>& stack, StackSet& out, int depth) const;
   void advance(const StackSet& in, uint8_t byte, StackSet& out);
   void advance_special(const StackSet& in, int32_t token, StackSet& out);
 
   const Grammar* grammar_;
-  StackSet current_;
-  std::vector<StackSet> levels_;  // the state after each byte of the token being checked
+  std::vector<StackSet> states_;
+  std::vector<std::array<State, 256>> next_;       // per state and byte: kUnknown until computed
+  std::unordered_multimap<uint64_t, State> index_;  // states by content hash
+  State current_ = kDead;
+  std::vector<State> levels_;  // the state after each byte of the token being checked
   StackSet scratch_;
   std::vector<int32_t> stack_;
 };
