@@ -20,6 +20,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/data/utf8.h"
 #include "hyla/infer/engine.h"
 #include "hyla/model/model.h"
 
@@ -132,8 +133,9 @@ void add_chat(CLI::App& app) {
         if (!interactive) fmt::print("{}\n", delimiter);
         continue;
       }
-      request.on_text = [](std::string_view text) {
-        fmt::print("{}", text);
+      request.on_text = [terminal = bool(isatty(STDOUT_FILENO))](std::string_view text) {
+        if (terminal) fmt::print("{}", visible_controls(text));
+        else fmt::print("{}", text);
         std::fflush(stdout);
         return !interrupted;
       };

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/data/utf8.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/json_grammar.h"
 #include "hyla/io/file.h"
@@ -66,8 +67,9 @@ void add_generate(CLI::App& app) {
     Engine engine(*model, tokenizer, options);
     fmt::print(stderr, "{}\n", engine.memory_summary());
     fmt::print("{}", prompt);
-    request.on_text = [](std::string_view text) {
-      fmt::print("{}", text);
+    request.on_text = [terminal = bool(isatty(STDOUT_FILENO))](std::string_view text) {
+      if (terminal) fmt::print("{}", visible_controls(text));
+      else fmt::print("{}", text);
       std::fflush(stdout);
       return true;
     };

@@ -16,4 +16,20 @@ size_t utf8_complete_prefix(std::string_view bytes) {
   return n;
 }
 
+std::string visible_controls(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto b = uint8_t(c);
+    if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7f) {
+      // U+2400 + b for C0, U+2421 for DEL: E2 90 80+b / E2 90 A1.
+      out += "\xe2\x90";
+      out += char(b == 0x7f ? 0xa1 : 0x80 + b);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace hyla
