@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "hyla/data/chat_template.h"
+#include "hyla/data/utf8.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/json_grammar.h"
 #include "hyla/infer/sequence_state.h"
@@ -318,6 +319,29 @@ TEST(Engine, GrammarConstrainedRepliesOfARandomModelAreValidJson) {
   EXPECT_EQ(engine.submit(lazy).get().tokens, engine.submit(free).get().tokens);
 }
 
+// A schema whose alternatives overlap multiplies the parses with every level; past the matcher's
+// limit that request fails with the reason, and the others in flight go on.
+TEST(Engine, AGrammarPastItsLimitsFailsOnlyItsRequest) {
+  EngineFixture f;
+  Engine engine(f.model, f.tokenizer, EngineFixture::exact(2, 512, 16));
+  json alternatives = json::array();
+  for (int i = 0; i < 8; ++i) alternatives.push_back({{"type", "array"}, {"items", {{"$ref", "#/$defs/a"}}}});
+  const json schema = {{"$defs", {{"a", {{"anyOf", alternatives}}}}}, {"$ref", "#/$defs/a"}};
+  GenerationRequest deep = f.request("x", 50);
+  deep.grammar = json_schema_grammar(schema, "schema");
+  deep.sampling.logit_bias = {{f.tokenizer.encode("[")[0], 100.0f}};  // "[[[[…": 8× the parses each time
+  std::future<GenerationOutput> failing = engine.submit(deep), fine = engine.submit(f.request("The quick brown fox", 8));
+  try {
+    failing.get();
+    ADD_FAILURE() << "the request did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("constrained sampling stopped: grammar: more than 4096 parses"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(fine.get().tokens.size(), 8u);
+  EXPECT_EQ(engine.submit(f.request("The quick brown fox", 4)).get().tokens.size(), 4u);  // the engine still serves
+}
+
 // The scheduler driven on the caller's thread, as an RL rollout loop or an evaluator does: the
 // same tokens as the threaded engine; after a weights change its cached prompt states are dropped.
 TEST(Scheduler, SteppedDirectlyMatchesTheEngineAndForgetsStaleStatesWhenWeightsChange) {
@@ -383,6 +407,12 @@ TEST(Engine, StopStringsMaxTokensCancelAndLogprobs) {
 
   GenerationRequest too_long = f.request("The quick brown fox", 10000);
   EXPECT_THROW(engine.submit(too_long), Error);
+}
+
+// What generate and chat print to a terminal: a model cannot send escape sequences to it.
+TEST(TextStream, ControlBytesBecomeVisibleForTerminals) {
+  EXPECT_EQ(visible_controls("a\x1b[2Jb\n\tc\x07\x7f\x18"), "a\u241b[2Jb\n\tc\u2407\u2421\u2418");
+  EXPECT_EQ(visible_controls("caf\xc3\xa9 \xe4\xb8\xad"), "caf\xc3\xa9 \xe4\xb8\xad");
 }
 
 TEST(TextStream, HoldsBackIncompleteUtf8AndStopPrefixes) {

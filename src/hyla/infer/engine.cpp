@@ -70,7 +70,8 @@ void Engine::run() {
       stats_ = scheduler_.stats();
     }
     for (Scheduler::Finished& f : finished) {
-      promises_.at(f.id).set_value(std::move(f.output));
+      if (f.error) promises_.at(f.id).set_exception(f.error);
+      else promises_.at(f.id).set_value(std::move(f.output));
       promises_.erase(f.id);
     }
     for (Scheduler::RequestId id : failed) {

@@ -34,6 +34,7 @@ struct Scheduler::Active {
   Sampler sampler;
   std::optional<GrammarMatcher> grammar;
   std::vector<uint8_t> allowed;  // the grammar's mask, per token
+  std::exception_ptr error;      // why this request alone stopped
   TextStream text;
   int slot = -1;
   int64_t prefilled = 0;   // prompt tokens in the state
@@ -259,7 +260,13 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     if (a.grammar) {
       if (!grammar_vocabulary_) grammar_vocabulary_ = std::make_unique<GrammarVocabulary>(tokenizer_);
       a.allowed.resize(size_t(grammar_vocabulary_->size()));
-      a.grammar->allowed(*grammar_vocabulary_, a.allowed.data());
+      try {
+        a.grammar->allowed(*grammar_vocabulary_, a.allowed.data());
+      } catch (const Error& e) {  // the grammar's own limits (too many parses, too deep): this request fails
+        a.error = std::make_exception_ptr(Error(fmt::format("constrained sampling stopped: {}", e.what())));
+        done.push_back(&a);
+        continue;
+      }
       if (a.request.stop_at_end_tokens && a.grammar->can_end())
         for (const int32_t id : end_ids_) a.allowed[size_t(id)] = 1;
       if (std::find(a.allowed.begin(), a.allowed.begin() + sample_vocab, 1) == a.allowed.begin() + sample_vocab) {
@@ -290,6 +297,7 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
       reason = FinishReason::Stop;
     } else {
       if (a.grammar) {
+        // The mask already computed (and remembered) every byte transition this token takes.
         const bool taken = tokenizer_.is_special(token) ? a.grammar->accept_special(token)
                                                         : a.grammar->accept_bytes(tokenizer_.decode_token(token));
         HYLA_ASSERT(taken);  // the mask allowed only tokens some parse takes
@@ -321,7 +329,7 @@ void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& fi
   }
   a.output.text = a.text.text();
   a.output.seconds = seconds_between(a.start, Clock::now());
-  finished.push_back({a.id, std::move(a.output)});
+  finished.push_back({a.id, std::move(a.output), a.error});
   ++stats_.finished[size_t(reason)];
   if (a.slot >= 0) slot_used_[size_t(a.slot)] = false;
   std::erase_if(running_, [&](const std::unique_ptr<Active>& p) { return p.get() == &a; });

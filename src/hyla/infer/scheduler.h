@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -104,6 +105,7 @@ class Scheduler {
   struct Finished {
     RequestId id;
     GenerationOutput output;
+    std::exception_ptr error;  // this request alone failed (its grammar could not go on); output is partial
   };
 
   // The model and tokenizer must outlive the scheduler.
