@@ -2,7 +2,7 @@
 # The main demo: the King James Bible, a 4096-token byte-level BPE, and a small hybrid model
 # (configs/demo.json: KDA + latent attention, 32 experts, AttnRes) trained through the context
 # curriculum 256 → 1024 → 4096 (configs/train-demo.json), with samples along the way, the HTML
-# report, and a generated passage at the end. Training takes about 30 minutes on two quiet cores
+# report, and a generated passage at the end. Training takes about 35 minutes on two quiet cores
 # (README: the machine, and the figure on a busy one); its log prints an ETA.
 set -euo pipefail
 build=${1:-build}
