@@ -237,8 +237,11 @@ TEST(Model, AProcessHoldsOnlyItsExperts) {
   whole.save(dir.path() / "model", DType::F32);
   const auto loaded = Model::load(dir.path() / "model", holds_experts(half, E));
   EXPECT_EQ(loaded->params().numel(), whole.params().numel() - (whole.params().numel() - high.params().numel()));
-  for (const auto& p : high.params().params())
-    if (p->held) EXPECT_EQ(std::memcmp(loaded->params().get(p->name).value.raw(), p->value.raw(), p->value.nbytes()), 0);
+  for (const auto& p : high.params().params()) {
+    if (p->held) {
+      EXPECT_EQ(std::memcmp(loaded->params().get(p->name).value.raw(), p->value.raw(), p->value.nbytes()), 0);
+    }
+  }
   EXPECT_EQ(int64_t(high.params().named_values(DType::F32).size()),
             int64_t(whole.params().params().size()) - int64_t(std::count_if(
                 whole.params().params().begin(), whole.params().params().end(),

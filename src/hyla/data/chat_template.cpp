@@ -1,5 +1,6 @@
 #include "hyla/data/chat_template.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "hyla/core/error.h"
@@ -32,8 +33,7 @@ std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_
     } else {
       text += m.content;
       for (const ToolCall& call : m.tool_calls)
-        text += (text.back() == '\n' ? "" : "\n") + std::string(kCallOpen) + "\n" + call_body(call) + "\n" +
-                std::string(kCallClose);
+        text += fmt::format("{}{}\n{}\n{}", text.back() == '\n' ? "" : "\n", kCallOpen, call_body(call), kCallClose);
     }
     text += "<|im_end|>\n";
   }
@@ -58,7 +58,7 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, std::span<const Cha
         if (text.empty() || text.back() != '\n') text += "\n";
         tokenizer.encode_append(text, false, ids);
         ids.push_back(tokenizer.special_id(kCallOpen));
-        tokenizer.encode_append("\n" + call_body(call) + "\n", false, ids);
+        tokenizer.encode_append(fmt::format("\n{}\n", call_body(call)), false, ids);
         ids.push_back(tokenizer.special_id(kCallClose));
         text.clear();
       }
