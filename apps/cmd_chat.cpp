@@ -20,7 +20,6 @@
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
-#include "hyla/data/utf8.h"
 #include "hyla/infer/engine.h"
 #include "hyla/model/model.h"
 
@@ -134,9 +133,7 @@ void add_chat(CLI::App& app) {
         continue;
       }
       request.on_text = [terminal = bool(isatty(STDOUT_FILENO))](std::string_view text) {
-        if (terminal) fmt::print("{}", visible_controls(text));
-        else fmt::print("{}", text);
-        std::fflush(stdout);
+        print_generated(text, terminal);
         return !interrupted;
       };
       GenerationOutput out;

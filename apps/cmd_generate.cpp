@@ -16,6 +16,7 @@
 #include "hyla/infer/engine.h"
 #include "hyla/infer/json_grammar.h"
 #include "hyla/io/file.h"
+#include "hyla/io/json_fields.h"
 #include "hyla/model/model.h"
 
 namespace hyla::cli {
@@ -48,12 +49,8 @@ void add_generate(CLI::App& app) {
   cmd->callback([text] {
     if (!prompt_file.empty()) prompt = read_file(prompt_file);
     else if (text->count() == 0) prompt = read_prompt_from_stdin();
-    if (!json_schema_file.empty()) json_schema = read_file(json_schema_file);
-    if (!json_schema.empty()) {
-      const nlohmann::json schema_json = nlohmann::json::parse(json_schema, nullptr, /*allow_exceptions=*/false);
-      HYLA_CHECK(!schema_json.is_discarded(), "generate: --json-schema is not valid JSON: {}", json_schema.substr(0, 80));
-      request.grammar = json_schema_grammar(schema_json, "--json-schema");
-    }
+    if (!json_schema_file.empty()) request.grammar = json_schema_grammar(parse_json_file(json_schema_file), json_schema_file);
+    else if (!json_schema.empty()) request.grammar = json_schema_grammar(parse_json(json_schema, "--json-schema"), "--json-schema");
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);
@@ -68,9 +65,7 @@ void add_generate(CLI::App& app) {
     fmt::print(stderr, "{}\n", engine.memory_summary());
     fmt::print("{}", prompt);
     request.on_text = [terminal = bool(isatty(STDOUT_FILENO))](std::string_view text) {
-      if (terminal) fmt::print("{}", visible_controls(text));
-      else fmt::print("{}", text);
-      std::fflush(stdout);
+      print_generated(text, terminal);
       return true;
     };
     const GenerationOutput r = engine.submit(request).get();
@@ -80,6 +75,12 @@ void add_generate(CLI::App& app) {
                r.prompt_tokens, double(r.prompt_tokens) / r.time_to_first_token, r.tokens.size(),
                double(r.tokens.size() - 1) / std::max(decode, 1e-9), to_string(r.finish_reason));
   });
+}
+
+void print_generated(std::string_view text, bool terminal) {
+  if (terminal) fmt::print("{}", visible_controls(text));
+  else fmt::print("{}", text);
+  std::fflush(stdout);
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling) {

@@ -2,6 +2,8 @@
 // Each subcommand lives in its own apps/cmd_*.cpp and registers itself on the root app.
 #include <CLI/CLI.hpp>
 
+#include <string_view>
+
 #include "hyla/infer/sampler.h"
 
 namespace hyla::cli {
@@ -31,7 +33,10 @@ const CLI::Validator& non_negative();
 void refuse_renamed(CLI::App* cmd, const std::string& old_name, const std::string& new_name, const std::string& why);
 inline constexpr const char* kDtypeMeansMatmulInputs = "--dtype means the matmul inputs, on every command that computes";
 
-// --temperature, --top-k, --top-p, --min-p and --seed, shared by generate and chat.
+// The sampling flags (temperature, top-k/p, min-p, seed, penalties, logit bias), shared by generate and chat.
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
+
+// Streamed model text to stdout, flushed; on a terminal with control bytes made visible (utf8.h).
+void print_generated(std::string_view text, bool terminal);
 
 }  // namespace hyla::cli

@@ -197,30 +197,28 @@ void GrammarMatcher::close(std::vector<int32_t>& stack, StackSet& out, int depth
   }
 }
 
-void GrammarMatcher::advance(const StackSet& in, uint8_t byte, StackSet& out) {
+// Every parse whose next terminal `takes` goes one past it; `out` gets the closed results.
+template <typename Takes>
+void GrammarMatcher::advance(const StackSet& in, Takes takes, StackSet& out) {
   out.clear();
   for (size_t i = 0; i < in.size(); ++i) {
     if (in.ends[i] == in.begin(i)) continue;  // complete: takes nothing more
     const int32_t top = in.positions[in.ends[i] - 1];
-    const Grammar::Symbol symbol = grammar_->elements_[size_t(top)];
-    if (symbol.kind != Grammar::Symbol::Kind::Bytes || !grammar_->byte_sets_[size_t(symbol.value)].test(byte)) continue;
+    if (!takes(grammar_->elements_[size_t(top)])) continue;
     stack_.assign(in.positions.begin() + int64_t(in.begin(i)), in.positions.begin() + int64_t(in.ends[i]));
     stack_.back() = top + 1;
     close(stack_, out, 0);
   }
 }
 
+void GrammarMatcher::advance(const StackSet& in, uint8_t byte, StackSet& out) {
+  advance(in, [&](const Grammar::Symbol& s) {
+    return s.kind == Grammar::Symbol::Kind::Bytes && grammar_->byte_sets_[size_t(s.value)].test(byte);
+  }, out);
+}
+
 void GrammarMatcher::advance_special(const StackSet& in, int32_t token, StackSet& out) {
-  out.clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in.ends[i] == in.begin(i)) continue;
-    const int32_t top = in.positions[in.ends[i] - 1];
-    const Grammar::Symbol symbol = grammar_->elements_[size_t(top)];
-    if (symbol.kind != Grammar::Symbol::Kind::Special || symbol.value != token) continue;
-    stack_.assign(in.positions.begin() + int64_t(in.begin(i)), in.positions.begin() + int64_t(in.ends[i]));
-    stack_.back() = top + 1;
-    close(stack_, out, 0);
-  }
+  advance(in, [&](const Grammar::Symbol& s) { return s.kind == Grammar::Symbol::Kind::Special && s.value == token; }, out);
 }
 
 void GrammarMatcher::allowed(const GrammarVocabulary& vocabulary, uint8_t* allowed) {

@@ -106,6 +106,8 @@ class GrammarMatcher {
   State step(State state, uint8_t byte);
   void forget_states_but_current();
   void close(std::vector<int32_t>& stack, StackSet& out, int depth) const;
+  template <typename Takes>
+  void advance(const StackSet& in, Takes takes, StackSet& out);
   void advance(const StackSet& in, uint8_t byte, StackSet& out);
   void advance_special(const StackSet& in, int32_t token, StackSet& out);
 
