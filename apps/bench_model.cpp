@@ -20,6 +20,7 @@
 #include "hyla/core/random.h"
 #include "hyla/core/progress.h"
 #include "hyla/core/threads.h"
+#include "hyla/io/file.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/sequence_state.h"
@@ -68,7 +69,9 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 void bench_model(const ModelBenchArgs& a) {
   // The time-to-first-token runs (an Engine) come first, while this thread has no OpenMP pool of
   // its own: see load_model_for_engine.
-  const std::unique_ptr<Model> model = load_model_for_engine(a.model_dir);
+  const std::unique_ptr<Model> model = load_model_for_engine(a.model_dir, a.load);
+  ExpertOffload* offload = model->expert_offload();
+  HYLA_CHECK(!a.cold_page_cache || offload, "bench: --cold-page-cache needs --expert-memory");
   const ModelConfig& config = model->config();
   const ParamCounts counts = count_parameters(config);
   const int64_t V = config.vocab_size, hidden = config.hidden_size;
@@ -92,6 +95,21 @@ void bench_model(const ModelBenchArgs& a) {
   for (int64_t n : a.generations) max_gen = std::max(max_gen, n);
   for (int64_t p : a.prompts) max_prompt = std::max(max_prompt, p);
   const int64_t capacity = max_depth + std::max(max_gen, max_prompt) + 2;
+
+  std::vector<int32_t> text;
+  if (!a.text_file.empty()) {
+    const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(a.model_dir) / "tokenizer.json");
+    text = tokenizer.encode(read_file(a.text_file));
+    HYLA_CHECK(text.size() >= 2, "bench: --text {} encodes to fewer than 2 tokens", a.text_file);
+  }
+  // n test tokens: random ids, or a window of the text (cycled) that `seed` picks.
+  const auto test_ids = [&](int64_t n, uint64_t seed) {
+    if (text.empty()) return random_ids(n, V, seed);
+    std::vector<int32_t> ids;
+    const size_t start = size_t(seed * 7919) % text.size();
+    for (int64_t i = 0; i < n; ++i) ids.push_back(text[(start + size_t(i)) % text.size()]);
+    return ids;
+  };
 
   nlohmann::json rows = nlohmann::json::array();
   if (a.ttft_prefix > 0) {
@@ -165,38 +183,76 @@ void bench_model(const ModelBenchArgs& a) {
     for (int64_t threads : thread_counts) {
       set_threads(int(threads));
       SequenceState state(*model, capacity), at_depth(*model, capacity);
+      // With offload, every repetition's counters start at zero (and, cold, with nothing resident
+      // or in the page cache): a row reports its last repetition's.
+      const auto timed = [&](double tokens, const std::function<void()>& prepare, const std::function<void()>& run) {
+        return tokens_per_second(a.reps, tokens,
+                                 [&] {
+                                   prepare();
+                                   if (!offload) return;
+                                   if (a.cold_page_cache) offload->evict_all(/*drop_page_cache=*/true);
+                                   offload->reset_stats();
+                                 },
+                                 run);
+      };
       const auto emit = [&](const std::string& test, Stat s, double roof_tokens_per_s) {
         const double roof = roof_tokens_per_s > 0 ? s.mean / roof_tokens_per_s : 0;
-        rows.push_back({{"model", name}, {"size_bytes", model_bytes}, {"params", counts.total_sum()}, {"dtype", dtype},
-                        {"threads", threads}, {"test", test}, {"tokens_per_s", s.mean}, {"std", s.std},
-                        {"roofline_fraction", roof}, {"bandwidth_gbs", bandwidth * 1e-9}});
+        nlohmann::json row = {{"model", name}, {"size_bytes", model_bytes}, {"params", counts.total_sum()},
+                              {"dtype", dtype}, {"threads", threads}, {"test", test}, {"tokens_per_s", s.mean},
+                              {"std", s.std}, {"roofline_fraction", roof}, {"bandwidth_gbs", bandwidth * 1e-9}};
+        std::string offload_line;
+        if (offload) {
+          const ExpertOffloadStats o = offload->stats();
+          const ExpertLayerStats t = o.total();
+          nlohmann::json by_layer = nlohmann::json::array();
+          for (const ExpertLayerStats& l : o.layers) by_layer.push_back(l.hit_rate());
+          row.update({{"expert_memory_bytes", offload->resident_bytes()},
+                      {"expert_slots_per_layer", o.slots_per_layer},
+                      {"expert_cache", expert_cache_policy_name(offload->options().policy)},
+                      {"expert_prefetch", offload->options().prefetch},
+                      {"page_cache", a.cold_page_cache ? "cold" : "warm"},
+                      {"expert_hit_rate", t.hit_rate()},
+                      {"expert_hit_rate_by_layer", by_layer},
+                      {"prefetch_precision", t.precision()},
+                      {"prefetch_recall", t.recall()},
+                      {"expert_bytes_per_token", o.bytes_per_token()},
+                      {"expert_stall_ms_per_token", o.stall_seconds_per_token() * 1e3}});
+          offload_line = fmt::format("|  | experts | {} slots/layer, {} |  |  | hit {:.1f}% | prefetch p {:.0f}% r {:.0f}% | "
+                                     "{:.2f} MB, {:.3f} ms stalled per token |\n",
+                                     o.slots_per_layer, a.cold_page_cache ? "cold" : "warm", 100 * t.hit_rate(),
+                                     100 * t.precision(), 100 * t.recall(), o.bytes_per_token() * 1e-6,
+                                     o.stall_seconds_per_token() * 1e3);
+        }
+        rows.push_back(row);
         if (progress) progress->advance(1);
         if (!a.json)
-          fmt::print("| {} | {} | {:.1f} M | {} | {} | {} | {:.1f} ± {:.1f} | {} |\n", name, human_bytes(model_bytes),
+          fmt::print("| {} | {} | {:.1f} M | {} | {} | {} | {:.1f} ± {:.1f} | {} |\n{}", name, human_bytes(model_bytes),
                      double(counts.total_sum()) * 1e-6, dtype, threads, test, s.mean, s.std,
-                     roof > 0 ? fmt::format("{:.0f}%", 100 * roof) : "");
+                     roof > 0 ? fmt::format("{:.0f}%", 100 * roof) : "", offload_line);
       };
       for (int64_t depth : a.depths) {
         const std::string at = depth > 0 ? fmt::format(" @ d{}", depth) : "";
         at_depth.reset();
-        if (depth > 0) feed(*model, random_ids(depth, V, 1), at_depth, a.prefill_chunk, precision);
+        if (depth > 0) feed(*model, test_ids(depth, 1), at_depth, a.prefill_chunk, precision);
         for (int64_t p : a.prompts) {
-          const std::vector<int32_t> ids = random_ids(p, V, 2);
+          const std::vector<int32_t> ids = test_ids(p, 2);
           emit(fmt::format("pp{}{}", p, at),
-               tokens_per_second(a.reps, double(p), [&] { state.copy_from(at_depth); },
+               timed(double(p), [&] { state.copy_from(at_depth); },
                                  [&] { feed(*model, ids, state, a.prefill_chunk, precision); }),
                0);
         }
         for (int64_t n : a.generations) {
-          const std::vector<int32_t> ids = random_ids(n, V, 3);
+          // After the depth's tokens, as a continuation of the same text.
+          const std::vector<int32_t> ids = test_ids(depth + n, 1);
           // Bytes per generated token: weights, the KDA states read and written, and the latent
           // cache read (at the mean position of the run).
           const double bytes = active_weights * weight_bytes + 2.0 * double(state.fixed_bytes()) +
                                double(state.bytes_per_token()) * (double(depth) + double(n) / 2);
           emit(fmt::format("tg{}{}", n, at),
-               tokens_per_second(a.reps, double(n), [&] { state.copy_from(at_depth); },
+               timed(double(n), [&] { state.copy_from(at_depth); },
                                  [&] {
-                                   for (int32_t id : ids) feed(*model, {id}, state, 1, precision);
+                                   for (size_t i = size_t(depth); i < ids.size(); ++i)
+                                     feed(*model, {ids[i]}, state, 1, precision);
                                  }),
                bandwidth / bytes);
         }
@@ -210,7 +266,7 @@ void bench_model(const ModelBenchArgs& a) {
           const auto prepare = [&] {
             for (int64_t b = 0; b < B; ++b) {
               states[size_t(b)]->reset();
-              feed(*model, random_ids(16, V, uint64_t(10 + b)), *states[size_t(b)], 16, precision);
+              feed(*model, test_ids(16, uint64_t(10 + b)), *states[size_t(b)], 16, precision);
             }
           };
           const auto run = [&] {
@@ -221,7 +277,8 @@ void bench_model(const ModelBenchArgs& a) {
               for (int64_t b = 0; b < B; ++b) {
                 caches[size_t(b)] = states[size_t(b)]->cache();
                 offsets.push_back(states[size_t(b)]->length());
-                in.ids.push_back(int32_t((step * 131 + b * 17) % V));
+                in.ids.push_back(text.empty() ? int32_t((step * 131 + b * 17) % V)
+                                              : text[size_t(b * 1009 + step) % text.size()]);
               }
               in.tokens = TokenBatch::packed(ones, offsets);
               model->forward(in, {.precision = precision}, caches);
@@ -229,7 +286,7 @@ void bench_model(const ModelBenchArgs& a) {
             }
           };
           // The weights are read once per step for all B sequences (experts: up to B·k of E).
-          emit(fmt::format("tg{} ×{} (aggregate)", n, B), tokens_per_second(a.reps, double(n * B), prepare, run), 0);
+          emit(fmt::format("tg{} ×{} (aggregate)", n, B), timed(double(n * B), prepare, run), 0);
         }
       }
     }

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "hyla/model/model.h"
+
 namespace hyla::cli {
 
 struct ModelBenchArgs {
@@ -14,6 +16,11 @@ struct ModelBenchArgs {
   int64_t prefill_chunk = 512;
   int64_t ttft_prefix = 0;  // > 0: time to first token with and without this many cached prompt tokens
   bool json = false;
+  // The token ids of the tests: from this text (tokenized with the model's tokenizer) instead of
+  // random ids, so that routing sees real text (expert offload measures its cache on it).
+  std::string text_file;
+  ModelLoadOptions load;   // --expert-memory and its flags
+  bool cold_page_cache = false;  // with offload: every repetition starts with no expert resident or cached
 };
 
 void bench_model(const ModelBenchArgs& args);

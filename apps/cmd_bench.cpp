@@ -202,9 +202,17 @@ void add_bench(CLI::App& app) {
   bench->add_option("--prefill-chunk", model_args.prefill_chunk, "Prompt tokens per forward")->check(positive());
   bench->add_option("--ttft-prefix", model_args.ttft_prefix, "Also time the first token after this many shared prompt tokens, cold and cached")->check(non_negative());
   bench->add_flag("--json", model_args.json, "Print a JSON list of rows");
+  bench->add_option("--text", model_args.text_file, "Take the test tokens from this text instead of random ids")
+      ->check(CLI::ExistingFile);
+  static ExpertMemoryArgs expert_memory;
+  add_expert_memory_options(bench, expert_memory);
+  bench->add_flag("--cold-page-cache", model_args.cold_page_cache,
+                  "With --expert-memory: start every repetition with no expert resident and the experts' file pages "
+                  "dropped from the page cache");
   bench->callback([bench] {
     if (!bench->get_subcommands().empty()) return;
     HYLA_CHECK(!model_args.model_dir.empty(), "bench: give --model DIR, or a subcommand (kda, train)");
+    model_args.load = expert_memory.load_options();
     bench_model(model_args);
   });
   auto* kda = bench->add_subcommand("kda", "Time the KDA paths (recurrent, chunked dense, chunked pairwise)");

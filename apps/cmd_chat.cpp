@@ -73,6 +73,7 @@ void add_chat(CLI::App& app) {
   static std::string model_dir, system, dtype = "bf16", delimiter = "<|im_end|>", history_file = default_history_file();
   static SamplingParams sampling;
   static int64_t max_tokens = 512, context = 4096;
+  static ExpertMemoryArgs expert_memory;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--system", system, "System message");
   cmd->add_option("-n,--max-tokens", max_tokens, "Most tokens per reply")->check(positive());
@@ -81,8 +82,9 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--delimiter", delimiter, "When input is not a terminal: the line printed after each reply");
   cmd->add_option("--history", history_file, "On a terminal: the file of past input lines (empty: none)");
+  add_expert_memory_options(cmd, expert_memory);
   cmd->callback([] {
-    const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
+    const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     EngineOptions options;
     options.max_sequences = 1;

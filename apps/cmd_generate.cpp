@@ -35,6 +35,7 @@ void add_generate(CLI::App& app) {
   static std::string model_dir, prompt, prompt_file, dtype = "bf16", json_schema, json_schema_file;
   static GenerationRequest request;
   static int64_t context = 4096, prefill_chunk = 512;
+  static ExpertMemoryArgs expert_memory;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
   auto* text = cmd->add_option("-p,--prompt", prompt, "Prompt text (default: --file, else standard input)");
   cmd->add_option("-f,--file", prompt_file, "Read the prompt from this file")->excludes(text)->check(CLI::ExistingFile);
@@ -46,12 +47,13 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   auto* schema = cmd->add_option("-j,--json-schema", json_schema, "Generate only JSON of this schema ('{}': any JSON value)");
   cmd->add_option("--json-schema-file", json_schema_file, "The same, read from a file")->excludes(schema)->check(CLI::ExistingFile);
+  add_expert_memory_options(cmd, expert_memory);
   cmd->callback([text] {
     if (!prompt_file.empty()) prompt = read_file(prompt_file);
     else if (text->count() == 0) prompt = read_prompt_from_stdin();
     if (!json_schema_file.empty()) request.grammar = json_schema_grammar(parse_json_file(json_schema_file), json_schema_file);
     else if (!json_schema.empty()) request.grammar = json_schema_grammar(parse_json(json_schema, "--json-schema"), "--json-schema");
-    const std::unique_ptr<Model> model = load_model_for_engine(model_dir);
+    const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);
     HYLA_CHECK(!request.prompt.empty(), "generate: the prompt encodes to no tokens");
@@ -74,6 +76,7 @@ void add_generate(CLI::App& app) {
     fmt::print(stderr, "prompt {} tokens: {:.1f} tokens/s prefill; generated {} tokens: {:.1f} tokens/s decode ({})\n",
                r.prompt_tokens, double(r.prompt_tokens) / r.time_to_first_token, r.tokens.size(),
                double(r.tokens.size() - 1) / std::max(decode, 1e-9), to_string(r.finish_reason));
+    if (const ExpertOffload* offload = model->expert_offload()) fmt::print(stderr, "{}\n", offload->summary());
   });
 }
 

@@ -22,12 +22,23 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--mfu", options.mfu, "Model FLOPs utilisation for prefill and training")->capture_default_str();
   cmd->add_option("--train-tokens", options.train_tokens, "Training tokens")->capture_default_str();
   cmd->add_option("--train-seq-len", options.train_seq_len, "Training sequence length")->capture_default_str();
+  static double host_gb = 0, host_gbps = 50, nvme_gb = 0, nvme_gbps = 28, object_gbps = 1.25;
+  cmd->add_option("--gpus", options.box_gpus, "GPUs in the box: plan where the routed experts live (0: as many as hold everything)")
+      ->capture_default_str();
+  cmd->add_option("--host-memory", host_gb, "With --gpus: host RAM for experts, GB")->capture_default_str();
+  cmd->add_option("--host-bandwidth", host_gbps, "With --gpus: host-to-GPU bandwidth per GPU, GB/s")->capture_default_str();
+  cmd->add_option("--nvme", nvme_gb, "With --gpus: NVMe space for experts, GB")->capture_default_str();
+  cmd->add_option("--nvme-bandwidth", nvme_gbps, "With --gpus: NVMe read bandwidth, all drives, GB/s")->capture_default_str();
+  cmd->add_option("--object-bandwidth", object_gbps, "With --gpus: object storage read bandwidth, GB/s")->capture_default_str();
   cmd->add_flag("--json", as_json, "Print one JSON object");
   cmd->callback([] {
     const ModelConfig config = ModelConfig::load(config_path);
     options.weights = parse_weight_format(weights);
     options.kv = parse_cache_format(kv);
     options.gpu = parse_gpu(gpu);
+    options.host_memory_bytes = host_gb * 1e9, options.host_bandwidth_bytes_per_s = host_gbps * 1e9;
+    options.nvme_bytes = nvme_gb * 1e9, options.nvme_bandwidth_bytes_per_s = nvme_gbps * 1e9;
+    options.object_bandwidth_bytes_per_s = object_gbps * 1e9;
     const Plan plan = make_plan(config, options);
     if (as_json)
       fmt::print("{}\n", plan_json(plan).dump(2));

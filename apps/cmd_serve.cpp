@@ -27,6 +27,7 @@ std::string read_key_file(const std::string& path) {
 void add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   static ServeOptions options;
+  static ExpertMemoryArgs expert_memory;
   static std::string dtype = "bf16", cache_dtype = "bf16";
   static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
   static std::string api_key_file;
@@ -54,7 +55,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(positive());
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
                   "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
+  add_expert_memory_options(cmd, expert_memory);
   cmd->callback([] {
+    options.load = expert_memory.load_options();
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;
     options.engine.prefix_cache_bytes = prefix_cache_mb << 20;

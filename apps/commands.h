@@ -2,9 +2,11 @@
 // Each subcommand lives in its own apps/cmd_*.cpp and registers itself on the root app.
 #include <CLI/CLI.hpp>
 
+#include <string>
 #include <string_view>
 
 #include "hyla/infer/sampler.h"
+#include "hyla/model/model.h"
 
 namespace hyla::cli {
 
@@ -35,6 +37,16 @@ inline constexpr const char* kDtypeMeansMatmulInputs = "--dtype means the matmul
 
 // The sampling flags (temperature, top-k/p, min-p, seed, penalties, logit bias), shared by generate and chat.
 void add_sampling_options(CLI::App* cmd, SamplingParams& sampling);
+
+// --expert-memory, --expert-cache and --expert-prefetch (offload_options.cpp), shared by
+// generate, chat, serve and bench.
+struct ExpertMemoryArgs {
+  std::string memory;  // empty: every expert resident
+  std::string policy = "lru";
+  std::string prefetch = "auto";  // on a box whose cores all compute, the I/O thread slows decoding (docs/offload.md)
+  ModelLoadOptions load_options() const;
+};
+void add_expert_memory_options(CLI::App* cmd, ExpertMemoryArgs& args);
 
 // Streamed model text to stdout, flushed; on a terminal with control bytes made visible (utf8.h).
 void print_generated(std::string_view text, bool terminal);

@@ -235,7 +235,7 @@ TEST(Model, AProcessHoldsOnlyItsExperts) {
   // Loading a whole model file holds only the process's share, and saving writes only that share.
   test::TempDir dir;
   whole.save(dir.path() / "model", DType::F32);
-  const auto loaded = Model::load(dir.path() / "model", holds_experts(half, E));
+  const auto loaded = Model::load(dir.path() / "model", {.holds = holds_experts(half, E)});
   EXPECT_EQ(loaded->params().numel(), whole.params().numel() - (whole.params().numel() - high.params().numel()));
   for (const auto& p : high.params().params()) {
     if (p->held) {

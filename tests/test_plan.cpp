@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "hyla/model/model.h"
+#include "hyla/core/error.h"
 #include "hyla/plan/plan.h"
+#include "hyla/plan/plan_report.h"
 #include "test_util.h"
 
 namespace hyla {
@@ -180,6 +182,45 @@ TEST(Plan, DecodeBoundsSayWhoReadsWhat) {
   EXPECT_LT(batched.decode.upper_bound().per_sequence, bound.per_sequence);
   EXPECT_GT(batched.decode.upper_bound().deployment, bound.deployment);
   EXPECT_DOUBLE_EQ(batched.decode.upper_bound().deployment, 8 * batched.decode.upper_bound().per_sequence);
+}
+
+// The flagship int8 on one 8 x H200 node with 2 TB of host RAM (docs/plan.md "Expert offload"):
+// the experts that do not fit HBM after the rest live in host RAM, and the step reads its misses
+// over the 8 PCIe links.
+TEST(Plan, ExpertTiersOfAnEightGpuBox) {
+  PlanOptions o;
+  o.weights = parse_weight_format("int8");
+  o.context = 131072;
+  o.box_gpus = 8;
+  o.host_memory_bytes = 2048e9;
+  const Plan p = make_plan(load("configs/flagship-2.8t.json"), o);
+  ASSERT_TRUE(p.experts);
+  const ExpertPlacement& x = *p.experts;
+  const double b = o.weights.bytes_per_value;
+  const double experts = double(p.params.total[int(Component::RoutedExperts)]) * b;
+  EXPECT_DOUBLE_EQ(x.expert_bytes, experts);
+  const double hbm = 8 * 0.9 * o.gpu.memory_bytes - (p.weight_bytes - experts) - p.sequence.total_bytes();
+  ASSERT_EQ(x.tiers.size(), 4u);
+  EXPECT_NEAR(x.tiers[0].expert_bytes, hbm, 1e3);
+  EXPECT_NEAR(x.tiers[1].expert_bytes, experts - hbm, 1e3);  // the rest fits 2 TB
+  EXPECT_EQ(x.tiers[2].expert_bytes, 0);
+  EXPECT_EQ(x.tiers[3].expert_bytes, 0);
+  EXPECT_NEAR(x.tiers[0].share + x.tiers[1].share, 1.0, 1e-12);
+  // Batch 1 touches k experts per MoE layer; their misses all come from host RAM at 8 x 50 GB/s.
+  EXPECT_NEAR(x.touched_bytes / (93.0 * 16 * 3 * 3584 * 3072 * b), 1.0, 1e-12);
+  EXPECT_NEAR(x.miss_seconds, x.touched_bytes / 400e9, 1e-12);
+  EXPECT_NEAR(x.resident_step_seconds, p.decode.total_bytes() / (8 * o.gpu.bandwidth_bytes_per_s), 1e-12);
+  const double needed = x.hit_rate_for_resident_speed();
+  EXPECT_NEAR(x.step_seconds(needed), x.resident_step_seconds, 1e-12);
+  EXPECT_GT(x.step_seconds(x.uniform_hit_rate()), 10 * x.resident_step_seconds);
+  EXPECT_DOUBLE_EQ(x.uniform_hit_rate(), x.tiers[0].share);
+  const json j = plan_json(p);
+  EXPECT_DOUBLE_EQ(j["expert_offload"]["hit_rate_for_resident_speed"].get<double>(), needed);
+  EXPECT_NE(plan_text(p).find("host RAM"), std::string::npos);
+
+  o.box_gpus = 1;  // the other weights (56B parameters at int8) do not fit one 40 GB GPU
+  o.gpu = parse_gpu("custom:40,2,300");
+  EXPECT_THROW(make_plan(load("configs/flagship-2.8t.json"), o), Error);
 }
 
 TEST(Plan, RejectsOptionsOutOfRange) {

@@ -43,6 +43,7 @@ class FirstException {
   void rethrow() const {
     if (first_) std::rethrow_exception(first_);
   }
+  bool failed() const { return first_ != nullptr; }
 
  private:
   std::mutex mutex_;

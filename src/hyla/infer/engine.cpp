@@ -86,9 +86,9 @@ void Engine::run() {
   for (auto& [request, promise] : incoming_) promise.set_exception(stopped);
 }
 
-std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir) {
+std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir, const ModelLoadOptions& options) {
   std::unique_ptr<Model> model;
-  run_on_passing_thread([&] { model = Model::load(dir); });
+  run_on_passing_thread([&] { model = Model::load(dir, options); });
   return model;
 }
 

@@ -50,6 +50,6 @@ class Engine {
 // Loads a model directory for an Engine. OpenMP keeps a thread pool per thread that ran parallel
 // work, and libgomp stops spin-waiting once pools outnumber the cores (decoding ran 4-6x slower):
 // so loading runs on a passing thread, and the engine's worker owns the only pool.
-std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir);
+std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir, const ModelLoadOptions& options = {});
 
 }  // namespace hyla

@@ -65,9 +65,11 @@ Scheduler::~Scheduler() = default;
 
 std::string Scheduler::memory_summary() const {
   const SequenceState& slot = *slots_.front();
-  return fmt::format("state memory per sequence: {}; {} slot{}: {:.2f} MiB", slot.describe_memory(options_.context),
+  const ExpertOffload* offload = model_->expert_offload();
+  return fmt::format("state memory per sequence: {}; {} slot{}: {:.2f} MiB{}", slot.describe_memory(options_.context),
                      slots_.size(), slots_.size() == 1 ? "" : "s",
-                     double(slot.bytes_at(options_.context)) * double(slots_.size()) / double(1 << 20));
+                     double(slot.bytes_at(options_.context)) * double(slots_.size()) / double(1 << 20),
+                     offload ? fmt::format("\n{}", offload->describe_memory()) : std::string());
 }
 
 void Scheduler::validate(const GenerationRequest& request) const {

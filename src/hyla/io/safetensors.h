@@ -42,6 +42,7 @@ class SafetensorsFile {
   const SafetensorsEntry* find(std::string_view name) const;
   // A view into the mapped file; copied only when the data is not aligned to its element size.
   Tensor get(std::string_view name) const;
+  void drop_cached_pages() const { file_->drop_cached_pages(); }  // MappedFile's
 
  private:
   std::shared_ptr<const MappedFile> file_;

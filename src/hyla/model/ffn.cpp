@@ -38,6 +38,7 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
   LayerActivations activations(kept_, ctx.workspace, save);
 
   state.routing = router_.route(u, n, activations);
+  if (offload_) offload_->predict_next(offload_index_, u, n, ctx.workspace.serial());
   balancer_.record(state.routing, router_.bias().v(), save);
   state.dispatch.build(state.routing);
   aux_loss_ = m.balancing == Balancing::AuxLoss
@@ -58,7 +59,15 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
   Frame scratch(ctx.workspace.serial());
   float* slot_out = scratch.take<float>(n * k * width);
   exchange_->forward(state.dispatch, x, width, slot_out, [&](int64_t first, int64_t last) {
-    experts_.forward(x, state.dispatch, first, last, ctx.precision, state.experts, slot_out, ctx.workspace);
+    if (!offload_) {
+      experts_.forward(x, state.dispatch, first, last, ctx.precision, state.experts, slot_out, ctx.workspace);
+      return;
+    }
+    offload_->run(offload_index_, state.dispatch, first, last,
+                  [&](int64_t group_first, int64_t group_last, std::span<const Int8ExpertWeights> weights) {
+                    experts_.forward(x, state.dispatch, group_first, group_last, ctx.precision, state.experts,
+                                     slot_out, ctx.workspace, weights);
+                  });
   });
   combine_slots(state.dispatch, slot_out, width, /*weighted=*/true, /*accumulate=*/shared, combined);
   if (latent > 0) {

@@ -10,6 +10,7 @@
 #include "hyla/model/balancing.h"
 #include "hyla/model/collective.h"
 #include "hyla/model/expert_exchange.h"
+#include "hyla/model/expert_offload.h"
 #include "hyla/model/gated_mlp.h"
 #include "hyla/model/layers.h"
 #include "hyla/model/moe_dispatch.h"
@@ -50,6 +51,9 @@ class MoeFfn {
   void update_balancing(Collective& collective);
   // Where the routed experts run (default: all on this process).
   void set_exchange(ExpertExchange& exchange) { exchange_ = &exchange; }
+  // Where the routed experts' weights come from: their parameters (default), or the slots of
+  // `offload`, whose MoE layer `index` this is (expert_offload.h).
+  void set_offload(ExpertOffload* offload, int index) { offload_ = offload, offload_index_ = index; }
   // Drops the routing recorded since the last update without moving the bias (a skipped step).
   void discard_routing() { balancer_.discard(); }
   // Loads of the saving forwards since the last update_balancing, or of the last forward if none.
@@ -80,6 +84,8 @@ class MoeFfn {
   DenseGatedMlp shared_mlp_;
   LoadBalancer balancer_;
   ExpertExchange* exchange_ = &local_experts();
+  ExpertOffload* offload_ = nullptr;
+  int offload_index_ = 0;
 
   ForwardState saved_, work_;
   const float* saved_u_ = nullptr;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "hyla/core/clock.h"
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
@@ -14,10 +15,6 @@ namespace hyla {
 namespace fs = std::filesystem;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 template <typename F>
 void parallel_rows(int64_t rows, int64_t cols, F&& f) {
@@ -112,15 +109,22 @@ void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) co
   out.commit();
 }
 
-std::unique_ptr<Model> Model::load(const fs::path& dir, const std::function<bool(const Param&)>& holds) {
+std::unique_ptr<Model> Model::load(const fs::path& dir, const ModelLoadOptions& options) {
   const ModelConfig config = ModelConfig::load((dir / "config.json").string());
   auto model = std::make_unique<Model>(config, /*allocate=*/false);
-  const ModelWeights weights(dir);
-  model->params_.plan_storage(weights, dir.string());
-  if (holds) model->params_.hold_only(holds);
+  const auto weights = std::make_shared<const ModelWeights>(dir);
+  model->params_.plan_storage(*weights, dir.string());
+  HYLA_ASSERT(!(options.holds && options.offload_experts));
+  if (options.holds) model->params_.hold_only(options.holds);
+  if (options.offload_experts) model->params_.hold_only([](const Param& p) { return routed_expert_of(p.name) < 0; });
   model->params_.allocate();
-  model->params_.load(weights, dir.string());
+  model->params_.load(*weights, dir.string());
   model->params_.refresh_bf16();
+  if (options.offload_experts) {
+    const std::vector<MoeFfn*> moe = model->moe_layers();
+    model->offload_ = std::make_unique<ExpertOffload>(moe, weights, *options.offload_experts, dir.string());
+    for (size_t i = 0; i < moe.size(); ++i) moe[i]->set_offload(model->offload_.get(), int(i));
+  }
   return model;
 }
 
@@ -388,6 +392,7 @@ ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options
   input_ = &in;
   embed(in);
   const ForwardContext ctx{in.tokens, workspace_, options.precision, options.backward, options.loss_scale};
+  if (offload_) offload_->count_tokens(in.tokens.rows);
   const float* h = body_forward(ctx, caches);
   for (int64_t b = 0; b < int64_t(caches.size()); ++b) caches[size_t(b)].tokens += in.tokens.length(b);
   ForwardResult result;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -12,6 +13,7 @@
 #include "hyla/model/attn_res.h"
 #include "hyla/model/config.h"
 #include "hyla/model/context.h"
+#include "hyla/model/expert_offload.h"
 #include "hyla/model/ffn.h"
 #include "hyla/model/kda_mixer.h"
 #include "hyla/model/layers.h"
@@ -74,6 +76,13 @@ struct ModelTimings {
   double rest() const { return total - kda - attention - ffn; }
 };
 
+struct ModelLoadOptions {
+  // ParamStore::hold_only: this process loads only these parameters (expert parallelism).
+  std::function<bool(const Param&)> holds;
+  // The routed experts stay in the files, served through a resident cache (expert_offload.h).
+  std::optional<ExpertOffloadOptions> offload_experts;
+};
+
 struct DecoderLayer {
   RmsNorm input_norm, post_attention_norm;
   std::variant<std::unique_ptr<KdaMixer>, std::unique_ptr<MlaMixer>> mixer;
@@ -97,9 +106,9 @@ class Model {
   // Loads config.json and the weights of a model directory: F32, BF16 or F16, or a directory
   // written by `hyla quantize` (int8 weights, docs/quantization.md), which serves inference but
   // not training.
-  // `holds` (ParamStore::hold_only) loads only the parameters this process holds.
-  static std::unique_ptr<Model> load(const std::filesystem::path& dir,
-                                     const std::function<bool(const Param&)>& holds = nullptr);
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir, const ModelLoadOptions& options = {});
+  // The routed experts' cache when loaded with offload_experts, else null.
+  ExpertOffload* expert_offload() const { return offload_.get(); }
 
   // The one forward. Without caches every sequence starts empty (training, evaluation, scoring);
   // with one cache per sequence, the new tokens (positions continuing the caches) extend them in
@@ -167,6 +176,7 @@ class Model {
   std::vector<LayerCache*> slots_;  // one layer's cache slot per sequence, during a cached forward
   Workspace workspace_;             // every layer's and kernel's scratch (core/workspace.h)
   ModelTimings timings_;
+  std::unique_ptr<ExpertOffload> offload_;  // last: its I/O thread stops before the layers go
 };
 
 }  // namespace hyla

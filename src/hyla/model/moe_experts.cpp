@@ -82,7 +82,8 @@ void RoutedExperts::plan(const ExpertDispatch& dispatch, int64_t first, int64_t 
 }
 
 void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last,
-                            Precision precision, ExpertActivations saved, float* out, Workspace& workspace) {
+                            Precision precision, ExpertActivations saved, float* out, Workspace& workspace,
+                            std::span<const Int8ExpertWeights> int8_weights) {
   const int64_t D = in_, w = width_;
   plan(dispatch, first, last, /*whole_experts=*/false);
   workspace.reserve();
@@ -115,7 +116,10 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     float* y = out + blk.begin * D;
     if (expert.gate_up.int8()) {
       gather_rows(x, D, tokens, n, buf.rows);
-      forward_int8(expert, buf.rows, n, gu, h, y, buf.int8_rows);
+      const Int8ExpertWeights stored{expert.gate_proj.param().int8, expert.up_proj.param().int8,
+                                     expert.down_proj.param().int8};
+      forward_int8(int8_weights.empty() ? stored : int8_weights[size_t(blk.expert)], buf.rows, n, gu, h, y,
+                   buf.int8_rows);
     } else if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
       // Decode-sized blocks: the expert's weights are read once, in their stored layout.
       if (packed_bf16) {
@@ -161,11 +165,11 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   }
 }
 
-void RoutedExperts::forward_int8(const GatedMlp& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
-                                 void* workspace) const {
+void RoutedExperts::forward_int8(const Int8ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,
+                                 float* y, void* workspace) const {
   const int64_t D = in_, w = width_;
-  const Int8PackedMatrix gate_up[2] = {expert.gate_proj.param().int8, expert.up_proj.param().int8};
-  const Int8PackedMatrix& down = expert.down_proj.param().int8;
+  const Int8PackedMatrix gate_up[2] = {expert.gate, expert.up};
+  const Int8PackedMatrix& down = expert.down;
   const Int8Rows x = int8_rows_view(workspace, n, D, gate_up[0].block);
   quantize_int8_rows(rows, D, x, 0, n);
   int8_matmul_rows(x, gate_up, gu, 2 * w, 0.0f);  // X [W_gate; W_up]ᵀ

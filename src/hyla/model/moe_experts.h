@@ -12,10 +12,12 @@
 // Experts loaded as int8 run the single-threaded int8 products (kernels/int8_gemm.h) on their
 // packed weights instead, whatever the precision.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "hyla/kernels/activations.h"
+#include "hyla/kernels/int8_gemm.h"
 #include "hyla/model/gated_mlp.h"
 #include "hyla/core/workspace.h"
 #include "hyla/model/moe_dispatch.h"
@@ -29,6 +31,11 @@ struct ExpertActivations {
   float* h = nullptr;
 };
 
+// An int8 expert's packed weights (int8_gemm.h): W_gate and W_up, the two parts of one product, and W_down.
+struct Int8ExpertWeights {
+  Int8PackedMatrix gate, up, down;
+};
+
 class RoutedExperts {
  public:
   static constexpr int64_t kTokenBlock = 256;
@@ -37,10 +44,18 @@ class RoutedExperts {
   // Registers experts.{i}.gate_proj/up_proj/down_proj for i < E, each on inputs `in` wide.
   RoutedExperts(ParamStore& store, const std::string& prefix, const ModelConfig& config, int64_t in);
 
+  int64_t experts() const { return int64_t(experts_.size()); }
+  int64_t in() const { return in_; }
+  int64_t width() const { return width_; }
+  const GatedMlp& expert(int64_t e) const { return experts_[size_t(e)]; }
+
   // For the experts in [first, last): out slot rows [slots, in] = E_e(x[slot_token[j]]), unweighted.
-  // Writes the slots' rows of `saved` when given (x must then stay valid until backward).
+  // Writes the slots' rows of `saved` when given (x must then stay valid until backward). Int8
+  // experts read their packed weights from `int8_weights` (indexed by expert id) when given, else
+  // from their parameters (the offloaded experts of expert_offload.h have none).
   void forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last, Precision precision,
-               ExpertActivations saved, float* out, Workspace& workspace);
+               ExpertActivations saved, float* out, Workspace& workspace,
+               std::span<const Int8ExpertWeights> int8_weights = {});
 
   // dm [tokens, in]: dL/d(combined output). For the experts in [first, last): writes the slot rows
   // of d_in [slots, in] (dL/dx of each slot, routing weight applied) and d_weight [slots] (dL/dw of
@@ -69,7 +84,7 @@ class RoutedExperts {
   void plan(const ExpertDispatch& dispatch, int64_t first, int64_t last, bool whole_experts);
   BlockBuffers block_buffers(Frame& frame) const;
   // An int8 expert's forward on one block of n slots: rows [n, in] (f32) → gu, h → y [n, in].
-  void forward_int8(const GatedMlp& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
+  void forward_int8(const Int8ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
                     void* workspace) const;
 
   std::vector<GatedMlp> experts_;

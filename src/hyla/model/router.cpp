@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "hyla/core/error.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/matmul.h"
@@ -27,20 +28,28 @@ Router::Router(ParamStore& store, const std::string& prefix, const ModelConfig& 
 
 Routing Router::route(const float* u, int64_t n, LayerActivations& activations) const {
   Routing routing{n, experts_, k_};
-  float* scores = routing.scores = activations.take<float>(n * experts_);
-  int32_t* selected = routing.selected = activations.take<int32_t>(n * k_);
-  float* weights = routing.weights = activations.take<float>(n * k_);
+  routing.scores = activations.take<float>(n * experts_);
+  routing.selected = activations.take<int32_t>(n * k_);
+  routing.weights = activations.take<float>(n * k_);
+  if (latent_ > 0) routing.latent = activations.take<float>(n * latent_);
+  route_into(u, routing);
+  return routing;
+}
+
+void Router::route_into(const float* u, Routing& routing) const {
+  HYLA_ASSERT(routing.experts == experts_ && routing.k == k_ && (latent_ == 0 || routing.latent));
+  const int64_t n = routing.tokens;
+  float* scores = routing.scores;
   if (latent_ == 0) {
     weight_.forward(u, n, scores, Precision::F32);
   } else {
-    float* h = routing.latent = activations.take<float>(n * latent_);
-    proj_.forward(u, n, h, Precision::F32);
-    gemm(Trans::N, Trans::T, n, experts_, latent_, 1.0f, h, latent_, centres_->v(), latent_, 0.0f, scores, experts_);
+    proj_.forward(u, n, routing.latent, Precision::F32);
+    gemm(Trans::N, Trans::T, n, experts_, latent_, 1.0f, routing.latent, latent_, centres_->v(), latent_, 0.0f, scores,
+         experts_);
   }
 #pragma omp parallel for schedule(static) if (worth_parallel(n * experts_))
   for (int64_t t = 0; t < n; ++t) sigmoid_inplace(scores + t * experts_, experts_);
-  select_experts(scores, bias_->v(), n, experts_, k_, scaling_, selected, weights);
-  return routing;
+  select_experts(scores, bias_->v(), n, experts_, k_, scaling_, routing.selected, routing.weights);
 }
 
 void Router::backward(const float* u, const Routing& routing, float* d_scores, float* du, Arena& scratch) {

@@ -38,6 +38,12 @@ class Router {
 
   // Routes n rows of u ([n, d]); the routing's arrays are taken from `activations`.
   Routing route(const float* u, int64_t n, LayerActivations& activations) const;
+  // The same into arrays the caller sized (Routing's comments): e.g. another layer's input routed
+  // by this router to predict its choices (expert_offload.h).
+  void route_into(const float* u, Routing& routing) const;
+  int64_t experts() const { return experts_; }
+  int64_t k() const { return k_; }
+  int64_t latent() const { return latent_; }
 
   // d_scores [n, E] (dL/ds, overwritten with dL/dlogits) → the router's parameter gradients (+=)
   // and du += dL/du; u and routing as in the forward; scratch from `scratch`.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "hyla/core/error.h"
 
@@ -29,6 +30,13 @@ void validate(const ModelConfig& c, const PlanOptions& o) {
   HYLA_CHECK(o.train_tokens > 0 && std::isfinite(o.train_tokens), "--train-tokens {}: must be > 0", o.train_tokens);
   HYLA_CHECK(o.train_seq_len >= 1 && o.train_seq_len <= max_pos,
              "--train-seq-len {}: must lie in [1, max_position_embeddings = {}]", o.train_seq_len, max_pos);
+  HYLA_CHECK(o.box_gpus >= 0, "--gpus {}: must be at least 1", o.box_gpus);
+  for (const auto& [flag, value] : {std::pair{"--host-memory", o.host_memory_bytes}, {"--nvme", o.nvme_bytes}})
+    HYLA_CHECK(value >= 0 && std::isfinite(value), "{} {}: must be >= 0", flag, value * 1e-9);
+  for (const auto& [flag, value] : {std::pair{"--host-bandwidth", o.host_bandwidth_bytes_per_s},
+                                    {"--nvme-bandwidth", o.nvme_bandwidth_bytes_per_s},
+                                    {"--object-bandwidth", o.object_bandwidth_bytes_per_s}})
+    HYLA_CHECK(value > 0 && std::isfinite(value), "{} {}: must be > 0", flag, value * 1e-9);
 }
 
 DecodeStep decode_step(const Plan& p) {
@@ -99,6 +107,7 @@ Plan make_plan(const ModelConfig& config, const PlanOptions& options) {
   p.prefill_seconds = p.prefill_flops / (double(p.deployment.min_gpus) * o.gpu.bf16_flops * o.mfu);
   p.decode = decode_step(p);
   p.training = training(p);
+  if (o.box_gpus > 0) p.experts = plan_expert_placement(p);
   return p;
 }
 

@@ -2,12 +2,14 @@
 // `hyla plan`: what a configuration costs to serve and to train on a given GPU, from the config
 // alone. Every figure's formula is in docs/plan.md.
 #include <cstdint>
+#include <optional>
 
 #include "hyla/model/config.h"
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
 #include "hyla/plan/formats.h"
 #include "hyla/plan/gpus.h"
+#include "hyla/plan/offload.h"
 #include "hyla/plan/sequence_state.h"
 
 namespace hyla {
@@ -21,6 +23,14 @@ struct PlanOptions {
   double mfu = 0.4;
   double train_tokens = 15e12;
   int64_t train_seq_len = 4096;
+  // A fixed box (offload.h): with box_gpus > 0, the routed experts fill its GPUs' HBM after
+  // everything else, then host RAM, NVMe and object storage, each read at its bandwidth.
+  int64_t box_gpus = 0;
+  double host_memory_bytes = 0;
+  double host_bandwidth_bytes_per_s = 50e9;      // per GPU: PCIe 5.0 x16 (64 GB/s raw)
+  double nvme_bytes = 0;
+  double nvme_bandwidth_bytes_per_s = 28e9;      // every drive together: e.g. 4 x 7 GB/s
+  double object_bandwidth_bytes_per_s = 1.25e9;  // a 10 Gb/s network
 };
 
 // Each GPU keeps this share of its memory for weights and sequence state; the rest is held back
@@ -88,6 +98,7 @@ struct Plan {
   double prefill_seconds = 0;  // on the deployment's GPUs at the given MFU
   DecodeStep decode;
   Training training;
+  std::optional<ExpertPlacement> experts;  // options.box_gpus > 0
 };
 
 // Fails with a one-line hyla::Error on options outside their range.

@@ -129,6 +129,38 @@ void decode(std::string& out, const Plan& p) {
                                     d.batch, d.batch, d.gpus);
 }
 
+void expert_tiers(std::string& out, const Plan& p) {
+  const ExpertPlacement& x = *p.experts;
+  const std::string gpus = counted(x.gpus, "GPU");
+  out += fmt::format("\nexpert offload (a box of {} {}: experts fill HBM after everything else, then the tiers below)\n",
+                     gpus, p.options.gpu.name);
+  out += fmt::format("  {:<16} {:>12} {:>14} {:>12} {:>8}\n", "tier", "capacity", "bandwidth", "experts", "share");
+  for (const MemoryTier& t : x.tiers)
+    out += fmt::format("  {:<16} {:>12} {:>14} {:>12} {:>7.1f}%\n", t.name,
+                       t.name == "object storage" ? "unbounded" : si(t.capacity_bytes, "B"),
+                       si(t.bandwidth_bytes_per_s, "B/s"), si(t.expert_bytes, "B"), 100 * t.share);
+  line(out, "experts a decode step reads", si(x.touched_bytes, "B"),
+       fmt::format("{:.1f} per layer at batch {}", p.decode.experts_touched_per_layer, p.options.batch));
+  line(out, "step, every touched expert in HBM", duration(x.resident_step_seconds),
+       fmt::format("the box's bandwidth or compute bound ({} tokens/s per sequence)",
+                   short_count(1 / x.resident_step_seconds)));
+  line(out, "step, every touched expert fetched", duration(x.miss_seconds), "from the lower tiers, by share");
+  const double needed = x.hit_rate_for_resident_speed();
+  line(out, "hit rate for the resident speed", fmt::format("{:.2f}%", 100 * needed),
+       "fetches of the misses take no longer than the step");
+  out += fmt::format("  {:<36} {:>12} {:>12} {:>12}\n", "decode bound at hit rate", "per sequence", "deployment",
+                     "per GPU");
+  const auto rates = [&](const std::string& label, double hit_rate) {
+    const double step = x.step_seconds(hit_rate), batch = double(p.options.batch);
+    out += fmt::format("  {:<36} {:>12} {:>12} {:>12}\n", label, short_count(1 / step), short_count(batch / step),
+                       short_count(batch / step / double(x.gpus)));
+  };
+  rates(fmt::format("{:.1f}% (uniform routing: HBM's share)", 100 * x.uniform_hit_rate()), x.uniform_hit_rate());
+  for (const double h : {0.9, 0.99})
+    if (h > x.uniform_hit_rate()) rates(fmt::format("{:.0f}%", 100 * h), h);
+  if (needed > x.uniform_hit_rate()) rates(fmt::format("{:.2f}% (resident speed)", 100 * needed), needed);
+}
+
 void training(std::string& out, const Plan& p) {
   const Training& t = p.training;
   const double replicated = 4 * double(p.params.total_sum());
@@ -156,6 +188,7 @@ std::string plan_text(const Plan& p) {
   deployment(out, p);
   compute(out, p);
   decode(out, p);
+  if (p.experts) expert_tiers(out, p);
   training(out, p);
   return out;
 }
@@ -165,7 +198,7 @@ json plan_json(const Plan& p) {
   json components = json::object();
   for (int i = 0; i < kNumComponents; ++i)
     components[component_name(Component(i))] = {{"total", p.params.total[i]}, {"active", p.params.active[i]}};
-  return {
+  json out = {
       {"context", o.context},
       {"weights", o.weights.name},
       {"weight_bytes_per_param", o.weights.bytes_per_value},
@@ -214,6 +247,27 @@ json plan_json(const Plan& p) {
       {"training_flops", p.training.flops},
       {"training_gpu_hours", p.training.gpu_hours},
   };
+  if (p.experts) {
+    const ExpertPlacement& x = *p.experts;
+    json tiers = json::array();
+    for (const MemoryTier& t : x.tiers)
+      tiers.push_back({{"name", t.name},
+                       {"capacity_bytes", t.name == "object storage" ? json(nullptr) : json(t.capacity_bytes)},
+                       {"bandwidth_bytes_per_s", t.bandwidth_bytes_per_s},
+                       {"expert_bytes", t.expert_bytes},
+                       {"share", t.share}});
+    out["expert_offload"] = {{"gpus", x.gpus},
+                             {"expert_bytes", x.expert_bytes},
+                             {"tiers", tiers},
+                             {"touched_bytes_per_step", x.touched_bytes},
+                             {"resident_step_seconds", x.resident_step_seconds},
+                             {"miss_step_seconds", x.miss_seconds},
+                             {"uniform_hit_rate", x.uniform_hit_rate()},
+                             {"hit_rate_for_resident_speed", x.hit_rate_for_resident_speed()},
+                             {"decode_tokens_per_s_per_sequence_at_uniform_hit_rate",
+                              1 / x.step_seconds(x.uniform_hit_rate())}};
+  }
+  return out;
 }
 
 }  // namespace hyla

@@ -32,9 +32,44 @@ void histogram(std::string& out, const char* name, const char* help, const Laten
                      h.total);
 }
 
+// Per MoE layer: counters (rates come from them) and, for reading at a glance, the ratios so far.
+void expert_offload_metrics(std::string& out, const ExpertOffloadStats& o) {
+  const auto per_layer = [&](const char* name, const char* type, const char* help, auto value) {
+    out += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n", name, help, type);
+    for (size_t l = 0; l < o.layers.size(); ++l) out += fmt::format("{}{{moe_layer=\"{}\"}} {}\n", name, l, value(o.layers[l]));
+  };
+  using S = const ExpertLayerStats&;
+  per_layer("hyla_expert_requests_total", "counter", "Experts a forward needed (each distinct expert once per forward).",
+            [](S l) { return l.requests; });
+  per_layer("hyla_expert_hits_total", "counter", "Needed experts that were resident or already being prefetched.",
+            [](S l) { return l.hits; });
+  per_layer("hyla_expert_predicted_total", "counter", "Experts the previous layer's prediction named.",
+            [](S l) { return l.predicted; });
+  per_layer("hyla_expert_predicted_used_total", "counter", "Predicted experts the forward needed.",
+            [](S l) { return l.predicted_used; });
+  per_layer("hyla_expert_predicted_needed_total", "counter", "Experts needed by forwards that had a prediction.",
+            [](S l) { return l.predicted_needed; });
+  per_layer("hyla_expert_fetched_bytes_total", "counter", "Expert bytes packed from the model's files (misses and prefetches).",
+            [](S l) { return l.fetched_bytes; });
+  per_layer("hyla_expert_stall_seconds_total", "counter", "Time the compute waited for expert weights.",
+            [](S l) { return l.stall_seconds; });
+  per_layer("hyla_expert_hit_rate", "gauge", "hits / requests so far.", [](S l) { return l.hit_rate(); });
+  per_layer("hyla_expert_prefetch_precision", "gauge", "predicted_used / predicted so far.", [](S l) { return l.precision(); });
+  per_layer("hyla_expert_prefetch_recall", "gauge", "predicted_used / predicted_needed so far.", [](S l) { return l.recall(); });
+  counter(out, "hyla_expert_offload_tokens_total", "Token rows through the offloaded model.", o.tokens);
+  gauge(out, "hyla_expert_slots_per_layer", "Experts each MoE layer keeps resident.", o.slots_per_layer);
+  out += fmt::format("# HELP hyla_expert_bytes_read_per_token Expert bytes fetched per token row so far.\n"
+                     "# TYPE hyla_expert_bytes_read_per_token gauge\nhyla_expert_bytes_read_per_token {}\n",
+                     o.bytes_per_token());
+  out += fmt::format("# HELP hyla_expert_stall_seconds_per_token Expert waits per token row so far.\n"
+                     "# TYPE hyla_expert_stall_seconds_per_token gauge\nhyla_expert_stall_seconds_per_token {}\n",
+                     o.stall_seconds_per_token());
+}
+
 }  // namespace
 
-std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, int64_t slots) {
+std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, int64_t slots,
+                               const std::optional<ExpertOffloadStats>& offload) {
   std::string out;
   counter(out, "hyla_requests_total", "Generation requests submitted to the engine.", s.requests);
   out += "# HELP hyla_requests_finished_total Generation requests finished, by reason.\n"
@@ -52,6 +87,7 @@ std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, i
   out += "# HELP hyla_http_responses_total HTTP responses, by path and status.\n# TYPE hyla_http_responses_total counter\n";
   for (const auto& [key, count] : http.snapshot())
     out += fmt::format("hyla_http_responses_total{{path=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, count);
+  if (offload) expert_offload_metrics(out, *offload);
   return out;
 }
 

@@ -3,10 +3,12 @@
 // Prometheus text exposition format (version 0.0.4).
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "hyla/infer/engine.h"
+#include "hyla/model/expert_offload.h"
 
 namespace hyla {
 
@@ -20,6 +22,8 @@ class HttpCounters {
   std::map<std::pair<std::string, int>, int64_t> counts_;
 };
 
-std::string prometheus_metrics(const EngineStats& engine, const HttpCounters& http, int64_t slots);
+// `offload`: the expert cache's counters when the routed experts are offloaded (per MoE layer).
+std::string prometheus_metrics(const EngineStats& engine, const HttpCounters& http, int64_t slots,
+                               const std::optional<ExpertOffloadStats>& offload = std::nullopt);
 
 }  // namespace hyla

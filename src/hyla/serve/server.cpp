@@ -258,7 +258,9 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const EngineStats stats = ready_ ? impl_->engine->stats() : EngineStats{};  // empty while loading
-    res.set_content(prometheus_metrics(stats, impl_->counters, options_.engine.max_sequences),
+    const ExpertOffload* offload = ready_ ? impl_->model->expert_offload() : nullptr;
+    res.set_content(prometheus_metrics(stats, impl_->counters, options_.engine.max_sequences,
+                                       offload ? std::optional(offload->stats()) : std::nullopt),
                     "text/plain; version=0.0.4");
   });
   // llama.cpp's and vLLM's tokenizer endpoints, so that clients count and inspect tokens with the
@@ -362,7 +364,7 @@ int Server::bind() {
 }
 
 void Server::load() {
-  impl_->model = load_model_for_engine(options_.model_dir);
+  impl_->model = load_model_for_engine(options_.model_dir, options_.load);
   const std::filesystem::path tokenizer_path = options_.model_dir / "tokenizer.json";
   HYLA_CHECK(std::filesystem::exists(tokenizer_path), "serve: {} has no tokenizer.json", options_.model_dir.string());
   impl_->tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_path));

@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string api_key;          // when set, /v1 requests need "Authorization: Bearer <key>"
   bool metrics_need_key = false;  // and /metrics too
   EngineOptions engine;
+  ModelLoadOptions load;        // e.g. the routed experts offloaded (expert_offload.h)
   ServeLimits limits;
   int http_threads = 0;         // threads kept ready; 0: 2 × engine slots + 4
   int max_connections = 1024;   // connections served at once (one thread each); more wait to be accepted

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "hyla/core/clock.h"
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
 #include "hyla/data/loader.h"
@@ -34,10 +35,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Timed 2048³ GEMMs behind the MFU reference: 0.1–0.25 s each on two cores, quiet or shared.
 constexpr int kPeakRepetitions = 5;

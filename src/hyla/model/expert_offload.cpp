@@ -1,0 +1,463 @@
+#include "hyla/model/expert_offload.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+
+#include "hyla/core/clock.h"
+#include "hyla/core/error.h"
+#include "hyla/core/threads.h"
+#include "hyla/kernels/int8_gemm.h"
+#include "hyla/model/ffn.h"
+#include "hyla/model/int8_weights.h"
+#include "hyla/model/router.h"
+
+namespace hyla {
+namespace {
+
+// Decode batches predict the next layer; a prefill's tokens choose most experts between them, so
+// its prediction would only churn the cache.
+constexpr int64_t kMaxPredictedRows = 16;
+
+
+}  // namespace
+
+ExpertCachePolicy parse_expert_cache_policy(const std::string& text) {
+  if (text == "lru") return ExpertCachePolicy::Lru;
+  if (text == "frequency") return ExpertCachePolicy::Frequency;
+  throw Error(fmt::format("expert cache policy '{}' is not one of lru, frequency", text));
+}
+
+const char* expert_cache_policy_name(ExpertCachePolicy policy) {
+  return policy == ExpertCachePolicy::Lru ? "lru" : "frequency";
+}
+
+ExpertMemory parse_expert_memory(const std::string& text) {
+  const char* first = text.data();
+  const char* last = first + text.size();
+  double value = 0;
+  const auto [end, ec] = std::from_chars(first, last, value);
+  const std::string unit(end, last);
+  const auto fail = [&] {
+    return Error(fmt::format("--expert-memory '{}' is neither a size (e.g. 512M, 2GiB, 1000000) nor a percentage of "
+                             "the experts (e.g. 25%)",
+                             text));
+  };
+  if (ec != std::errc() || end == first || !std::isfinite(value) || value < 0) throw fail();
+  ExpertMemory memory;
+  if (unit == "%") {
+    if (value <= 0 || value > 100)
+      throw Error(fmt::format("--expert-memory '{}': a percentage of the experts is in (0, 100]", text));
+    memory.fraction = value / 100;
+    return memory;
+  }
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},         {"B", 1},          {"K", 0x1p10},     {"KB", 0x1p10},    {"KiB", 0x1p10}, {"M", 0x1p20},
+      {"MB", 0x1p20},  {"MiB", 0x1p20},   {"G", 0x1p30},     {"GB", 0x1p30},    {"GiB", 0x1p30}, {"T", 0x1p40},
+      {"TB", 0x1p40},  {"TiB", 0x1p40}};
+  for (const auto& [name, scale] : kUnits)
+    if (unit == name) {
+      const double bytes = value * scale;
+      if (bytes >= 0x1p62) throw fail();
+      memory.bytes = int64_t(bytes);
+      return memory;
+    }
+  throw fail();
+}
+
+int64_t ExpertMemory::resolve(int64_t expert_bytes) const {
+  return fraction > 0 ? int64_t(std::floor(fraction * double(expert_bytes))) : bytes;
+}
+
+ExpertLayerStats ExpertOffloadStats::total() const {
+  ExpertLayerStats t;
+  for (const ExpertLayerStats& l : layers) {
+    t.requests += l.requests, t.hits += l.hits, t.predicted += l.predicted, t.predicted_used += l.predicted_used;
+    t.predicted_needed += l.predicted_needed, t.fetches += l.fetches, t.fetched_bytes += l.fetched_bytes;
+    t.stall_seconds += l.stall_seconds;
+  }
+  return t;
+}
+
+double ExpertOffloadStats::bytes_per_token() const {
+  return tokens ? double(total().fetched_bytes) / double(tokens) : 0;
+}
+
+double ExpertOffloadStats::stall_seconds_per_token() const {
+  return tokens ? total().stall_seconds / double(tokens) : 0;
+}
+
+// One MoE layer's cache. The slot arrays, the expert→slot map, the use counts, the prediction
+// and the counters are guarded by `mutex`; `weights` entries are written by whoever fetches an
+// expert and read by the compute only while the expert's slot is pinned and loaded.
+struct ExpertOffload::Layer {
+  int64_t index = 0;  // among the MoE layers
+  const Router* router = nullptr;
+  std::vector<std::array<Source, 3>> sources;  // [E] gate, up, down in the files
+  std::vector<Int8ExpertWeights> weights;      // [E] the resident experts' packed weights
+
+  std::vector<int32_t> slot_expert;        // [slots] the expert in the slot, -1: empty
+  std::vector<uint8_t> slot_loading;       // being packed (by a miss or a prefetch)
+  std::vector<uint8_t> slot_prefetched;    // prefetched for a forward that has not reached this layer yet
+  std::vector<int32_t> slot_pins;          // groups computing with it
+  std::vector<int64_t> slot_used;          // tick of the last use (LRU)
+  std::vector<int32_t> expert_slot;        // [E] its slot, -1: not resident
+  std::vector<int64_t> uses;               // [E] use counts, halved every E uses (Frequency)
+  int64_t tick = 0, uses_since_halving = 0;
+
+  std::vector<uint8_t> predicted;          // [E] the prediction for forward `predicted_forward`
+  int64_t predicted_forward = -1, counted_forward = -1, reached_forward = -1;
+  ExpertLayerStats stats;
+
+  std::vector<int32_t> needed, group, missing, missing_slots;  // the compute thread's scratch
+  std::mutex mutex;
+  std::condition_variable loaded;
+};
+
+ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const ModelWeights> weights,
+                             const ExpertOffloadOptions& options, const std::string& source)
+    : options_(options), weights_(std::move(weights)) {
+  HYLA_CHECK(!layers.empty(), "{}: --expert-memory needs a model with MoE layers", source);
+  const RoutedExperts& first = layers[0]->routed_experts();
+  experts_ = first.experts();
+  k_ = layers[0]->router().k();
+  const int64_t in = first.in(), width = first.width();
+  int64_t block = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto layer = std::make_unique<Layer>();
+    layer->index = int64_t(l);
+    layer->router = &layers[l]->router();
+    layer->sources.resize(size_t(experts_));
+    for (int64_t e = 0; e < experts_; ++e) {
+      const GatedMlp& mlp = layers[l]->routed_experts().expert(e);
+      const Linear* parts[3] = {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj};
+      for (int m = 0; m < 3; ++m) {
+        const Param& p = parts[m]->param();
+        HYLA_CHECK(p.is_int8(),
+                   "{}: --expert-memory reads int8 experts from the model's files, but '{}' is {}; quantize the model "
+                   "first (hyla quantize --model DIR --out DIR)",
+                   source, p.name, dtype_name(weights_->entry(p.name).dtype));
+        HYLA_ASSERT(!p.held);
+        block = p.int8_block;
+        // Views into the mapping (a copy only where the file misaligns a tensor: kept alive here).
+        const Tensor values = weights_->get(p.name), scales = weights_->get(int8_scale_name(p.name));
+        layer->sources[size_t(e)][size_t(m)] = {values,      scales,      values.data<int8_t>(), scales.data<float>(),
+                                                p.shape[0], p.shape[1], p.int8_block,          p.name};
+      }
+    }
+    layers_.push_back(std::move(layer));
+  }
+  gate_bytes_ = int8_packed_bytes(width, in, block);
+  down_bytes_ = int8_packed_bytes(in, width, block);
+  expert_bytes_ = 2 * gate_bytes_ + down_bytes_;
+  const int64_t total = expert_bytes_ * experts_ * int64_t(layers_.size());
+  const int64_t budget = options_.memory.resolve(total);
+  slots_ = std::min(experts_, budget / (expert_bytes_ * int64_t(layers_.size())));
+  HYLA_CHECK(slots_ >= k_,
+             "--expert-memory {} MiB holds {} expert(s) per MoE layer, but each token needs {}: give at least {} MiB "
+             "({} bytes: {} layers x {} experts x {} bytes)",
+             budget >> 20, slots_, k_, (k_ * expert_bytes_ * int64_t(layers_.size()) + (1 << 20) - 1) >> 20,
+             k_ * expert_bytes_ * int64_t(layers_.size()), layers_.size(), k_, expert_bytes_);
+  slot_memory_ = Tensor::empty(DType::I8, {int64_t(layers_.size()) * slots_ * expert_bytes_});
+  for (auto& layer : layers_) {
+    layer->weights.resize(size_t(experts_));
+    layer->slot_expert.assign(size_t(slots_), -1);
+    layer->slot_loading.assign(size_t(slots_), 0);
+    layer->slot_prefetched.assign(size_t(slots_), 0);
+    layer->slot_pins.assign(size_t(slots_), 0);
+    layer->slot_used.assign(size_t(slots_), 0);
+    layer->expert_slot.assign(size_t(experts_), -1);
+    layer->uses.assign(size_t(experts_), 0);
+    layer->predicted.assign(size_t(experts_), 0);
+    for (auto* v : {&layer->needed, &layer->group, &layer->missing, &layer->missing_slots}) v->reserve(size_t(experts_));
+  }
+  queue_.resize(layers_.size());
+  if (options_.prefetch && layers_.size() > 1) io_thread_ = std::thread([this] { prefetch_loop(); });
+}
+
+ExpertOffload::~ExpertOffload() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_wake_.notify_all();
+  if (io_thread_.joinable()) io_thread_.join();
+}
+
+void ExpertOffload::fetch(Layer& layer, int64_t e, int64_t slot) {
+  uint8_t* dst = static_cast<uint8_t*>(slot_memory_.raw()) + (layer.index * slots_ + slot) * expert_bytes_;
+  Int8PackedMatrix packed[3];
+  int64_t offset = 0;
+  for (int m = 0; m < 3; ++m) {
+    const Source& s = layer.sources[size_t(e)][size_t(m)];
+    const int64_t n_scales = s.rows * (s.cols / s.block);
+    for (int64_t i = 0; i < n_scales; ++i)
+      HYLA_CHECK(std::isfinite(s.scales[i]) && s.scales[i] >= 0.0f,
+                 "{}: tensor '{}' holds {} at index {}; int8 scales are finite and >= 0",
+                 weights_->file_of(s.name).path().string(), int8_scale_name(s.name), s.scales[i], i);
+    int8_pack(s.values, s.scales, s.rows, s.cols, s.block, dst + offset);
+    packed[m] = {dst + offset, s.rows, s.cols, s.block};
+    offset += m < 2 ? gate_bytes_ : down_bytes_;
+  }
+  layer.weights[size_t(e)] = {packed[0], packed[1], packed[2]};
+}
+
+int64_t ExpertOffload::victim(Layer& layer) const {
+  int64_t best = -1;
+  for (int64_t s = 0; s < slots_; ++s) {
+    if (layer.slot_pins[size_t(s)] > 0 || layer.slot_loading[size_t(s)] || layer.slot_prefetched[size_t(s)]) continue;
+    const int32_t e = layer.slot_expert[size_t(s)];
+    if (e < 0) return s;
+    if (best < 0) {
+      best = s;
+      continue;
+    }
+    const int32_t b = layer.slot_expert[size_t(best)];
+    const bool older = layer.slot_used[size_t(s)] < layer.slot_used[size_t(best)];
+    if (options_.policy == ExpertCachePolicy::Lru) {
+      if (older) best = s;
+    } else if (layer.uses[size_t(e)] < layer.uses[size_t(b)] ||
+               (layer.uses[size_t(e)] == layer.uses[size_t(b)] && older)) {
+      best = s;
+    }
+  }
+  return best;
+}
+
+void ExpertOffload::count_tokens(int64_t rows) {
+  tokens_ += rows;
+  ++forward_;
+}
+
+void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first, int64_t last,
+                        const Compute& compute) {
+  Layer& layer = *layers_[size_t(index)];
+  const int64_t forward = forward_.load();
+  layer.needed.clear();
+  for (int64_t e = first; e < last; ++e)
+    if (dispatch.load[size_t(e)] > 0) layer.needed.push_back(int32_t(e));
+  {
+    std::lock_guard<std::mutex> lock(layer.mutex);
+    layer.reached_forward = forward;
+    // Prefetched experts are fair game from now on: their forward has reached the layer.
+    std::fill(layer.slot_prefetched.begin(), layer.slot_prefetched.end(), 0);
+    if (layer.counted_forward != forward && layer.predicted_forward == forward) {
+      int64_t predicted = 0, used = 0;
+      for (int64_t e = 0; e < experts_; ++e) predicted += layer.predicted[size_t(e)];
+      for (int32_t e : layer.needed) used += layer.predicted[size_t(e)];
+      layer.stats.predicted += predicted, layer.stats.predicted_used += used;
+      layer.stats.predicted_needed += int64_t(layer.needed.size());
+    }
+    layer.counted_forward = forward;
+  }
+  for (size_t at = 0; at < layer.needed.size();) {
+    const size_t end = std::min(layer.needed.size(), at + size_t(slots_));
+    layer.group.assign(layer.needed.begin() + ptrdiff_t(at), layer.needed.begin() + ptrdiff_t(end));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(layer.mutex);
+    layer.missing.clear(), layer.missing_slots.clear();
+    for (int32_t e : layer.group) {
+      ++layer.tick;
+      layer.uses[size_t(e)] += 1;
+      if (++layer.uses_since_halving >= experts_) {
+        for (int64_t& u : layer.uses) u /= 2;
+        layer.uses_since_halving = 0;
+      }
+      const int32_t s = layer.expert_slot[size_t(e)];
+      ++layer.stats.requests;
+      if (s >= 0) {
+        ++layer.stats.hits;
+        ++layer.slot_pins[size_t(s)];
+        layer.slot_used[size_t(s)] = layer.tick;
+      } else {
+        layer.missing.push_back(e);
+      }
+    }
+    for (int32_t e : layer.missing) {
+      int64_t s = victim(layer);
+      while (s < 0) {  // every other slot is being prefetched: one of them lands soon
+        layer.loaded.wait(lock);
+        s = victim(layer);
+      }
+      if (const int32_t old = layer.slot_expert[size_t(s)]; old >= 0) layer.expert_slot[size_t(old)] = -1;
+      layer.slot_expert[size_t(s)] = e, layer.expert_slot[size_t(e)] = int32_t(s);
+      layer.slot_loading[size_t(s)] = 1, ++layer.slot_pins[size_t(s)], layer.slot_used[size_t(s)] = layer.tick;
+      layer.missing_slots.push_back(int32_t(s));
+    }
+    lock.unlock();
+    FirstException failure;
+    const int64_t misses = int64_t(layer.missing.size());
+#pragma omp parallel for schedule(dynamic, 1) if (misses > 1)
+    for (int64_t i = 0; i < misses; ++i)
+      failure.run([&] { fetch(layer, layer.missing[size_t(i)], layer.missing_slots[size_t(i)]); });
+    const bool failed = failure.failed();
+    lock.lock();
+    for (int32_t s : layer.missing_slots) {
+      layer.slot_loading[size_t(s)] = 0;
+      if (failed) {  // a fetch failed: leave no half-packed expert behind
+        layer.expert_slot[size_t(layer.slot_expert[size_t(s)])] = -1;
+        layer.slot_expert[size_t(s)] = -1;
+        --layer.slot_pins[size_t(s)];
+      }
+    }
+    layer.stats.fetches += misses, layer.stats.fetched_bytes += misses * expert_bytes_;
+    layer.loaded.notify_all();
+    if (failed) {
+      for (int32_t e : layer.group)
+        if (const int32_t s = layer.expert_slot[size_t(e)]; s >= 0) --layer.slot_pins[size_t(s)];
+      failure.rethrow();
+    }
+    layer.loaded.wait(lock, [&] {
+      return std::none_of(layer.group.begin(), layer.group.end(),
+                          [&](int32_t e) { return layer.slot_loading[size_t(layer.expert_slot[size_t(e)])] != 0; });
+    });
+    layer.stats.stall_seconds += seconds_since(t0);
+    lock.unlock();
+
+    compute(layer.group.front(), layer.group.back() + 1, layer.weights);
+
+    lock.lock();
+    for (int32_t e : layer.group) --layer.slot_pins[size_t(layer.expert_slot[size_t(e)])];
+    lock.unlock();
+    layer.loaded.notify_all();
+    at = end;
+  }
+}
+
+void ExpertOffload::predict_next(int index, const float* u, int64_t n, Arena& scratch) {
+  if (!io_thread_.joinable() || size_t(index) + 1 >= layers_.size() || n > kMaxPredictedRows) return;
+  Layer& next = *layers_[size_t(index) + 1];
+  const Router& router = *next.router;
+  Frame frame(scratch);
+  Routing routing{n, experts_, k_};
+  routing.scores = frame.take<float>(n * experts_);
+  routing.selected = frame.take<int32_t>(n * k_);
+  routing.weights = frame.take<float>(n * k_);
+  if (router.latent() > 0) routing.latent = frame.take<float>(n * router.latent());
+  router.route_into(u, routing);
+  PrefetchRequest request{index + 1, forward_.load(), {}};
+  const int64_t forward = request.forward;
+  {
+    std::lock_guard<std::mutex> lock(next.mutex);
+    std::fill(next.predicted.begin(), next.predicted.end(), 0);
+    for (int64_t i = 0; i < n * k_; ++i) {
+      const int32_t e = routing.selected[i];
+      if (!next.predicted[size_t(e)]) request.experts.push_back(e);
+      next.predicted[size_t(e)] = 1;
+    }
+    next.predicted_forward = forward;
+  }
+  if (int64_t(request.experts.size()) > slots_) return;  // more than the layer holds: it would evict its own picks
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    queue_[size_t(index) + 1] = std::move(request);
+  }
+  queue_wake_.notify_one();
+}
+
+void ExpertOffload::prefetch_loop() {
+  for (;;) {
+    PrefetchRequest request;
+    {
+      std::unique_lock<std::mutex> lock(queue_mutex_);
+      queue_wake_.wait(lock, [&] {
+        return stopping_ || std::any_of(queue_.begin(), queue_.end(), [](const auto& r) { return r.has_value(); });
+      });
+      if (stopping_) return;
+      // The shallowest layer first: its forward reaches it first.
+      auto pending = std::find_if(queue_.begin(), queue_.end(), [](const auto& r) { return r.has_value(); });
+      request = std::move(**pending);
+      pending->reset();
+    }
+    Layer& layer = *layers_[size_t(request.layer)];
+    for (int32_t e : request.experts) {
+      std::unique_lock<std::mutex> lock(layer.mutex);
+      if (layer.reached_forward >= request.forward) break;  // too late: the layer has run
+      if (layer.expert_slot[size_t(e)] >= 0) continue;
+      const int64_t s = victim(layer);
+      if (s < 0) break;
+      if (const int32_t old = layer.slot_expert[size_t(s)]; old >= 0) layer.expert_slot[size_t(old)] = -1;
+      layer.slot_expert[size_t(s)] = e, layer.expert_slot[size_t(e)] = int32_t(s);
+      layer.slot_loading[size_t(s)] = 1, layer.slot_prefetched[size_t(s)] = 1;
+      layer.slot_used[size_t(s)] = layer.tick;
+      lock.unlock();
+      bool ok = true;
+      try {
+        fetch(layer, e, s);
+      } catch (const std::exception&) {
+        ok = false;  // the compute's own fetch of this expert reports the error
+      }
+      lock.lock();
+      layer.slot_loading[size_t(s)] = 0;
+      if (!ok) {
+        layer.expert_slot[size_t(e)] = -1, layer.slot_expert[size_t(s)] = -1, layer.slot_prefetched[size_t(s)] = 0;
+      } else {
+        ++layer.stats.fetches, layer.stats.fetched_bytes += expert_bytes_;
+      }
+      lock.unlock();
+      layer.loaded.notify_all();
+    }
+  }
+}
+
+ExpertOffloadStats ExpertOffload::stats() const {
+  ExpertOffloadStats out;
+  out.tokens = tokens_.load();
+  out.slots_per_layer = slots_, out.experts_per_layer = experts_, out.expert_bytes = expert_bytes_;
+  for (const auto& layer : layers_) {
+    std::lock_guard<std::mutex> lock(layer->mutex);
+    out.layers.push_back(layer->stats);
+  }
+  return out;
+}
+
+std::string ExpertOffload::describe_memory() const {
+  const double all = double(expert_bytes_ * experts_ * int64_t(layers_.size()));
+  return fmt::format("experts: {} of {} per MoE layer resident ({:.1f} of {:.1f} MiB, {}, prefetch {})", slots_,
+                     experts_, double(resident_bytes()) / 0x1p20, all / 0x1p20, expert_cache_policy_name(options_.policy),
+                     io_thread_.joinable() ? "on" : "off");
+}
+
+std::string ExpertOffload::summary() const {
+  const ExpertOffloadStats s = stats();
+  const ExpertLayerStats t = s.total();
+  return fmt::format("{}; hit rate {:.1f}%, prefetch precision {:.0f}% recall {:.0f}%; per token {:.2f} MB read, {:.3f} ms "
+                     "stalled",
+                     describe_memory(), 100 * t.hit_rate(), 100 * t.precision(), 100 * t.recall(),
+                     s.bytes_per_token() * 1e-6, s.stall_seconds_per_token() * 1e3);
+}
+
+void ExpertOffload::reset_stats() {
+  tokens_ = 0;
+  for (auto& layer : layers_) {
+    std::lock_guard<std::mutex> lock(layer->mutex);
+    layer->stats = {};
+  }
+}
+
+void ExpertOffload::evict_all(bool drop_page_cache) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    for (auto& r : queue_) r.reset();
+  }
+  for (auto& layer : layers_) {
+    std::unique_lock<std::mutex> lock(layer->mutex);
+    layer->loaded.wait(lock, [&] {
+      return std::none_of(layer->slot_loading.begin(), layer->slot_loading.end(), [](uint8_t b) { return b != 0; });
+    });
+    HYLA_ASSERT(std::all_of(layer->slot_pins.begin(), layer->slot_pins.end(), [](int32_t p) { return p == 0; }));
+    std::fill(layer->slot_expert.begin(), layer->slot_expert.end(), -1);
+    std::fill(layer->slot_prefetched.begin(), layer->slot_prefetched.end(), 0);
+    std::fill(layer->expert_slot.begin(), layer->expert_slot.end(), -1);
+    std::fill(layer->uses.begin(), layer->uses.end(), 0);
+    layer->uses_since_halving = 0;
+  }
+  if (drop_page_cache)
+    for (const SafetensorsFile& file : weights_->files()) file.drop_cached_pages();
+}
+
+}  // namespace hyla
