@@ -18,6 +18,7 @@
 
 #include "hyla/data/chat_template.h"
 #include "hyla/data/utf8.h"
+#include "hyla/quant/quantize_model.h"
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_request.h"
 #include "hyla/serve/server.h"
@@ -989,6 +990,28 @@ TEST(Serve, OpenAiNpmClientEndToEnd) {
                                    "/v1 hyla-test " + (dir / "scenario.json").string());
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("openai client: all checks passed"), std::string::npos) << r.output;
+}
+
+// A server whose routed experts stay in the int8 files answers as the resident one does, and
+// /metrics reports the expert cache per MoE layer.
+TEST(Serve, OffloadedExpertsAnswerAsResidentOnesAndShowInMetrics) {
+  test::TempDir dir;
+  quantize_model(memorised_model_dir(), dir / "int8", {});
+  const json request = {{"prompt", "The weather in Paris"}, {"max_tokens", 8}, {"temperature", 0}};
+  json replies[2];
+  for (const bool offload : {false, true}) {
+    TestServer s([&](ServeOptions& o) {
+      o.model_dir = dir / "int8";
+      if (offload) o.load.offload_experts = ExpertOffloadOptions{parse_expert_memory("50%")};
+    });
+    replies[offload] = post(s, "/v1/completions", request);
+    const std::string metrics = s.client().Get("/metrics")->body;
+    EXPECT_EQ(metrics.find("hyla_expert_hit_rate{moe_layer=\"0\"}") != std::string::npos, offload) << metrics;
+    if (offload) {
+      EXPECT_NE(metrics.find("hyla_expert_offload_tokens_total"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(replies[1]["choices"][0]["text"], replies[0]["choices"][0]["text"]);
 }
 
 }  // namespace
