@@ -186,7 +186,7 @@ TEST(ExpertOffload, ACorruptExpertInTheFileFailsTheForwardThatNeedsIt) {
   fs::copy(m.int8(), dir / "model");
   const fs::path file = dir / "model" / "model.safetensors";
   {
-    // A NaN scale in every expert of the first MoE layer.
+    // A NaN scale in every expert of the second MoE layer (which prefetch reads too).
     const SafetensorsFile reader(file);
     std::ifstream in(file, std::ios::binary);
     uint64_t header = 0;
@@ -196,7 +196,7 @@ TEST(ExpertOffload, ACorruptExpertInTheFileFailsTheForwardThatNeedsIt) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (int64_t e = 0; e < m.config().moe.num_experts; ++e) {
       const SafetensorsEntry* entry =
-          reader.find(int8_scale_name("model.layers.1.mlp.experts." + std::to_string(e) + ".down_proj.weight"));
+          reader.find(int8_scale_name("model.layers.2.mlp.experts." + std::to_string(e) + ".down_proj.weight"));
       ASSERT_NE(entry, nullptr);
       out.seekp(std::streamoff(8 + header + entry->begin));
       out.write(reinterpret_cast<const char*>(&nan), sizeof nan);

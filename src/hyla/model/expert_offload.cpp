@@ -188,17 +188,22 @@ ExpertOffload::~ExpertOffload() {
   if (io_thread_.joinable()) io_thread_.join();
 }
 
-void ExpertOffload::fetch(Layer& layer, int64_t e, int64_t slot) {
-  uint8_t* dst = static_cast<uint8_t*>(slot_memory_.raw()) + (layer.index * slots_ + slot) * expert_bytes_;
-  Int8PackedMatrix packed[3];
-  int64_t offset = 0;
-  for (int m = 0; m < 3; ++m) {
-    const Source& s = layer.sources[size_t(e)][size_t(m)];
+void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
+  for (const Source& s : layer.sources[size_t(e)]) {
     const int64_t n_scales = s.rows * (s.cols / s.block);
     for (int64_t i = 0; i < n_scales; ++i)
       HYLA_CHECK(std::isfinite(s.scales[i]) && s.scales[i] >= 0.0f,
                  "{}: tensor '{}' holds {} at index {}; int8 scales are finite and >= 0",
                  weights_->file_of(s.name).path().string(), int8_scale_name(s.name), s.scales[i], i);
+  }
+}
+
+void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
+  uint8_t* dst = static_cast<uint8_t*>(slot_memory_.raw()) + (layer.index * slots_ + slot) * expert_bytes_;
+  Int8PackedMatrix packed[3];
+  int64_t offset = 0;
+  for (int m = 0; m < 3; ++m) {
+    const Source& s = layer.sources[size_t(e)][size_t(m)];
     int8_pack(s.values, s.scales, s.rows, s.cols, s.block, dst + offset);
     packed[m] = {dst + offset, s.rows, s.cols, s.block};
     offset += m < 2 ? gate_bytes_ : down_bytes_;
@@ -293,7 +298,10 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
     const int64_t misses = int64_t(layer.missing.size());
 #pragma omp parallel for schedule(dynamic, 1) if (misses > 1)
     for (int64_t i = 0; i < misses; ++i)
-      failure.run([&] { fetch(layer, layer.missing[size_t(i)], layer.missing_slots[size_t(i)]); });
+      failure.run([&] {
+        check_scales(layer, layer.missing[size_t(i)]);
+        pack(layer, layer.missing[size_t(i)], layer.missing_slots[size_t(i)]);
+      });
     const bool failed = failure.failed();
     lock.lock();
     for (int32_t s : layer.missing_slots) {
@@ -375,6 +383,13 @@ void ExpertOffload::prefetch_loop() {
     }
     Layer& layer = *layers_[size_t(request.layer)];
     for (int32_t e : request.experts) {
+      // Checked before the expert takes a slot, so that a slot a forward may already wait on is
+      // always filled; a corrupt expert is left to the compute's own fetch, which reports it.
+      try {
+        check_scales(layer, e);
+      } catch (const Error&) {
+        continue;
+      }
       std::unique_lock<std::mutex> lock(layer.mutex);
       if (layer.reached_forward >= request.forward) break;  // too late: the layer has run
       if (layer.expert_slot[size_t(e)] >= 0) continue;
@@ -385,19 +400,10 @@ void ExpertOffload::prefetch_loop() {
       layer.slot_loading[size_t(s)] = 1, layer.slot_prefetched[size_t(s)] = 1;
       layer.slot_used[size_t(s)] = layer.tick;
       lock.unlock();
-      bool ok = true;
-      try {
-        fetch(layer, e, s);
-      } catch (const std::exception&) {
-        ok = false;  // the compute's own fetch of this expert reports the error
-      }
+      pack(layer, e, s);
       lock.lock();
       layer.slot_loading[size_t(s)] = 0;
-      if (!ok) {
-        layer.expert_slot[size_t(e)] = -1, layer.slot_expert[size_t(s)] = -1, layer.slot_prefetched[size_t(s)] = 0;
-      } else {
-        ++layer.stats.fetches, layer.stats.fetched_bytes += expert_bytes_;
-      }
+      ++layer.stats.fetches, layer.stats.fetched_bytes += expert_bytes_;
       lock.unlock();
       layer.loaded.notify_all();
     }

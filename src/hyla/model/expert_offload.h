@@ -130,8 +130,10 @@ class ExpertOffload {
     std::vector<int32_t> experts;
   };
 
-  // Packs expert e of layer l from the files into `slot`'s memory.
-  void fetch(Layer& layer, int64_t e, int64_t slot);
+  // Fails naming the tensor unless expert e's scales in the files are finite and >= 0.
+  void check_scales(const Layer& layer, int64_t e) const;
+  // Packs expert e from the files into the layer's `slot` and points its weights there.
+  void pack(Layer& layer, int64_t e, int64_t slot);
   // Under the layer's lock: the slot whose expert the policy replaces now (-1: none may be).
   int64_t victim(Layer& layer) const;
   void prefetch_loop();
