@@ -113,7 +113,7 @@ struct ExpertOffload::Layer {
   int64_t predicted_forward = -1, counted_forward = -1, reached_forward = -1;
   ExpertLayerStats stats;
 
-  std::vector<int32_t> needed, group, missing, missing_slots;  // the compute thread's scratch
+  std::vector<int32_t> needed, group, missing, missing_slots, picks;  // the compute thread's scratch
   std::mutex mutex;
   std::condition_variable loaded;
 };
@@ -176,6 +176,11 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
     for (auto* v : {&layer->needed, &layer->group, &layer->missing, &layer->missing_slots}) v->reserve(size_t(experts_));
   }
   queue_.resize(layers_.size());
+  for (size_t l = 0; l < queue_.size(); ++l) {
+    queue_[l].layer = int(l);
+    queue_[l].experts.reserve(size_t(experts_));
+    layers_[l]->picks.reserve(size_t(experts_));
+  }
   if (options_.prefetch && layers_.size() > 1) io_thread_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -347,39 +352,43 @@ void ExpertOffload::predict_next(int index, const float* u, int64_t n, Arena& sc
   routing.weights = frame.take<float>(n * k_);
   if (router.latent() > 0) routing.latent = frame.take<float>(n * router.latent());
   router.route_into(u, routing);
-  PrefetchRequest request{index + 1, forward_.load(), {}};
-  const int64_t forward = request.forward;
+  const int64_t forward = forward_.load();
+  std::vector<int32_t>& picks = next.picks;  // capacity E: no allocation per token
+  picks.clear();
   {
     std::lock_guard<std::mutex> lock(next.mutex);
     std::fill(next.predicted.begin(), next.predicted.end(), 0);
     for (int64_t i = 0; i < n * k_; ++i) {
       const int32_t e = routing.selected[i];
-      if (!next.predicted[size_t(e)]) request.experts.push_back(e);
+      if (!next.predicted[size_t(e)]) picks.push_back(e);
       next.predicted[size_t(e)] = 1;
     }
     next.predicted_forward = forward;
   }
-  if (int64_t(request.experts.size()) > slots_) return;  // more than the layer holds: it would evict its own picks
+  if (int64_t(picks.size()) > slots_) return;  // more than the layer holds: it would evict its own picks
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
-    queue_[size_t(index) + 1] = std::move(request);
+    PrefetchRequest& request = queue_[size_t(index) + 1];
+    request.pending = true, request.forward = forward;
+    request.experts.assign(picks.begin(), picks.end());
   }
   queue_wake_.notify_one();
 }
 
 void ExpertOffload::prefetch_loop() {
+  PrefetchRequest request;  // its experts are swapped with a queue entry's: both keep capacity E
+  request.experts.reserve(size_t(experts_));
   for (;;) {
-    PrefetchRequest request;
     {
       std::unique_lock<std::mutex> lock(queue_mutex_);
-      queue_wake_.wait(lock, [&] {
-        return stopping_ || std::any_of(queue_.begin(), queue_.end(), [](const auto& r) { return r.has_value(); });
-      });
+      const auto pending = [](const PrefetchRequest& r) { return r.pending; };
+      queue_wake_.wait(lock, [&] { return stopping_ || std::any_of(queue_.begin(), queue_.end(), pending); });
       if (stopping_) return;
       // The shallowest layer first: its forward reaches it first.
-      auto pending = std::find_if(queue_.begin(), queue_.end(), [](const auto& r) { return r.has_value(); });
-      request = std::move(**pending);
-      pending->reset();
+      PrefetchRequest& next = *std::find_if(queue_.begin(), queue_.end(), pending);
+      request.layer = next.layer, request.forward = next.forward;
+      request.experts.swap(next.experts);
+      next.pending = false;
     }
     Layer& layer = *layers_[size_t(request.layer)];
     for (int32_t e : request.experts) {
@@ -448,7 +457,7 @@ void ExpertOffload::reset_stats() {
 void ExpertOffload::evict_all(bool drop_page_cache) {
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
-    for (auto& r : queue_) r.reset();
+    for (PrefetchRequest& r : queue_) r.pending = false;
   }
   for (auto& layer : layers_) {
     std::unique_lock<std::mutex> lock(layer->mutex);

@@ -19,7 +19,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,8 +124,9 @@ class ExpertOffload {
   };
   struct Layer;
   struct PrefetchRequest {
-    int layer;
-    int64_t forward;
+    bool pending = false;
+    int layer = 0;
+    int64_t forward = 0;
     std::vector<int32_t> experts;
   };
 
@@ -148,7 +148,7 @@ class ExpertOffload {
 
   std::mutex queue_mutex_;
   std::condition_variable queue_wake_;
-  std::vector<std::optional<PrefetchRequest>> queue_;  // one pending request per layer (newest wins)
+  std::vector<PrefetchRequest> queue_;  // one request per layer (the newest wins)
   bool stopping_ = false;
   std::thread io_thread_;
 };
