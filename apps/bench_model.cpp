@@ -3,7 +3,8 @@
 // sequences, and time to first token with a cached shared prefix. Decode rows also give the
 // fraction of the memory-bandwidth roofline: bytes a token must read (active weights, recurrent
 // state, latent cache) ÷ the bandwidth of reading the model's own weight buffers, measured in this
-// process.
+// process. With --expert-memory (docs/offload.md) every row also carries the expert cache's
+// counters, and --text makes the test tokens real text so that routing is the real distribution.
 #include "bench_model.h"
 
 #include <fmt/format.h>
