@@ -345,7 +345,7 @@ void int8_pack(const int8_t* values, const float* scales, int64_t rows, int64_t 
       uint8_t* out = dst + p * panel_bytes(cols, block) + b * bytes;
       const int8_t* panel = values + first * cols + b * block;
 #if defined(__AVX512F__)
-      if (full && cols % 4 == 0 && cols / 4 < (int64_t(1) << 26)) {
+      if (full && (kPanelRows - 1) * cols < (int64_t(1) << 31)) {  // the gather's offsets are int32 bytes
         const __m512i words = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                  _mm512_set1_epi32(int32_t(cols / 4)));
         for (int64_t k = 0; k < quads; ++k) {

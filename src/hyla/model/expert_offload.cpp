@@ -110,7 +110,7 @@ struct ExpertOffload::Layer {
   int64_t tick = 0, uses_since_halving = 0;
 
   std::vector<uint8_t> predicted;          // [E] the prediction for forward `predicted_forward`
-  int64_t predicted_forward = -1, counted_forward = -1, reached_forward = -1;
+  int64_t predicted_forward = -1, reached_forward = -1;
   ExpertLayerStats stats;
 
   std::vector<int32_t> needed, group, missing, missing_slots, picks;  // the compute thread's scratch
@@ -143,10 +143,8 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
                    source, p.name, dtype_name(weights_->entry(p.name).dtype));
         HYLA_ASSERT(!p.held);
         block = p.int8_block;
-        // Views into the mapping (a copy only where the file misaligns a tensor: kept alive here).
-        const Tensor values = weights_->get(p.name), scales = weights_->get(int8_scale_name(p.name));
-        layer->sources[size_t(e)][size_t(m)] = {values,      scales,      values.data<int8_t>(), scales.data<float>(),
-                                                p.shape[0], p.shape[1], p.int8_block,          p.name};
+        layer->sources[size_t(e)][size_t(m)] = {weights_->get(p.name), weights_->get(int8_scale_name(p.name)),
+                                                p.int8_block, p.name};
       }
     }
     layers_.push_back(std::move(layer));
@@ -173,13 +171,13 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
     layer->expert_slot.assign(size_t(experts_), -1);
     layer->uses.assign(size_t(experts_), 0);
     layer->predicted.assign(size_t(experts_), 0);
-    for (auto* v : {&layer->needed, &layer->group, &layer->missing, &layer->missing_slots}) v->reserve(size_t(experts_));
+    for (auto* v : {&layer->needed, &layer->group, &layer->missing, &layer->missing_slots, &layer->picks})
+      v->reserve(size_t(experts_));
   }
   queue_.resize(layers_.size());
   for (size_t l = 0; l < queue_.size(); ++l) {
     queue_[l].layer = int(l);
     queue_[l].experts.reserve(size_t(experts_));
-    layers_[l]->picks.reserve(size_t(experts_));
   }
   if (options_.prefetch && layers_.size() > 1) io_thread_ = std::thread([this] { prefetch_loop(); });
 }
@@ -194,13 +192,8 @@ ExpertOffload::~ExpertOffload() {
 }
 
 void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
-  for (const Source& s : layer.sources[size_t(e)]) {
-    const int64_t n_scales = s.rows * (s.cols / s.block);
-    for (int64_t i = 0; i < n_scales; ++i)
-      HYLA_CHECK(std::isfinite(s.scales[i]) && s.scales[i] >= 0.0f,
-                 "{}: tensor '{}' holds {} at index {}; int8 scales are finite and >= 0",
-                 weights_->file_of(s.name).path().string(), int8_scale_name(s.name), s.scales[i], i);
-  }
+  for (const Source& s : layer.sources[size_t(e)])
+    check_int8_scales(s.scales.data<float>(), s.scales.numel(), weights_->file_of(s.name).path().string(), s.name);
 }
 
 void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
@@ -209,8 +202,9 @@ void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
   int64_t offset = 0;
   for (int m = 0; m < 3; ++m) {
     const Source& s = layer.sources[size_t(e)][size_t(m)];
-    int8_pack(s.values, s.scales, s.rows, s.cols, s.block, dst + offset);
-    packed[m] = {dst + offset, s.rows, s.cols, s.block};
+    const int64_t rows = s.values.shape()[0], cols = s.values.shape()[1];
+    int8_pack(s.values.data<int8_t>(), s.scales.data<float>(), rows, cols, s.block, dst + offset);
+    packed[m] = {dst + offset, rows, cols, s.block};
     offset += m < 2 ? gate_bytes_ : down_bytes_;
   }
   layer.weights[size_t(e)] = {packed[0], packed[1], packed[2]};
@@ -252,17 +246,16 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
     if (dispatch.load[size_t(e)] > 0) layer.needed.push_back(int32_t(e));
   {
     std::lock_guard<std::mutex> lock(layer.mutex);
-    layer.reached_forward = forward;
     // Prefetched experts are fair game from now on: their forward has reached the layer.
     std::fill(layer.slot_prefetched.begin(), layer.slot_prefetched.end(), 0);
-    if (layer.counted_forward != forward && layer.predicted_forward == forward) {
+    if (layer.reached_forward != forward && layer.predicted_forward == forward) {  // once per forward
       int64_t predicted = 0, used = 0;
       for (int64_t e = 0; e < experts_; ++e) predicted += layer.predicted[size_t(e)];
       for (int32_t e : layer.needed) used += layer.predicted[size_t(e)];
       layer.stats.predicted += predicted, layer.stats.predicted_used += used;
       layer.stats.predicted_needed += int64_t(layer.needed.size());
     }
-    layer.counted_forward = forward;
+    layer.reached_forward = forward;
   }
   for (size_t at = 0; at < layer.needed.size();) {
     const size_t end = std::min(layer.needed.size(), at + size_t(slots_));

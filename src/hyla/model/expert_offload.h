@@ -115,11 +115,9 @@ class ExpertOffload {
   const ExpertOffloadOptions& options() const { return options_; }
 
  private:
-  struct Source {  // one int8 matrix in the mapped files
-    Tensor values_view, scales_view;
-    const int8_t* values = nullptr;
-    const float* scales = nullptr;
-    int64_t rows = 0, cols = 0, block = 0;
+  struct Source {  // one int8 matrix in the mapped files: views (a copy where the file misaligns a tensor)
+    Tensor values, scales;  // [rows, cols] and [rows, cols / block]
+    int64_t block = 0;
     std::string name;
   };
   struct Layer;

@@ -27,6 +27,13 @@ int64_t int8_block_from_metadata(const std::map<std::string, std::string>& metad
   return block;
 }
 
+void check_int8_scales(const float* scales, int64_t n, const std::string& source, const std::string& weight) {
+  for (int64_t i = 0; i < n; ++i)
+    HYLA_CHECK(std::isfinite(scales[i]) && scales[i] >= 0.0f,
+               "{}: tensor '{}' holds {} at index {}; int8 scales are finite and >= 0", source, int8_scale_name(weight),
+               scales[i], i);
+}
+
 void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t block, int8_t* values, float* scales) {
   HYLA_ASSERT(cols % block == 0);
   const int64_t blocks = cols / block;

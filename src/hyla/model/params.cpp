@@ -233,9 +233,7 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
     if (p->is_int8()) {
       const Tensor scales = weights.get(int8_scale_name(p->name));
       const float* s = scales.data<float>();
-      for (int64_t i = 0; i < scales.numel(); ++i)
-        HYLA_CHECK(std::isfinite(s[i]) && s[i] >= 0.0f, "{}: tensor '{}' holds {} at index {}; int8 scales are finite and >= 0",
-                   source, int8_scale_name(p->name), s[i], i);
+      check_int8_scales(s, scales.numel(), source, p->name);
       int8_pack(t.data<int8_t>(), s, p->shape[0], p->shape[1], p->int8_block, const_cast<uint8_t*>(p->int8.data));
     } else if (e.dtype == DType::F32) {
       std::memcpy(p->v(), t.data<float>(), n * 4);

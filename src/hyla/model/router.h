@@ -41,7 +41,6 @@ class Router {
   // The same into arrays the caller sized (Routing's comments): e.g. another layer's input routed
   // by this router to predict its choices (expert_offload.h).
   void route_into(const float* u, Routing& routing) const;
-  int64_t experts() const { return experts_; }
   int64_t k() const { return k_; }
   int64_t latent() const { return latent_; }
 
