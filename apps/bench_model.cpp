@@ -1,9 +1,9 @@
 // `hyla bench --model DIR`: prompt processing (ppP) and token generation (tgN) speed like
 // llama-bench, optionally after `depth` tokens already in the context, batched decode of B
 // sequences, and time to first token with a cached shared prefix. Decode rows also give the
-// fraction of the memory-bandwidth roofline: bytes a token must read (active weights, recurrent
-// state, latent cache) ÷ the bandwidth of reading the model's own weight buffers, measured in this
-// process. With --expert-memory (docs/offload.md) every row also carries the expert cache's
+// fraction of a roofline that knows the cache (DecodeBound): the time to read a token's bytes, those
+// the last-level cache holds at its bandwidth and the rest at DRAM's, both measured in this
+// process with the row's threads. With --expert-memory (docs/offload.md) every row also carries the expert cache's
 // counters, and --text makes the test tokens real text so that routing is the real distribution.
 #include "bench_model.h"
 
@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <optional>
 
@@ -58,6 +57,33 @@ std::string human_bytes(double b) {
   return b >= double(1 << 30) ? fmt::format("{:.2f} GiB", b / double(1 << 30)) : fmt::format("{:.1f} MiB", b / double(1 << 20));
 }
 
+// The least time a decoded token can take reading its bytes. Two kinds: the bytes it re-reads
+// every token (every active weight but the routed experts, one embedding row, the KDA states read
+// and written, the latent cache), and the routed experts' (k of E per MoE layer, a different few
+// each token). A kind is read from the last-level cache when it fits there with room for the
+// stream beside it (the re-read bytes alone; the routed experts only with the whole pool of them
+// beside the re-read bytes), else from DRAM.
+struct DecodeBound {
+  double reread_bytes = 0, routed_bytes = 0;
+  bool reread_cached = false, routed_cached = false;
+  double llc_bandwidth = 0, dram_bandwidth = 0;  // bytes/s
+
+  static DecodeBound of(double reread, double routed, double routed_pool, double llc_bytes, double llc_bandwidth,
+                        double dram_bandwidth) {
+    constexpr double kRoom = 0.75;  // of the cache, for what fits
+    DecodeBound b{reread, routed, false, false, llc_bandwidth, dram_bandwidth};
+    b.reread_cached = reread <= kRoom * llc_bytes;
+    b.routed_cached = reread + routed_pool <= kRoom * llc_bytes;
+    return b;
+  }
+  double cached_bytes() const { return (reread_cached ? reread_bytes : 0) + (routed_cached ? routed_bytes : 0); }
+  double dram_bytes() const { return reread_bytes + routed_bytes - cached_bytes(); }
+  double seconds() const { return cached_bytes() / llc_bandwidth + dram_bytes() / dram_bandwidth; }
+  std::string where() const {
+    return fmt::format("{:.1f} MB from LLC + {:.1f} MB from DRAM", cached_bytes() * 1e-6, dram_bytes() * 1e-6);
+  }
+};
+
 std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   Rng rng(seed);
   std::vector<int32_t> ids;
@@ -78,8 +104,12 @@ void bench_model(const ModelBenchArgs& a) {
   const int64_t V = config.vocab_size, hidden = config.hidden_size;
   const std::string name = std::filesystem::path(a.model_dir).filename().string();
   // Weights a decoded token reads: every active parameter except the embedding table, of which it
-  // reads one row.
-  const double active_weights = double(counts.active_sum() - V * hidden + hidden);
+  // reads one row; the routed experts apart (DecodeBound).
+  const int64_t routed_slot = int64_t(Component::RoutedExperts);
+  const double routed_weights = double(counts.active[size_t(routed_slot)]);
+  const double routed_pool_weights = double(counts.total[size_t(routed_slot)]);
+  const double reread_weights = double(counts.active_sum() - V * hidden + hidden) - routed_weights;
+  const double llc_bytes = double(last_level_cache_bytes());
   // A `hyla quantize` directory is timed as "int8": its products are int8, the few weights it keeps
   // floating point run bf16, and a weight costs 1 byte plus its block's f32 scale.
   int64_t int8_block = 0;
@@ -152,37 +182,41 @@ void bench_model(const ModelBenchArgs& a) {
     }
     if (!a.json) fmt::print("\n");
   }
-  const double fresh_bandwidth = measure_read_bandwidth_gbs() * 1e9;
-  if (!a.json) fmt::print("read bandwidth this run: {:.1f} GB/s over a fresh 512 MB buffer\n", fresh_bandwidth * 1e-9);
-  // The roofline's reference: the bandwidth of reading the very weight buffers decoding reads
-  // (same pages, same page sizes), measured next to a fresh buffer's figure.
-  std::map<std::string, double> weights_bandwidth;
-  for (const std::string& dtype : dtypes) {
-    weights_bandwidth[dtype] = measure_read_bandwidth_gbs(model->params().product_weight_buffers(dtype == "f32")) * 1e9;
-    if (!a.json)
-      fmt::print("read bandwidth this run: {:.1f} GB/s over the model's {} weights (the roofline's reference)\n",
-                 weights_bandwidth[dtype] * 1e-9, dtype);
-  }
+  if (!a.json)
+    fmt::print("last-level cache: {} (a decode row's roofline reads what fits there at the LLC bandwidth, the rest "
+               "at DRAM's, both measured with the row's threads)\n",
+               llc_bytes > 0 ? human_bytes(llc_bytes) : "unknown");
   if (!a.json) {
     fmt::print("state memory per sequence: {}\n", SequenceState(*model, capacity).describe_memory(capacity));
-    fmt::print("\n| model | size | params | dtype | threads | test | t/s | roofline |\n");
+    fmt::print("\n| model | size | params | dtype | threads | test | t/s | roofline (cache-aware) |\n");
     fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
   }
-  std::vector<int64_t> thread_counts = a.threads.empty() ? std::vector<int64_t>{num_threads()} : a.threads;
+  // Without -t, the configuration the CLI chose (by default adaptive: fewer threads while other
+  // processes keep cores busy); each -t value is a fixed count.
+  std::vector<ThreadConfig> thread_settings;
+  if (a.threads.empty()) thread_settings.push_back(thread_config());
+  for (int64_t t : a.threads) thread_settings.push_back({int(t), false});
   int64_t batched = 0;
   for (int64_t B : a.batches) batched += B > 1;
   const int64_t per_setting = int64_t(a.depths.size()) * int64_t(a.prompts.size() + a.generations.size()) +
                               batched * int64_t(a.generations.size());
   // The table's rows show progress as they come; --json prints at the end, so it gets a bar on stderr.
   std::optional<Progress> progress;
-  if (a.json) progress.emplace("bench", uint64_t(int64_t(dtypes.size() * thread_counts.size()) * per_setting), "tests");
+  if (a.json) progress.emplace("bench", uint64_t(int64_t(dtypes.size() * thread_settings.size()) * per_setting), "tests");
   for (const std::string& dtype : dtypes) {
     const Precision precision = precision_of(dtype);
     const double weight_bytes = bytes_per_weight(dtype);
     const double model_bytes = double(counts.total_sum()) * weight_bytes;
-    const double bandwidth = weights_bandwidth.at(dtype);
-    for (int64_t threads : thread_counts) {
-      set_threads(int(threads));
+    for (const ThreadConfig& setting : thread_settings) {
+      set_thread_config(setting);
+      const int64_t threads = setting.threads;
+      const std::string threads_label = setting.adaptive ? fmt::format("{} (adaptive)", threads) : std::to_string(threads);
+      // Measured beside this setting's rows: a 512 MB buffer (DRAM) and half the cache's size (LLC).
+      const double dram_bandwidth = measure_read_bandwidth_gbs() * 1e9;
+      const double llc_bandwidth = llc_bytes > 0 ? measure_read_bandwidth_gbs(size_t(llc_bytes / 2)) * 1e9 : dram_bandwidth;
+      if (!a.json)
+        fmt::print("|  | read bandwidth | {} threads |  |  | DRAM {:.1f} GB/s | LLC {:.1f} GB/s |  |\n", threads_label,
+                   dram_bandwidth * 1e-9, llc_bandwidth * 1e-9);
       SequenceState state(*model, capacity), at_depth(*model, capacity);
       // With offload, every repetition's counters start at zero (and, cold, with nothing resident
       // or in the page cache): a row reports its last repetition's.
@@ -196,11 +230,18 @@ void bench_model(const ModelBenchArgs& a) {
                                  },
                                  run);
       };
-      const auto emit = [&](const std::string& test, Stat s, double roof_tokens_per_s) {
-        const double roof = roof_tokens_per_s > 0 ? s.mean / roof_tokens_per_s : 0;
+      const auto emit = [&](const std::string& test, Stat s, const DecodeBound* bound) {
+        const double roof = bound ? s.mean * bound->seconds() : 0;
         nlohmann::json row = {{"model", name}, {"size_bytes", model_bytes}, {"params", counts.total_sum()},
-                              {"dtype", dtype}, {"threads", threads}, {"test", test}, {"tokens_per_s", s.mean},
-                              {"std", s.std}, {"roofline_fraction", roof}, {"bandwidth_gbs", bandwidth * 1e-9}};
+                              {"dtype", dtype}, {"threads", threads}, {"adaptive_threads", setting.adaptive},
+                              {"test", test}, {"tokens_per_s", s.mean},
+                              {"std", s.std}, {"dram_gbs", dram_bandwidth * 1e-9}, {"llc_gbs", llc_bandwidth * 1e-9},
+                              {"llc_bytes", llc_bytes}};
+        if (bound)
+          row.update({{"roofline_fraction", roof},
+                      {"roofline_tokens_per_s", 1.0 / bound->seconds()},
+                      {"bytes_from_llc", bound->cached_bytes()},
+                      {"bytes_from_dram", bound->dram_bytes()}});
         std::string offload_line;
         if (offload) {
           const ExpertOffloadStats o = offload->stats();
@@ -228,8 +269,10 @@ void bench_model(const ModelBenchArgs& a) {
         if (progress) progress->advance(1);
         if (!a.json)
           fmt::print("| {} | {} | {:.1f} M | {} | {} | {} | {:.1f} ± {:.1f} | {} |\n{}", name, human_bytes(model_bytes),
-                     double(counts.total_sum()) * 1e-6, dtype, threads, test, s.mean, s.std,
-                     roof > 0 ? fmt::format("{:.0f}%", 100 * roof) : "", offload_line);
+                     double(counts.total_sum()) * 1e-6, dtype, threads_label, test, s.mean, s.std,
+                     bound ? fmt::format("{:.0f}% of {:.0f} ({})", 100 * roof, 1.0 / bound->seconds(), bound->where())
+                           : "",
+                     offload_line);
       };
       for (int64_t depth : a.depths) {
         const std::string at = depth > 0 ? fmt::format(" @ d{}", depth) : "";
@@ -240,22 +283,23 @@ void bench_model(const ModelBenchArgs& a) {
           emit(fmt::format("pp{}{}", p, at),
                timed(double(p), [&] { state.copy_from(at_depth); },
                                  [&] { feed(*model, ids, state, a.prefill_chunk, precision); }),
-               0);
+               nullptr);
         }
         for (int64_t n : a.generations) {
           // After the depth's tokens, as a continuation of the same text.
           const std::vector<int32_t> ids = test_ids(depth + n, 1);
-          // Bytes per generated token: weights, the KDA states read and written, and the latent
-          // cache read (at the mean position of the run).
-          const double bytes = active_weights * weight_bytes + 2.0 * double(state.fixed_bytes()) +
-                               double(state.bytes_per_token()) * (double(depth) + double(n) / 2);
+          // The latent cache is read at the mean position of the run.
+          const double reread = reread_weights * weight_bytes + 2.0 * double(state.fixed_bytes()) +
+                                double(state.bytes_per_token()) * (double(depth) + double(n) / 2);
+          const DecodeBound bound = DecodeBound::of(reread, routed_weights * weight_bytes, routed_pool_weights * weight_bytes,
+                                                    llc_bytes, llc_bandwidth, dram_bandwidth);
           emit(fmt::format("tg{}{}", n, at),
                timed(double(n), [&] { state.copy_from(at_depth); },
                                  [&] {
                                    for (size_t i = size_t(depth); i < ids.size(); ++i)
                                      feed(*model, {ids[i]}, state, 1, precision);
                                  }),
-               bandwidth / bytes);
+               &bound);
         }
       }
       // Batched decode: B sequences, one token each per forward.
@@ -287,7 +331,7 @@ void bench_model(const ModelBenchArgs& a) {
             }
           };
           // The weights are read once per step for all B sequences (experts: up to B·k of E).
-          emit(fmt::format("tg{} ×{} (aggregate)", n, B), timed(double(n * B), prepare, run), 0);
+          emit(fmt::format("tg{} ×{} (aggregate)", n, B), timed(double(n * B), prepare, run), nullptr);
         }
       }
     }

@@ -12,7 +12,10 @@
 
 namespace {
 
-void set_thread_count(int n) { hyla::set_threads(hyla::resolve_threads(n)); }
+constexpr const char* kThreadsHelp =
+    "Threads (default: $HYLA_THREADS, else the physical cores this process may use, fewer while other processes keep cores busy)";
+
+void set_thread_count(int n) { hyla::set_thread_config(hyla::thread_config_for(n)); }
 
 // `-t/--threads` on every subcommand too (`hyla generate -t 1 …`, as llama.cpp users type it),
 // unless a subcommand gives the flag its own meaning (`bench` takes a list of thread counts).
@@ -21,7 +24,7 @@ void add_threads_everywhere(CLI::App& app) {
     const bool has_t = sub->get_option_no_throw("-t") != nullptr;
     if (sub->get_option_no_throw("--threads") == nullptr)
       sub->add_option_function<int>(has_t ? "--threads" : "-t,--threads", set_thread_count,
-                                    "Threads (default: $HYLA_THREADS, else physical cores)");
+                                    kThreadsHelp);
     add_threads_everywhere(*sub);
   }
 }
@@ -45,7 +48,7 @@ int main(int argc, char** argv) {
   CLI::App app{"hyla: train, serve and evaluate hybrid linear-attention MoE language models"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows every option's default
-  app.add_option_function<int>("-t,--threads", set_thread_count, "Threads (default: $HYLA_THREADS, else physical cores)");
+  app.add_option_function<int>("-t,--threads", set_thread_count, kThreadsHelp);
   hyla::cli::add_version(app);
   hyla::cli::add_inspect(app);
   hyla::cli::add_init(app);
@@ -63,7 +66,7 @@ int main(int argc, char** argv) {
   hyla::cli::add_eval(app);
   add_threads_everywhere(app);
   try {
-    hyla::set_threads(hyla::resolve_threads(0));
+    hyla::set_thread_config(hyla::thread_config_for(0));
     std::vector<std::string> args = with_llama_cpp_spellings(argc, argv);
     std::vector<char*> pointers;
     for (std::string& arg : args) pointers.push_back(arg.data());

@@ -1,10 +1,9 @@
 #include "hyla/core/workspace.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "hyla/core/memory.h"
+#include "hyla/core/threads.h"
 
 namespace hyla {
 namespace {
@@ -49,7 +48,7 @@ Workspace::Workspace() { arenas_.push_back(std::make_unique<Arena>()); }
 Workspace::~Workspace() = default;
 
 void Workspace::reserve() {
-  const size_t n = size_t(std::max(1, omp_get_max_threads()));
+  const size_t n = size_t(std::max(1, num_threads()));
   while (arenas_.size() < n) arenas_.push_back(std::make_unique<Arena>());
 }
 

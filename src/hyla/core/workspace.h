@@ -1,7 +1,7 @@
 #pragma once
 // Scratch memory: the one place layers and kernels get memory that lives only for a call.
 //
-// A Workspace holds one bump arena per OpenMP thread. Code takes buffers from an arena inside a
+// A Workspace holds one bump arena per thread of a forward. Code takes buffers from an arena inside a
 // Frame and the Frame's end gives them all back; the first passes grow the arenas to their
 // high-water mark and from then on nothing allocates. One Workspace serves a whole model, every
 // layer in turn, so scratch does not grow with depth. A Model owns one and hands it to its layers
@@ -73,12 +73,13 @@ class Workspace {
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
-  // The arena of OpenMP thread `index` (omp_get_thread_num() inside a parallel region; the serial
-  // caller is thread 0). reserve() must have run for the current team size.
+  // The arena of thread `index` of the forward's threads (omp_get_thread_num() inside an OpenMP
+  // region, the thread argument of a parallel_for piece; the serial caller is thread 0).
+  // reserve() must have run for the current thread count.
   Arena& thread(int index) { return *arenas_[size_t(index)]; }
   // The calling thread's arena outside parallel regions.
   Arena& serial() { return thread(0); }
-  // One arena per thread of the current OpenMP team size (call before a parallel region).
+  // One arena per thread of num_threads() (call before a parallel region).
   void reserve();
   // Bytes the arenas hold between passes: it stops growing once the shapes repeat.
   size_t bytes() const;

@@ -7,9 +7,9 @@ namespace hyla {
 
 Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
     : scheduler_(model, tokenizer, options), stats_(scheduler_.stats()) {
-  // set_threads is per thread: the worker does the math with its creator's thread count.
-  worker_ = std::thread([this, threads = num_threads()] {
-    set_threads(threads);
+  // The thread configuration is per thread: the worker does the math with its creator's.
+  worker_ = std::thread([this, config = thread_config()] {
+    set_thread_config(config);
     run();
   });
 }

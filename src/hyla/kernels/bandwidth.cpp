@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "hyla/core/memory.h"
 #include "hyla/kernels/vec.h"
@@ -45,13 +48,31 @@ double measure_read_bandwidth_gbs(const std::vector<std::span<const std::byte>>&
   return bytes / best * 1e-9;
 }
 
-double measure_read_bandwidth_gbs() {
-  const int64_t n = int64_t(1) << 27;
+double measure_read_bandwidth_gbs(size_t bytes) {
+  const int64_t n = int64_t(bytes / sizeof(float));
   const auto memory = allocate_aligned(size_t(n) * sizeof(float));
   float* x = static_cast<float*>(memory.get());
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
   return measure_read_bandwidth_gbs({std::span<const std::byte>(static_cast<const std::byte*>(memory.get()), size_t(n) * 4)});
+}
+
+int64_t last_level_cache_bytes() {
+  int best_level = 0;
+  int64_t bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size"), type_file(dir + "type");
+    int level = 0;
+    std::string size, type;
+    if (!(level_file >> level) || !(size_file >> size) || !(type_file >> type)) break;
+    if (type == "Instruction" || level < best_level || size.empty()) continue;
+    char* end = nullptr;
+    const int64_t value = std::strtoll(size.c_str(), &end, 10);
+    const int64_t unit = *end == 'K' ? 1024 : *end == 'M' ? 1024 * 1024 : 1;
+    best_level = level, bytes = value * unit;
+  }
+  return bytes;
 }
 
 }  // namespace hyla

@@ -1,7 +1,5 @@
 #include "hyla/kernels/int8_gemm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -10,6 +8,8 @@
 #include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
+#include "hyla/core/team.h"
+#include "hyla/core/threads.h"
 #include "hyla/kernels/vec.h"
 
 namespace hyla {
@@ -422,22 +422,18 @@ void int8_matmul(const float* x, int64_t n, int64_t ld_x, std::span<const Int8Pa
     rows += w.rows;
   }
   const Int8Rows xq = int8_rows_view(workspace, n, cols, parts[0].block);
-  const int threads = omp_in_parallel() || n * rows * cols < kParallelMacs
-                          ? 1
-                          : int(std::min<int64_t>(omp_get_max_threads(), panels));
-  // A few rows (decode) are quantised before the fork: a barrier inside would cost more.
-  const bool split_quantisation = threads > 1 && n * cols > kSerialQuantisation;
-  if (!split_quantisation) quantize_int8_rows(x, ld_x, xq, 0, n, kernel);
-  if (threads == 1) return run_panels(xq, parts, 0, panels, y, ld_y, beta, kernel);
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
-    if (split_quantisation) {
-      quantize_int8_rows(x, ld_x, xq, n * t / count, n * (t + 1) / count, kernel);
-#pragma omp barrier
-    }
-    run_panels(xq, parts, panels * t / count, panels * (t + 1) / count, y, ld_y, beta, kernel);
-  }
+  const bool parallel = n * rows * cols >= kParallelMacs && panels > 1;
+  // A few rows (decode) are quantised by the caller: waking the team for them would cost more.
+  if (parallel && n * cols > kSerialQuantisation)
+    parallel_for(n, 1, [&](int, int64_t first, int64_t last) { quantize_int8_rows(x, ld_x, xq, first, last, kernel); });
+  else
+    quantize_int8_rows(x, ld_x, xq, 0, n, kernel);
+  // Pieces of whole tiles, a few per thread (see skinny_gemm).
+  const int64_t tiles = ceil_div(panels, int64_t(kTilePanels));
+  const int64_t grain = parallel ? std::max<int64_t>(1, tiles / (4 * num_threads())) * kTilePanels : panels;
+  parallel_for(panels, grain, [&](int, int64_t first, int64_t last) {
+    run_panels(xq, parts, first, last, y, ld_y, beta, kernel);
+  });
 }
 
 }  // namespace hyla

@@ -8,6 +8,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/kda_internal.h"
 #include "hyla/kernels/vmath.h"
 
@@ -278,32 +279,29 @@ void kda_recurrent_backward_task(const KdaShape& shape, const KdaInputs& in, con
 void kda_decode_step(const KdaShape& shape, int64_t batch, const float* q, const float* k, const float* v,
                      const float* g, const float* beta, float* const* states, float* o) {
   const int64_t H = shape.heads, K = shape.key_dim, V = shape.value_dim;
-#pragma omp parallel
-  {
+  HYLA_ASSERT(K <= 1024);
+  parallel_for(batch * H, 1, [&](int, int64_t first, int64_t last) {
     float decay[1024], kS[kBlock], qS[kBlock];
-    HYLA_ASSERT(K <= 1024);
-#pragma omp for schedule(static) collapse(2)
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t x = b * H + h;
-        const float* qt = q + x * K;
-        const float* kt = k + x * K;
-        std::memcpy(decay, g + x * K, size_t(K) * sizeof(float));
-        exp_inplace(decay, K);
-        const float qk = dot(qt, kt, K);
-        for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
-          const int64_t w = std::min(kBlock, V - v0);
-          float* S = states[b] + h * K * V + v0;
-          state_pass(S, K, w, V, nullptr, nullptr, decay, kt, qt, kS, qS);
-          float u[kBlock];
-          for (int64_t j = 0; j < w; ++j) {
-            u[j] = beta[x] * (v[x * V + v0 + j] - kS[j]);
-            o[x * V + v0 + j] = qS[j] + qk * u[j];
-          }
-          rank1_update(S, K, w, V, kt, u);
+    for (int64_t x = first; x < last; ++x) {
+      const int64_t b = x / H, h = x % H;
+      const float* qt = q + x * K;
+      const float* kt = k + x * K;
+      std::memcpy(decay, g + x * K, size_t(K) * sizeof(float));
+      exp_inplace(decay, K);
+      const float qk = dot(qt, kt, K);
+      for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
+        const int64_t w = std::min(kBlock, V - v0);
+        float* S = states[b] + h * K * V + v0;
+        state_pass(S, K, w, V, nullptr, nullptr, decay, kt, qt, kS, qS);
+        float u[kBlock];
+        for (int64_t j = 0; j < w; ++j) {
+          u[j] = beta[x] * (v[x * V + v0 + j] - kS[j]);
+          o[x * V + v0 + j] = qS[j] + qk * u[j];
         }
+        rank1_update(S, K, w, V, kt, u);
       }
-  }
+    }
+  });
 }
 
 }  // namespace hyla

@@ -1,7 +1,5 @@
 #include "hyla/kernels/latent_attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -13,6 +11,7 @@
 #include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/vec.h"
 #include "hyla/kernels/vmath.h"
 
@@ -628,16 +627,18 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
   float* const queries = frame.take<float>(batch * int64_t(g.query_floats()));
   const int64_t ldq = g.H * g.K, query_floats = int64_t(g.query_floats());
 
-#pragma omp parallel if (units > 1)
-  {
-    Frame thread_frame(workspace.thread(omp_get_thread_num()));
+  const int64_t query_rows = batch * g.Hp;
+  parallel_for(query_rows, units > 1 ? 1 : query_rows, [&](int thread, int64_t first, int64_t last) {
+    Frame thread_frame(workspace.thread(thread));
     float* buffer = thread_frame.take<float>(int64_t(g.thread_floats()));
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < batch * g.Hp; ++bh)
+    for (int64_t bh = first; bh < last; ++bh)
       pack_query_row(g, d.bf16_products, g.halves(d.bf16_products), q + bh / g.Hp * ldq, bh % g.Hp,
                      queries + bh / g.Hp * query_floats, buffer);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < units; ++u) {
+  });
+  parallel_for(units, 1, [&](int thread, int64_t first, int64_t last) {
+    Frame thread_frame(workspace.thread(thread));
+    float* buffer = thread_frame.take<float>(int64_t(g.thread_floats()));
+    for (int64_t u = first; u < last; ++u) {
       const Unit& unit = unit_list[u];
       float* partial = partials + u * int64_t(g.partial_floats());
       const LatentCacheRows& c = caches[unit.seq];
@@ -646,12 +647,13 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
       else if (bf16_rows) run_unit<false>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
       else run_unit<false>(g, c.rows_f32, unit.begin, unit.end, q_op, partial, buffer);
     }
-  }
+  });
 
   // Merge each (sequence, head)'s pieces by their log-sum-exp, in unit order.
   const int64_t stride = int64_t(g.partial_floats());
-#pragma omp parallel for schedule(static) if (batch * g.H > 8)
-  for (int64_t bh = 0; bh < batch * g.H; ++bh) {
+  const int64_t heads = batch * g.H;
+  parallel_for(heads, heads > 8 ? 1 : heads, [&](int, int64_t first, int64_t last) {
+  for (int64_t bh = first; bh < last; ++bh) {
     const int64_t b = bh / g.H, h = bh % g.H;
     const int64_t u0 = first_unit[b], u1 = first_unit[b + 1];
     float* out = o + bh * g.R;
@@ -672,6 +674,7 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
 #pragma omp simd
     for (int64_t r = 0; r < g.R; ++r) out[r] *= inv;
   }
+  });
 }
 
 }  // namespace hyla

@@ -1,8 +1,10 @@
 #include "hyla/kernels/skinny_gemm.h"
 
-#include <omp.h>
+#include <algorithm>
 
 #include "hyla/core/error.h"
+#include "hyla/core/team.h"
+#include "hyla/core/threads.h"
 #include "hyla/kernels/vec.h"
 
 namespace hyla {
@@ -99,23 +101,21 @@ void skinny(int64_t M, int64_t N, int64_t K, float alpha, const typename Ops::T*
             const typename Ops::T* W, int64_t ldw, float beta, float* y, int64_t ldy) {
   HYLA_ASSERT(M >= 0 && M <= kSkinnyMaxRows);
   if (M == 0 || N == 0) return;
-  // Whole groups of 16 weight rows per thread; small products run on one thread, where waking
-  // the team would cost more than the product.
+  // Pieces of whole 16-row groups, a few per thread so that a thread that arrives late finds work
+  // taken rather than waiting to be taken; small products run on one thread, where waking the
+  // team would cost more than the product.
   const int64_t groups = (N + 15) / 16;
   const bool parallel = N * K >= (int64_t(1) << 15) && groups > 1;
-#pragma omp parallel if (parallel)
-  {
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t n0 = std::min(N, groups * t / threads * 16), n1 = std::min(N, groups * (t + 1) / threads * 16);
-    if (n0 < n1) {
-      switch (M) {
-        case 1: skinny_rows<Ops, 1>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
-        case 2: skinny_rows<Ops, 2>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
-        case 3: skinny_rows<Ops, 3>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
-        default: skinny_rows<Ops, 4>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
-      }
+  const int64_t grain = parallel ? std::max<int64_t>(1, groups / (4 * num_threads())) : groups;
+  parallel_for(groups, grain, [&](int, int64_t g0, int64_t g1) {
+    const int64_t n0 = std::min(N, g0 * 16), n1 = std::min(N, g1 * 16);
+    switch (M) {
+      case 1: skinny_rows<Ops, 1>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
+      case 2: skinny_rows<Ops, 2>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
+      case 3: skinny_rows<Ops, 3>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
+      default: skinny_rows<Ops, 4>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy); break;
     }
-  }
+  });
 }
 
 }  // namespace

@@ -5,16 +5,22 @@
 #include <cstring>
 
 #include "hyla/core/clock.h"
+#include "hyla/core/team.h"
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/cross_entropy.h"
 #include "hyla/kernels/residual.h"
+#include "hyla/kernels/skinny_gemm.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Forwards of up to this many rows (decoding) run on the decode team: their bf16 products are the
+// skinny kernels, which fork through parallel_for; above it oneDNN's products run OpenMP threads.
+constexpr int64_t kDecodeTeamRows = kSkinnyMaxRows;
 
 template <typename F>
 void parallel_rows(int64_t rows, int64_t cols, F&& f) {
@@ -386,6 +392,9 @@ void Model::check_input(const ModelInput& in, const ForwardOptions& options, std
 
 ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches) {
   check_input(in, options, caches);
+  // Decode-sized forwards run on the decode team (core/team.h), the rest on OpenMP; either with
+  // the threads the box can give now.
+  const ForwardThreadsScope threads(forward_threads(), !options.backward && in.tokens.rows <= kDecodeTeamRows);
   const auto t0 = std::chrono::steady_clock::now();
   timings_ = {};
   grow(in.tokens.rows, options.backward);

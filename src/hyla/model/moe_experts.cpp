@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "hyla/core/arith.h"
+#include "hyla/core/team.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
@@ -101,13 +102,11 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     for (int64_t t = 0; t < dispatch.tokens; ++t) convert(x + t * D, converted + t * D, size_t(D));
     x16 = converted;
   }
-#pragma omp parallel
-  {
-  Frame thread_frame(workspace.thread(omp_get_thread_num()));
+  parallel_for(int64_t(blocks_.size()), 1, [&](int thread, int64_t first_block, int64_t last_block) {
+  Frame thread_frame(workspace.thread(thread));
   const BlockBuffers buf = block_buffers(thread_frame);
-#pragma omp for schedule(dynamic, 1)
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Block blk = blocks_[i];
+  for (int64_t i = first_block; i < last_block; ++i) {
+    const Block blk = blocks_[size_t(i)];
     const int64_t n = blk.size;
     const GatedMlp& expert = experts_[size_t(blk.expert)];
     const int32_t* tokens = dispatch.slot_token.data() + blk.begin;
@@ -162,7 +161,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
       mm(false, n, D, w, h, w, buf.weights_t, D, 0.0f, y, D);  // H W_downᵀ
     }
   }
-  }
+  });
 }
 
 void RoutedExperts::forward_int8(const Int8ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,

@@ -77,15 +77,6 @@ void ParamStore::plan_storage(const ModelWeights& weights, const std::string& so
   }
 }
 
-std::vector<std::span<const std::byte>> ParamStore::product_weight_buffers(bool f32) const {
-  HYLA_ASSERT(allocated_);
-  std::vector<std::span<const std::byte>> buffers;
-  const Tensor& floats = f32 ? values_ : values_bf16_;
-  buffers.emplace_back(static_cast<const std::byte*>(floats.raw()), floats.nbytes());
-  if (int8_.defined()) buffers.emplace_back(static_cast<const std::byte*>(int8_.raw()), int8_.nbytes());
-  return buffers;
-}
-
 void ParamStore::allocate() {
   HYLA_ASSERT(!allocated_);
   // No padding between float parameters: parameters registered one after another with the same

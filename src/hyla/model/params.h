@@ -6,7 +6,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -90,10 +89,6 @@ class ParamStore {
   void zero_grads();
   // Rounds every value into its bf16 copy (after initialisation, loading or an optimiser step).
   void refresh_bf16();
-  // The buffers a forward reads its matrix-product weights from: the f32 values (`f32`) or their
-  // bf16 copy, and the packed int8 weights if any. `hyla bench --model` times reading these very
-  // pages for its roofline.
-  std::vector<std::span<const std::byte>> product_weight_buffers(bool f32) const;
 
   // Tensors to save, converted to `dtype` (F32, BF16 or F16); float parameters only.
   NamedTensors named_values(DType dtype) const;
