@@ -4,7 +4,6 @@
 #include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +29,12 @@ int64_t now_ns() {
       .count();
 }
 
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Spins until done() or the budget is spent; returns done().
 template <typename Done>
 bool spin_until(Done&& done) {
@@ -37,7 +42,7 @@ bool spin_until(Done&& done) {
   for (;;) {
     for (int i = 0; i < 32; ++i) {
       if (done()) return true;
-      _mm_pause();
+      cpu_relax();
     }
     if (now_ns() > deadline) return done();
   }
