@@ -12,7 +12,9 @@
 //
 // What crosses it: a body called as body(thread, begin, end) over pieces of [0, n), thread 0
 // being the caller. The body must not fork again (a parallel_for inside a piece runs inline) and
-// must not wait for another piece (there is no barrier inside a job: two phases are two jobs).
+// must not wait for another piece (there is no barrier inside a job: two phases are two jobs),
+// and must not throw: kernel code never does, and as from an OpenMP region an exception escaping
+// a worker's piece ends the process.
 #include <atomic>
 #include <cstdint>
 #include <thread>
