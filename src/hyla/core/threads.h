@@ -48,7 +48,7 @@ double cores_busy_elsewhere(const CpuSample& before, const CpuSample& after);
 // The CPUs of this process's affinity mask.
 std::vector<int> allowed_cpus();
 
-// Runs fn on a new thread with this thread's OpenMP thread count, waits for it and rethrows what
+// Runs fn on a new thread with this thread's thread configuration, waits for it and rethrows what
 // it threw. Every thread that forks keeps its own pool of OpenMP workers until it exits, and when
 // more pool threads exist than cores libgomp stops spin-waiting between parallel regions (decoding
 // ran 4-6x slower). So work done before an Engine starts, such as loading the model, runs here:
