@@ -1,10 +1,11 @@
 // `hyla bench --model DIR`: prompt processing (ppP) and token generation (tgN) speed like
 // llama-bench, optionally after `depth` tokens already in the context, batched decode of B
 // sequences, and time to first token with a cached shared prefix. Decode rows also give the
-// fraction of a roofline that knows the cache (DecodeBound): the time to read a token's bytes, those
-// the last-level cache holds at its bandwidth and the rest at DRAM's, both measured in this
-// process with the row's threads. With --expert-memory (docs/offload.md) every row also carries the expert cache's
-// counters, and --text makes the test tokens real text so that routing is the real distribution.
+// fraction of a roofline that knows the cache (DecodeBound): the time to read a token's bytes,
+// those the last-level cache holds at its bandwidth and the rest at DRAM's, both measured in this
+// process with the row's threads. With --expert-memory (docs/offload.md) every row also carries
+// the expert cache's counters, and --text makes the test tokens real text so that routing is the
+// real distribution.
 #include "bench_model.h"
 
 #include <fmt/format.h>
@@ -64,23 +65,19 @@ std::string human_bytes(double b) {
 // stream beside it (the re-read bytes alone; the routed experts only with the whole pool of them
 // beside the re-read bytes), else from DRAM.
 struct DecodeBound {
-  double reread_bytes = 0, routed_bytes = 0;
-  bool reread_cached = false, routed_cached = false;
+  double cached_bytes = 0, dram_bytes = 0;
   double llc_bandwidth = 0, dram_bandwidth = 0;  // bytes/s
 
   static DecodeBound of(double reread, double routed, double routed_pool, double llc_bytes, double llc_bandwidth,
                         double dram_bandwidth) {
     constexpr double kRoom = 0.75;  // of the cache, for what fits
-    DecodeBound b{reread, routed, false, false, llc_bandwidth, dram_bandwidth};
-    b.reread_cached = reread <= kRoom * llc_bytes;
-    b.routed_cached = reread + routed_pool <= kRoom * llc_bytes;
-    return b;
+    const double cached = (reread <= kRoom * llc_bytes ? reread : 0) +
+                          (reread + routed_pool <= kRoom * llc_bytes ? routed : 0);
+    return {cached, reread + routed - cached, llc_bandwidth, dram_bandwidth};
   }
-  double cached_bytes() const { return (reread_cached ? reread_bytes : 0) + (routed_cached ? routed_bytes : 0); }
-  double dram_bytes() const { return reread_bytes + routed_bytes - cached_bytes(); }
-  double seconds() const { return cached_bytes() / llc_bandwidth + dram_bytes() / dram_bandwidth; }
+  double seconds() const { return cached_bytes / llc_bandwidth + dram_bytes / dram_bandwidth; }
   std::string where() const {
-    return fmt::format("{:.1f} MB from LLC + {:.1f} MB from DRAM", cached_bytes() * 1e-6, dram_bytes() * 1e-6);
+    return fmt::format("{:.1f} MB from LLC + {:.1f} MB from DRAM", cached_bytes * 1e-6, dram_bytes * 1e-6);
   }
 };
 
@@ -240,8 +237,8 @@ void bench_model(const ModelBenchArgs& a) {
         if (bound)
           row.update({{"roofline_fraction", roof},
                       {"roofline_tokens_per_s", 1.0 / bound->seconds()},
-                      {"bytes_from_llc", bound->cached_bytes()},
-                      {"bytes_from_dram", bound->dram_bytes()}});
+                      {"bytes_from_llc", bound->cached_bytes},
+                      {"bytes_from_dram", bound->dram_bytes}});
         std::string offload_line;
         if (offload) {
           const ExpertOffloadStats o = offload->stats();
