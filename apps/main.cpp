@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
+#include "hyla/dist/processes.h"
 
 namespace {
 
@@ -65,23 +66,35 @@ int main(int argc, char** argv) {
   hyla::cli::add_quantize(app);
   hyla::cli::add_eval(app);
   add_threads_everywhere(app);
+  // Under mpirun an error on one process ends every process of the job (none waits forever for
+  // it in a collective), and says which process failed.
+  auto fail_with = [](int code, const std::string& message) {
+    const hyla::Collective& world = hyla::processes();
+    const std::string who = world.size() > 1 ? fmt::format(" (process {} of {})", world.rank(), world.size()) : "";
+    fmt::print(stderr, "error{}: {}\n", who, message);
+    std::fflush(stderr);
+    hyla::abort_processes(code);
+    return code;
+  };
   try {
     hyla::set_thread_config(hyla::thread_config_for(0));
+    hyla::start_processes();
     std::vector<std::string> args = with_llama_cpp_spellings(argc, argv);
     std::vector<char*> pointers;
     for (std::string& arg : args) pointers.push_back(arg.data());
     app.parse(int(pointers.size()), pointers.data());
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (e.get_exit_code() == 0) {  // --help
+      hyla::stop_processes();
+      return app.exit(e);
+    }
     // Bad flags follow the CLI's convention for every user error: one line, exit status 1.
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    return fail_with(1, e.what());
   } catch (const hyla::InternalError& e) {
-    fmt::print(stderr, "error: {} (a bug in hyla; please report it)\n", e.what());
-    return 2;
+    return fail_with(2, fmt::format("{} (a bug in hyla; please report it)", e.what()));
   } catch (const std::exception& e) {  // hyla::Error and the system's own (bad_alloc, filesystem_error)
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    return fail_with(1, e.what());
   }
+  hyla::stop_processes();
   return 0;
 }

@@ -104,7 +104,8 @@ void BM_layer(benchmark::State& state, int64_t n, Precision precision, bool back
     const auto batch = random_vector(n * d, 10 + step);
     layer.ffn->forward(batch.data(), y.data(), train);
     layer.ffn->backward(dy.data(), du.data());
-    layer.ffn->update_balancing(hyla::single_process());
+    hyla::MoeFfn* moe = layer.ffn.get();
+    hyla::update_balancing(std::span(&moe, 1), hyla::single_process());
   }
   layer.ffn->forward(u.data(), y.data(), infer);
   const float max_over_mean = layer.ffn->load_stats().max_over_mean;

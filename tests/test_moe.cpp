@@ -333,7 +333,10 @@ TEST(Moe, LoadStatsOfAHandMadeRouting) {
   balancer.record(routing, bias, true);  // a second micro-batch of the step adds up
   EXPECT_EQ(balancer.stats().tokens_per_expert, (std::vector<int64_t>{6, 4, 2, 0}));
   float moved[4] = {0, 0, 0, 0};
-  balancer.update(moved, single_process());  // rule none: the bias stays, the step's counts reset
+  std::vector<int64_t> counts(size_t(balancer.counts_size(false)));
+  balancer.export_counts(moved, false, counts.data());
+  EXPECT_EQ(counts, (std::vector<int64_t>{6, 4, 2, 0, 6}));  // loads, then tokens
+  balancer.update(moved, counts.data(), false);  // rule none: the bias stays, the step's counts reset
   EXPECT_EQ(moved[0], 0.0f);
   EXPECT_EQ(balancer.stats().tokens_per_expert, (std::vector<int64_t>{3, 2, 1, 0}));  // the last forward
 }
@@ -372,7 +375,8 @@ std::vector<float> skewed_balancing_run(const std::string& rule, double speed, i
     for (int64_t t = 0; t < n; ++t) u[t * d] += 3.0f;
     forward(*s.layer, u, n, d);
     max_over_mean.push_back(s.layer->load_stats().max_over_mean);
-    s.layer->update_balancing(single_process());
+    MoeFfn* layer = s.layer.get();
+    update_balancing(std::span(&layer, 1), single_process());
     if (step == 0 && bias_after_first) {
       const float* b = s.value("gate.e_score_correction_bias");
       bias_after_first->assign(b, b + 16);

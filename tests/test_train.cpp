@@ -19,6 +19,7 @@
 #include "hyla/train/train_step.h"
 #include "model_test_util.h"
 #include "text_fixtures.h"
+#include "tiny_run.h"
 
 extern char** environ;
 
@@ -26,6 +27,8 @@ namespace hyla {
 namespace {
 
 using json = nlohmann::json;
+using test::metrics;
+using test::tiny;
 
 void expect_config_error(const json& j, const std::string& what) {
   try {
@@ -99,17 +102,28 @@ TEST(TrainStep, AccumulatesMicroBatchesAndSkipsNonFiniteSteps) {
   EXPECT_EQ(std::memcmp(after.data(), model.params().values(), after.size() * 4), 0);
 }
 
-// The data-parallel seam: two replicas that saw the same batch (a collective whose sum doubles
-// every buffer) take exactly the step one process takes, gradients and balancing loads included.
+// The data-parallel seam: two replicas that saw the same batch (a collective whose sums double
+// every buffer) take exactly the step one process takes, gradients, loss and balancing loads
+// included. (bias_sign balancing: the quantile rule across processes estimates its threshold from
+// histograms, tested in test_moe.cpp.)
 struct TwoIdenticalReplicas final : Collective {
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  void sum(std::span<float> v) override {
-    for (float& x : v) x *= 2;
+  template <typename T> static void twice(std::span<T> v) {
+    for (T& x : v) x *= 2;
   }
-  void sum(std::span<int64_t> v) override {
-    for (int64_t& x : v) x *= 2;
-  }
+  void sum(std::span<float> v) override { twice(v); }
+  void sum(std::span<double> v) override { twice(v); }
+  void sum(std::span<int64_t> v) override { twice(v); }
+  void start_sum(std::span<float> v) override { twice(v), ++started; }
+  void start_reduce_scatter(std::span<const float>, std::span<const int>, float*) override { ADD_FAILURE(); }
+  void wait() override {}
+  void all_gather(std::span<float>, std::span<const int>) override { ADD_FAILURE(); }
+  void barrier() override {}
+  void broadcast(std::string&) override {}
+  double busy_seconds() const override { return 0; }
+  int64_t bytes() const override { return 0; }
+  int started = 0;
 };
 
 TEST(TrainStep, ReplicasSumTheirGradientsThroughTheCollective) {
@@ -122,58 +136,56 @@ TEST(TrainStep, ReplicasSumTheirGradientsThroughTheCollective) {
   };
   TrainConfig tc;
   tc.grad_accum = 2;
+  ModelConfig config = test::nano_config();
+  config.moe.balancing = Balancing::BiasSign;
   std::vector<std::vector<float>> after;
+  std::vector<double> losses;
   TwoIdenticalReplicas two;
-  for (Collective* collective : std::initializer_list<Collective*>{&single_process(), &two}) {
-    Model model(test::nano_config());
+  for (bool replicas : {false, true}) {
+    Model model(config);
     model.initialize(3);
     AdamW optimizer(model.params(), tc);
-    for (int step = 0; step < 2; ++step) train_step(model, optimizer, tc, 1e-3, batch, *collective);
+    // Buckets of 64 KB: several, started while the backward runs.
+    GradientReducer reducer(model.params().numel(), two, /*shard_optimizer=*/false, 1.0 / 16);
+    for (int step = 0; step < 2; ++step)
+      losses.push_back((replicas ? train_step(model, optimizer, tc, 1e-3, batch, reducer)
+                                 : train_step(model, optimizer, tc, 1e-3, batch)).loss);
     after.emplace_back(model.params().values(), model.params().values() + model.params().numel());
+    if (replicas) {
+      EXPECT_EQ(reducer.traffic().all_reduce_bytes, 2 * model.params().numel() * 4);
+    }
   }
+  EXPECT_GT(two.started, 2);
+  EXPECT_EQ(losses[0], losses[2]);
+  EXPECT_EQ(losses[1], losses[3]);
   EXPECT_EQ(std::memcmp(after[0].data(), after[1].data(), after[0].size() * 4), 0);
 }
 
-// A tiny dataset and model, prepared once per test binary.
-struct TinyRun {
-  test::TempDir dir;
-  std::string data, config, train;
-  TinyRun() {
-    test::write_bytes(dir / "text.txt", test::sample_text(80, 3));
-    test::small_tokenizer().save(dir / "tok.json");
-    data = (dir / "data").string();
-    EXPECT_EQ(test::run_hyla("data prepare --tokenizer " + (dir / "tok.json").string() + " --input " +
-                             (dir / "text.txt").string() + " --out " + data + " --val-fraction 0.1").exit_code, 0);
-    json c = parse_json_file((test::source_dir() / "configs/nano.json").string());
-    c["vocab_size"] = 512;
-    test::write_bytes(dir / "model.json", c.dump());
-    config = (dir / "model.json").string();
-    const json t = {{"optimizer", {{"lr", 0.003}}},
-                    {"schedule", {{"warmup_steps", 3}}},
-                    {"curriculum", json::array({{{"seq_len", 32}, {"tokens", 6 * 256}, {"batch_tokens", 256}},
-                                                {{"seq_len", 64}, {"tokens", 6 * 256}, {"batch_tokens", 256}}})},
-                    {"eval", {{"every", 4}, {"batches", 2}}},
-                    {"checkpoint", {{"every", 3}, {"keep", 2}}}};
-    test::write_bytes(dir / "train.json", t.dump());
-    train = (dir / "train.json").string();
+// The gradient hook's promise: every gradient past the offset it reports is final.
+TEST(Model, GradientHookReportsOnlyFinalGradients) {
+  ModelConfig config = test::nano_config();
+  Model model(config);
+  model.initialize(4);
+  ModelInput in;
+  in.tokens = TokenBatch::uniform(2, 12);
+  std::mt19937 rng(7);
+  for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % 256)), in.targets.push_back(int32_t(rng() % 256));
+  const int64_t n = model.params().numel();
+  const float* g = model.params().grads();
+  std::vector<std::pair<int64_t, std::vector<float>>> reported;
+  model.set_gradient_hook([&](int64_t offset) { reported.emplace_back(offset, std::vector<float>(g + offset, g + n)); });
+  model.params().zero_grads();
+  model.forward(in, ForwardOptions{.precision = Precision::F32, .backward = true});
+  ASSERT_EQ(reported.size(), size_t(config.num_hidden_layers + 2));
+  EXPECT_EQ(reported.back().first, 0);
+  for (size_t i = 0; i < reported.size(); ++i) {
+    if (i > 0) {
+      EXPECT_LE(reported[i].first, reported[i - 1].first);
+    }
+    const auto& [offset, seen] = reported[i];
+    EXPECT_EQ(std::memcmp(seen.data(), g + offset, seen.size() * 4), 0) << "offset " << offset;
   }
-  std::string args(const std::string& out) const {
-    return "train --config " + config + " --train " + train + " --data " + data + " --out " + out;
-  }
-};
-
-TinyRun& tiny() {
-  static TinyRun run;
-  return run;
-}
-
-std::vector<json> metrics(const std::string& run_dir) {
-  std::vector<json> rows;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(json::parse(line));
-  return rows;
+  EXPECT_LT(reported.front().first, n);  // the head's gradients come first
 }
 
 TEST(Train, RunsTheCurriculumEvaluatesCheckpointsAndReports) {

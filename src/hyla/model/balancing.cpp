@@ -6,6 +6,8 @@
 #include <cmath>
 #include <functional>
 
+#include "hyla/core/error.h"
+
 namespace hyla {
 
 ExpertLoadStats load_stats_of(const std::vector<int64_t>& tokens_per_expert) {
@@ -32,7 +34,8 @@ LoadBalancer::LoadBalancer(const MoeConfig& config)
       k_(config.num_experts_per_tok),
       bias_step_(float(config.bias_update_speed)),
       step_load_(size_t(experts_), 0),
-      last_load_(size_t(experts_), 0) {}
+      last_load_(size_t(experts_), 0),
+      thresholds_(size_t(experts_), 0.0f) {}
 
 void LoadBalancer::record(const Routing& routing, const float* bias, bool training) {
   const int64_t n = routing.tokens, E = experts_, k = k_;
@@ -67,21 +70,69 @@ void LoadBalancer::discard() {
   margins_.clear();
 }
 
-void LoadBalancer::update(float* bias, Collective& collective) {
-  collective.sum(step_load_);
+int64_t LoadBalancer::counts_size(bool histograms) const {
+  return experts_ + 1 + (histograms && rule_ == Balancing::Quantile ? experts_ * kHistogramBins : 0);
+}
+
+namespace {
+// The margins' range under `bias` (kHistogramBins's comment) and its bin width.
+std::pair<float, float> histogram_range(const float* bias, int64_t experts) {
+  const auto [low, high] = std::minmax_element(bias, bias + experts);
+  const float lo = -1.0f - *high, hi = 1.0f - *low;
+  return {lo, (hi - lo) / float(kHistogramBins)};
+}
+}  // namespace
+
+void LoadBalancer::export_counts(const float* bias, bool histograms, int64_t* out) const {
   const int64_t E = experts_, T = step_tokens_;
+  std::copy(step_load_.begin(), step_load_.end(), out);
+  out[E] = T;
+  if (!histograms || rule_ != Balancing::Quantile) return;
+  int64_t* bins = out + E + 1;
+  std::fill(bins, bins + E * kHistogramBins, 0);
+  const auto [lo, w] = histogram_range(bias, E);
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t bin = int64_t(std::floor((margins_[size_t(t * E + e)] - lo) / w));
+      ++bins[e * kHistogramBins + std::clamp<int64_t>(bin, 0, kHistogramBins - 1)];
+    }
+}
+
+float kth_largest_of_histogram(const int64_t* bins, int64_t n_bins, float lo, float w, int64_t rank) {
+  int64_t above = 0;
+  for (int64_t i = n_bins - 1; i >= 0; --i) {
+    if (above + bins[i] >= rank) {
+      const double within = (double(rank - above) - 0.5) / double(bins[i]);
+      return float(double(lo) + double(w) * (double(i + 1) - within));
+    }
+    above += bins[i];
+  }
+  return lo;
+}
+
+void LoadBalancer::update(float* bias, const int64_t* counts, bool histograms) {
+  const int64_t E = experts_, T = counts[E];
   if (rule_ == Balancing::Quantile && T > 0) {
     // β_e = the min(q+1, T)-th largest over the step's tokens of s_{t,e} − α_t, q = round(T·k/E):
     // with bias −β_e expert e alone would take its fair share q. b = −β, centred.
     const int64_t q = int64_t(std::floor(double(T) * double(k_) / double(E) + 0.5));
     const int64_t rank = std::min(q + 1, T);
-    column_.resize(size_t(omp_get_max_threads()));
+    if (histograms) {
+      const auto [lo, w] = histogram_range(bias, E);
+      for (int64_t e = 0; e < E; ++e)  // the range came from the bias: read every threshold before moving it
+        thresholds_[size_t(e)] = kth_largest_of_histogram(counts + E + 1 + e * kHistogramBins, kHistogramBins, lo, w, rank);
+      for (int64_t e = 0; e < E; ++e) bias[e] = -thresholds_[size_t(e)];
+    } else {
+      HYLA_ASSERT(T == step_tokens_);
+      column_.resize(size_t(omp_get_max_threads()));
 #pragma omp parallel for schedule(dynamic, 4)
-    for (int64_t e = 0; e < E; ++e) {
-      std::vector<float>& column = column_[size_t(omp_get_thread_num())];
-      column.resize(size_t(T));
-      for (int64_t t = 0; t < T; ++t) column[size_t(t)] = margins_[size_t(t * E + e)];
-      bias[e] = -kth_largest(column.data(), T, rank);
+      for (int64_t e = 0; e < E; ++e) {
+        std::vector<float>& column = column_[size_t(omp_get_thread_num())];
+        column.resize(size_t(T));
+        for (int64_t t = 0; t < T; ++t) column[size_t(t)] = margins_[size_t(t * E + e)];
+        bias[e] = -kth_largest(column.data(), T, rank);
+      }
     }
     double mean = 0.0;
     for (int64_t e = 0; e < E; ++e) mean += bias[e];
@@ -89,10 +140,10 @@ void LoadBalancer::update(float* bias, Collective& collective) {
     for (int64_t e = 0; e < E; ++e) bias[e] = float(bias[e] - mean);
   } else if (rule_ == Balancing::BiasSign) {
     int64_t total = 0;
-    for (int64_t load : step_load_) total += load;
+    for (int64_t e = 0; e < E; ++e) total += counts[e];
     const double mean_load = double(total) / double(E);
     for (int64_t e = 0; e < E; ++e) {
-      const double gap = mean_load - double(step_load_[size_t(e)]);
+      const double gap = mean_load - double(counts[e]);
       bias[e] += bias_step_ * float((gap > 0) - (gap < 0));
     }
   }

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "hyla/model/collective.h"
 #include "hyla/model/config.h"
 #include "hyla/model/router.h"
 
@@ -23,6 +22,13 @@ ExpertLoadStats load_stats_of(const std::vector<int64_t>& tokens_per_expert);
 // estimate from a per-expert histogram of the same values all-reduced once per step.
 float kth_largest(float* values, int64_t n, int64_t rank);
 
+// Bins per expert of the quantile rule's margin histogram, over the range the margins can take
+// under the current bias (s ∈ [0, 1]: s_{t,e} − α_t ∈ [−1 − max b, 1 − min b]).
+constexpr int64_t kHistogramBins = 1024;
+// The `rank`-th largest (1-based) of the values a histogram counts (bins[i] over
+// [lo + i·w, lo + (i+1)·w)), spreading each bin's values evenly over it.
+float kth_largest_of_histogram(const int64_t* bins, int64_t n_bins, float lo, float w, int64_t rank);
+
 // Collects the routing of a step's training forwards (all micro-batches) and, once per optimiser
 // step, moves the bias by the configured rule; the new bias routes the next step's batches.
 class LoadBalancer {
@@ -33,11 +39,16 @@ class LoadBalancer {
   // Records one forward's routing, made with `bias`: its loads always (the last forward's
   // statistics), and for a training forward also its contribution to the step's update.
   void record(const Routing& routing, const float* bias, bool training);
-  // Applies the rule to `bias` from the step's training forwards, then starts the next step. The
-  // step's load counts are summed over `collective`'s processes first; the quantile rule's
-  // thresholds still come from this process's tokens (across processes they need the per-expert
-  // histogram that kth_largest's comment describes).
-  void update(float* bias, Collective& collective);
+  // Once per optimiser step, in three parts so that every process's counts add up in one sum
+  // (update_balancing in ffn.h): the step's counts as int64 values (the load per expert, the
+  // tokens, and with `histograms` each expert's histogram of the quantile rule's margins over
+  // kHistogramBins bins), their sum over the processes, then the rule applied to `bias` from the
+  // summed counts, which starts the next step. Without histograms (one process) the quantile
+  // rule selects exactly over this process's margins; with them it reads the threshold off the
+  // summed histograms (SPEC §5's estimate across ranks).
+  int64_t counts_size(bool histograms) const;
+  void export_counts(const float* bias, bool histograms, int64_t* out) const;
+  void update(float* bias, const int64_t* counts, bool histograms);
   // Forgets the step's training forwards without moving the bias (a skipped step).
   void discard();
   // The step's loads so far, or the last forward's when no training forward was recorded since update.
@@ -53,6 +64,7 @@ class LoadBalancer {
   // (k+1)-th largest of s_t + b (b is fixed within a step, so α_t is known at record time).
   std::vector<float> margins_;
   std::vector<std::vector<float>> column_;  // per thread: one expert's margins over the step's tokens
+  std::vector<float> thresholds_;           // [E] β from the summed histograms
 };
 
 // aux_loss = coef · E · Σ_e f_e P_e with f_e = load_e / (tokens·k) (load: the routing's slots per

@@ -1,12 +1,16 @@
 #pragma once
 // Data parallelism's seam: the reductions training needs across the processes that each hold a
-// replica, sums of a buffer over every process (the step's gradients in train_step.h, the MoE
-// load counts of a step in balancing.h).
+// replica. Sums of a buffer over every process (the step's MoE balancing counts in balancing.h,
+// the step's loss in train_step.h), the gradient reductions that overlap the backward pass
+// (train/gradient_reducer.h: an all-reduce, or a reduce-scatter into an optimiser shard followed
+// by an all-gather of the updated weights: ZeRO-1), and the few broadcasts a checkpoint needs.
 //
-// What crosses it: the buffers being summed. Never a model, parameters by name, or control flow:
-// every process calls the same reductions in the same order.
+// What crosses it: the buffers being reduced, gathered or broadcast. Never a model, parameters by
+// name, or control flow: every process calls the same operations in the same order. The one
+// implementation beside SingleProcess is MPI's (dist/mpi_collective.h).
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace hyla {
 
@@ -15,9 +19,27 @@ class Collective {
   virtual ~Collective() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In place: every process's values, summed.
+  // In place, blocking: every process's values, summed.
   virtual void sum(std::span<float> values) = 0;
+  virtual void sum(std::span<double> values) = 0;
   virtual void sum(std::span<int64_t> values) = 0;
+  // Started now, completed by wait(), in the order started; the buffers must not be touched in
+  // between. start_sum: `values` summed in place. start_reduce_scatter: `values` is split in rank
+  // order into parts of counts[r] elements; the sum over processes of this process's part is
+  // written to `mine` (counts[rank()] elements).
+  virtual void start_sum(std::span<float> values) = 0;
+  virtual void start_reduce_scatter(std::span<const float> values, std::span<const int> counts, float* mine) = 0;
+  virtual void wait() = 0;
+  // In place, blocking: `values` split in rank order into parts of counts[r] elements; each
+  // process's part goes to every process.
+  virtual void all_gather(std::span<float> values, std::span<const int> counts) = 0;
+  virtual void barrier() = 0;
+  // Rank 0's text, on every process.
+  virtual void broadcast(std::string& text) = 0;
+  // Seconds spent inside the reductions so far (on the thread that runs them), and bytes handed
+  // to them (each operation's buffer: what this process sends into it).
+  virtual double busy_seconds() const = 0;
+  virtual int64_t bytes() const = 0;
 };
 
 // One process: every sum is the values themselves.
@@ -26,7 +48,16 @@ class SingleProcess final : public Collective {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void sum(std::span<float>) override {}
+  void sum(std::span<double>) override {}
   void sum(std::span<int64_t>) override {}
+  void start_sum(std::span<float>) override {}
+  void start_reduce_scatter(std::span<const float> values, std::span<const int> counts, float* mine) override;
+  void wait() override {}
+  void all_gather(std::span<float>, std::span<const int>) override {}
+  void barrier() override {}
+  void broadcast(std::string&) override {}
+  double busy_seconds() const override { return 0; }
+  int64_t bytes() const override { return 0; }
 };
 
 SingleProcess& single_process();

@@ -124,6 +124,22 @@ void MoeFfn::backward(const float* dy, float* du) {
   router_.backward(saved_u_, state.routing, d_scores, du, workspace_->serial());
 }
 
-void MoeFfn::update_balancing(Collective& collective) { balancer_.update(router_.bias().v(), collective); }
+void update_balancing(std::span<MoeFfn* const> layers, Collective& collective) {
+  const bool histograms = collective.size() > 1;
+  int64_t size = 0;
+  for (const MoeFfn* layer : layers) size += layer->balancer_.counts_size(histograms);
+  std::vector<int64_t> counts(static_cast<size_t>(size));  // once per step; up to E·1024 values per layer
+  int64_t at = 0;
+  for (MoeFfn* layer : layers) {
+    layer->balancer_.export_counts(layer->router_.bias().v(), histograms, counts.data() + at);
+    at += layer->balancer_.counts_size(histograms);
+  }
+  collective.sum(std::span<int64_t>(counts));
+  at = 0;
+  for (MoeFfn* layer : layers) {
+    layer->balancer_.update(layer->router_.bias().v(), counts.data() + at, histograms);
+    at += layer->balancer_.counts_size(histograms);
+  }
+}
 
 }  // namespace hyla

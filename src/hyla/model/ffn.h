@@ -45,10 +45,10 @@ class MoeFfn {
   void backward(const float* dy, float* du);
   // The aux_loss term of the last forward (0 unless balancing is aux_loss).
   float aux_loss() const { return aux_loss_; }
-  // Once after each optimiser step: moves the balancing bias by the configured rule from the
-  // routing of every saving forward since the last call (every process's, through `collective`);
-  // it routes from the next forward on.
-  void update_balancing(Collective& collective);
+  // Once after each optimiser step, update_balancing (below) moves the balancing bias by the
+  // configured rule from the routing of every saving forward since the last call; it routes from
+  // the next forward on.
+  friend void update_balancing(std::span<MoeFfn* const> layers, Collective& collective);
   // Where the routed experts run (default: all on this process).
   void set_exchange(ExpertExchange& exchange) { exchange_ = &exchange; }
   // Where the routed experts' weights come from: their parameters (default), or the slots of
@@ -95,5 +95,9 @@ class MoeFfn {
   float aux_loss_ = 0.0f;
   Arena kept_;
 };
+
+// Moves every layer's balancing bias from the step's routing on every process of `collective`:
+// all the layers' counts (balancing.h) in one sum.
+void update_balancing(std::span<MoeFfn* const> layers, Collective& collective);
 
 }  // namespace hyla

@@ -288,6 +288,7 @@ void Model::body_backward(const float* d_final) {
   };
   if (attn_res) out_res_.backward(d_final, grads_of(final_sources_));
   else std::memcpy(stream_grad_[size_t(2 * L)].raw(), d_final, size_t(N * d) * 4);
+  if (gradient_hook_) gradient_hook_(head_offset_);
   for (int64_t s = 2 * L - 1; s >= 0; --s) {
     DecoderLayer& layer = layers_[size_t(s / 2)];
     const bool mixer = s % 2 == 0;
@@ -307,6 +308,7 @@ void Model::body_backward(const float* d_final) {
     } else {
       norm.backward(du, stream_grad_[size_t(base)].data<float>(), /*accumulate=*/true, workspace_);  // h: the base entry
     }
+    if (mixer && gradient_hook_) gradient_hook_(layer_offsets_[size_t(s / 2)]);
   }
   // The embedding rows (scatter-add by token id) and the image patches.
   const float* dx0 = stream_grad_[0].data<float>();
@@ -415,6 +417,7 @@ ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options
       for (const DecoderLayer& layer : layers_)
         if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) result.loss.aux_loss += (*moe)->aux_loss();
       body_backward(d_final_.data<float>());
+      if (gradient_hook_) gradient_hook_(0);
     }
   }
   timings_.total = seconds_since(t0);
@@ -449,9 +452,34 @@ std::vector<Model::MixerRef> Model::mixers() const {
   return out;
 }
 
+void Model::set_gradient_hook(std::function<void(int64_t)> hook) {
+  gradient_hook_ = std::move(hook);
+  if (!gradient_hook_) return;
+  // The flat buffers follow registration order: embeddings and vision, the layers in order, then
+  // the final norm, out_res and lm_head. Each offset is where a group's held parameters start.
+  const std::vector<std::unique_ptr<Param>>& all = params_.params();
+  const int64_t L = config_.num_hidden_layers;
+  layer_offsets_.assign(size_t(L), -1);
+  head_offset_ = params_.numel();
+  int64_t last_layer = -1;
+  for (const auto& p : all) {
+    if (!p->held || p->is_int8()) continue;
+    const int64_t offset = p->v() - params_.values();
+    int64_t layer = L;  // after the layers
+    if (p->name.rfind("model.layers.", 0) == 0) layer = std::stoll(p->name.substr(13));
+    else if (last_layer < 0) continue;  // before the layers
+    HYLA_ASSERT(layer >= last_layer);
+    if (layer == L && head_offset_ == params_.numel()) head_offset_ = offset;
+    if (layer < L && layer_offsets_[size_t(layer)] < 0) layer_offsets_[size_t(layer)] = offset;
+    last_layer = layer;
+  }
+  for (int64_t l = L - 1; l >= 0; --l)  // a layer without held parameters starts where the next does
+    if (layer_offsets_[size_t(l)] < 0) layer_offsets_[size_t(l)] = l + 1 < L ? layer_offsets_[size_t(l + 1)] : head_offset_;
+}
+
 void Model::update_balancing(Collective& collective) {
-  for (DecoderLayer& layer : layers_)
-    if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->update_balancing(collective);
+  const std::vector<MoeFfn*> layers = moe_layers();
+  hyla::update_balancing(layers, collective);
 }
 
 std::vector<MoeFfn*> Model::moe_layers() const {

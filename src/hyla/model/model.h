@@ -118,6 +118,11 @@ class Model {
   ForwardResult forward(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches = {});
 
   const ModelTimings& timings() const { return timings_; }
+  // During each backward, `hook(offset)` once every gradient at flat offsets >= offset
+  // (ParamStore::grads) is final: after the head, after each decoder layer from the last, and 0 at
+  // the end. Data parallelism reduces those while the backward goes on (train/gradient_reducer.h).
+  // An empty hook removes it.
+  void set_gradient_hook(std::function<void(int64_t offset)> hook);
   // Each layer's mixer, in layer order (for sizing its LayerCache).
   using MixerRef = std::variant<const KdaMixer*, const MlaMixer*>;
   std::vector<MixerRef> mixers() const;
@@ -154,6 +159,10 @@ class Model {
   ParamStore params_;
   std::vector<Sublayer> sublayers_;  // 2 per layer: mixer, FFN
   std::vector<int> final_sources_;   // AttnRes before the final norm
+  std::function<void(int64_t)> gradient_hook_;
+  // Flat offsets of each decoder layer's first parameter, and of the first after the layers.
+  std::vector<int64_t> layer_offsets_;
+  int64_t head_offset_ = 0;
   Param* embed_ = nullptr;
   Linear lm_head_;  // over embed_ when tied
   RmsNorm final_norm_;

@@ -58,6 +58,12 @@ struct Param {
   bool is_int8() const { return int8_block > 0; }
 };
 
+// A range of the flat parameter buffers (ParamStore::values, grads): an optimiser's shard.
+struct FlatRange {
+  int64_t first = 0, count = 0;
+  int64_t end() const { return first + count; }
+};
+
 class ParamStore {
  public:
   Param& add(std::string name, Shape shape, Init init, Component component, bool weight_decay = true,

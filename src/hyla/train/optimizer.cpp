@@ -8,25 +8,30 @@
 
 namespace hyla {
 
-AdamW::AdamW(ParamStore& params, const TrainConfig& c)
-    : params_(params), beta1_(c.beta1), beta2_(c.beta2), eps_(c.eps), weight_decay_(c.weight_decay) {
-  HYLA_ASSERT(params.allocated());
+AdamW::AdamW(ParamStore& params, const TrainConfig& c) : AdamW(params, c, FlatRange{0, params.numel()}) {}
+
+AdamW::AdamW(ParamStore& params, const TrainConfig& c, FlatRange shard)
+    : params_(params), shard_(shard), beta1_(c.beta1), beta2_(c.beta2), eps_(c.eps), weight_decay_(c.weight_decay) {
+  HYLA_ASSERT(params.allocated() && shard.first >= 0 && shard.end() <= params.numel());
   constexpr int64_t kChunk = int64_t(1) << 16;
-  int64_t total = 0;
   for (const auto& p : params.params()) {
-    if (!p->held) continue;
+    if (!p->held || !p->trainable) continue;
     const int64_t offset = p->v() - params.values();
-    total = std::max(total, offset + p->numel());
-    if (!p->trainable) continue;
-    for (int64_t i = 0; i < p->numel(); i += kChunk)
-      ranges_.push_back({offset + i, std::min(kChunk, p->numel() - i), p->weight_decay});
+    const int64_t first = std::max(offset, shard.first), end = std::min(offset + p->numel(), shard.end());
+    for (int64_t i = first; i < end; i += kChunk) ranges_.push_back({i, std::min(kChunk, end - i), p->weight_decay});
   }
-  m_ = Tensor::zeros(DType::F32, {std::max<int64_t>(total, 1)});
-  v_ = Tensor::zeros(DType::F32, {std::max<int64_t>(total, 1)});
+  m_ = Tensor::zeros(DType::F32, {std::max<int64_t>(shard.count, 1)});
+  v_ = Tensor::zeros(DType::F32, {std::max<int64_t>(shard.count, 1)});
+  if (shard.first == 0 && shard.count == params.numel()) {
+    shard_grads_ = params.grads();
+  } else {
+    own_grads_ = Tensor::zeros(DType::F32, {std::max<int64_t>(shard.count, 1)});
+    shard_grads_ = own_grads_.data<float>();
+  }
 }
 
-double AdamW::grad_norm() const {
-  const float* g = params_.grads();
+double AdamW::grad_square_sum() const {
+  const float* g = shard_grads_ - shard_.first;  // indexed by flat offset
   double sum = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sum)
   for (size_t r = 0; r < ranges_.size(); ++r) {
@@ -34,7 +39,7 @@ double AdamW::grad_norm() const {
     for (int64_t i = ranges_[r].offset; i < ranges_[r].offset + ranges_[r].count; ++i) s += double(g[i]) * g[i];
     sum += s;
   }
-  return std::sqrt(sum);
+  return sum;
 }
 
 void AdamW::step(double lr, float grad_scale) {
@@ -43,10 +48,11 @@ void AdamW::step(double lr, float grad_scale) {
   const float b1 = float(beta1_), b2 = float(beta2_), eps = float(eps_);
   const float step_size = float(lr / bias1), inv_sqrt_bias2 = float(1.0 / std::sqrt(bias2));
   float* w = params_.values();
-  const float* g = params_.grads();
-  float* m = m_.data<float>();
-  float* v = v_.data<float>();
   bf16* w16 = params_.values_bf16();
+  // The shard's buffers, indexed by flat offset like the weights.
+  const float* g = shard_grads_ - shard_.first;
+  float* m = m_.data<float>() - shard_.first;
+  float* v = v_.data<float>() - shard_.first;
 #pragma omp parallel for schedule(dynamic, 4)
   for (size_t r = 0; r < ranges_.size(); ++r) {
     const Range& range = ranges_[r];
@@ -64,23 +70,39 @@ void AdamW::step(double lr, float grad_scale) {
 }
 
 void AdamW::save(const std::filesystem::path& path) const {
-  Tensor step = Tensor::empty(DType::I64, {1});
+  Tensor step = Tensor::empty(DType::I64, {1}), first = Tensor::empty(DType::I64, {1});
   step.data<int64_t>()[0] = steps_;
-  save_safetensors(path, {{"adam.m", m_}, {"adam.v", v_}, {"adam.step", step}});
+  first.data<int64_t>()[0] = shard_.first;
+  const Tensor m = m_.rows(0, shard_.count), v = v_.rows(0, shard_.count);
+  save_safetensors(path, {{"adam.m", m}, {"adam.v", v}, {"adam.step", step}, {"adam.first", first}});
 }
 
-void AdamW::load(const std::filesystem::path& path) {
-  const SafetensorsFile file(path);
-  for (const char* name : {"adam.m", "adam.v"}) {
-    const SafetensorsEntry* e = file.find(name);
-    HYLA_CHECK(e && e->dtype == DType::F32 && e->shape.numel() == m_.numel(),
-               "{}: '{}' is missing or does not match this model ({} parameters)", path.string(), name, m_.numel());
+void AdamW::load(const std::vector<std::filesystem::path>& paths) {
+  int64_t covered = 0;
+  for (const auto& path : paths) {
+    const SafetensorsFile file(path);
+    const SafetensorsEntry* s = file.find("adam.step");
+    const SafetensorsEntry* f = file.find("adam.first");
+    HYLA_CHECK(s && s->dtype == DType::I64 && f && f->dtype == DType::I64, "{}: missing 'adam.step' or 'adam.first'",
+               path.string());
+    const int64_t first = file.get("adam.first").data<int64_t>()[0];
+    const SafetensorsEntry* m = file.find("adam.m");
+    const SafetensorsEntry* v = file.find("adam.v");
+    HYLA_CHECK(m && v && m->dtype == DType::F32 && v->dtype == DType::F32 && m->shape.numel() == v->shape.numel(),
+               "{}: 'adam.m' and 'adam.v' must be f32 tensors of one length", path.string());
+    const int64_t count = m->shape.numel();
+    HYLA_CHECK(first >= 0 && first + count <= params_.numel(), "{}: its shard [{}, {}) lies outside this model's {} parameters",
+               path.string(), first, first + count, params_.numel());
+    const int64_t lo = std::max(first, shard_.first), hi = std::min(first + count, shard_.end());
+    if (lo < hi) {
+      std::memcpy(m_.data<float>() + (lo - shard_.first), file.get("adam.m").data<float>() + (lo - first), size_t(hi - lo) * 4);
+      std::memcpy(v_.data<float>() + (lo - shard_.first), file.get("adam.v").data<float>() + (lo - first), size_t(hi - lo) * 4);
+      covered += hi - lo;
+    }
+    steps_ = file.get("adam.step").data<int64_t>()[0];
   }
-  std::memcpy(m_.raw(), file.get("adam.m").raw(), m_.nbytes());
-  std::memcpy(v_.raw(), file.get("adam.v").raw(), v_.nbytes());
-  const SafetensorsEntry* s = file.find("adam.step");
-  HYLA_CHECK(s && s->dtype == DType::I64, "{}: missing 'adam.step'", path.string());
-  steps_ = file.get("adam.step").data<int64_t>()[0];
+  HYLA_CHECK(covered == shard_.count, "optimiser state: the {} shard file(s) cover {} of this shard's {} values ({})",
+             paths.size(), covered, shard_.count, paths.empty() ? "" : paths.front().parent_path().string());
 }
 
 }  // namespace hyla

@@ -1,6 +1,10 @@
 #pragma once
 // AdamW over the flat parameter buffers: decoupled weight decay on the SPEC §9 decay group,
 // f32 moments, and the bf16 copies of the weights refreshed in the same pass.
+//
+// An optimiser may own only a shard of the buffers (ZeRO-1, gradient_reducer.h): its moments,
+// its reduced gradients and its updates cover that range alone; every process's shard together
+// is the whole optimiser, saved as one file per shard that any other split of shards can load.
 #include <cstdint>
 #include <filesystem>
 #include <vector>
@@ -13,17 +17,25 @@ namespace hyla {
 
 class AdamW {
  public:
+  // Over every parameter, or over `shard` of the flat buffers only.
   AdamW(ParamStore& params, const TrainConfig& config);
-  // The L2 norm of every trainable gradient (double accumulation, deterministic for a thread count).
-  double grad_norm() const;
-  // One update at learning rate `lr`, with every gradient multiplied by `grad_scale` first
-  // (clipping). Non-trainable parameters (the balancing bias) are left alone.
+  AdamW(ParamStore& params, const TrainConfig& config, FlatRange shard);
+  FlatRange shard() const { return shard_; }
+  // The shard's gradients, which step() reads: the model's own gradients over every parameter,
+  // else a buffer of the shard's length that the gradient reduction fills.
+  float* shard_grads() { return shard_grads_; }
+  // Σ g² over the shard's trainable gradients (double accumulation, deterministic for a thread
+  // count): the square of the global norm once summed over the shards.
+  double grad_square_sum() const;
+  // One update of the shard at learning rate `lr`, with every gradient multiplied by
+  // `grad_scale` first (clipping). Non-trainable parameters (the balancing bias) are left alone.
   void step(double lr, float grad_scale);
   int64_t steps() const { return steps_; }
 
-  // Moments and step count, to and from a safetensors file (written atomically).
+  // The shard's moments, step count and place, to a safetensors file (written atomically), and
+  // this shard's part of the shards saved in `paths` (which must cover it).
   void save(const std::filesystem::path& path) const;
-  void load(const std::filesystem::path& path);
+  void load(const std::vector<std::filesystem::path>& paths);
 
  private:
   struct Range {
@@ -31,9 +43,12 @@ class AdamW {
     bool decay;
   };
   ParamStore& params_;
+  FlatRange shard_;
   double beta1_, beta2_, eps_, weight_decay_;
-  std::vector<Range> ranges_;  // trainable parameters in chunks of at most 64K elements
-  Tensor m_, v_;
+  std::vector<Range> ranges_;  // the shard's trainable parameters in chunks of at most 64K elements
+  Tensor m_, v_;               // [shard_.count], at flat offset shard_.first
+  Tensor own_grads_;           // a shard's reduced gradients, when the shard is not everything
+  float* shard_grads_ = nullptr;
   int64_t steps_ = 0;
 };
 

@@ -68,6 +68,10 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   sample.read("temperature", c.sample_temperature);
   sample.finish();
   f.read("max_bad_steps", c.max_bad_steps);
+  JsonFields dist = f.object("distributed");
+  dist.read("zero_stage", c.zero_stage);
+  dist.read("bucket_mb", c.bucket_mb);
+  dist.finish();
   f.finish();
   c.validate(source);
   return c;
@@ -106,6 +110,8 @@ void TrainConfig::validate(const std::string& source) const {
   rule(sample_every >= 0 && sample_tokens >= 1, "sample.every must be >= 0 and sample.tokens >= 1");
   rule(sample_temperature >= 0, "sample.temperature must be >= 0");
   rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
+  rule(zero_stage == 0 || zero_stage == 1, fmt::format("distributed.zero_stage ({}) must be 0 or 1", zero_stage));
+  rule(bucket_mb > 0 && bucket_mb <= 1024, fmt::format("distributed.bucket_mb ({}) must lie in (0, 1024]", bucket_mb));
 }
 
 int64_t TrainConfig::total_steps() const {
@@ -152,7 +158,8 @@ json TrainConfig::to_json() const {
           {"sample",
            {{"every", sample_every}, {"tokens", sample_tokens}, {"prompt", sample_prompt},
             {"temperature", sample_temperature}}},
-          {"max_bad_steps", max_bad_steps}};
+          {"max_bad_steps", max_bad_steps},
+          {"distributed", {{"zero_stage", zero_stage}, {"bucket_mb", bucket_mb}}}};
 }
 
 }  // namespace hyla

@@ -41,6 +41,10 @@ struct TrainConfig {
   std::string sample_prompt = "";
   double sample_temperature = 0.8;
   int64_t max_bad_steps = 5;  // consecutive non-finite steps before the run stops
+  // Data parallelism under mpirun (docs/distributed.md): ZeRO stage 0 (every process keeps the
+  // whole optimiser state) or 1 (each keeps its shard), and the gradient buckets' size.
+  int64_t zero_stage = 0;
+  double bucket_mb = 16;
 
   static TrainConfig from_json(const nlohmann::json& j, const std::string& source = "train.json");
   static TrainConfig load(const std::string& path);

@@ -3,23 +3,40 @@
 #include <cmath>
 
 namespace hyla {
+namespace {
 
-StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
-                      const std::function<ModelInput(int64_t m)>& micro_batch, Collective& collective) {
+StepResult step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+                const std::function<ModelInput(int64_t m)>& micro_batch, GradientReducer* reducer) {
+  Collective& collective = reducer ? reducer->collective() : single_process();
   StepResult r;
   model.params().zero_grads();
-  // Each micro-batch's share of the mean over every replica's micro-batches.
+  // Each micro-batch's share of the mean over every process's micro-batches.
   const ForwardOptions options{.precision = config.precision, .outputs = Outputs::None, .backward = true,
                                .loss_scale = 1.0f / float(config.grad_accum * collective.size())};
+  double sums[3] = {0, 0, 0};  // loss, aux_loss, tokens
   for (int64_t m = 0; m < config.grad_accum; ++m) {
     const ModelInput in = micro_batch(m);
+    if (reducer && m + 1 == config.grad_accum) {
+      reducer->arm(model.params().grads(), optimizer.shard_grads());
+      model.set_gradient_hook([reducer](int64_t offset) { reducer->gradients_final_from(offset); });
+    }
     const LossResult loss = model.forward(in, options).loss;
-    r.loss += loss.loss / double(config.grad_accum);
-    r.aux_loss += loss.aux_loss / double(config.grad_accum);
-    r.tokens += in.tokens.rows;
+    sums[0] += loss.loss;
+    sums[1] += loss.aux_loss;
+    sums[2] += double(in.tokens.rows);
   }
-  collective.sum(std::span<float>(model.params().grads(), size_t(model.params().numel())));
-  r.grad_norm = optimizer.grad_norm();
+  if (reducer) {
+    model.set_gradient_hook({});
+    reducer->finish();
+  }
+  collective.sum(std::span<double>(sums));
+  const double micro_batches = double(config.grad_accum * collective.size());
+  r.loss = sums[0] / micro_batches;
+  r.aux_loss = sums[1] / micro_batches;
+  r.tokens = int64_t(sums[2]);
+  double square_sum = optimizer.grad_square_sum();
+  if (reducer && reducer->sharded()) collective.sum(std::span<double>(&square_sum, 1));
+  r.grad_norm = std::sqrt(square_sum);
   r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (r.skipped) {
     model.discard_routing();
@@ -28,8 +45,24 @@ StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config,
   const float scale =
       config.grad_clip > 0 && r.grad_norm > config.grad_clip ? float(config.grad_clip / r.grad_norm) : 1.0f;
   optimizer.step(lr, scale);
+  if (reducer && reducer->sharded()) {
+    reducer->gather(model.params().values());
+    model.params().refresh_bf16();
+  }
   model.update_balancing(collective);
   return r;
+}
+
+}  // namespace
+
+StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+                      const std::function<ModelInput(int64_t m)>& micro_batch) {
+  return step(model, optimizer, config, lr, micro_batch, nullptr);
+}
+
+StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+                      const std::function<ModelInput(int64_t m)>& micro_batch, GradientReducer& reducer) {
+  return step(model, optimizer, config, lr, micro_batch, &reducer);
 }
 
 }  // namespace hyla

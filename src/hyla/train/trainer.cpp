@@ -16,6 +16,7 @@
 #include "hyla/data/loader.h"
 #include "hyla/data/token_shard.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/dist/processes.h"
 #include "hyla/eval/next_token_input.h"
 #include "hyla/eval/perplexity.h"
 #include "hyla/infer/scheduler.h"
@@ -26,6 +27,7 @@
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
 #include "hyla/train/checkpoint.h"
+#include "hyla/train/gradient_reducer.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/schedule.h"
 #include "hyla/train/train_step.h"
@@ -109,9 +111,24 @@ void apply_command_line(const TrainOptions& o, TrainConfig& tc) {
   }
 }
 
+// Rows [rank·B/N, (rank+1)·B/N) of a batch: a process's share of the batch every process draws alike.
+void keep_rows_of(TokenWindows& windows, int rank, int ranks) {
+  const int64_t first = windows.rows * rank / ranks, end = windows.rows * (rank + 1) / ranks;
+  windows.tokens.erase(windows.tokens.begin() + end * windows.width, windows.tokens.end());
+  windows.tokens.erase(windows.tokens.begin(), windows.tokens.begin() + first * windows.width);
+  windows.lengths.erase(windows.lengths.begin() + end, windows.lengths.end());
+  windows.lengths.erase(windows.lengths.begin(), windows.lengths.begin() + first);
+  windows.rows = end - first;
+}
+
 }  // namespace
 
 void run_training(const TrainOptions& o) {
+  // Data parallel under mpirun: every process draws the same batches and trains on its share of
+  // the rows; rank 0 alone prints, writes metrics, evaluates, samples and saves the model.
+  Collective& world = processes();
+  const bool lead = world.rank() == 0;
+  const int ranks = world.size();
   if (o.deterministic) set_threads(1);
   const fs::path run_dir = o.run_dir, data_dir = o.data_dir;
   const ModelConfig config = ModelConfig::load(o.model_config);
@@ -124,9 +141,15 @@ void run_training(const TrainOptions& o) {
   HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: the tokenizer has {} tokens but vocab_size is {}",
              o.model_config, tokenizer.vocab_size(), config.vocab_size);
 
+  for (const CurriculumStage& s : tc.curriculum)
+    HYLA_CHECK(s.sequences() / tc.grad_accum % ranks == 0,
+               "{}: a micro-batch of {} sequences (seq_len {}) does not split over {} processes; choose a batch that "
+               "is a multiple of {} per micro-batch (--batch)",
+               o.train_config, s.sequences() / tc.grad_accum, s.seq_len, ranks, ranks);
+
   fs::create_directories(run_dir);
-  remove_unfinished_checkpoints(run_dir);
-  if (!o.resume) {
+  if (lead) remove_unfinished_checkpoints(run_dir);
+  if (!o.resume && lead) {
     if (const auto earlier = latest_checkpoint(run_dir)) {
       // Keep-N pruning would delete the new run's lower-numbered checkpoints, and a later --resume
       // would continue the old run: never mix two runs in one directory.
@@ -137,8 +160,10 @@ void run_training(const TrainOptions& o) {
       remove_checkpoints(run_dir);
     }
   }
+  world.barrier();  // the run directory is in order before any process reads it
   Model model(config);
-  AdamW optimizer(model.params(), tc);
+  GradientReducer reducer(model.params().numel(), world, tc.zero_stage == 1, tc.bucket_mb);
+  AdamW optimizer(model.params(), tc, reducer.shard());
   const int64_t total_steps = tc.total_steps();
   int64_t step = 0, bad_steps = 0;
   json loader_state;
@@ -150,20 +175,25 @@ void run_training(const TrainOptions& o) {
                checkpoint->dir.string(), o.model_config);
     std::memcpy(model.params().values(), saved->params().values(), size_t(model.params().numel()) * 4);
     model.params().refresh_bf16();
-    optimizer.load(checkpoint->dir / "optimizer.safetensors");
+    optimizer.load(optimizer_files(*checkpoint));
     const json state = load_trainer_state(*checkpoint);
     step = state.at("step").get<int64_t>();
     bad_steps = state.at("bad_steps").get<int64_t>();
     loader_state = state.at("loader");
-    truncate_metrics(run_dir / "metrics.jsonl", step);
-    fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
+    if (lead) {
+      truncate_metrics(run_dir / "metrics.jsonl", step);
+      fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
+    }
   } else {
     model.initialize(tc.seed);
+  }
+  if (!o.resume && lead) {
     const double entropy = unigram_entropy(data_dir);
     fmt::print("data {}: unigram entropy {:.4f} nats per token (a context-free model's loss)\n", data_dir.string(), entropy);
     write_file_atomic(run_dir / "run.json", json{{"model", config.to_json()},
                                                  {"train", tc.to_json()},
                                                  {"data", fs::absolute(data_dir).string()},
+                                                 {"processes", ranks},
                                                  {"unigram_entropy", entropy}}
                                                     .dump(2) + "\n");
     write_file_atomic(run_dir / "metrics.jsonl", "");
@@ -174,11 +204,16 @@ void run_training(const TrainOptions& o) {
   // Timed in CPU time: on a shared machine the wall-clock peak drops with the other load and MFU
   // against it reads high; CPU time keeps the reference at what the cores do while they run.
   const double peak = measure_gemm_peak_gflops(bf16, kPeakRepetitions, PeakClock::ProcessCpu);
-  fmt::print("model {} ({:.1f}M params, {:.1f}M active), {} steps, {} matmuls, {} threads\n", o.model_config,
+  if (lead) fmt::print("model {} ({:.1f}M params, {:.1f}M active), {} steps, {} matmuls, {} threads\n", o.model_config,
              counts.total_sum() * 1e-6, counts.active_sum() * 1e-6, total_steps, bf16 ? "bf16" : "f32", num_threads());
-  fmt::print("MFU is relative to {:.0f} GFLOP/s: the best of {} {} oneDNN 2048^3 GEMMs at start-up, timed in CPU time "
+  if (lead) fmt::print("MFU is relative to {:.0f} GFLOP/s: the best of {} {} oneDNN 2048^3 GEMMs at start-up, timed in CPU time "
              "per thread (other load on the machine lowers MFU, not this reference)\n",
              peak, kPeakRepetitions, bf16 ? "bf16" : "f32");
+  if (lead && ranks > 1)
+    fmt::print("data parallel over {} processes: each takes 1/{} of every micro-batch; gradients {} in {:g} MB buckets "
+               "during the backward{}\n",
+               ranks, ranks, reducer.sharded() ? "reduce-scattered" : "all-reduced", tc.bucket_mb,
+               reducer.sharded() ? ", optimiser state sharded (ZeRO-1), weights all-gathered" : "");
 
   // The ETA is the model FLOPs still to do over the rate this process has done them at, in wall
   // time with evaluations, samples and checkpoints included. Every stage of a curriculum may take
@@ -205,7 +240,8 @@ void run_training(const TrainOptions& o) {
       loader_state.is_null() ? tc.curriculum[size_t(stage)].seq_len : loader_state.at("seq_len").get<int64_t>();
   TokenLoader loader = TokenLoader::from_directory(data_dir, "train", loader_batch, loader_seq, LoaderMode::Random, tc.seed);
   if (!loader_state.is_null()) loader.set_state(loader_state);
-  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  std::ofstream metrics;
+  if (lead) metrics.open(run_dir / "metrics.jsonl", std::ios::app);
   int64_t announced_stage = -1;
   TokenWindows windows;
 
@@ -215,17 +251,24 @@ void run_training(const TrainOptions& o) {
     if (stage != announced_stage) {
       loader.set_batch_size(micro_batch(stage));
       loader.set_seq_len(st.seq_len);
-      fmt::print("stage {}/{}: seq_len {}, {} sequences per step ({} tokens), lr x{}, steps {}..{}\n", stage + 1,
+      if (lead) fmt::print("stage {}/{}: seq_len {}, {} sequences per step ({} tokens), lr x{}, steps {}..{}\n", stage + 1,
                  tc.curriculum.size(), st.seq_len, st.sequences(), st.batch_tokens, st.lr_scale, tc.stage_start(stage) + 1,
                  tc.stage_start(stage) + st.steps());
       announced_stage = stage;
     }
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(tc, step);
-    const StepResult r = train_step(model, optimizer, tc, lr, [&](int64_t) {
-      loader.next(windows);
-      return next_token_input(windows);
-    });
+    const ReductionTraffic traffic_before = reducer.traffic();
+    const double busy_before = world.busy_seconds();
+    const int64_t bytes_before = world.bytes();
+    const StepResult r = train_step(
+        model, optimizer, tc, lr,
+        [&](int64_t) {
+          loader.next(windows);
+          if (ranks > 1) keep_rows_of(windows, world.rank(), ranks);
+          return next_token_input(windows);
+        },
+        reducer);
     const double loss = r.loss, grad_norm = r.grad_norm;
     const int64_t tokens = r.tokens;
     json row{{"step", step + 1}, {"stage", stage + 1}, {"seq_len", st.seq_len}, {"loss", loss}, {"lr", lr},
@@ -233,7 +276,7 @@ void run_training(const TrainOptions& o) {
     if (r.aux_loss != 0) row["aux_loss"] = r.aux_loss;
     if (r.skipped) {
       ++bad_steps;
-      fmt::print(stderr, "warning: step {}: non-finite {} (loss {}, grad norm {}); step skipped ({} in a row)\n", step + 1,
+      if (lead) fmt::print(stderr, "warning: step {}: non-finite {} (loss {}, grad norm {}); step skipped ({} in a row)\n", step + 1,
                  std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm, bad_steps);
       HYLA_CHECK(bad_steps < tc.max_bad_steps, "training stopped at step {}: {} non-finite steps in a row", step + 1,
                  bad_steps);
@@ -245,11 +288,24 @@ void run_training(const TrainOptions& o) {
     }
     const double seconds = seconds_since(t0);
     const double tokens_per_s = double(tokens) / seconds;
-    const double mfu = tokens_per_s * 3.0 * token_flops(config, counts, st.seq_len).prefill() * 1e-9 / peak;
+    const double mfu = tokens_per_s * 3.0 * token_flops(config, counts, st.seq_len).prefill() * 1e-9 / (peak * ranks);
     row["step_ms"] = seconds * 1e3;
     row["tokens_per_s"] = tokens_per_s;
     row["mfu"] = mfu;
     row["peak_gflops"] = peak;
+    if (ranks > 1) {
+      const ReductionTraffic& t = reducer.traffic();
+      const int64_t gradient_bytes = t.all_reduce_bytes + t.reduce_scatter_bytes + t.all_gather_bytes -
+                                     traffic_before.all_reduce_bytes - traffic_before.reduce_scatter_bytes -
+                                     traffic_before.all_gather_bytes;
+      row["comm"] = {{"processes", ranks},
+                     {"all_reduce_bytes", t.all_reduce_bytes - traffic_before.all_reduce_bytes},
+                     {"reduce_scatter_bytes", t.reduce_scatter_bytes - traffic_before.reduce_scatter_bytes},
+                     {"all_gather_bytes", t.all_gather_bytes - traffic_before.all_gather_bytes},
+                     {"other_bytes", world.bytes() - bytes_before - gradient_bytes},
+                     {"comm_ms", (world.busy_seconds() - busy_before) * 1e3},
+                     {"wait_ms", (t.wait_seconds - traffic_before.wait_seconds) * 1e3}};
+    }
     json moe = json::array();
     const auto loads = model.load_stats();
     for (size_t i = 0; i < loads.size(); ++i)
@@ -260,16 +316,18 @@ void run_training(const TrainOptions& o) {
     flops_left -= step_flops(st);
 
     const bool last = step == total_steps;
-    if (tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
+    if (lead && tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
       const PerplexityResult e =
           evaluate_perplexity(model, data_dir, "val", st.seq_len, micro_batch(stage), tc.precision, false, tc.eval_batches);
       row["val_loss"] = e.loss;
       row["val_ppl"] = std::exp(e.loss);
       fmt::print("eval step {}: val loss {:.4f}, perplexity {:.2f} ({} tokens)\n", step, e.loss, std::exp(e.loss), e.tokens);
     }
-    metrics << row.dump() << "\n";
-    metrics.flush();
-    if (!o.quiet && (step % tc.log_every == 0 || last)) {
+    if (lead) {
+      metrics << row.dump() << "\n";
+      metrics.flush();
+    }
+    if (lead && !o.quiet && (step % tc.log_every == 0 || last)) {
       const double elapsed = seconds_since(loop_start);
       fmt::print("step {:>6}/{} | stage {} T={} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:6.0f} ms | {:6.0f} tok/s | "
                  "MFU {:4.1f}% of {:.0f} GFLOP/s | {} elapsed, eta {}\n",
@@ -277,7 +335,7 @@ void run_training(const TrainOptions& o) {
                  row["grad_norm"].is_null() ? NAN : grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu, peak,
                  clock_text(elapsed), clock_text(std::max(0.0, flops_left) * elapsed / flops_done));
     }
-    if (tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
+    if (lead && tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
       GenerationRequest request;
       request.prompt = tokenizer.encode(tc.sample_prompt);
       if (request.prompt.empty()) request.prompt = {tokenizer.special_id("<|endoftext|>")};
@@ -298,9 +356,10 @@ void run_training(const TrainOptions& o) {
     if (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last)) {
       save_checkpoint(run_dir, step, model, optimizer,
                       {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}}, tokenizer_file,
-                      tc.keep_checkpoints);
+                      tc.keep_checkpoints, world);
     }
   }
+  if (!lead) return;
   model.save(run_dir / "model", DType::F32, tokenizer_file);
   fmt::print("done: {} steps, {} in this process; model in {}\n", step, clock_text(seconds_since(loop_start)),
              (run_dir / "model").string());

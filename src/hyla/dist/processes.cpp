@@ -1,0 +1,51 @@
+#include "hyla/dist/processes.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "hyla/core/error.h"
+#if HYLA_MPI
+#include "hyla/dist/mpi_collective.h"
+#endif
+
+namespace hyla {
+namespace {
+
+#if HYLA_MPI
+std::unique_ptr<MpiCollective> mpi;
+#endif
+
+// OpenMPI's launcher (mpirun, or a PMIx-aware resource manager) names every process's rank.
+bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("PMIX_RANK"); }
+
+}  // namespace
+
+void start_processes() {
+  if (!launched_by_mpirun()) return;
+#if HYLA_MPI
+  mpi = std::make_unique<MpiCollective>();
+#else
+  fail("this hyla was built without MPI (cmake -DHYLA_MPI=OFF) and cannot run under mpirun; rebuild with MPI");
+#endif
+}
+
+void stop_processes() {
+#if HYLA_MPI
+  mpi.reset();
+#endif
+}
+
+Collective& processes() {
+#if HYLA_MPI
+  if (mpi) return *mpi;
+#endif
+  return single_process();
+}
+
+void abort_processes(int code) {
+#if HYLA_MPI
+  if (mpi && mpi->size() > 1) mpi->abort(code);
+#endif
+}
+
+}  // namespace hyla
