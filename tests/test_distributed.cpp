@@ -122,6 +122,48 @@ TEST(Distributed, CheckpointFrom4ProcessesResumesOn2) {
   EXPECT_TRUE(fs::exists(resumed + "/checkpoints/step-00000012/optimizer-00001-of-00002.safetensors"));
 }
 
+// Expert parallelism in `hyla train`: groups of 2 on 2 and on 4 processes (each holding half of
+// every layer's routed experts) follow one process's curve; the 4-process checkpoint (model in
+// parts, optimiser moments by parameter) resumes on one process, and the model loads anywhere.
+TEST(Distributed, ExpertParallelTrainsLikeOneProcessAndResumesOnOne) {
+  nlohmann::json t = parse_json_file(tiny().train);
+  t["distributed"] = {{"expert_parallel", 2}};
+  const std::string ep_train = (tiny().dir / "train-ep.json").string();
+  test::write_bytes(ep_train, t.dump());
+  const std::string args = std::string(HYLA_BINARY) + " train --config " + tiny().config + " --data " + tiny().data +
+                           " --quiet --deterministic";
+  const std::string one = (tiny().dir / "ep1").string(), two = (tiny().dir / "ep2").string(),
+                    four = (tiny().dir / "ep4").string(), resumed = (tiny().dir / "ep4-on-1").string();
+  auto r = test::run_command(args + " --train " + tiny().train + " --out " + one);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(mpirun(2) + args + " --train " + ep_train + " --out " + two);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("expert parallel in groups of 2"), std::string::npos) << r.output;
+  r = test::run_command(mpirun(4) + args + " --train " + ep_train + " --out " + four);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = losses(one), b = losses(two), c = losses(four);
+  ASSERT_EQ(b.size(), 12u);
+  ASSERT_EQ(c.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(b[i], a[i], 2e-3 * a[i]) << "step " << i + 1 << ", 2 processes";
+    EXPECT_NEAR(c[i], a[i], 2e-3 * a[i]) << "step " << i + 1 << ", 4 processes";
+  }
+  const auto rows = metrics(four);
+  EXPECT_GT(rows[0]["comm"]["all_to_all_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(rows[0]["comm"]["expert_all_reduce_bytes"].get<int64_t>(), 0);  // 2 replicas of each expert
+  EXPECT_TRUE(fs::exists(four + "/checkpoints/step-00000012/model/model-00002-of-00002.safetensors"));
+  EXPECT_TRUE(fs::exists(four + "/model/model.safetensors.index.json"));
+  EXPECT_EQ(test::run_hyla("inspect " + four + "/model").exit_code, 0);
+
+  fs::copy(four, resumed, fs::copy_options::recursive);
+  fs::remove_all(resumed + "/checkpoints/step-00000012");  // continue from step 9 on one process
+  r = test::run_command(args + " --train " + tiny().train + " --out " + resumed + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto d = losses(resumed);
+  ASSERT_EQ(d.size(), 12u);
+  for (size_t i = 9; i < 12; ++i) EXPECT_NEAR(d[i], c[i], 1e-3 * c[i]) << "step " << i + 1;
+}
+
 // SIGKILL to one process mid-run: mpirun ends the job within seconds with an error naming the
 // process, and the run resumes from its last complete checkpoint.
 TEST(Distributed, AKilledProcessEndsTheJobCleanly) {

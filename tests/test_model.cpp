@@ -162,8 +162,11 @@ struct TwoHalves final : ExpertExchange {
       ranges.emplace_back(first, last);
     }
   }
-  void forward(const ExpertDispatch& d, const float*, int64_t, float*, const Compute& compute) override { run(d, compute); }
-  void backward(const ExpertDispatch& d, const float*, int64_t, float*, float*, const Compute& compute) override {
+  void forward(const ExpertDispatch& d, const float*, int64_t, float*, const Compute& compute, const Held&) override {
+    run(d, compute);
+  }
+  void backward(const ExpertDispatch& d, const float*, int64_t, float*, float*, const Compute& compute,
+                const Held&) override {
     run(d, compute);
   }
 };
@@ -200,13 +203,14 @@ struct PartnerHoldsTheRest final : ExpertExchange {
   int64_t first_remote = 0;
   size_t call = 0;
   Workspace workspace;
-  void forward(const ExpertDispatch& d, const float* x, int64_t, float* slot_rows, const Compute& compute) override {
+  void forward(const ExpertDispatch& d, const float* x, int64_t, float* slot_rows, const Compute& compute,
+               const Held&) override {
     compute(0, first_remote);
     const std::vector<MoeFfn*> layers = partner->moe_layers();
     layers[call++ % layers.size()]->routed_experts().forward(x, d, first_remote, d.experts, Precision::F32, {},
                                                               slot_rows, workspace);
   }
-  void backward(const ExpertDispatch&, const float*, int64_t, float*, float*, const Compute&) override {
+  void backward(const ExpertDispatch&, const float*, int64_t, float*, float*, const Compute&, const Held&) override {
     ADD_FAILURE() << "inference only";
   }
 };

@@ -121,6 +121,9 @@ struct TwoIdenticalReplicas final : Collective {
   void all_gather(std::span<float>, std::span<const int>) override { ADD_FAILURE(); }
   void barrier() override {}
   void broadcast(std::string&) override {}
+  void all_to_all(std::span<const int64_t>, std::span<int64_t>) override { ADD_FAILURE(); }
+  void all_to_all_v(const float*, std::span<const int64_t>, float*, std::span<const int64_t>) override { ADD_FAILURE(); }
+  std::unique_ptr<Collective> split(int) override { return nullptr; }
   double busy_seconds() const override { return 0; }
   int64_t bytes() const override { return 0; }
   int started = 0;
@@ -146,7 +149,7 @@ TEST(TrainStep, ReplicasSumTheirGradientsThroughTheCollective) {
     model.initialize(3);
     AdamW optimizer(model.params(), tc);
     // Buckets of 64 KB: several, started while the backward runs.
-    GradientReducer reducer(model.params().numel(), two, /*shard_optimizer=*/false, 1.0 / 16);
+    GradientReducer reducer(model.params(), two, nullptr, /*shard_optimizer=*/false, 1.0 / 16);
     for (int step = 0; step < 2; ++step)
       losses.push_back((replicas ? train_step(model, optimizer, tc, 1e-3, batch, reducer)
                                  : train_step(model, optimizer, tc, 1e-3, batch)).loss);

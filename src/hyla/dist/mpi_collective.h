@@ -1,18 +1,24 @@
 #pragma once
-// The Collective over MPI (Debian's OpenMPI): every process that mpirun started is one rank.
+// The Collective over MPI (Debian's OpenMPI): every process that mpirun started is one rank of
+// the world collective; split() makes collectives over groups of them (expert parallelism's
+// groups and the replicas of an expert).
 //
-// Every MPI call runs on one communication thread that this object starts (and that initialises
-// MPI, so MPI_THREAD_FUNNELED is all the library must provide): the started operations progress
-// there while the calling thread computes, which Debian's OpenMPI, built without an asynchronous
-// progress thread, would otherwise do only inside MPI calls. The thread waits for an operation by
-// testing it, spinning briefly, then sleeping between tests, so that a rank with one compute
-// thread per core does not lose a core to the wait.
+// Every MPI call runs on one communication thread, shared by the world and its splits, that
+// initialises MPI (so MPI_THREAD_FUNNELED is all the library must provide): the started
+// operations progress there while the calling thread computes, which Debian's OpenMPI, built
+// without an asynchronous progress thread, would otherwise do only inside MPI calls. The thread
+// waits for an operation by testing it, spinning briefly, then sleeping between tests, so that a
+// rank with one compute thread per core does not lose a core to the wait. Operations run one at
+// a time in the order they were posted, across all the collectives.
+#include <mpi.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -20,10 +26,45 @@
 
 namespace hyla {
 
+// The communication thread and its queue of MPI jobs.
+class MpiThread {
+ public:
+  MpiThread();   // MPI_Init_thread, on the thread
+  ~MpiThread();  // MPI_Finalize there, after every posted job
+  MpiThread(const MpiThread&) = delete;
+  MpiThread& operator=(const MpiThread&) = delete;
+
+  using Job = std::function<void()>;
+  void post(Job job);  // runs on the thread, after the jobs posted before it
+  void wait();         // until every posted job ran; rethrows a job's exception
+  void run(Job job) {
+    post(std::move(job));
+    wait();
+  }
+  // On the thread: completes one nonblocking operation, counting its time.
+  void complete(MPI_Request& request);
+  [[noreturn]] void abort(int code);
+  double busy_seconds() const { return double(busy_nanoseconds_.load()) * 1e-9; }
+
+ private:
+  void serve();
+
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Job> jobs_;
+  int64_t posted_ = 0, finished_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+  std::atomic<int> abort_code_{-1};
+  std::atomic<int64_t> busy_nanoseconds_{0};
+};
+
 class MpiCollective final : public Collective {
  public:
-  MpiCollective();  // MPI_Init_thread, on the communication thread
-  ~MpiCollective() override;  // MPI_Finalize there, after every started operation
+  // The world: starts MPI.
+  MpiCollective();
+  ~MpiCollective() override;
   MpiCollective(const MpiCollective&) = delete;
   MpiCollective& operator=(const MpiCollective&) = delete;
 
@@ -34,36 +75,29 @@ class MpiCollective final : public Collective {
   void sum(std::span<int64_t> values) override;
   void start_sum(std::span<float> values) override;
   void start_reduce_scatter(std::span<const float> values, std::span<const int> counts, float* mine) override;
-  void wait() override;
+  void wait() override { thread_->wait(); }
   void all_gather(std::span<float> values, std::span<const int> counts) override;
   void barrier() override;
   void broadcast(std::string& text) override;
-  double busy_seconds() const override { return double(busy_nanoseconds_.load()) * 1e-9; }
+  void all_to_all(std::span<const int64_t> send, std::span<int64_t> receive) override;
+  void all_to_all_v(const float* send, std::span<const int64_t> send_counts, float* receive,
+                    std::span<const int64_t> receive_counts) override;
+  std::unique_ptr<Collective> split(int color) override;
+  double busy_seconds() const override { return thread_->busy_seconds(); }
   int64_t bytes() const override { return bytes_.load(); }
 
   // Ends every process of the job (MPI_Abort with `code`): after an error on this one, so that
   // no other waits forever in an operation this one will never join.
-  [[noreturn]] void abort(int code);
+  [[noreturn]] void abort(int code) { thread_->abort(code); }
 
  private:
-  using Job = std::function<void()>;
-  void post(Job job);  // runs on the communication thread, after the jobs posted before it
-  void run(Job job);   // post, then wait for every posted job
-  void serve();
-  // Completes one nonblocking MPI operation (an MPI_Request, behind void* to keep mpi.h out of
-  // this header), timing it.
-  void complete(void* request);
+  MpiCollective(std::shared_ptr<MpiThread> thread, MPI_Comm comm);
+  template <typename T> void sum_in_place(std::span<T> values, MPI_Datatype type, bool blocking);
 
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Job> jobs_;
-  int64_t posted_ = 0, finished_ = 0;
-  bool stopping_ = false;
-  std::exception_ptr failure_;  // a job's exception, rethrown by the next wait
-  std::atomic<int> abort_code_{-1};
-  std::atomic<int64_t> busy_nanoseconds_{0}, bytes_{0};
+  std::shared_ptr<MpiThread> thread_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::atomic<int64_t> bytes_{0};
 };
 
 }  // namespace hyla

@@ -9,6 +9,7 @@
 // name, or control flow: every process calls the same operations in the same order. The one
 // implementation beside SingleProcess is MPI's (dist/mpi_collective.h).
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -36,6 +37,17 @@ class Collective {
   virtual void barrier() = 0;
   // Rank 0's text, on every process.
   virtual void broadcast(std::string& text) = 0;
+  // Blocking exchanges between every pair of processes (expert parallelism's dispatch and
+  // combine): all_to_all sends block r of `send` (send.size() / size() values) to process r and
+  // receives process r's block for this one into block r of `receive`; all_to_all_v sends
+  // send_counts[r] floats from `send` (in rank order) to process r and receives
+  // receive_counts[r] floats from it into `receive` (in rank order).
+  virtual void all_to_all(std::span<const int64_t> send, std::span<int64_t> receive) = 0;
+  virtual void all_to_all_v(const float* send, std::span<const int64_t> send_counts, float* receive,
+                            std::span<const int64_t> receive_counts) = 0;
+  // The processes that pass the same `color`, ranked in this collective's order, as a collective
+  // of their own (every process calls it together).
+  virtual std::unique_ptr<Collective> split(int color) = 0;
   // Seconds spent inside the reductions so far (on the thread that runs them), and bytes handed
   // to them (each operation's buffer: what this process sends into it).
   virtual double busy_seconds() const = 0;
@@ -56,6 +68,10 @@ class SingleProcess final : public Collective {
   void all_gather(std::span<float>, std::span<const int>) override {}
   void barrier() override {}
   void broadcast(std::string&) override {}
+  void all_to_all(std::span<const int64_t> send, std::span<int64_t> receive) override;
+  void all_to_all_v(const float* send, std::span<const int64_t> send_counts, float* receive,
+                    std::span<const int64_t> receive_counts) override;
+  std::unique_ptr<Collective> split(int color) override;
   double busy_seconds() const override { return 0; }
   int64_t bytes() const override { return 0; }
 };

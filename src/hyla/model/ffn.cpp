@@ -68,7 +68,7 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
                     experts_.forward(x, state.dispatch, group_first, group_last, ctx.precision, state.experts,
                                      slot_out, ctx.workspace, weights);
                   });
-  });
+  }, ExpertExchange::Held{experts_, ctx.precision, save, ctx.workspace});
   combine_slots(state.dispatch, slot_out, width, /*weighted=*/true, /*accumulate=*/shared, combined);
   if (latent > 0) {
     float* normed = activations.take<float>(n * latent);
@@ -105,9 +105,12 @@ void MoeFfn::backward(const float* dy, float* du) {
   if (shared) shared_mlp_.backward(dm, dx);
   float* d_slot_in = scratch.take<float>(n * k * width);
   float* d_slot_weight = scratch.take<float>(n * k);
-  exchange_->backward(state.dispatch, dm, width, d_slot_in, d_slot_weight, [&](int64_t first, int64_t last) {
-    experts_.backward(x, dm, state.dispatch, first, last, state.experts, p, d_slot_in, d_slot_weight, *workspace_);
-  });
+  exchange_->backward(
+      state.dispatch, dm, width, d_slot_in, d_slot_weight,
+      [&](int64_t first, int64_t last) {
+        experts_.backward(x, dm, state.dispatch, first, last, state.experts, p, d_slot_in, d_slot_weight, *workspace_);
+      },
+      ExpertExchange::Held{experts_, p, true, *workspace_});
   combine_slots(state.dispatch, d_slot_in, width, /*weighted=*/false, /*accumulate=*/shared, dx);
   if (latent > 0) {
     lat_down_.backward_input(dx, n, du, p);

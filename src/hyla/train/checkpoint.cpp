@@ -7,8 +7,11 @@
 #include <vector>
 
 #include "hyla/core/error.h"
+#include "hyla/dist/expert_parallel.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
+#include "hyla/io/safetensors.h"
+#include "hyla/model/expert_exchange.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -33,31 +36,88 @@ std::vector<CheckpointInfo> checkpoints(const fs::path& run_dir) {
 
 }  // namespace
 
-void save_checkpoint(const fs::path& run_dir, int64_t step, const Model& model, const AdamW& optimizer,
-                     const nlohmann::json& trainer_state, const fs::path& tokenizer, int64_t keep, Collective& collective) {
-  const fs::path root = run_dir / "checkpoints";
-  const bool lead = collective.rank() == 0;
-  const bool sharded = optimizer.shard().count != model.params().numel();
-  std::unique_ptr<AtomicDirectory> out;
+namespace {
+
+std::string part_name(const char* kind, int64_t part, int64_t parts) {
+  return parts == 1 ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{:05d}-of-{:05d}.safetensors", kind, part + 1, parts);
+}
+
+// Rank 0 makes the directory; every process learns its temporary path.
+std::string shared_temp(std::unique_ptr<AtomicDirectory>& out, const fs::path& dir, Collective& world) {
   std::string temp;
-  if (lead) {
-    fs::create_directories(root);
-    out = std::make_unique<AtomicDirectory>(root / fmt::format("step-{:08d}", step));
+  if (world.rank() == 0) {
+    out = std::make_unique<AtomicDirectory>(dir);
     temp = out->temp().string();
   }
-  collective.broadcast(temp);
-  auto shard_name = [&](int rank) {
-    return sharded ? fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", rank, collective.size())
-                   : std::string("optimizer.safetensors");
-  };
-  if (sharded || lead) optimizer.save(fs::path(temp) / shard_name(collective.rank()));
-  collective.barrier();  // every shard is on disk
-  if (!lead) return;
-  model.save(out->temp() / "model", DType::F32, tokenizer);
+  world.broadcast(temp);
+  return temp;
+}
+
+// Writes into `temp` (shared by every process) this process's part of the model directory.
+void write_model_part(const fs::path& temp, const Model& model, const fs::path& tokenizer, const ProcessLayout& layout) {
+  const int64_t G = layout.expert_parallel, rank = layout.world.rank();
+  if (G == 1) {
+    if (rank == 0) save_model_weights(temp, model.params().named_values(DType::F32));
+  } else if (rank < G) {
+    NamedTensors mine;
+    for (auto& [name, tensor] : model.params().named_values(DType::F32))
+      if (rank == 0 || routed_expert_of(name) >= 0) mine.emplace_back(name, tensor);
+    save_safetensors(temp / part_name("model", rank, G), mine);
+  }
+  if (rank != 0) return;
+  write_file_atomic(temp / "config.json", model.config().to_json().dump(2) + "\n");
+  if (!tokenizer.empty()) {
+    std::error_code ec;
+    fs::copy_file(tokenizer, temp / "tokenizer.json", ec);
+    HYLA_CHECK(!ec, "{}: cannot copy into the model directory: {}", tokenizer.string(), ec.message());
+  }
+  if (G == 1) return;
+  const int64_t E = model.config().moe.num_experts;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (const auto& p : model.params().params()) {
+    const int64_t e = routed_expert_of(p->name);
+    weight_map[p->name] = part_name("model", e >= 0 ? expert_holder(E, e, int(G)) : 0, G);
+  }
+  write_file_atomic(temp / "model.safetensors.index.json",
+                    nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}}.dump(2) + "\n");
+}
+
+}  // namespace
+
+void save_model(const fs::path& dir, const Model& model, const fs::path& tokenizer, const ProcessLayout& layout) {
+  std::unique_ptr<AtomicDirectory> out;
+  const std::string temp = shared_temp(out, dir, layout.world);
+  write_model_part(temp, model, tokenizer, layout);
+  layout.world.barrier();  // every part is on disk
+  if (out) out->commit();
+}
+
+void save_checkpoint(const fs::path& run_dir, int64_t step, const Model& model, const AdamW& optimizer,
+                     const nlohmann::json& trainer_state, const fs::path& tokenizer, int64_t keep,
+                     const ProcessLayout& layout) {
+  Collective& world = layout.world;
+  const int64_t G = layout.expert_parallel, rank = world.rank();
+  const fs::path root = run_dir / "checkpoints";
+  if (rank == 0) fs::create_directories(root);
+  std::unique_ptr<AtomicDirectory> out;
+  const fs::path temp = shared_temp(out, root / fmt::format("step-{:08d}", step), world);
+  // Who writes which moments: every process its ZeRO-1 shard; else rank 0 what all hold alike
+  // and, with expert parallelism, each process of the first group its experts'.
+  const bool sharded = optimizer.shard().count != model.params().numel();
+  const int64_t writers = sharded ? world.size() : G;
+  if (rank < writers)
+    optimizer.save(temp / part_name("optimizer", rank, writers),
+                   [&](const Param& p) { return sharded || rank == 0 || routed_expert_of(p.name) >= 0; });
+  fs::path model_temp = temp / "model";
+  if (rank == 0) fs::create_directories(model_temp);
+  world.barrier();
+  write_model_part(model_temp, model, tokenizer, layout);
+  world.barrier();  // every shard and part is on disk
+  if (rank != 0) return;
   nlohmann::json state = trainer_state;
   state["optimizer"] = nlohmann::json::array();
-  for (int r = 0; r < (sharded ? collective.size() : 1); ++r) state["optimizer"].push_back(shard_name(r));
-  write_file_atomic(out->temp() / "trainer.json", state.dump(2) + "\n");
+  for (int64_t r = 0; r < writers; ++r) state["optimizer"].push_back(part_name("optimizer", r, writers));
+  write_file_atomic(temp / "trainer.json", state.dump(2) + "\n");
   out->commit();
   auto all = checkpoints(run_dir);
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i].dir);

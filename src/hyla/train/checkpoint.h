@@ -1,7 +1,8 @@
 #pragma once
 // Checkpoints of a training run: RUN_DIR/checkpoints/step-00001234/ holding the model directory
 // (config.json, f32 model.safetensors, tokenizer.json), the optimiser state (one file, or one
-// shard per process under ZeRO-1, each written by its process in parallel) and trainer.json (step,
+// part per process under ZeRO-1 or expert parallelism, each written by its process in parallel)
+// and trainer.json (step,
 // loader state, counters, the optimiser files). Each is built beside its final name and renamed
 // into place by rank 0 once every process has written its part; trainer.json is written last and
 // marks the checkpoint complete. Only the newest `keep` are kept.
@@ -22,10 +23,24 @@ struct CheckpointInfo {
   int64_t step = 0;  // optimiser steps completed
 };
 
-// Called by every process of `collective` together; the model and trainer state are rank 0's.
+// How a run's processes hold its state: rank 0 of `world` writes what every process holds alike;
+// with expert parallelism (groups of `expert_parallel` consecutive ranks), each process of the
+// first group writes its routed experts' weights and moments too.
+struct ProcessLayout {
+  Collective& world;
+  int64_t expert_parallel = 1;
+};
+
+// A model directory `dir`, written by the layout's processes together (every process calls it):
+// one model.safetensors, or with expert parallelism one part per process of the first group
+// (model-0000q-of-0000G.safetensors) and the index naming each tensor's part.
+void save_model(const std::filesystem::path& dir, const Model& model, const std::filesystem::path& tokenizer,
+                const ProcessLayout& layout);
+
+// Called by every process of the layout together.
 void save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const Model& model, const AdamW& optimizer,
                      const nlohmann::json& trainer_state, const std::filesystem::path& tokenizer, int64_t keep,
-                     Collective& collective = single_process());
+                     const ProcessLayout& layout = {single_process(), 1});
 
 // Removes what interrupted saves left in RUN_DIR/checkpoints (half-built step-N.tmp-* and step-N.old-*
 // directories, which can be gigabytes each).

@@ -7,7 +7,10 @@
 // all-reduced in place. With ZeRO-1 (`shard_optimizer`) the buffer is split into one contiguous
 // shard per process, a bucket is reduce-scattered into the shards' gradients, the optimiser
 // updates only this process's shard (optimizer.h), and gather() then all-gathers every shard's new
-// weights. Nothing but gradient and weight buffers crosses.
+// weights. Under expert parallelism a process holds only its routed experts (ParamStore::hold_only),
+// whose gradients are summed only over `expert_replicas` (the processes holding the same experts),
+// every other gradient over all processes; buckets never mix the two. Nothing but gradient and
+// weight buffers crosses.
 //
 // Traffic is counted as the bytes each operation is handed on this process (what it sends in):
 // per step P·4 bytes of all-reduce, or P·4 of reduce-scatter plus P·4/N of all-gather, for P
@@ -22,13 +25,16 @@ namespace hyla {
 
 struct ReductionTraffic {
   int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0;
+  int64_t expert_all_reduce_bytes = 0;  // routed experts' gradients, over their replicas
   double wait_seconds = 0;  // the caller's time blocked in finish() and gather()
 };
 
 class GradientReducer {
  public:
-  // `elements`: the flat buffers' length.
-  GradientReducer(int64_t elements, Collective& collective, bool shard_optimizer, double bucket_mb);
+  // Over `params`' flat buffers. `expert_replicas` (null without expert parallelism) reduces the
+  // routed experts' gradients; sharding needs every parameter held (no expert parallelism).
+  GradientReducer(ParamStore& params, Collective& collective, Collective* expert_replicas, bool shard_optimizer,
+                  double bucket_mb);
   Collective& collective() const { return collective_; }
   bool distributed() const { return collective_.size() > 1; }
   bool sharded() const { return sharded_; }
@@ -46,12 +52,17 @@ class GradientReducer {
   const ReductionTraffic& traffic() const { return traffic_; }
 
  private:
-  void start(FlatRange bucket);
+  struct Bucket {
+    FlatRange range;
+    bool experts;  // routed experts' gradients
+  };
+  void start(const Bucket& bucket);
 
   Collective& collective_;
+  Collective* expert_replicas_;
   bool sharded_;
   std::vector<FlatRange> shards_;   // per rank
-  std::vector<FlatRange> buckets_;  // from the end of the buffer down
+  std::vector<Bucket> buckets_;     // from the end of the buffer down
   std::vector<int> counts_;         // scratch: a bucket's part in each shard
   size_t next_ = 0;                 // the next bucket to start; buckets_.size() when disarmed
   float* grads_ = nullptr;

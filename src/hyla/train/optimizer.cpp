@@ -1,7 +1,11 @@
 #include "hyla/train/optimizer.h"
 
+#include <fmt/format.h>
+
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "hyla/core/error.h"
 #include "hyla/io/safetensors.h"
@@ -69,40 +73,81 @@ void AdamW::step(double lr, float grad_scale) {
   }
 }
 
-void AdamW::save(const std::filesystem::path& path) const {
-  Tensor step = Tensor::empty(DType::I64, {1}), first = Tensor::empty(DType::I64, {1});
+namespace {
+
+// A trainable parameter's elements inside a shard: [first, end) of its own elements, and where
+// they sit in the flat buffers.
+struct Piece {
+  int64_t first = 0, end = 0, offset = 0;  // offset: the flat index of element 0
+};
+
+Piece piece_of(const Param& p, const float* values, FlatRange shard) {
+  const int64_t offset = p.value.data<float>() - values;
+  const int64_t first = std::max(offset, shard.first), end = std::min(offset + p.numel(), shard.end());
+  if (first >= end) return {0, 0, offset};
+  return {first - offset, end - offset, offset};
+}
+
+constexpr std::string_view kMoment[2] = {"adam.m/", "adam.v/"};
+
+}  // namespace
+
+void AdamW::save(const std::filesystem::path& path, const std::function<bool(const Param&)>& writes) const {
+  Tensor step = Tensor::empty(DType::I64, {1});
   step.data<int64_t>()[0] = steps_;
-  first.data<int64_t>()[0] = shard_.first;
-  const Tensor m = m_.rows(0, shard_.count), v = v_.rows(0, shard_.count);
-  save_safetensors(path, {{"adam.m", m}, {"adam.v", v}, {"adam.step", step}, {"adam.first", first}});
+  NamedTensors tensors{{"adam.step", step}};
+  const Tensor* moments[2] = {&m_, &v_};
+  for (const auto& p : params_.params()) {
+    if (!p->held || !p->trainable || (writes && !writes(*p))) continue;
+    const Piece piece = piece_of(*p, params_.values(), shard_);
+    if (piece.first >= piece.end) continue;
+    for (int i = 0; i < 2; ++i)
+      tensors.emplace_back(fmt::format("{}{}/{}", kMoment[i], p->name, piece.first),
+                           moments[i]->rows(piece.offset + piece.first - shard_.first, piece.offset + piece.end - shard_.first));
+  }
+  save_safetensors(path, tensors);
 }
 
 void AdamW::load(const std::vector<std::filesystem::path>& paths) {
-  int64_t covered = 0;
+  int64_t covered = 0, wanted = 0;
+  for (const auto& p : params_.params())
+    if (p->held && p->trainable) {
+      const Piece piece = piece_of(*p, params_.values(), shard_);
+      wanted += piece.end - piece.first;
+    }
+  Tensor* moments[2] = {&m_, &v_};
   for (const auto& path : paths) {
     const SafetensorsFile file(path);
     const SafetensorsEntry* s = file.find("adam.step");
-    const SafetensorsEntry* f = file.find("adam.first");
-    HYLA_CHECK(s && s->dtype == DType::I64 && f && f->dtype == DType::I64, "{}: missing 'adam.step' or 'adam.first'",
-               path.string());
-    const int64_t first = file.get("adam.first").data<int64_t>()[0];
-    const SafetensorsEntry* m = file.find("adam.m");
-    const SafetensorsEntry* v = file.find("adam.v");
-    HYLA_CHECK(m && v && m->dtype == DType::F32 && v->dtype == DType::F32 && m->shape.numel() == v->shape.numel(),
-               "{}: 'adam.m' and 'adam.v' must be f32 tensors of one length", path.string());
-    const int64_t count = m->shape.numel();
-    HYLA_CHECK(first >= 0 && first + count <= params_.numel(), "{}: its shard [{}, {}) lies outside this model's {} parameters",
-               path.string(), first, first + count, params_.numel());
-    const int64_t lo = std::max(first, shard_.first), hi = std::min(first + count, shard_.end());
-    if (lo < hi) {
-      std::memcpy(m_.data<float>() + (lo - shard_.first), file.get("adam.m").data<float>() + (lo - first), size_t(hi - lo) * 4);
-      std::memcpy(v_.data<float>() + (lo - shard_.first), file.get("adam.v").data<float>() + (lo - first), size_t(hi - lo) * 4);
-      covered += hi - lo;
-    }
+    HYLA_CHECK(s && s->dtype == DType::I64, "{}: missing 'adam.step'", path.string());
     steps_ = file.get("adam.step").data<int64_t>()[0];
+    for (const SafetensorsEntry& e : file.header().tensors) {
+      if (e.name == "adam.step") continue;
+      const int i = e.name.starts_with(kMoment[0]) ? 0 : e.name.starts_with(kMoment[1]) ? 1 : -1;
+      const size_t slash = e.name.rfind('/');
+      HYLA_CHECK(i >= 0 && slash > kMoment[i].size() && e.dtype == DType::F32,
+                 "{}: '{}' is not an f32 adam.m/NAME/FIRST or adam.v/NAME/FIRST tensor", path.string(), e.name);
+      const Param* p = params_.find(e.name.substr(kMoment[i].size(), slash - kMoment[i].size()));
+      HYLA_CHECK(p != nullptr, "{}: '{}' names no parameter of this model", path.string(), e.name);
+      if (!p->held || !p->trainable) continue;
+      int64_t saved_first = 0;
+      const std::string first_text = e.name.substr(slash + 1);
+      const auto [end, ec] = std::from_chars(first_text.data(), first_text.data() + first_text.size(), saved_first);
+      const int64_t saved_end = saved_first + e.shape.numel();
+      HYLA_CHECK(ec == std::errc() && end == first_text.data() + first_text.size() && saved_first >= 0 &&
+                     saved_end <= p->numel(),
+                 "{}: '{}' does not fit parameter {} ({} elements)", path.string(), e.name, p->name, p->numel());
+      const Piece mine = piece_of(*p, params_.values(), shard_);
+      const int64_t lo = std::max(mine.first, saved_first), hi = std::min(mine.end, saved_end);
+      if (lo >= hi) continue;
+      const Tensor values = file.get(e.name);
+      std::memcpy(moments[i]->data<float>() + (mine.offset + lo - shard_.first), values.data<float>() + (lo - saved_first),
+                  size_t(hi - lo) * 4);
+      if (i == 0) covered += hi - lo;
+    }
   }
-  HYLA_CHECK(covered == shard_.count, "optimiser state: the {} shard file(s) cover {} of this shard's {} values ({})",
-             paths.size(), covered, shard_.count, paths.empty() ? "" : paths.front().parent_path().string());
+  HYLA_CHECK(covered == wanted, "optimiser state in {}: covers {} of the {} moments this process needs",
+             paths.empty() ? std::string("no file") : paths.front().parent_path().string(), covered, wanted);
 }
 
 }  // namespace hyla

@@ -3,10 +3,12 @@
 // f32 moments, and the bf16 copies of the weights refreshed in the same pass.
 //
 // An optimiser may own only a shard of the buffers (ZeRO-1, gradient_reducer.h): its moments,
-// its reduced gradients and its updates cover that range alone; every process's shard together
-// is the whole optimiser, saved as one file per shard that any other split of shards can load.
+// its reduced gradients and its updates cover that range alone. Saved state names its parameters
+// (adam.m/<parameter>/<first element>: a run of that parameter's moments), so that any other
+// split — other shards, other experts held (expert parallelism) — loads it.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "hyla/core/tensor.h"
@@ -32,9 +34,10 @@ class AdamW {
   void step(double lr, float grad_scale);
   int64_t steps() const { return steps_; }
 
-  // The shard's moments, step count and place, to a safetensors file (written atomically), and
-  // this shard's part of the shards saved in `paths` (which must cover it).
-  void save(const std::filesystem::path& path) const;
+  // The step count and the shard's moments of the parameters `writes` accepts (all by default),
+  // to a safetensors file (written atomically); and this shard's moments from files so saved,
+  // which must cover every one of its trainable parameters.
+  void save(const std::filesystem::path& path, const std::function<bool(const Param&)>& writes = {}) const;
   void load(const std::vector<std::filesystem::path>& paths);
 
  private:

@@ -70,6 +70,7 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   f.read("max_bad_steps", c.max_bad_steps);
   JsonFields dist = f.object("distributed");
   dist.read("zero_stage", c.zero_stage);
+  dist.read("expert_parallel", c.expert_parallel);
   dist.read("bucket_mb", c.bucket_mb);
   dist.finish();
   f.finish();
@@ -111,6 +112,8 @@ void TrainConfig::validate(const std::string& source) const {
   rule(sample_temperature >= 0, "sample.temperature must be >= 0");
   rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
   rule(zero_stage == 0 || zero_stage == 1, fmt::format("distributed.zero_stage ({}) must be 0 or 1", zero_stage));
+  rule(expert_parallel >= 1, fmt::format("distributed.expert_parallel ({}) must be >= 1", expert_parallel));
+  rule(expert_parallel == 1 || zero_stage == 0, "distributed.zero_stage 1 does not combine with expert_parallel > 1 yet");
   rule(bucket_mb > 0 && bucket_mb <= 1024, fmt::format("distributed.bucket_mb ({}) must lie in (0, 1024]", bucket_mb));
 }
 
@@ -159,7 +162,7 @@ json TrainConfig::to_json() const {
            {{"every", sample_every}, {"tokens", sample_tokens}, {"prompt", sample_prompt},
             {"temperature", sample_temperature}}},
           {"max_bad_steps", max_bad_steps},
-          {"distributed", {{"zero_stage", zero_stage}, {"bucket_mb", bucket_mb}}}};
+          {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};
 }
 
 }  // namespace hyla

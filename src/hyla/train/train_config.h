@@ -41,9 +41,11 @@ struct TrainConfig {
   std::string sample_prompt = "";
   double sample_temperature = 0.8;
   int64_t max_bad_steps = 5;  // consecutive non-finite steps before the run stops
-  // Data parallelism under mpirun (docs/distributed.md): ZeRO stage 0 (every process keeps the
-  // whole optimiser state) or 1 (each keeps its shard), and the gradient buckets' size.
+  // Under mpirun (docs/distributed.md): ZeRO stage 0 (every process keeps the whole optimiser
+  // state) or 1 (each keeps its shard), expert-parallel groups of this many processes (each holds
+  // 1/expert_parallel of every MoE layer's routed experts), and the gradient buckets' size.
   int64_t zero_stage = 0;
+  int64_t expert_parallel = 1;
   double bucket_mb = 16;
 
   static TrainConfig from_json(const nlohmann::json& j, const std::string& source = "train.json");

@@ -16,6 +16,7 @@
 #include "hyla/data/loader.h"
 #include "hyla/data/token_shard.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/dist/expert_parallel.h"
 #include "hyla/dist/processes.h"
 #include "hyla/eval/next_token_input.h"
 #include "hyla/eval/perplexity.h"
@@ -141,6 +142,11 @@ void run_training(const TrainOptions& o) {
   HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: the tokenizer has {} tokens but vocab_size is {}",
              o.model_config, tokenizer.vocab_size(), config.vocab_size);
 
+  const int64_t G = tc.expert_parallel;
+  HYLA_CHECK(G == 1 || (ranks % G == 0 && config.moe.num_experts >= G),
+             "{}: distributed.expert_parallel {} needs a process count that it divides (not {}) and at most "
+             "moe.num_experts ({}) experts",
+             o.train_config, G, ranks, config.moe.num_experts);
   for (const CurriculumStage& s : tc.curriculum)
     HYLA_CHECK(s.sequences() / tc.grad_accum % ranks == 0,
                "{}: a micro-batch of {} sequences (seq_len {}) does not split over {} processes; choose a batch that "
@@ -161,8 +167,29 @@ void run_training(const TrainOptions& o) {
     }
   }
   world.barrier();  // the run directory is in order before any process reads it
-  Model model(config);
-  GradientReducer reducer(model.params().numel(), world, tc.zero_stage == 1, tc.bucket_mb);
+  // Expert parallelism: groups of G consecutive ranks, each process holding 1/G of every MoE
+  // layer's routed experts; an expert's replicas (one per group) sum its gradients.
+  std::unique_ptr<Collective> expert_group, expert_replicas;
+  std::function<bool(const Param&)> holds;
+  if (G > 1) {
+    expert_group = world.split(world.rank() / int(G));
+    expert_replicas = world.split(world.rank() % int(G));
+    const auto [first, last] = expert_range(config.moe.num_experts, expert_group->rank(), int(G));
+    holds = holds_experts(first, last);
+  }
+  const ProcessLayout layout{world, G};
+  // Rank 0 evaluates and samples alone, unless its forwards need its expert group's processes.
+  const bool evaluates = lead || G > 1;
+  Model model(config, /*allocate=*/false);
+  if (holds) model.params().hold_only(holds);
+  model.params().allocate();
+  std::vector<std::unique_ptr<ExpertParallelExchange>> exchanges;
+  if (G > 1)
+    for (MoeFfn* layer : model.moe_layers()) {
+      exchanges.push_back(std::make_unique<ExpertParallelExchange>(*expert_group));
+      layer->set_exchange(*exchanges.back());
+    }
+  GradientReducer reducer(model.params(), world, expert_replicas.get(), tc.zero_stage == 1, tc.bucket_mb);
   AdamW optimizer(model.params(), tc, reducer.shard());
   const int64_t total_steps = tc.total_steps();
   int64_t step = 0, bad_steps = 0;
@@ -170,7 +197,7 @@ void run_training(const TrainOptions& o) {
   if (o.resume) {
     const auto checkpoint = latest_checkpoint(run_dir);
     HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
-    auto saved = Model::load(checkpoint->dir / "model");
+    auto saved = Model::load(checkpoint->dir / "model", {.holds = holds});
     HYLA_CHECK(saved->params().numel() == model.params().numel(), "{}: the checkpoint's model differs from {}",
                checkpoint->dir.string(), o.model_config);
     std::memcpy(model.params().values(), saved->params().values(), size_t(model.params().numel()) * 4);
@@ -211,9 +238,13 @@ void run_training(const TrainOptions& o) {
              peak, kPeakRepetitions, bf16 ? "bf16" : "f32");
   if (lead && ranks > 1)
     fmt::print("data parallel over {} processes: each takes 1/{} of every micro-batch; gradients {} in {:g} MB buckets "
-               "during the backward{}\n",
+               "during the backward{}{}\n",
                ranks, ranks, reducer.sharded() ? "reduce-scattered" : "all-reduced", tc.bucket_mb,
-               reducer.sharded() ? ", optimiser state sharded (ZeRO-1), weights all-gathered" : "");
+               reducer.sharded() ? ", optimiser state sharded (ZeRO-1), weights all-gathered" : "",
+               G > 1 ? fmt::format("; expert parallel in groups of {} (each process holds {} of {} routed experts per "
+                                   "layer; dispatch and combine by all-to-all)",
+                                   G, config.moe.num_experts / G, config.moe.num_experts)
+                     : "");
 
   // The ETA is the model FLOPs still to do over the rate this process has done them at, in wall
   // time with evaluations, samples and checkpoints included. Every stage of a curriculum may take
@@ -259,6 +290,12 @@ void run_training(const TrainOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(tc, step);
     const ReductionTraffic traffic_before = reducer.traffic();
+    const auto exchanged = [&] {
+      std::pair<int64_t, double> total{0, 0.0};
+      for (const auto& x : exchanges) total.first += x->bytes_sent(), total.second += x->seconds();
+      return total;
+    };
+    const auto exchanged_before = exchanged();
     const double busy_before = world.busy_seconds();
     const int64_t bytes_before = world.bytes();
     const StepResult r = train_step(
@@ -298,8 +335,12 @@ void run_training(const TrainOptions& o) {
       const int64_t gradient_bytes = t.all_reduce_bytes + t.reduce_scatter_bytes + t.all_gather_bytes -
                                      traffic_before.all_reduce_bytes - traffic_before.reduce_scatter_bytes -
                                      traffic_before.all_gather_bytes;
+      const auto exchanged_after = exchanged();
       row["comm"] = {{"processes", ranks},
                      {"all_reduce_bytes", t.all_reduce_bytes - traffic_before.all_reduce_bytes},
+                     {"expert_all_reduce_bytes", t.expert_all_reduce_bytes - traffic_before.expert_all_reduce_bytes},
+                     {"all_to_all_bytes", exchanged_after.first - exchanged_before.first},
+                     {"all_to_all_ms", (exchanged_after.second - exchanged_before.second) * 1e3},
                      {"reduce_scatter_bytes", t.reduce_scatter_bytes - traffic_before.reduce_scatter_bytes},
                      {"all_gather_bytes", t.all_gather_bytes - traffic_before.all_gather_bytes},
                      {"other_bytes", world.bytes() - bytes_before - gradient_bytes},
@@ -316,12 +357,12 @@ void run_training(const TrainOptions& o) {
     flops_left -= step_flops(st);
 
     const bool last = step == total_steps;
-    if (lead && tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
+    if (evaluates && tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
       const PerplexityResult e =
           evaluate_perplexity(model, data_dir, "val", st.seq_len, micro_batch(stage), tc.precision, false, tc.eval_batches);
       row["val_loss"] = e.loss;
       row["val_ppl"] = std::exp(e.loss);
-      fmt::print("eval step {}: val loss {:.4f}, perplexity {:.2f} ({} tokens)\n", step, e.loss, std::exp(e.loss), e.tokens);
+      if (lead) fmt::print("eval step {}: val loss {:.4f}, perplexity {:.2f} ({} tokens)\n", step, e.loss, std::exp(e.loss), e.tokens);
     }
     if (lead) {
       metrics << row.dump() << "\n";
@@ -335,7 +376,7 @@ void run_training(const TrainOptions& o) {
                  row["grad_norm"].is_null() ? NAN : grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu, peak,
                  clock_text(elapsed), clock_text(std::max(0.0, flops_left) * elapsed / flops_done));
     }
-    if (lead && tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
+    if (evaluates && tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
       GenerationRequest request;
       request.prompt = tokenizer.encode(tc.sample_prompt);
       if (request.prompt.empty()) request.prompt = {tokenizer.special_id("<|endoftext|>")};
@@ -351,16 +392,16 @@ void run_training(const TrainOptions& o) {
       sampler.add(std::move(request));
       std::vector<Scheduler::Finished> done;
       while (done.empty()) done = sampler.step();
-      fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, done.front().output.text);
+      if (lead) fmt::print("sample step {}: {}{}\n", step, tc.sample_prompt, done.front().output.text);
     }
     if (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last)) {
       save_checkpoint(run_dir, step, model, optimizer,
                       {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}}, tokenizer_file,
-                      tc.keep_checkpoints, world);
+                      tc.keep_checkpoints, layout);
     }
   }
+  save_model(run_dir / "model", model, tokenizer_file, layout);
   if (!lead) return;
-  model.save(run_dir / "model", DType::F32, tokenizer_file);
   fmt::print("done: {} steps, {} in this process; model in {}\n", step, clock_text(seconds_since(loop_start)),
              (run_dir / "model").string());
 }
