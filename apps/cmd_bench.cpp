@@ -21,6 +21,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/random.h"
 #include "hyla/core/threads.h"
+#include "hyla/dist/expert_serving.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/kda.h"
 #include "hyla/kernels/matmul.h"
@@ -212,6 +213,7 @@ void add_bench(CLI::App& app) {
   bench->callback([bench] {
     if (!bench->get_subcommands().empty()) return;
     HYLA_CHECK(!model_args.model_dir.empty(), "bench: give --model DIR, or a subcommand (kda, train)");
+    if (serve_experts_to_rank0(model_args.model_dir)) return;
     model_args.load = expert_memory.load_options();
     bench_model(model_args);
   });

@@ -20,6 +20,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/dist/expert_serving.h"
 #include "hyla/infer/engine.h"
 #include "hyla/model/model.h"
 
@@ -84,6 +85,7 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--history", history_file, "On a terminal: the file of past input lines (empty: none)");
   add_expert_memory_options(cmd, expert_memory);
   cmd->callback([] {
+    if (serve_experts_to_rank0(model_dir)) return;
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     EngineOptions options;

@@ -13,6 +13,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/data/utf8.h"
+#include "hyla/dist/expert_serving.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/json_grammar.h"
 #include "hyla/io/file.h"
@@ -53,6 +54,7 @@ void add_generate(CLI::App& app) {
     else if (text->count() == 0) prompt = read_prompt_from_stdin();
     if (!json_schema_file.empty()) request.grammar = json_schema_grammar(parse_json_file(json_schema_file), json_schema_file);
     else if (!json_schema.empty()) request.grammar = json_schema_grammar(parse_json(json_schema, "--json-schema"), "--json-schema");
+    if (serve_experts_to_rank0(model_dir)) return;
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
     request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/dist/expert_serving.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/model/model.h"
@@ -27,7 +28,8 @@ void add_logits(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {
     HYLA_CHECK(!tokens_json.empty() || !text.empty(), "logits: give --tokens or --text");
-    auto model = Model::load(model_dir);
+    if (serve_experts_to_rank0(model_dir)) return;
+    const auto model = load_model_across_processes(model_dir, {});
     ModelInput in;
     if (!text.empty()) {
       const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");

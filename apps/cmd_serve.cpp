@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/dist/expert_serving.h"
 #include "hyla/io/file.h"
 #include "hyla/serve/server.h"
 
@@ -57,6 +58,7 @@ void add_serve(CLI::App& app) {
                   "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
   add_expert_memory_options(cmd, expert_memory);
   cmd->callback([] {
+    if (serve_experts_to_rank0(options.model_dir)) return;
     options.load = expert_memory.load_options();
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;

@@ -2,6 +2,7 @@
 // collective and the data-parallel steps against one process (tests/mpi/mpi_check.cpp), then
 // `hyla train` end to end: loss curves across process counts, bitwise repeats, a checkpoint
 // written by 4 processes resumed by 2, and a killed process ending the job.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -162,6 +163,37 @@ TEST(Distributed, ExpertParallelTrainsLikeOneProcessAndResumesOnOne) {
   const auto d = losses(resumed);
   ASSERT_EQ(d.size(), 12u);
   for (size_t i = 9; i < 12; ++i) EXPECT_NEAR(d[i], c[i], 1e-3 * c[i]) << "step " << i + 1;
+}
+
+// Inference across processes: the routed experts split over 2 and 4 processes, rank 0 running
+// the command. The logits of a sequence are one process's bit for bit (f32 and bf16), greedy
+// generation gives the same text, and `hyla bench` runs.
+TEST(Distributed, ServingAcrossProcessesGivesOneProcessOutputsBitForBit) {
+  const std::string model = (tiny().dir / "served").string();
+  ASSERT_EQ(test::run_hyla("init --config " + tiny().config + " --out " + model + " --seed 3 --tokenizer " +
+                           (tiny().dir / "tok.json").string()).exit_code, 0);
+  const std::string text = " --text 'In the beginning God created the heaven and the earth.'";
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string one = (tiny().dir / fmt::format("logits-1-{}.safetensors", dtype)).string();
+    auto r = test::run_hyla(fmt::format("logits --model {} --out {} --dtype {}{}", model, one, dtype, text));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (int n : {2, 4}) {
+      const std::string many = (tiny().dir / fmt::format("logits-{}-{}.safetensors", n, dtype)).string();
+      r = test::run_command(mpirun(n) + fmt::format("{} logits --model {} --out {} --dtype {}{}", HYLA_BINARY, model,
+                                                    many, dtype, text));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_EQ(read_file(many), read_file(one)) << n << " processes, " << dtype;
+    }
+  }
+  const std::string generate = " generate --model " + model + " --prompt 'And God said' -n 24 --temperature 0 2>/dev/null";
+  const auto alone = test::run_command(std::string(HYLA_BINARY) + generate);
+  const auto split = test::run_command(mpirun(2) + HYLA_BINARY + generate);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_EQ(split.output.substr(0, split.output.find('\n')), alone.output.substr(0, alone.output.find('\n')));
+  const auto bench = test::run_command(mpirun(2) + HYLA_BINARY + " bench --model " + model + " -p 16 -n 4 -r 1");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("tg4"), std::string::npos) << bench.output;
 }
 
 // SIGKILL to one process mid-run: mpirun ends the job within seconds with an error naming the

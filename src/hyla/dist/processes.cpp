@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "hyla/core/error.h"
 #if HYLA_MPI
@@ -14,6 +15,7 @@ namespace {
 #if HYLA_MPI
 std::unique_ptr<MpiCollective> mpi;
 #endif
+std::vector<std::function<void()>> last_words_at_stop;
 
 // OpenMPI's launcher (mpirun, or a PMIx-aware resource manager) names every process's rank.
 bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("PMIX_RANK"); }
@@ -29,7 +31,11 @@ void start_processes() {
 #endif
 }
 
+void at_stop(std::function<void()> last_words) { last_words_at_stop.push_back(std::move(last_words)); }
+
 void stop_processes() {
+  for (const auto& words : last_words_at_stop) words();
+  last_words_at_stop.clear();
 #if HYLA_MPI
   mpi.reset();
 #endif

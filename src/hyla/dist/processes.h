@@ -3,13 +3,17 @@
 // hyla runs on all of them through one MPI collective; started any other way, it is one process
 // and never touches MPI. Training reduces through processes() (data parallelism, ZeRO-1); the rest
 // of the program may ask rank() whether it is the process that prints and writes.
+#include <functional>
+
 #include "hyla/model/collective.h"
 
 namespace hyla {
 
-// From main, before any other thread starts; undone by stop_processes at a normal exit.
+// From main, before any other thread starts; undone by stop_processes at a normal exit, which
+// first runs what at_stop registered (in order).
 void start_processes();
 void stop_processes();
+void at_stop(std::function<void()> last_words);
 Collective& processes();
 // Whether this process writes the job's logs, metrics and files that one process writes (rank 0).
 inline bool leads_processes() { return processes().rank() == 0; }

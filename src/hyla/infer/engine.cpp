@@ -2,6 +2,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
+#include "hyla/dist/expert_serving.h"
 
 namespace hyla {
 
@@ -88,7 +89,7 @@ void Engine::run() {
 
 std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir, const ModelLoadOptions& options) {
   std::unique_ptr<Model> model;
-  run_on_passing_thread([&] { model = Model::load(dir, options); });
+  run_on_passing_thread([&] { model = load_model_across_processes(dir, options); });
   return model;
 }
 

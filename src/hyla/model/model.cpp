@@ -489,6 +489,13 @@ std::vector<MoeFfn*> Model::moe_layers() const {
   return out;
 }
 
+void Model::own_expert_exchanges(std::vector<std::unique_ptr<ExpertExchange>> exchanges) {
+  const std::vector<MoeFfn*> layers = moe_layers();
+  HYLA_ASSERT(exchanges.size() == layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_exchange(*exchanges[i]);
+  exchanges_ = std::move(exchanges);
+}
+
 void Model::set_expert_exchange(ExpertExchange& exchange) {
   for (DecoderLayer& layer : layers_)
     if (auto* moe = std::get_if<std::unique_ptr<MoeFfn>>(&layer.ffn)) (*moe)->set_exchange(exchange);

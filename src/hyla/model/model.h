@@ -130,8 +130,10 @@ class Model {
   // MoE: balancing after an optimiser step (every process's routing, through `collective`), and
   // per-layer load statistics.
   void update_balancing(Collective& collective = single_process());
-  // Where every MoE layer's routed experts run (expert_exchange.h; default: all here).
+  // Where every MoE layer's routed experts run (expert_exchange.h; default: all here): one
+  // exchange for all, or one per MoE layer (in depth order) that the model keeps.
   void set_expert_exchange(ExpertExchange& exchange);
+  void own_expert_exchanges(std::vector<std::unique_ptr<ExpertExchange>> exchanges);
   // The MoE sublayers in depth order.
   std::vector<MoeFfn*> moe_layers() const;
   void discard_routing();  // a skipped step: forget its routing, keep the bias
@@ -185,6 +187,7 @@ class Model {
   std::vector<LayerCache*> slots_;  // one layer's cache slot per sequence, during a cached forward
   Workspace workspace_;             // every layer's and kernel's scratch (core/workspace.h)
   ModelTimings timings_;
+  std::vector<std::unique_ptr<ExpertExchange>> exchanges_;
   std::unique_ptr<ExpertOffload> offload_;  // last: its I/O thread stops before the layers go
 };
 

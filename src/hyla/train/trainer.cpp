@@ -183,12 +183,16 @@ void run_training(const TrainOptions& o) {
   Model model(config, /*allocate=*/false);
   if (holds) model.params().hold_only(holds);
   model.params().allocate();
-  std::vector<std::unique_ptr<ExpertParallelExchange>> exchanges;
-  if (G > 1)
-    for (MoeFfn* layer : model.moe_layers()) {
-      exchanges.push_back(std::make_unique<ExpertParallelExchange>(*expert_group));
-      layer->set_exchange(*exchanges.back());
+  std::vector<const ExpertParallelExchange*> exchanges;  // the model's, for the traffic counters
+  if (G > 1) {
+    std::vector<std::unique_ptr<ExpertExchange>> owned;
+    for (size_t i = 0; i < model.moe_layers().size(); ++i) {
+      auto exchange = std::make_unique<ExpertParallelExchange>(*expert_group);
+      exchanges.push_back(exchange.get());
+      owned.push_back(std::move(exchange));
     }
+    model.own_expert_exchanges(std::move(owned));
+  }
   GradientReducer reducer(model.params(), world, expert_replicas.get(), tc.zero_stage == 1, tc.bucket_mb);
   AdamW optimizer(model.params(), tc, reducer.shard());
   const int64_t total_steps = tc.total_steps();
