@@ -1,5 +1,8 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "commands.h"
 #include "hyla/model/config.h"
 #include "hyla/plan/plan.h"
@@ -30,8 +33,30 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--nvme", nvme_gb, "With --gpus: NVMe space for experts, GB")->capture_default_str();
   cmd->add_option("--nvme-bandwidth", nvme_gbps, "With --gpus: NVMe read bandwidth, all drives, GB/s")->capture_default_str();
   cmd->add_option("--object-bandwidth", object_gbps, "With --gpus: object storage read bandwidth, GB/s")->capture_default_str();
+  // Any of these plans the communication of training on the DP x EP layout (docs/plan.md
+  // "Communication of training").
+  static CommOptions comm;
+  static std::string fabric = "ib-ndr400", nvlink = "nvlink4";
+  const std::vector<CLI::Option*> comm_options = {
+      cmd->add_option("--dp", comm.dp, "Training: expert replicas, each a group of --ep GPUs")->capture_default_str(),
+      cmd->add_option("--ep", comm.ep, "Training: GPUs the routed experts are spread over (divides the expert count)")
+          ->capture_default_str(),
+      cmd->add_option("--fabric", fabric,
+                      "Training: scale-out link per GPU: nvlink4, nvlink5, ib-ndr400, ib-hdr200, roce-400 or "
+                      "custom:GBps[,latency_us]")
+          ->capture_default_str(),
+      cmd->add_option("--nvlink", nvlink, "Training: link inside an NVLink domain (same choices as --fabric)")
+          ->capture_default_str(),
+      cmd->add_option("--nvlink-domain", comm.nvlink_domain, "Training: GPUs per NVLink domain (8: HGX, 72: NVL72)")
+          ->capture_default_str(),
+      cmd->add_option("--batch-tokens", comm.batch_tokens, "Training: tokens per optimiser step, all GPUs together")
+          ->default_str("16777216"),
+      cmd->add_option("--comm-target", comm.target_share,
+                      "Training: share of the step communication may take, for the bandwidth it needs")
+          ->capture_default_str(),
+  };
   cmd->add_flag("--json", as_json, "Print one JSON object");
-  cmd->callback([] {
+  cmd->callback([comm_options] {
     const ModelConfig config = ModelConfig::load(config_path);
     options.weights = parse_weight_format(weights);
     options.kv = parse_cache_format(kv);
@@ -39,6 +64,11 @@ void add_plan(CLI::App& app) {
     options.host_memory_bytes = host_gb * 1e9, options.host_bandwidth_bytes_per_s = host_gbps * 1e9;
     options.nvme_bytes = nvme_gb * 1e9, options.nvme_bandwidth_bytes_per_s = nvme_gbps * 1e9;
     options.object_bandwidth_bytes_per_s = object_gbps * 1e9;
+    if (std::any_of(comm_options.begin(), comm_options.end(), [](const CLI::Option* flag) { return flag->count() > 0; })) {
+      comm.scale_out = parse_fabric(fabric, "--fabric");
+      comm.nvlink = parse_fabric(nvlink, "--nvlink");
+      options.comm = comm;
+    }
     const Plan plan = make_plan(config, options);
     if (as_json)
       fmt::print("{}\n", plan_json(plan).dump(2));

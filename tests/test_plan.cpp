@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hyla/model/model.h"
@@ -248,6 +249,211 @@ TEST(Plan, RejectsOptionsOutOfRange) {
   o = {};
   o.train_seq_len = 0;
   expect_error(o, "--train-seq-len 0");
+}
+
+// small.json trained on DP 2 x EP 4 = 8 GPUs in NVLink domains of 2, so that every collective
+// uses both links: 8 x 4,096 tokens per step, micro-batches of 1,024.
+PlanOptions small_layout() {
+  PlanOptions o = options_on("custom:1,2,100");  // 100 TFLOP/s
+  o.train_seq_len = 1024;
+  CommOptions comm;
+  comm.dp = 2;
+  comm.ep = 4;
+  comm.nvlink = parse_fabric("custom:100,1", "--nvlink");     // 100 GB/s, 1 us per step
+  comm.scale_out = parse_fabric("custom:10,5", "--fabric");  // 10 GB/s, 5 us per step
+  comm.nvlink_domain = 2;
+  comm.batch_tokens = 8 * 4096;
+  o.comm = comm;
+  return o;
+}
+
+TEST(PlanComm, SmallByHand) {
+  const Plan p = make_plan(load("configs/small.json"), small_layout());
+  ASSERT_TRUE(p.communication);
+  const Communication& x = *p.communication;
+  EXPECT_EQ(x.gpus, 8);
+  EXPECT_DOUBLE_EQ(x.tokens_per_gpu, 4096);
+  EXPECT_EQ(x.micro_batches, 4);
+
+  // A token's 4 rows of 512 bf16 values out and back, 3 of 4 experts' GPUs elsewhere.
+  EXPECT_EQ(x.expert_width, 512);
+  EXPECT_DOUBLE_EQ(x.all_to_all_bytes_per_token_layer, 2 * 4 * 512 * 2 * 3 / 4.0);
+  // 4,096 tokens x 7 MoE layers x forward and backward; of the 3 other GPUs of the group, 1 shares
+  // the domain. 4 all-to-alls per micro-batch and layer, each 1 NVLink step and 2 NIC steps.
+  const double rows = 2 * 4 * 512 * 2, token_layers = 2 * 4096 * 7;
+  EXPECT_DOUBLE_EQ(x.all_to_all.nvlink_bytes, token_layers * rows * 1 / 4);
+  EXPECT_DOUBLE_EQ(x.all_to_all.scale_out_bytes, token_layers * rows * 2 / 4);
+  EXPECT_DOUBLE_EQ(x.all_to_all.nvlink_steps, 4 * 4 * 7 * 1);
+  EXPECT_DOUBLE_EQ(x.all_to_all.scale_out_steps, 4 * 4 * 7 * 2);
+
+  // 200,042,544 parameters, 176,160,768 of them routed experts (7 layers x 128 x 3 x 512 x 128).
+  const int64_t routed = 7 * 128 * 3 * 512 * 128, replicated = 200042544 - routed;
+  EXPECT_EQ(x.replicated_params, replicated);
+  EXPECT_EQ(x.expert_params_per_gpu, routed / 4);
+  // All but the experts over 8 GPUs, 2 per domain (4 domains): 2·7/8 of the f32 bytes in all, the
+  // 2·1/2 of the in-domain reduce-scatter + all-gather over NVLink, 2·3/4 of half over the NIC.
+  const double S = 4.0 * double(replicated);
+  EXPECT_DOUBLE_EQ(x.replicated_gradients.nvlink_bytes, S);
+  EXPECT_DOUBLE_EQ(x.replicated_gradients.scale_out_bytes, 0.75 * S);
+  EXPECT_DOUBLE_EQ(x.replicated_gradients.bytes(), 2 * 7 / 8.0 * S);
+  EXPECT_DOUBLE_EQ(x.replicated_gradients.nvlink_steps, 2);
+  EXPECT_DOUBLE_EQ(x.replicated_gradients.scale_out_steps, 6);
+  // The experts over the 2 GPUs that hold the same quarter, 4 apart: different domains.
+  const double Se = 4.0 * double(routed / 4);
+  EXPECT_DOUBLE_EQ(x.expert_gradients.nvlink_bytes, 0);
+  EXPECT_DOUBLE_EQ(x.expert_gradients.scale_out_bytes, Se);
+  EXPECT_DOUBLE_EQ(x.expert_gradients.scale_out_steps, 2);
+  EXPECT_DOUBLE_EQ(x.gradient_bytes(), 1.75 * S + Se);
+
+  // ZeRO-1: 4 B whole and 12 B over the GPUs that reduce them.
+  EXPECT_DOUBLE_EQ(x.state_bytes_per_gpu, double(replicated) * (4 + 12 / 8.0) + double(routed / 4) * (4 + 12 / 2.0));
+
+  const double flops = 6.0 * double(p.matmul_params) + 3 * p.training.flops_per_token.prefill_attention();
+  EXPECT_DOUBLE_EQ(x.compute_seconds, 4096 * flops / (100e12 * 0.4));
+  const double a2a = token_layers * rows / 4 / 100e9 + token_layers * rows / 2 / 10e9 + 112 * 1e-6 + 224 * 5e-6;
+  const double grads = S / 100e9 + 0.75 * S / 10e9 + 2 * 1e-6 + 6 * 5e-6 + Se / 10e9 + 2 * 5e-6;
+  EXPECT_NEAR(x.all_to_all_seconds, a2a, 1e-15);
+  EXPECT_NEAR(x.gradient_seconds, grads, 1e-15);
+  EXPECT_NEAR(x.latency_seconds, 112 * 1e-6 + 224 * 5e-6 + 2 * 1e-6 + 6 * 5e-6 + 2 * 5e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(x.step_seconds_no_overlap(), x.compute_seconds + a2a + grads);
+  EXPECT_DOUBLE_EQ(x.step_seconds_full_overlap(), std::max(x.compute_seconds, a2a + grads));
+  EXPECT_DOUBLE_EQ(x.share_no_overlap(), (a2a + grads) / (x.compute_seconds + a2a + grads));
+
+  const json j = plan_json(p)["communication"];
+  EXPECT_DOUBLE_EQ(j["all_to_all_bytes_per_token_per_moe_layer"].get<double>(), 6144);
+  EXPECT_DOUBLE_EQ(j["gradient_bytes_per_gpu_per_step"].get<double>(), x.gradient_bytes());
+  EXPECT_EQ(j["needed_bandwidth_link"], "scale_out");
+  EXPECT_NE(plan_text(p).find("communication (training on DP 2 x EP 4 = 8 GPUs"), std::string::npos);
+}
+
+// The latent MoE sends its experts' 3584-wide inputs, not the 7168-wide residual stream.
+TEST(PlanComm, FlagshipSendsTheLatentRows) {
+  PlanOptions o;
+  o.comm = CommOptions{};
+  o.comm->dp = 8;
+  o.comm->ep = 128;
+  const Communication x = *make_plan(load("configs/flagship-2.8t.json"), o).communication;
+  EXPECT_EQ(x.expert_width, 3584);
+  EXPECT_DOUBLE_EQ(x.all_to_all_bytes_per_token_layer, 2 * 16 * 3584 * 2 * 127 / 128.0);
+  // Groups of 128 span 16 domains of 8: 7 of the 127 peers on NVLink.
+  EXPECT_NEAR(x.all_to_all.nvlink_bytes / x.all_to_all.bytes(), 7 / 127.0, 1e-12);
+  EXPECT_EQ(x.expert_params_per_gpu, 2752335839232 / 128);
+}
+
+TEST(PlanComm, OneGpuPerKindSendsNothingOfThatKind) {
+  const ModelConfig c = load("configs/small.json");
+  PlanOptions o = small_layout();
+  o.comm->ep = 1;  // pure data parallelism: no all-to-all
+  const Communication dp_only = *make_plan(c, o).communication;
+  EXPECT_EQ(dp_only.all_to_all.bytes(), 0);
+  EXPECT_EQ(dp_only.all_to_all_seconds, 0);
+  EXPECT_EQ(dp_only.all_to_all_bytes_per_token_layer, 0);
+  EXPECT_GT(dp_only.expert_gradients.bytes(), 0);
+
+  // DP = 1: every expert has one copy, so expert gradients stay put; the EP GPUs still train on
+  // different tokens, so the replicated parameters' gradients are reduced over them.
+  o.comm->dp = 1;
+  o.comm->ep = 4;
+  const Communication ep_only = *make_plan(c, o).communication;
+  EXPECT_EQ(ep_only.expert_gradients.bytes(), 0);
+  EXPECT_EQ(ep_only.expert_gradients.seconds(o.comm->nvlink, o.comm->scale_out), 0);
+  EXPECT_DOUBLE_EQ(ep_only.replicated_gradients.bytes(), 2 * 3 / 4.0 * 4 * double(ep_only.replicated_params));
+
+  o.comm->ep = 1;  // one GPU: nothing at all
+  const Communication one = *make_plan(c, o).communication;
+  EXPECT_EQ(one.gradient_bytes(), 0);
+  EXPECT_EQ(one.comm_seconds(), 0);
+  EXPECT_EQ(one.needed_bandwidth_bytes_per_s, 0);
+  EXPECT_DOUBLE_EQ(one.step_seconds_no_overlap(), one.compute_seconds);
+}
+
+// Plugging the needed bandwidth back in as the fabric makes communication exactly the target share.
+TEST(PlanComm, NeededBandwidthMeetsTheTarget) {
+  const auto share_with = [](const ModelConfig& c, PlanOptions o, bool on_nvlink) {
+    const Communication x = *make_plan(c, o).communication;
+    EXPECT_EQ(x.needed_on_nvlink, on_nvlink);
+    Fabric& sized = on_nvlink ? o.comm->nvlink : o.comm->scale_out;
+    sized.bandwidth_bytes_per_s = x.needed_bandwidth_bytes_per_s;
+    return make_plan(c, o).communication->share_no_overlap();
+  };
+  const ModelConfig flagship = load("configs/flagship-2.8t.json");
+  PlanOptions o;
+  o.comm = CommOptions{};
+  o.comm->dp = 8;
+  o.comm->ep = 128;
+  for (const double target : {0.15, 0.3, 0.5}) {
+    o.comm->target_share = target;
+    EXPECT_NEAR(share_with(flagship, o, false), target, 1e-12) << target;
+  }
+  // 5% of the step is less than the all-to-alls' latency and the NVLink part: out of reach.
+  o.comm->target_share = 0.05;
+  EXPECT_TRUE(std::isinf(make_plan(flagship, o).communication->needed_bandwidth_bytes_per_s));
+  // Inside one domain the NVLink is what to size.
+  PlanOptions inside = small_layout();
+  inside.comm->dp = 2;
+  inside.comm->ep = 4;
+  inside.comm->nvlink_domain = 8;
+  EXPECT_NEAR(share_with(load("configs/small.json"), inside, true), 0.15, 1e-12);
+
+  // A latency that alone exceeds the allowed time: no bandwidth is enough.
+  inside.comm->nvlink = parse_fabric("custom:100,100000", "--nvlink");
+  const Plan slow = make_plan(load("configs/small.json"), inside);
+  EXPECT_TRUE(std::isinf(slow.communication->needed_bandwidth_bytes_per_s));
+  EXPECT_TRUE(plan_json(slow)["communication"]["needed_bandwidth_bytes_per_s"].is_null());
+}
+
+TEST(PlanComm, RejectsLayoutsAndFabricsOutOfRange) {
+  const ModelConfig c = load("configs/small.json");
+  auto expect_error = [&c](PlanOptions o, const std::string& what) {
+    try {
+      make_plan(c, o);
+      FAIL() << "no error; expected: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  PlanOptions o = small_layout();
+  o.comm->ep = 3;
+  expect_error(o, "--ep 3: must divide the 128 routed experts");
+  o = small_layout();
+  o.comm->dp = 0;
+  expect_error(o, "--dp 0: must be at least 1");
+  o = small_layout();
+  o.comm->nvlink_domain = 0;
+  expect_error(o, "--nvlink-domain 0: must be at least 1");
+  for (const double target : {0.0, 1.0, -0.5}) {
+    o = small_layout();
+    o.comm->target_share = target;
+    expect_error(o, fmt::format("--comm-target {}: must lie in (0, 1)", target));
+  }
+  o = small_layout();
+  o.comm->batch_tokens = 4;
+  expect_error(o, "--batch-tokens 4: must give every one of the 8 GPUs at least one token");
+  json dense = c.to_json();
+  dense["moe"]["first_k_dense_replace"] = 8;
+  o = small_layout();
+  try {
+    make_plan(ModelConfig::from_json(dense), o);
+    FAIL() << "no error for --ep on a dense config";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ep 4: the config has no MoE layers"), std::string::npos) << e.what();
+  }
+
+  const Fabric ndr = parse_fabric("ib-ndr400", "--fabric");
+  EXPECT_DOUBLE_EQ(ndr.bandwidth_bytes_per_s, 50e9);
+  EXPECT_DOUBLE_EQ(parse_fabric("nvlink5", "--fabric").bandwidth_bytes_per_s, 900e9);
+  const Fabric custom = parse_fabric("custom:12.5,2", "--fabric");
+  EXPECT_DOUBLE_EQ(custom.bandwidth_bytes_per_s, 12.5e9);
+  EXPECT_DOUBLE_EQ(custom.latency_seconds, 2e-6);
+  EXPECT_DOUBLE_EQ(parse_fabric("custom:25", "--fabric").latency_seconds, 0);
+  for (const char* bad : {"ib-xdr", "custom:", "custom:0", "custom:-5", "custom:50,", "custom:50,x", "custom:50,1,2"})
+    EXPECT_THROW(parse_fabric(bad, "--fabric"), Error) << bad;
+  try {
+    parse_fabric("ib-xdr", "--nvlink");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--nvlink: unknown fabric 'ib-xdr' (known: nvlink4, ", 0), 0u) << e.what();
+  }
 }
 
 TEST(Plan, ParsesGpusAndFormats) {

@@ -1,9 +1,12 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "hyla/io/file.h"
+#include "hyla/plan/units.h"
 #include "test_util.h"
 
 namespace hyla {
@@ -27,6 +30,33 @@ TEST(PlanCli, JsonHasTheDocumentedNumbers) {
   EXPECT_NEAR(j["active_weight_bytes"].get<double>(), 108e9, 1e9);
   EXPECT_GT(j["weight_bytes"].get<double>(), 2.8e12);
   EXPECT_EQ(j["params_by_component"]["routed_experts"]["total"].get<int64_t>(), 2752335839232);
+}
+
+// The communication section appears with any of its options, and only then.
+TEST(PlanCli, CommunicationOnRequest) {
+  const std::string small = "plan --config " + config_path("small.json");
+  const auto plain = run_hyla(small + " --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_FALSE(json::parse(plain.output).contains("communication"));
+  const auto r = run_hyla(small + " --dp 2 --ep 4 --fabric custom:25,5 --batch-tokens 65536 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json c = json::parse(r.output).at("communication");
+  EXPECT_EQ(c["gpus"].get<int64_t>(), 8);
+  EXPECT_DOUBLE_EQ(c["scale_out"]["bandwidth_bytes_per_s"].get<double>(), 25e9);
+  EXPECT_DOUBLE_EQ(c["scale_out"]["latency_seconds"].get<double>(), 5e-6);
+  EXPECT_EQ(c["nvlink"]["name"], "nvlink4");
+  EXPECT_DOUBLE_EQ(c["tokens_per_gpu"].get<double>(), 8192);
+  // 8 GPUs in one NVLink domain of 8: the all-to-all never leaves it.
+  EXPECT_EQ(c["all_to_all_per_gpu_per_step"]["scale_out_bytes"].get<double>(), 0);
+  EXPECT_EQ(c["needed_bandwidth_link"], "nvlink");
+  for (const char* key : {"all_to_all_bytes_per_token_per_moe_layer", "gradient_bytes_per_gpu_per_step",
+                          "compute_seconds_per_step", "comm_seconds_per_step", "comm_share_no_overlap",
+                          "step_seconds_full_overlap", "needed_bandwidth_bytes_per_s"})
+    EXPECT_TRUE(c.at(key).is_number()) << key;
+  const auto text = run_hyla(small + " --fabric roce-400");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("communication (training on DP 1 x EP 1 = 1 GPU; TP = PP = 1)"), std::string::npos)
+      << text.output;
 }
 
 // Every "$ hyla plan ..." block in docs/plan.md is exactly what the command prints today.
@@ -53,6 +83,39 @@ TEST(PlanCli, DocsShowWhatTheCommandPrints) {
   EXPECT_GE(blocks, 2);
 }
 
+// Each row of the flagship's communication table in docs/plan.md is what `hyla plan --json` gives
+// for the row's layout, formatted as the command beside the table formats it.
+TEST(PlanCli, DocsCommunicationTableIsCurrent) {
+  const std::string doc = read_file((test::source_dir() / "docs/plan.md").string());
+  const size_t header = doc.find("| GPUs | DP x EP |");
+  ASSERT_NE(header, std::string::npos) << "no communication table in docs/plan.md";
+  size_t at = doc.find('\n', doc.find('\n', header) + 1) + 1;  // past the header and the rule
+  int rows = 0;
+  for (; at < doc.size() && doc[at] == '|'; ++rows) {
+    const size_t end = doc.find('\n', at);
+    const std::string row = doc.substr(at, end - at);
+    at = end + 1;
+    long long dp = 0, ep = 0;
+    const size_t layout = row.find('|', 1) + 1;
+    ASSERT_EQ(std::sscanf(row.c_str() + layout, " %lld x %lld", &dp, &ep), 2) << row;
+    const auto r =
+        run_hyla(fmt::format("plan --config {} --dp {} --ep {} --json", config_path("flagship-2.8t.json"), dp, ep));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json c = json::parse(r.output).at("communication");
+    const std::string expected = fmt::format(
+        "| {} | {} x {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f}% | {:.1f} | {} | {:.0f}{} | {:.0f} |",
+        grouped(c["gpus"].get<int64_t>()), dp, ep, c["all_to_all_per_gpu_per_step"]["bytes"].get<double>() / 1e12,
+        c["gradient_bytes_per_gpu_per_step"].get<double>() / 1e12, c["compute_seconds_per_step"].get<double>(),
+        c["comm_seconds_per_step"].get<double>(), 100 * c["comm_share_no_overlap"].get<double>(),
+        c["step_seconds_full_overlap"].get<double>(), c["bound"].get<std::string>(),
+        c["needed_bandwidth_bytes_per_s"].get<double>() / 1e9,
+        c["needed_bandwidth_link"] == "nvlink" ? " (NVLink)" : "",
+        c["state_bytes_per_gpu_zero1"].get<double>() / 1e9);
+    EXPECT_EQ(row, expected) << "docs/plan.md's communication table is stale";
+  }
+  EXPECT_EQ(rows, 15);
+}
+
 TEST(PlanCli, BadOptionsGiveOneLineErrors) {
   const std::string small = "plan --config " + config_path("small.json");
   const std::pair<std::string, std::string> cases[] = {
@@ -66,6 +129,13 @@ TEST(PlanCli, BadOptionsGiveOneLineErrors) {
       {" --weights fp4", "--weights: unknown format 'fp4' (known: bf16, fp8, int8, int4)"},
       {" --kv int4", "--kv: unknown format 'int4' (known: bf16, fp8)"},
       {" --mfu 0", "--mfu 0: must lie in (0, 1]"},
+      {" --ep 3", "--ep 3: must divide the 128 routed experts"},
+      {" --dp 0", "--dp 0: must be at least 1"},
+      {" --dp 2 --fabric ib-xdr", "--fabric: unknown fabric 'ib-xdr' (known: nvlink4, nvlink5, ib-ndr400"},
+      {" --nvlink custom:fast", "--nvlink custom:fast: 'fast' is not a number >= 0"},
+      {" --ep 4 --comm-target 1.5", "--comm-target 1.5: must lie in (0, 1)"},
+      {" --comm-target 0", "--comm-target 0: must lie in (0, 1)"},
+      {" --ep 4 --nvlink-domain 0", "--nvlink-domain 0: must be at least 1"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = run_hyla(small + args);

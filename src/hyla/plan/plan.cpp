@@ -77,7 +77,8 @@ Training training(const Plan& p) {
   t.zero1_gpus = replicated < usable ? gpus_for(sharded, usable - replicated) : 0;
   t.flops_per_token = token_flops(p.config, p.params, o.train_seq_len);
   // Backward costs twice the forward for the weights and for attention alike.
-  t.flops = o.train_tokens * (6 * double(p.matmul_params) + 3 * t.flops_per_token.prefill_attention());
+  t.flops_per_trained_token = 6 * double(p.matmul_params) + 3 * t.flops_per_token.prefill_attention();
+  t.flops = o.train_tokens * t.flops_per_trained_token;
   t.gpu_hours = t.flops / (o.gpu.bf16_flops * o.mfu) / 3600;
   return t;
 }
@@ -108,6 +109,7 @@ Plan make_plan(const ModelConfig& config, const PlanOptions& options) {
   p.decode = decode_step(p);
   p.training = training(p);
   if (o.box_gpus > 0) p.experts = plan_expert_placement(p);
+  if (o.comm) p.communication = plan_communication(p);
   return p;
 }
 

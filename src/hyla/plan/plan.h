@@ -6,6 +6,7 @@
 
 #include "hyla/model/config.h"
 #include "hyla/model/param_count.h"
+#include "hyla/plan/comm.h"
 #include "hyla/plan/flops.h"
 #include "hyla/plan/formats.h"
 #include "hyla/plan/gpus.h"
@@ -31,6 +32,8 @@ struct PlanOptions {
   double nvme_bytes = 0;
   double nvme_bandwidth_bytes_per_s = 28e9;      // every drive together: e.g. 4 x 7 GB/s
   double object_bandwidth_bytes_per_s = 1.25e9;  // a 10 Gb/s network
+  // Set: the communication of training on a DP x EP layout against its compute (comm.h).
+  std::optional<CommOptions> comm;
 };
 
 // Each GPU keeps this share of its memory for weights and sequence state; the rest is held back
@@ -80,7 +83,9 @@ struct Training {
   int64_t zero3_gpus = 0;      // every byte sharded
   int64_t zero1_gpus = 0;      // optimizer sharded, bf16 weights + grads replicated; 0 if they do not fit one GPU
   TokenFlops flops_per_token;  // at train_seq_len
-  double flops = 0;            // 6 × matmul parameters × tokens + 3 × forward attention
+  // 6 × matmul parameters + 3 × forward attention: forward and backward of one token.
+  double flops_per_trained_token = 0;
+  double flops = 0;  // × train_tokens
   double gpu_hours = 0;
 };
 
@@ -98,7 +103,8 @@ struct Plan {
   double prefill_seconds = 0;  // on the deployment's GPUs at the given MFU
   DecodeStep decode;
   Training training;
-  std::optional<ExpertPlacement> experts;  // options.box_gpus > 0
+  std::optional<ExpertPlacement> experts;      // options.box_gpus > 0
+  std::optional<Communication> communication;  // options.comm set
 };
 
 // Fails with a one-line hyla::Error on options outside their range.

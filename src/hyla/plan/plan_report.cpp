@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "hyla/plan/layer_mix.h"
 #include "hyla/plan/units.h"
 
@@ -178,6 +180,70 @@ void training(std::string& out, const Plan& p) {
        short_count(t.gpu_hours), fmt::format("GPU-hours: {:.2e} FLOP at MFU {}", t.flops, p.options.mfu));
 }
 
+std::string fabric_note(const Fabric& f) {
+  return fmt::format("{}, latency {} per step", f.name, duration(f.latency_seconds));
+}
+
+void communication(std::string& out, const Plan& p) {
+  const Communication& x = *p.communication;
+  const CommOptions& o = *p.options.comm;
+  const ModelConfig& c = p.config;
+  const int64_t moe_layers = c.num_hidden_layers - c.moe.first_k_dense_replace;
+  out += fmt::format("\ncommunication (training on DP {} x EP {} = {}; TP = PP = 1)\n", o.dp, o.ep,
+                     counted(x.gpus, "GPU"));
+  line(out, "scale-out fabric, per GPU", si(o.scale_out.bandwidth_bytes_per_s, "B/s"), fabric_note(o.scale_out));
+  line(out, fmt::format("NVLink, domains of {}", counted(o.nvlink_domain, "GPU")),
+       si(o.nvlink.bandwidth_bytes_per_s, "B/s"), fabric_note(o.nvlink));
+  line(out, "tokens per step", short_count(o.batch_tokens),
+       fmt::format("{} per GPU, {} micro-batch{} of {}", short_count(x.tokens_per_gpu), grouped(x.micro_batches),
+                   x.micro_batches == 1 ? "" : "es", grouped(p.options.train_seq_len)));
+  line(out, "all-to-all per token per MoE layer", si(x.all_to_all_bytes_per_token_layer, "B"),
+       fmt::format("dispatch + combine: 2 x {} rows x {} x {} B (bf16) x {}/{}; backward again",
+                   c.moe.num_experts_per_tok, x.expert_width, kAllToAllBytesPerValue, o.ep - 1, o.ep));
+  line(out, "all-to-all per GPU per step", si(x.all_to_all.bytes(), "B"),
+       fmt::format("{} tokens x {} layers, forward and backward: {} over NVLink, {} over the NIC",
+                   short_count(x.tokens_per_gpu), moe_layers, si(x.all_to_all.nvlink_bytes, "B"),
+                   si(x.all_to_all.scale_out_bytes, "B")));
+  line(out, "gradients per GPU per step", si(x.gradient_bytes(), "B"),
+       fmt::format("ring all-reduce (or ZeRO-1's reduce-scatter + all-gather) of f32: 2 (n-1)/n x {} B x params",
+                   kGradientBytesPerValue));
+  const auto gradients = [&](const std::string& what, int64_t params, int64_t ranks, const LinkTraffic& t) {
+    line(out, fmt::format("  {} params over {}", short_count(double(params)), counted(ranks, "GPU")),
+         si(t.bytes(), "B"),
+         fmt::format("{}: {} over NVLink, {} over the NIC", what, si(t.nvlink_bytes, "B"), si(t.scale_out_bytes, "B")));
+  };
+  gradients("all but the routed experts", x.replicated_params, x.gpus, x.replicated_gradients);
+  gradients(fmt::format("its {} of {} experts in each layer", c.moe.num_experts / o.ep, c.moe.num_experts),
+            x.expert_params_per_gpu, o.dp, x.expert_gradients);
+  const double usable = p.deployment.usable_bytes_per_gpu;
+  line(out, "model states per GPU (ZeRO-1)", si(x.state_bytes_per_gpu, "B"),
+       x.state_bytes_per_gpu <= usable
+           ? fmt::format("fits the {} usable", si(usable, "B"))
+           : fmt::format("more than the {} usable: needs TP, PP or ZeRO-3 (not modelled)", si(usable, "B")));
+  line(out, "compute per step", duration(x.compute_seconds),
+       fmt::format("{} tokens x {} / ({} x MFU {})", short_count(x.tokens_per_gpu),
+                   si(p.training.flops_per_trained_token, "FLOP"), si(p.options.gpu.bf16_flops, "FLOP/s"),
+                   p.options.mfu));
+  line(out, "communication per step", duration(x.comm_seconds()),
+       fmt::format("all-to-all {} + gradients {}, of which latency {}", duration(x.all_to_all_seconds),
+                   duration(x.gradient_seconds), duration(x.latency_seconds)));
+  line(out, "step, no overlap", duration(x.step_seconds_no_overlap()),
+       fmt::format("communication {:.1f}% of it", 100 * x.share_no_overlap()));
+  line(out, "step, full overlap", duration(x.step_seconds_full_overlap()),
+       x.communication_bound()
+           ? fmt::format("bound by communication: {:.1f}% of it is communication compute cannot hide",
+                         100 * x.exposed_share_full_overlap())
+           : "bound by compute: communication hides behind it");
+  const std::string sized = x.needed_on_nvlink ? "NVLink" : "scale-out";
+  const std::string label = fmt::format("{} for communication <= {:g}%", sized, 100 * o.target_share);
+  if (x.comm_seconds() == 0)
+    line(out, label, "any", "nothing to communicate");
+  else if (std::isinf(x.needed_bandwidth_bytes_per_s))
+    line(out, label, "none", "latency and the other link alone take more than that");
+  else
+    line(out, label, si(x.needed_bandwidth_bytes_per_s, "B/s"), "per GPU, without overlap");
+}
+
 }  // namespace
 
 std::string plan_text(const Plan& p) {
@@ -190,6 +256,7 @@ std::string plan_text(const Plan& p) {
   decode(out, p);
   if (p.experts) expert_tiers(out, p);
   training(out, p);
+  if (p.communication) communication(out, p);
   return out;
 }
 
@@ -266,6 +333,52 @@ json plan_json(const Plan& p) {
                              {"hit_rate_for_resident_speed", x.hit_rate_for_resident_speed()},
                              {"decode_tokens_per_s_per_sequence_at_uniform_hit_rate",
                               1 / x.step_seconds(x.uniform_hit_rate())}};
+  }
+  if (p.communication) {
+    const Communication& x = *p.communication;
+    const CommOptions& o = *p.options.comm;
+    const auto fabric = [](const Fabric& f) {
+      return json{{"name", f.name},
+                  {"bandwidth_bytes_per_s", f.bandwidth_bytes_per_s},
+                  {"latency_seconds", f.latency_seconds}};
+    };
+    const auto traffic = [](const LinkTraffic& t) {
+      return json{{"bytes", t.bytes()}, {"nvlink_bytes", t.nvlink_bytes}, {"scale_out_bytes", t.scale_out_bytes}};
+    };
+    const bool reachable = std::isfinite(x.needed_bandwidth_bytes_per_s);
+    out["communication"] = {
+        {"dp", o.dp},
+        {"ep", o.ep},
+        {"gpus", x.gpus},
+        {"scale_out", fabric(o.scale_out)},
+        {"nvlink", fabric(o.nvlink)},
+        {"nvlink_domain", o.nvlink_domain},
+        {"batch_tokens", o.batch_tokens},
+        {"tokens_per_gpu", x.tokens_per_gpu},
+        {"micro_batches_per_gpu", x.micro_batches},
+        {"expert_input_width", x.expert_width},
+        {"all_to_all_bytes_per_token_per_moe_layer", x.all_to_all_bytes_per_token_layer},
+        {"all_to_all_per_gpu_per_step", traffic(x.all_to_all)},
+        {"gradient_bytes_per_gpu_per_step", x.gradient_bytes()},
+        {"replicated_params", x.replicated_params},
+        {"replicated_gradients_per_gpu_per_step", traffic(x.replicated_gradients)},
+        {"expert_params_per_gpu", x.expert_params_per_gpu},
+        {"expert_gradients_per_gpu_per_step", traffic(x.expert_gradients)},
+        {"state_bytes_per_gpu_zero1", x.state_bytes_per_gpu},
+        {"compute_seconds_per_step", x.compute_seconds},
+        {"all_to_all_seconds_per_step", x.all_to_all_seconds},
+        {"gradient_seconds_per_step", x.gradient_seconds},
+        {"comm_seconds_per_step", x.comm_seconds()},
+        {"latency_seconds_per_step", x.latency_seconds},
+        {"step_seconds_no_overlap", x.step_seconds_no_overlap()},
+        {"step_seconds_full_overlap", x.step_seconds_full_overlap()},
+        {"comm_share_no_overlap", x.share_no_overlap()},
+        {"exposed_comm_share_full_overlap", x.exposed_share_full_overlap()},
+        {"bound", x.communication_bound() ? "communication" : "compute"},
+        {"target_share", o.target_share},
+        {"needed_bandwidth_bytes_per_s", reachable ? json(x.needed_bandwidth_bytes_per_s) : json(nullptr)},
+        {"needed_bandwidth_link", x.needed_on_nvlink ? "nvlink" : "scale_out"},
+    };
   }
   return out;
 }
