@@ -13,8 +13,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A started operation is tested continuously this long, then once per sleep: short reductions
-// (loss sums, balancing counts) finish at full speed, long ones cost a core only briefly.
+// While no caller waits, a started operation is tested continuously this long, then once per
+// sleep: short reductions finish at full speed, long ones cost a computing core only briefly.
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSleep = std::chrono::microseconds(20);
 
@@ -90,7 +90,7 @@ void MpiThread::complete(MPI_Request& request) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) break;
     if (abort_code_.load() >= 0) MPI_Abort(MPI_COMM_WORLD, abort_code_.load());
-    if (Clock::now() - start > kSpin) std::this_thread::sleep_for(kSleep);
+    if (waiting_.load(std::memory_order_relaxed) == 0 && Clock::now() - start > kSpin) std::this_thread::sleep_for(kSleep);
   }
   busy_nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
 }
@@ -106,7 +106,9 @@ void MpiThread::post(Job job) {
 
 void MpiThread::wait() {
   std::unique_lock lock(mutex_);
+  ++waiting_;
   changed_.wait(lock, [&] { return finished_ == posted_; });
+  --waiting_;
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 

@@ -7,9 +7,12 @@
 // initialises MPI (so MPI_THREAD_FUNNELED is all the library must provide): the started
 // operations progress there while the calling thread computes, which Debian's OpenMPI, built
 // without an asynchronous progress thread, would otherwise do only inside MPI calls. The thread
-// waits for an operation by testing it, spinning briefly, then sleeping between tests, so that a
-// rank with one compute thread per core does not lose a core to the wait. Operations run one at
-// a time in the order they were posted, across all the collectives.
+// drives an operation by testing it: continuously while a caller waits for it (the caller's core
+// is idle then, and every test moves a shared-memory fragment along, so sleeping between tests
+// would stretch a large transfer many times over), but while the callers compute, spinning only
+// briefly and then sleeping between tests, so that a rank with one compute thread per core does
+// not lose that core. Operations run one at a time in the order they were posted, across all the
+// collectives.
 #include <mpi.h>
 
 #include <atomic>
@@ -57,6 +60,7 @@ class MpiThread {
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::atomic<int> abort_code_{-1};
+  std::atomic<int> waiting_{0};  // callers blocked in wait()
   std::atomic<int64_t> busy_nanoseconds_{0};
 };
 
