@@ -224,16 +224,19 @@ TEST(Plan, ExpertTiersOfAnEightGpuBox) {
   EXPECT_THROW(make_plan(load("configs/flagship-2.8t.json"), o), Error);
 }
 
+// make_plan's error for `o` names `what`.
+void expect_plan_error(const ModelConfig& c, const PlanOptions& o, const std::string& what) {
+  try {
+    make_plan(c, o);
+    FAIL() << "no error; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 TEST(Plan, RejectsOptionsOutOfRange) {
   const ModelConfig c = load("configs/small.json");
-  auto expect_error = [&c](PlanOptions o, const std::string& what) {
-    try {
-      make_plan(c, o);
-      FAIL() << "no error; expected: " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
+  auto expect_error = [&c](const PlanOptions& o, const std::string& what) { expect_plan_error(c, o, what); };
   PlanOptions o;
   o.context = c.max_position_embeddings + 1;
   expect_error(o, "--context 1048577: must lie in [1, max_position_embeddings = 1048576]");
@@ -404,14 +407,7 @@ TEST(PlanComm, NeededBandwidthMeetsTheTarget) {
 
 TEST(PlanComm, RejectsLayoutsAndFabricsOutOfRange) {
   const ModelConfig c = load("configs/small.json");
-  auto expect_error = [&c](PlanOptions o, const std::string& what) {
-    try {
-      make_plan(c, o);
-      FAIL() << "no error; expected: " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
+  auto expect_error = [&c](const PlanOptions& o, const std::string& what) { expect_plan_error(c, o, what); };
   PlanOptions o = small_layout();
   o.comm->ep = 3;
   expect_error(o, "--ep 3: must divide the 128 routed experts");
