@@ -202,10 +202,9 @@ void check_training() {
           fmt::format("{} processes, {}: {} steps equal one process's over the whole batch (first gradients within "
                       "{:.1e} of the largest, weights within {:.1e}, losses within {:.1e})",
                       n, zero ? "ZeRO-1" : "all-reduce", kSteps, gradient_gap, gap, loss_gap));
-    std::vector<float> mine = dp.values, first = dp.values;
-    std::string bytes(reinterpret_cast<const char*>(first.data()), first.size() * 4);
-    world.broadcast(bytes);
-    check(std::memcmp(bytes.data(), mine.data(), bytes.size()) == 0,
+    std::string rank0_weights(reinterpret_cast<const char*>(dp.values.data()), dp.values.size() * 4);
+    world.broadcast(rank0_weights);
+    check(std::memcmp(rank0_weights.data(), dp.values.data(), rank0_weights.size()) == 0,
           fmt::format("{} processes, {}: every process holds the same weights", n, zero ? "ZeRO-1" : "all-reduce"));
     const int64_t P = int64_t(one.values.size());
     const ReductionTraffic& t = dp.traffic;

@@ -235,11 +235,14 @@ void run_training(const TrainOptions& o) {
   // Timed in CPU time: on a shared machine the wall-clock peak drops with the other load and MFU
   // against it reads high; CPU time keeps the reference at what the cores do while they run.
   const double peak = measure_gemm_peak_gflops(bf16, kPeakRepetitions, PeakClock::ProcessCpu);
-  if (lead) fmt::print("model {} ({:.1f}M params, {:.1f}M active), {} steps, {} matmuls, {} threads\n", o.model_config,
-             counts.total_sum() * 1e-6, counts.active_sum() * 1e-6, total_steps, bf16 ? "bf16" : "f32", num_threads());
-  if (lead) fmt::print("MFU is relative to {:.0f} GFLOP/s: the best of {} {} oneDNN 2048^3 GEMMs at start-up, timed in CPU time "
-             "per thread (other load on the machine lowers MFU, not this reference)\n",
-             peak, kPeakRepetitions, bf16 ? "bf16" : "f32");
+  if (lead) {
+    fmt::print("model {} ({:.1f}M params, {:.1f}M active), {} steps, {} matmuls, {} threads\n", o.model_config,
+               counts.total_sum() * 1e-6, counts.active_sum() * 1e-6, total_steps, bf16 ? "bf16" : "f32", num_threads());
+    fmt::print("MFU is relative to {:.0f} GFLOP/s{}: the best of {} {} oneDNN 2048^3 GEMMs at start-up, timed in CPU time "
+               "per thread (other load on the machine lowers MFU, not this reference)\n",
+               peak, ranks > 1 ? fmt::format(" per process, x {} processes", ranks) : "", kPeakRepetitions,
+               bf16 ? "bf16" : "f32");
+  }
   if (lead && ranks > 1)
     fmt::print("data parallel over {} processes: each takes 1/{} of every micro-batch; gradients {} in {:g} MB buckets "
                "during the backward{}{}\n",
@@ -333,7 +336,7 @@ void run_training(const TrainOptions& o) {
     row["step_ms"] = seconds * 1e3;
     row["tokens_per_s"] = tokens_per_s;
     row["mfu"] = mfu;
-    row["peak_gflops"] = peak;
+    row["peak_gflops"] = peak * ranks;
     if (ranks > 1) {
       const ReductionTraffic& t = reducer.traffic();
       const int64_t gradient_bytes = t.all_reduce_bytes + t.reduce_scatter_bytes + t.all_gather_bytes -
@@ -377,7 +380,7 @@ void run_training(const TrainOptions& o) {
       fmt::print("step {:>6}/{} | stage {} T={} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:6.0f} ms | {:6.0f} tok/s | "
                  "MFU {:4.1f}% of {:.0f} GFLOP/s | {} elapsed, eta {}\n",
                  step, total_steps, stage + 1, st.seq_len, row["loss"].is_null() ? NAN : loss, lr,
-                 row["grad_norm"].is_null() ? NAN : grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu, peak,
+                 row["grad_norm"].is_null() ? NAN : grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu, peak * ranks,
                  clock_text(elapsed), clock_text(std::max(0.0, flops_left) * elapsed / flops_done));
     }
     if (evaluates && tc.sample_every > 0 && step % tc.sample_every == 0 && !last) {
