@@ -196,6 +196,16 @@ TEST(Distributed, ServingAcrossProcessesGivesOneProcessOutputsBitForBit) {
   EXPECT_NE(bench.output.find("tg4"), std::string::npos) << bench.output;
 }
 
+// A user error under mpirun is one clear line naming the process, and ends the job at once.
+TEST(Distributed, AnErrorEndsEveryProcessWithAClearLine) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = train_on(3, (tiny().dir / "three").string(), "");  // 8 sequences do not split over 3
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("of 3): "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not split over 3 processes"), std::string::npos) << r.output;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+}
+
 // SIGKILL to one process mid-run: mpirun ends the job within seconds with an error naming the
 // process, and the run resumes from its last complete checkpoint.
 TEST(Distributed, AKilledProcessEndsTheJobCleanly) {
