@@ -4,6 +4,7 @@
 // written by 4 processes resumed by 2, and a killed process ending the job.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -194,6 +195,39 @@ TEST(Distributed, ServingAcrossProcessesGivesOneProcessOutputsBitForBit) {
   const auto bench = test::run_command(mpirun(2) + HYLA_BINARY + " bench --model " + model + " -p 16 -n 4 -r 1");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   EXPECT_NE(bench.output.find("tg4"), std::string::npos) << bench.output;
+
+  // Rank 0 answers HTTP: a greedy completion through `mpirun -np 2 hyla serve` is one process's,
+  // and SIGTERM to mpirun ends every process.
+  std::vector<std::string> texts;
+  for (int n : {1, 2}) {
+    const std::string log = (tiny().dir / fmt::format("serve-{}.log", n)).string();
+    const std::string command = (n > 1 ? mpirun(n) : std::string()) + HYLA_BINARY + " serve --model " + model +
+                                " --port 0 > " + log + " 2>&1";
+    pid_t shell = 0;
+    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+    ASSERT_EQ(posix_spawn(&shell, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline &&
+           (!fs::exists(log) || read_file(log).find("ready (") == std::string::npos))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string started = read_file(log), marker = "listening on http://127.0.0.1:";
+    ASSERT_NE(started.find("ready ("), std::string::npos) << started;
+    httplib::Client client("127.0.0.1", std::stoi(started.substr(started.find(marker) + marker.size())));
+    client.set_read_timeout(60, 0);
+    const auto res = client.Post("/v1/completions",
+                                 nlohmann::json({{"prompt", "And God said"}, {"max_tokens", 16}, {"temperature", 0}}).dump(),
+                                 "application/json");
+    ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    texts.push_back(nlohmann::json::parse(res->body)["choices"][0]["text"].get<std::string>());
+    test::run_command("pkill -TERM -f 'serve --model " + model + " --port 0$'");
+    int status = 0;
+    const auto stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (::waitpid(shell, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < stop_deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_LT(std::chrono::steady_clock::now(), stop_deadline) << n << " processes did not stop";
+  }
+  EXPECT_EQ(texts[1], texts[0]);
+  EXPECT_FALSE(texts[0].empty());
 }
 
 // A user error under mpirun is one clear line naming the process, and ends the job at once.
