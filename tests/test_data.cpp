@@ -10,6 +10,7 @@
 #include "hyla/core/threads.h"
 #include "hyla/data/corpus.h"
 #include "hyla/data/fashion_mnist.h"
+#include "hyla/data/image_file.h"
 #include "hyla/data/image_records.h"
 #include "hyla/data/loader.h"
 #include "hyla/data/prepare.h"
@@ -362,7 +363,7 @@ TEST(ImageRecords, RoundTripAndTokenSequence) {
     std::vector<uint8_t> pixels(size_t(dims[i][0] * dims[i][1] * dims[i][2]));
     for (size_t p = 0; p < pixels.size(); ++p) pixels[p] = uint8_t(p * 31 + size_t(i));
     writer.add(pixels, dims[i][0], dims[i][1], dims[i][2], i == 2 ? "" : "a photo of a sneaker " + std::to_string(i),
-               i == 1 ? -1 : i);
+               i == 1 ? -1 : i, i == 1 ? 8 : 0);
     images.push_back(std::move(pixels));
   }
   writer.commit();
@@ -376,6 +377,7 @@ TEST(ImageRecords, RoundTripAndTokenSequence) {
     EXPECT_EQ(r.label, i == 1 ? -1 : i);
     EXPECT_EQ(std::vector<uint8_t>(r.pixels.begin(), r.pixels.end()), images[size_t(i)]);
     EXPECT_EQ(r.caption, i == 2 ? "" : "a photo of a sneaker " + std::to_string(i));
+    EXPECT_EQ(r.prompt_bytes, i == 1 ? 8 : 0);  // "a photo " is record 1's prompt
   }
   const Tokenizer& tok = test::small_tokenizer();
   const std::vector<int32_t> caption = reader.caption_ids(0, tok);
@@ -397,6 +399,134 @@ TEST(ImageRecords, RoundTripAndTokenSequence) {
   overrun[32] = char(0x7F);  // record 0's height, now far past the file
   test::write_bytes(dir / "overrun.bin", overrun);
   expect_error([&] { ImageRecordReader(dir / "overrun.bin"); }, "overrun.bin: record 0");
+}
+
+// Overwrites a little-endian u32 of a record file.
+void put_u32(std::string& bytes, size_t at, uint32_t value) { std::memcpy(bytes.data() + at, &value, 4); }
+
+TEST(ImageRecords, Version1FilesReadWithEmptyPromptsAndPromptsAreChecked) {
+  test::TempDir dir;
+  const fs::path path = dir / "v2.bin";
+  ImageRecordWriter writer(path);
+  const std::vector<uint8_t> pixels = {1, 2, 3, 4};
+  writer.add(pixels, 2, 2, 1, "Q: what? A: yes", 5, 11);
+  writer.commit();
+  const std::string v2 = read_file(path);
+  uint32_t version;
+  std::memcpy(&version, v2.data() + 8, 4);
+  EXPECT_EQ(version, 2u);
+  EXPECT_EQ(ImageRecordReader(path).record(0).prompt_bytes, 11);
+  // Version 1: the same bytes with the field reserved; a non-zero value there is not a prompt.
+  std::string v1 = v2;
+  put_u32(v1, 8, 1);
+  test::write_bytes(dir / "v1.bin", v1);
+  const ImageRecordReader reader(dir / "v1.bin");  // the record's views point into its mapping
+  const ImageRecord old = reader.record(0);
+  EXPECT_EQ(old.prompt_bytes, 0);
+  EXPECT_EQ(old.caption, "Q: what? A: yes");
+  EXPECT_EQ(old.label, 5);
+  std::string long_prompt = v2;
+  put_u32(long_prompt, 32 + 20, 16);  // record 0's prompt bytes, one past its 15-byte caption
+  test::write_bytes(dir / "prompt.bin", long_prompt);
+  expect_error([&] { ImageRecordReader(dir / "prompt.bin"); }, "prompt.bin: record 0 has a 16-byte prompt in a 15-byte caption");
+  std::string v3 = v2;
+  put_u32(v3, 8, 3);
+  test::write_bytes(dir / "v3.bin", v3);
+  expect_error([&] { ImageRecordReader(dir / "v3.bin"); }, "v3.bin: image record version 3 is not supported (hyla reads 1 and 2)");
+}
+
+// Images for `prepare-images --input` lists: PNGs under imgs/, a grey 4x6 and an RGB 5x5.
+struct ImageList {
+  test::TempDir dir;
+  fs::path list = dir / "list.jsonl";
+  Image grey{4, 6, 1, {}}, rgb{5, 5, 3, {}};
+  ImageList() {
+    fs::create_directories(dir / "imgs");
+    for (Image* image : {&grey, &rgb}) {
+      image->pixels.resize(size_t(image->height * image->width * image->channels));
+      for (size_t i = 0; i < image->pixels.size(); ++i) image->pixels[i] = uint8_t(i * 13 + 1);
+    }
+    test::write_bytes(dir / "imgs" / "grey.png", encode_png(grey));
+    test::write_bytes(dir / "imgs" / "rgb.png", encode_png(rgb));
+  }
+};
+
+TEST(PrepareImages, ListsOfCaptionsAndQuestions) {
+  ImageList data;
+  std::string lines;
+  for (int i = 0; i < 10; ++i) {
+    if (i % 2 == 0) lines += fmt::format("{{\"image\": \"imgs/grey.png\", \"text\": \"a grey patch {}\"}}\n", i);
+    else lines += fmt::format("{{\"image\": \"{}\", \"question\": \"Q: which one? A:\", \"answer\": \" rgb {}\", \"label\": {}}}\n",
+                              (data.dir / "imgs" / "rgb.png").string(), i, i);
+    if (i == 4) lines += "\n  \n";
+  }
+  test::write_bytes(data.list, lines);
+  const fs::path out = data.dir / "out";
+  const std::string args = "data prepare-images --input " + data.list.string() +
+                           " --val-fraction 0.2 --test-fraction 0.1 --seed 4 --out ";
+  auto r = test::run_hyla(args + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json meta = parse_json_file((out / "meta.json").string());
+  EXPECT_EQ(meta["version"], 2);
+  EXPECT_EQ(meta["splits"]["train"]["records"], 7);
+  EXPECT_EQ(meta["splits"]["val"]["records"], 2);
+  EXPECT_EQ(meta["splits"]["test"]["records"], 1);
+  std::multiset<std::string> captions;
+  for (const char* split : {"train", "val", "test"}) {
+    const json& m = meta["splits"][split];
+    const ImageRecordReader reader(out / m["file"].get<std::string>());
+    ASSERT_EQ(reader.size(), m["records"].get<uint64_t>());
+    bool mixed = false;
+    for (uint64_t i = 0; i < reader.size(); ++i) {
+      const ImageRecord rec = reader.record(i);
+      const std::string caption(rec.caption);
+      captions.insert(caption);
+      const bool asked = caption.rfind("Q: ", 0) == 0;
+      const Image& image = asked ? data.rgb : data.grey;
+      EXPECT_EQ(rec.prompt_bytes, asked ? 16 : 0) << caption;
+      EXPECT_EQ(rec.label, asked ? std::stoi(caption.substr(20)) : -1) << caption;
+      EXPECT_EQ(rec.channels, image.channels);
+      EXPECT_EQ(std::vector<uint8_t>(rec.pixels.begin(), rec.pixels.end()), image.pixels);
+      mixed |= rec.height != reader.record(0).height;
+    }
+    // Sizes are in meta.json only when every record of the split shares them.
+    EXPECT_EQ(m.contains("height"), !mixed) << split;
+  }
+  EXPECT_EQ(captions.size(), 10u);
+  EXPECT_EQ(captions.count("a grey patch 4"), 1u);
+  EXPECT_EQ(captions.count("Q: which one? A: rgb 7"), 1u);
+  // The split is the seed's: the same again, byte for byte.
+  r = test::run_hyla(args + (data.dir / "again").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* file : {"train.bin", "val.bin", "test.bin"})
+    EXPECT_EQ(read_file(out / file), read_file(data.dir / "again" / file)) << file;
+}
+
+TEST(PrepareImages, ABadLineIsOneErrorAndWritesNothing) {
+  ImageList data;
+  test::write_bytes(data.dir / "imgs" / "broken.png", "not an image");
+  const std::string good = "{\"image\": \"imgs/grey.png\", \"text\": \"fine\"}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"image\": \"imgs/broken.png\", \"text\": \"x\"}", "list.jsonl line 3: " + (data.dir / "imgs" / "broken.png").string() + ": not a PNG or JPEG image"},
+      {"{\"image\": \"imgs/none.png\", \"text\": \"x\"}", "list.jsonl line 3: " + (data.dir / "imgs" / "none.png").string() + ": cannot open"},
+      {"{\"image\": \"imgs/grey.png\", \"text\": }", "list.jsonl line 3"},
+      {"{\"image\": \"imgs/grey.png\"}", "list.jsonl line 3: imgs/grey.png: give either \"text\" (a caption) or both"},
+      {"{\"image\": \"imgs/grey.png\", \"question\": \"Q: A:\"}", "line 3: imgs/grey.png: give either"},
+      {"{\"image\": \"imgs/grey.png\", \"text\": \"x\", \"colour\": 1}", "list.jsonl line 3: unknown key colour"},
+      {"{\"image\": \"imgs/grey.png\", \"text\": \"x\", \"label\": -2}", "line 3: imgs/grey.png: label must be 0 to 2147483647"},
+  };
+  for (const auto& [line, message] : cases) {
+    test::write_bytes(data.list, good + good + line + "\n" + good);
+    auto r = test::run_hyla("data prepare-images --input " + data.list.string() + " --out " + (data.dir / "out").string());
+    EXPECT_EQ(r.exit_code, 1) << line;
+    EXPECT_NE(r.output.find("error: " + (data.dir / "list.jsonl").string()), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(data.dir / "out")) << line;
+  }
+  auto r = test::run_hyla("data prepare-images --dataset fashion-mnist --input " + data.list.string() + " --out " +
+                          (data.dir / "out").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("excludes"), std::string::npos) << r.output;
 }
 
 TEST(FashionMnist, ReadsIdxFilesAndRejectsDamagedOnes) {

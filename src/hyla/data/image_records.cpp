@@ -29,10 +29,11 @@ ImageRecordWriter::ImageRecordWriter(const std::filesystem::path& path) : file_(
 }
 
 void ImageRecordWriter::add(std::span<const uint8_t> pixels, int32_t height, int32_t width, int32_t channels,
-                            std::string_view caption, int32_t label) {
+                            std::string_view caption, int32_t label, int32_t prompt_bytes) {
   HYLA_ASSERT(height > 0 && width > 0 && channels > 0 && pixels.size() == size_t(height) * size_t(width) * size_t(channels));
+  HYLA_ASSERT(prompt_bytes >= 0 && size_t(prompt_bytes) <= caption.size());
   const uint32_t header[6] = {uint32_t(height), uint32_t(width),  uint32_t(channels),
-                              uint32_t(caption.size()), uint32_t(label), 0};
+                              uint32_t(caption.size()), uint32_t(label), uint32_t(prompt_bytes)};
   offsets_.push_back(position_);
   file_.write(header, sizeof(header));
   file_.write(pixels.data(), pixels.size());
@@ -59,9 +60,9 @@ ImageRecordReader::ImageRecordReader(const std::filesystem::path& path) : map_(M
   HYLA_CHECK(size >= kHeaderBytes, "{}: truncated image records ({} bytes, the header alone is {})", name, size,
              kHeaderBytes);
   HYLA_CHECK(std::memcmp(p, kMagic, 8) == 0, "{}: not a hyla image record file (wrong magic)", name);
-  const auto version = load<uint32_t>(p + 8);
-  HYLA_CHECK(version == kImageRecordsVersion, "{}: image record version {} is not supported (hyla reads {})", name,
-             version, kImageRecordsVersion);
+  version_ = load<uint32_t>(p + 8);
+  HYLA_CHECK(version_ == 1 || version_ == kImageRecordsVersion,
+             "{}: image record version {} is not supported (hyla reads 1 and {})", name, version_, kImageRecordsVersion);
   const auto count = load<uint64_t>(p + 16), index = load<uint64_t>(p + 24);
   HYLA_CHECK(index >= kHeaderBytes && index <= size && count <= (size - index) / 8 && size - index == count * 8,
              "{}: truncated or malformed image records: {} records indexed at byte {} in a {}-byte file", name, count,
@@ -76,6 +77,8 @@ ImageRecordReader::ImageRecordReader(const std::filesystem::path& path) : map_(M
                    caption = load<uint32_t>(p + at + 12);
     HYLA_CHECK(h > 0 && w > 0 && c > 0 && h * w * c + caption <= index - at - kRecordHeaderBytes,
                "{}: record {} ({}x{}x{}, {}-byte caption) runs past the record area", name, i, h, w, c, caption);
+    const uint64_t prompt = version_ == 1 ? 0 : load<uint32_t>(p + at + 20);
+    HYLA_CHECK(prompt <= caption, "{}: record {} has a {}-byte prompt in a {}-byte caption", name, i, prompt, caption);
   }
 }
 
@@ -88,6 +91,7 @@ ImageRecord ImageRecordReader::record(uint64_t i) const {
   r.channels = int32_t(load<uint32_t>(p + 8));
   const auto caption = load<uint32_t>(p + 12);
   r.label = load<int32_t>(p + 16);
+  r.prompt_bytes = version_ == 1 ? 0 : int32_t(load<uint32_t>(p + 20));
   const size_t pixels = size_t(r.height) * size_t(r.width) * size_t(r.channels);
   r.pixels = {p + kRecordHeaderBytes, pixels};
   r.caption = {reinterpret_cast<const char*>(p + kRecordHeaderBytes + pixels), caption};

@@ -1,14 +1,17 @@
 #pragma once
 // Image-text records for multimodal training: an image (H x W x C uint8, row-major, channel-last)
-// and its caption. The patch positions are the model's business (SPEC §7): image_token_sequence
-// lays them out for a given patch size.
+// and its caption. The caption's first prompt_bytes bytes are a prompt (a question) that earns no
+// loss; the rest is the answer (all of it for a plain caption). The patch positions are the
+// model's business (SPEC §7): image_token_sequence lays them out for a given patch size.
 //
 // File layout, little-endian:
-//   header, 32 bytes: char[8] magic "HYLAIMG1", u32 version (1), u32 reserved (0),
+//   header, 32 bytes: char[8] magic "HYLAIMG1", u32 version (2), u32 reserved (0),
 //                     u64 record count N, u64 byte offset of the index
 //   N records, each:  u32 height, u32 width, u32 channels, u32 caption bytes, i32 label (-1: none),
-//                     u32 reserved (0), then height*width*channels pixel bytes, then the caption (UTF-8)
+//                     u32 prompt bytes (<= caption bytes), then height*width*channels pixel bytes,
+//                     then the caption (UTF-8)
 //   index:            N x u64, the byte offset of each record; the file ends there
+// Version 1 is the same with the prompt bytes field reserved (0); it is still read, every prompt empty.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -22,19 +25,20 @@
 
 namespace hyla {
 
-inline constexpr uint32_t kImageRecordsVersion = 1;
+inline constexpr uint32_t kImageRecordsVersion = 2;
 
 struct ImageRecord {
   int32_t height = 0, width = 0, channels = 0, label = -1;
   std::span<const uint8_t> pixels;  // a view into the mapped file
   std::string_view caption;
+  int32_t prompt_bytes = 0;  // caption.substr(0, prompt_bytes) is the prompt
 };
 
 class ImageRecordWriter {
  public:
   explicit ImageRecordWriter(const std::filesystem::path& path);
   void add(std::span<const uint8_t> pixels, int32_t height, int32_t width, int32_t channels, std::string_view caption,
-           int32_t label = -1);
+           int32_t label = -1, int32_t prompt_bytes = 0);
   uint64_t count() const { return offsets_.size(); }
   void commit();  // writes the index and header, then moves the file into place
 
@@ -55,6 +59,7 @@ class ImageRecordReader {
 
  private:
   std::shared_ptr<const MappedFile> map_;
+  uint32_t version_ = 0;
   std::vector<uint64_t> offsets_;
 };
 

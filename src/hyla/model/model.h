@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "hyla/core/image.h"
 #include "hyla/model/attn_res.h"
 #include "hyla/model/config.h"
 #include "hyla/model/context.h"
@@ -21,12 +22,6 @@
 #include "hyla/model/params.h"
 
 namespace hyla {
-
-// An image as SPEC §7 reads it: H×W×C uint8, channel-last.
-struct Image {
-  int64_t height = 0, width = 0, channels = 0;
-  std::vector<uint8_t> pixels;
-};
 
 // One forward's input: token ids over a packed batch of sequences, optional targets for the
 // loss (-1: no loss at that row, e.g. image positions and padding) with optional per-row weights
