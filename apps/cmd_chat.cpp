@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "hyla/data/image_file.h"
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
@@ -70,7 +71,8 @@ std::optional<std::string> read_line(bool interactive) {
 }  // namespace
 
 void add_chat(CLI::App& app) {
-  auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (/reset clears the conversation, /exit or EOF quits)");
+  auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (/image FILE attaches an image to the next "
+                                          "message, /reset clears the conversation, /exit or EOF quits)");
   static std::string model_dir, system, dtype = "bf16", delimiter = "<|im_end|>", history_file = default_history_file();
   static SamplingParams sampling;
   static int64_t max_tokens = 512, context = 4096;
@@ -101,7 +103,9 @@ void add_chat(CLI::App& app) {
       read_history(history_file.c_str());
     }
     std::vector<ChatMessage> history;
-    if (!system.empty()) history.push_back({"system", system, {}});
+    std::vector<ChatImage> attached;  // /image: for the next user message
+    const int64_t patch_size = model->config().vision.patch_size;
+    if (!system.empty()) history.push_back({"system", system, {}, {}});
     const size_t fixed = history.size();
     if (interactive)
       fmt::print(stderr, "hyla chat: {} (/reset, /exit; Ctrl-C stops a reply); {}\n", model_dir, engine.memory_summary());
@@ -111,23 +115,42 @@ void add_chat(CLI::App& app) {
       if (!line || *line == "/exit") break;
       if (*line == "/reset") {
         history.resize(fixed);
+        attached.clear();
+        continue;
+      }
+      if (line->starts_with("/image")) {
+        // A file that cannot be read or that the model cannot take is reported, and the chat goes on.
+        const std::string file = line->size() > 7 ? line->substr(7) : std::string();
+        try {
+          HYLA_CHECK(!file.empty(), "/image needs a file: /image PATH");
+          HYLA_CHECK(model->config().vision.enabled, "{} does not read images (vision.enabled is false)", model_dir);
+          attached.push_back({0, to_model_image(read_image_file(file), model->config().vision, file)});
+          fmt::print(stderr, "[image {}: {}x{}, {} positions; it goes with your next message]\n", file,
+                     attached.back().image.width, attached.back().image.height,
+                     attached.back().image.height / patch_size * (attached.back().image.width / patch_size) + 2);
+        } catch (const Error& e) {
+          fmt::print(stderr, "[{}]\n", e.what());
+        }
+        if (!interactive) fmt::print("{}\n", delimiter);
         continue;
       }
       if (line->empty()) continue;
-      history.push_back({"user", *line, {}});
+      history.push_back({"user", *line, {}, std::move(attached)});
+      attached.clear();
       GenerationRequest request;
       request.sampling = sampling;
-      request.prompt = encode_chat(tokenizer, history, /*add_generation_prompt=*/true);
+      request.prompt = encode_chat(tokenizer, history, /*add_generation_prompt=*/true, patch_size);
       // Drop the oldest turns (never the system message) until the reply fits.
       int64_t dropped = 0;
       while (int64_t(request.prompt.size()) + max_tokens > context && history.size() > fixed + 1) {
         history.erase(history.begin() + int64_t(fixed));
-        request.prompt = encode_chat(tokenizer, history, true);
+        request.prompt = encode_chat(tokenizer, history, true, patch_size);
         ++dropped;
       }
       if (dropped > 0)
         fmt::print(stderr, "[context full ({} tokens): dropped the {} oldest message{}]\n", context, dropped,
                    dropped == 1 ? "" : "s");
+      request.images = chat_images(history);
       request.max_tokens = std::min<int64_t>(max_tokens, context - int64_t(request.prompt.size()));
       if (request.max_tokens < 1) {
         fmt::print(stderr, "[context full: this message alone takes {} of the {} tokens; not sent]\n", request.prompt.size(),
@@ -148,7 +171,7 @@ void add_chat(CLI::App& app) {
       fmt::print("\n");
       if (!interactive) fmt::print("{}\n", delimiter);
       std::fflush(stdout);
-      history.push_back({"assistant", out.text, {}});
+      history.push_back({"assistant", out.text, {}, {}});
       if (out.finish_reason == FinishReason::Cancelled) fmt::print(stderr, "[stopped]\n");
       if (out.finish_reason == FinishReason::Length)
         fmt::print(stderr, "[reply cut at {} tokens: {}]\n", out.tokens.size(),

@@ -22,11 +22,14 @@ std::string weight_storage(const ParamStore& params) {
 }  // namespace
 
 void add_eval(CLI::App& app) {
-  auto* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a model over a whole split of a token directory");
+  auto* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a model over a whole split of a token "
+                                          "directory; `eval images` for image tasks");
   static std::string model_dir, data_dir, split = "val", dtype = "bf16";
   static int64_t seq_len = 1024, batch = 4;
-  cmd->add_option("-m,--model", model_dir, "Model directory")->required();
-  cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)")->required();
+  add_eval_images(*cmd);
+  // Not marked required: `hyla eval images` takes its own; without a subcommand both are checked below.
+  cmd->add_option("-m,--model", model_dir, "Model directory");
+  cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)");
   cmd->add_option("--split", split, "Split listed in the directory's meta.json");
   cmd->add_option("--dtype", dtype,
                   "Matmul inputs, as for generate, chat, serve and bench (int8 weights, from hyla quantize, always "
@@ -34,7 +37,9 @@ void add_eval(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--seq", seq_len, "Tokens per window")->check(positive());
   cmd->add_option("--batch", batch, "Windows per forward")->check(positive());
-  cmd->callback([] {
+  cmd->callback([cmd] {
+    if (cmd->got_subcommand("images")) return;
+    HYLA_CHECK(!model_dir.empty() && !data_dir.empty(), "hyla eval needs --model and --data (or a subcommand: images)");
     auto model = Model::load(model_dir);
     const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
     const PerplexityResult r = evaluate_perplexity(*model, data_dir, split, seq_len, batch, precision, true);

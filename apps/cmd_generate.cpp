@@ -11,6 +11,8 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/data/image_file.h"
+#include "hyla/data/image_text.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/data/utf8.h"
 #include "hyla/dist/expert_serving.h"
@@ -37,7 +39,11 @@ void add_generate(CLI::App& app) {
   static GenerationRequest request;
   static int64_t context = 4096, prefill_chunk = 512;
   static ExpertMemoryArgs expert_memory;
+  static std::vector<std::string> image_files;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
+  cmd->add_option("--image", image_files,
+                  "PNG or JPEG read with the prompt (repeatable): each takes the place of the next <image> in the prompt, "
+                  "images beyond the markers go first; never resized (docs/vision.md)");
   auto* text = cmd->add_option("-p,--prompt", prompt, "Prompt text (default: --file, else standard input)");
   cmd->add_option("-f,--file", prompt_file, "Read the prompt from this file")->excludes(text)->check(CLI::ExistingFile);
   cmd->add_option("-n,--max-tokens", request.max_tokens, "Tokens to generate")->check(positive());
@@ -57,7 +63,11 @@ void add_generate(CLI::App& app) {
     if (serve_experts_to_rank0(model_dir)) return;
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
     const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
-    request.prompt = tokenizer.encode(prompt, /*allow_special=*/true);
+    for (const std::string& file : image_files)
+      request.images.push_back(to_model_image(read_image_file(file), model->config().vision, file));
+    request.prompt = request.images.empty()
+                         ? tokenizer.encode(prompt, /*allow_special=*/true)
+                         : encode_with_images(tokenizer, prompt, request.images, model->config().vision.patch_size, true);
     HYLA_CHECK(!request.prompt.empty(), "generate: the prompt encodes to no tokens");
     EngineOptions options;
     options.max_sequences = 1;

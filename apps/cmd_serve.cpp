@@ -52,6 +52,10 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--prefix-cache-mb", prefix_cache_mb, "Memory for reusable prompt states (0: off)")->check(non_negative());
   cmd->add_option("--max-tokens", options.limits.max_tokens, "Largest max_tokens a request may ask for")->check(positive());
   cmd->add_option("--max-body-kb", max_body_kb, "Largest request body")->check(positive());
+  cmd->add_option("--max-images", options.limits.max_images, "Image parts a chat request may carry")->check(non_negative());
+  cmd->add_option("--max-image-bytes", options.limits.max_image_bytes, "Largest image, decoded from base64")->check(positive());
+  cmd->add_option("--max-image-pixels", options.limits.max_image_pixels, "Most pixels of an image (checked before decoding)")
+      ->check(positive());
   cmd->add_option("--http-threads", options.http_threads, "HTTP threads kept ready (0: 2 × max-sequences + 4)")->check(non_negative());
   cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(positive());
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,

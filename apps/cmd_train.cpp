@@ -9,6 +9,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--config", o.model_config, "Model config.json")->required()->check(CLI::ExistingFile);
   cmd->add_option("--train", o.train_config, "Training config (TRAIN.json, docs/training.md)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--data", o.data_dir, "Prepared data directory")->required();
+  cmd->add_option("--images", o.images_dirs,
+                  "Image-text records (hyla data prepare-images/prepare-documents) mixed in by TRAIN.json's images.ratio "
+                  "(repeatable: every record of every directory equally likely)");
   cmd->add_option("--out", o.run_dir, "Run directory (metrics, checkpoints, final model)")->required();
   cmd->add_option("--steps", o.steps, "Total optimiser steps (the curriculum is scaled to fit)")->check(positive());
   cmd->add_option("--batch", o.batch, "Sequences per step in every stage")->check(positive());

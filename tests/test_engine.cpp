@@ -220,29 +220,122 @@ TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
   EXPECT_EQ(second.tokens, cold_b);
 }
 
+// A vision model (nano, 7×7 grey patches) and prompts that carry images.
+struct VisionFixture : EngineFixture {
+  VisionFixture() {
+    config = test::nano_config([](json& j) {
+      j["vocab_size"] = 512;
+      j["vision"]["enabled"] = true;
+    });
+    vision_model = std::make_unique<Model>(config);
+    test::randomize_params(vision_model->params(), 4);
+  }
+  std::unique_ptr<Model> vision_model;
+  static Image image(int64_t h, int64_t w, uint8_t seed) {
+    Image img{h, w, 1, std::vector<uint8_t>(size_t(h * w))};
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = uint8_t(i * 37 + seed * 101);
+    return img;
+  }
+  // text, then one <|image_start|> pads <|image_end|> span per image, then more text.
+  GenerationRequest with_images(const std::string& before, const std::vector<Image>& images, const std::string& after,
+                                int64_t max_tokens) {
+    GenerationRequest r = request(before, max_tokens);
+    for (const Image& img : images) {
+      r.prompt.push_back(tokenizer.special_id("<|image_start|>"));
+      r.prompt.insert(r.prompt.end(), size_t(img.height / 7 * (img.width / 7)), tokenizer.special_id("<|image_pad|>"));
+      r.prompt.push_back(tokenizer.special_id("<|image_end|>"));
+    }
+    const std::vector<int32_t> tail = tokenizer.encode(after);
+    r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    r.images = images;
+    return r;
+  }
+};
+
 // An image's pad tokens are the same for every image of its size: the prefix cache keys on the
-// inputs' content, so a prompt whose image differs never starts from another image's state.
-TEST(Engine, PrefixCacheKeyCoversNonTokenInputs) {
-  EngineFixture f;
+// images' content, so a prompt whose image differs never starts from another image's state.
+TEST(Engine, PrefixCacheKeyCoversImages) {
+  VisionFixture f;
   EngineOptions o = EngineFixture::exact(1, 512, 16);
   o.prefix_cache_bytes = int64_t(64) << 20;
   const std::string shared = test::sample_text(4, 9);
-  GenerationRequest a = f.request(shared + " first question", 4), b = f.request(shared + " second one", 4);
-  const uint8_t pixels_a[] = {1, 2, 3}, pixels_b[] = {1, 2, 4};
-  a.inputs = {{5, content_digest(pixels_a)}};
-  b.inputs = {{5, content_digest(pixels_b)}};
-  Engine engine(f.model, f.tokenizer, o);
+  const Image first = VisionFixture::image(14, 14, 1), second = VisionFixture::image(14, 14, 2);
+  GenerationRequest a = f.with_images("Look:", {first}, shared + " first question", 4);
+  GenerationRequest b = f.with_images("Look:", {second}, shared + " first question", 4);
+  std::vector<int32_t> cold_b;
+  {
+    EngineOptions cold = o;
+    cold.prefix_cache_bytes = 0;
+    Engine engine(*f.vision_model, f.tokenizer, cold);
+    cold_b = engine.submit(b).get().tokens;
+  }
+  Engine engine(*f.vision_model, f.tokenizer, o);
   EXPECT_EQ(engine.submit(a).get().cached_prompt_tokens, 0);
-  EXPECT_EQ(engine.submit(b).get().cached_prompt_tokens, 0);  // same tokens, another image
-  GenerationRequest again = b;
-  EXPECT_GT(engine.submit(again).get().cached_prompt_tokens, 0);  // the same image: reused
-  GenerationRequest late = f.request(shared + " third", 4);
-  late.inputs = {{5, content_digest(pixels_a)}, {int64_t(late.prompt.size()) - 1, content_digest(pixels_b)}};
-  // a's image, and another after every cached prefix of a: a's prefixes still apply
-  EXPECT_GT(engine.submit(late).get().cached_prompt_tokens, 0);
-  GenerationRequest unsorted = a;
-  unsorted.inputs = {{7, 1}, {6, 2}};
-  EXPECT_THROW(engine.submit(unsorted).get(), Error);
+  const GenerationOutput other_image = engine.submit(b).get();
+  EXPECT_EQ(other_image.cached_prompt_tokens, 0);  // same tokens, another image
+  EXPECT_EQ(other_image.tokens, cold_b);
+  const GenerationOutput again = engine.submit(b).get();
+  EXPECT_GT(again.cached_prompt_tokens, 0);  // the same image: reused, with the same output
+  EXPECT_EQ(again.tokens, cold_b);
+}
+
+// However the prompt is chunked, an image is never split and every prompt token's log-probability
+// equals one full forward's (the model reads all of an image's patches in one call).
+TEST(Engine, ChunkedPrefillWithImagesScoresAsOneForward) {
+  VisionFixture f;
+  const std::vector<Image> images = {VisionFixture::image(21, 28, 3), VisionFixture::image(7, 14, 4),
+                                     VisionFixture::image(28, 28, 5)};
+  GenerationRequest r = f.with_images("An image", images, " and words after it, several of them", 0);
+  r.prompt_logprobs = true;
+  ModelInput full;
+  full.ids = r.prompt;
+  full.tokens = TokenBatch::uniform(1, int64_t(r.prompt.size()));
+  full.images = images;
+  full.image_pad_id = f.tokenizer.special_id("<|image_pad|>");
+  const Tensor logits = f.vision_model->forward(full, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+  const int64_t V = f.config.vocab_size;
+  for (int64_t chunk : {3, 5, 16, 512}) {
+    Engine engine(*f.vision_model, f.tokenizer, EngineFixture::exact(1, 512, chunk));
+    const GenerationOutput out = engine.submit(r).get();
+    ASSERT_EQ(out.prompt_logprobs.size(), r.prompt.size()) << chunk;
+    for (size_t t = 1; t < r.prompt.size(); ++t) {
+      const float* row = logits.data<float>() + int64_t(t - 1) * V;
+      double m = row[0], z = 0;
+      for (int64_t v = 0; v < V; ++v) m = std::max(m, double(row[v]));
+      for (int64_t v = 0; v < V; ++v) z += std::exp(double(row[v]) - m);
+      const double expected = double(row[r.prompt[t]]) - m - std::log(z);
+      EXPECT_NEAR(out.prompt_logprobs[t], expected, 1e-4) << "chunk " << chunk << " token " << t;
+    }
+  }
+}
+
+TEST(Engine, ImagesThatDoNotMatchThePromptAreRefused) {
+  VisionFixture f;
+  Engine engine(*f.vision_model, f.tokenizer, EngineFixture::exact(1, 512, 16));
+  GenerationRequest r = f.with_images("x", {VisionFixture::image(14, 14, 1)}, "y", 2);
+  auto refused = [&](GenerationRequest bad, const std::string& words) {
+    try {
+      engine.submit(std::move(bad)).get();
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  GenerationRequest no_image = r;
+  no_image.images.clear();
+  refused(no_image, "<|image_pad|> tokens but no images");
+  GenerationRequest two = r;
+  two.images.push_back(VisionFixture::image(7, 7, 2));
+  refused(two, "consecutive <|image_pad|>");
+  GenerationRequest odd = r;
+  odd.images[0] = VisionFixture::image(14, 15, 1);
+  refused(odd, "whole number of 7x7 patches");
+  GenerationRequest wide = f.with_images("x", {VisionFixture::image(7, 63, 1)}, "y", 2);
+  refused(wide, "vision.max_grid");
+  GenerationRequest text_model = r;
+  Engine plain(f.model, f.tokenizer, EngineFixture::exact(1, 512, 16));
+  EXPECT_THROW(plain.submit(text_model).get(), Error);
+  EXPECT_EQ(engine.submit(r).get().tokens.size(), 2u);  // the engine still serves
 }
 
 TEST(Engine, UnusableSamplingIsRefusedAtSubmit) {

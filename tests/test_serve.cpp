@@ -17,7 +17,9 @@
 #include <thread>
 
 #include "hyla/data/chat_template.h"
+#include "hyla/data/image_file.h"
 #include "hyla/data/utf8.h"
+#include "hyla/io/base64.h"
 #include "hyla/quant/quantize_model.h"
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_request.h"
@@ -41,6 +43,22 @@ struct Scenario {
   json hello_messages = json::parse(R"([{"role": "user", "content": "Say hello"}])");
   std::string hello_reply = "Hello there, friend!";
   std::string call = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
+  // Two 14x14 grey images (2x2 patches of the nano model's 7x7) asked about in the same words:
+  // only the image tells which reply the model memorised.
+  std::vector<std::string> image_replies = {"A bright cross.", "Dark stripes."};
+  static Image picture(int which) {
+    Image img{14, 14, 1, std::vector<uint8_t>(14 * 14, which == 0 ? 20 : 0)};
+    for (int y = 0; y < 14; ++y)
+      for (int x = 0; x < 14; ++x)
+        if (which == 0 ? (x == 6 || x == 7 || y == 6 || y == 7) : (y % 4 < 2)) img.pixels[size_t(y * 14 + x)] = which == 0 ? 250 : 90;
+    return img;
+  }
+  static std::string data_url(const Image& img) { return "data:image/png;base64," + base64_encode(encode_png(img)); }
+  json image_messages(int which) const {
+    return json::array({{{"role", "user"},
+                         {"content", json::array({{{"type", "text"}, {"text", "What is in the picture?"}},
+                                                  {{"type", "image_url"}, {"image_url", {{"url", data_url(picture(which))}}}}})}}});
+  }
   json to_json() const {
     const int32_t biased = test::small_tokenizer().encode(" the")[0];
     return {{"tools", tools},
@@ -48,20 +66,31 @@ struct Scenario {
             {"hello_messages", hello_messages},
             {"hello_reply", hello_reply},
             {"biased_token", biased},
-            {"biased_text", std::string(test::small_tokenizer().decode_token(biased))}};
+            {"biased_text", std::string(test::small_tokenizer().decode_token(biased))},
+            {"image_cases", json::array({{{"messages", image_messages(0)}, {"reply", image_replies[0]}},
+                                         {{"messages", image_messages(1)}, {"reply", image_replies[1]}}})}};
   }
 };
+
+// The memorised model's configuration: nano with images (7x7 grey patches, at most 8x8 of them).
+ModelConfig memorised_config() {
+  return test::nano_config([](json& j) {
+    j["vocab_size"] = 512;
+    j["vision"]["enabled"] = true;
+  });
+}
 
 ServeLimits test_limits() {
   ServeLimits limits;
   limits.context = 1024;
+  limits.vision = memorised_config().vision;
   return limits;
 }
 
 // Trains the nano model until it reproduces both replies; the directory is shared by the tests of
 // this run (written atomically, deterministic contents).
 std::filesystem::path memorised_model_dir() {
-  const auto dir = std::filesystem::temp_directory_path() / ("hyla-test-memorised-v1-" + std::to_string(getuid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("hyla-test-memorised-v2-" + std::to_string(getuid()));
   // Test processes run in parallel: one trains while the others wait.
   const int lock = open((dir.string() + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
   flock(lock, LOCK_EX);
@@ -87,8 +116,17 @@ std::filesystem::path memorised_model_dir() {
 
   ModelInput in;
   std::vector<int64_t> lengths;
-  for (const auto& [p, reply] : {std::pair{prompt(s.weather_messages, true), weather_reply},
-                                 std::pair{prompt(s.hello_messages, false), hello_reply}}) {
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> examples = {
+      {prompt(s.weather_messages, true), weather_reply}, {prompt(s.hello_messages, false), hello_reply}};
+  for (int which : {0, 1}) {
+    const ApiRequest r = parse_chat_request({{"messages", s.image_messages(which)}}, tokenizer, "m", limits);
+    std::vector<int32_t> reply = tokenizer.encode(s.image_replies[size_t(which)]);
+    reply.push_back(tokenizer.special_id("<|im_end|>"));
+    examples.push_back({r.prompts[0], reply});
+    in.images.push_back(r.generation.images.at(0));
+  }
+  in.image_pad_id = tokenizer.special_id("<|image_pad|>");
+  for (const auto& [p, reply] : examples) {
     std::vector<int32_t> seq = p;
     seq.insert(seq.end(), reply.begin(), reply.end());
     for (size_t i = 0; i < seq.size(); ++i) {
@@ -99,7 +137,7 @@ std::filesystem::path memorised_model_dir() {
     lengths.push_back(int64_t(seq.size()));
   }
   in.tokens = TokenBatch::packed(lengths);
-  Model model(test::nano_config([](json& j) { j["vocab_size"] = 512; }));
+  Model model(memorised_config());
   model.initialize(11);
   TrainConfig tc;
   tc.weight_decay = 0;
@@ -202,6 +240,65 @@ std::string post_stream(const TestServer& s, const std::string& path, const json
 // ---------------------------------------------------------------------------------------------
 // Request parsing and the chat format with tools.
 
+// Image parts: a data URL becomes the model image at its place in the prompt; anything else is a
+// 400 naming the part and what is accepted, before the engine ever sees the request.
+TEST(ServeRequest, ImagePartsBecomeModelImagesOrClearErrors) {
+  const Tokenizer& tok = test::small_tokenizer();
+  const Scenario sc;
+  const ApiRequest r = parse_chat_request({{"messages", sc.image_messages(0)}}, tok, "m", test_limits());
+  ASSERT_EQ(r.generation.images.size(), 1u);
+  EXPECT_EQ(r.generation.images[0].pixels, Scenario::picture(0).pixels);
+  const std::vector<int32_t>& p = r.prompts[0];
+  const auto start = std::find(p.begin(), p.end(), tok.special_id("<|image_start|>"));
+  ASSERT_NE(start, p.end());
+  EXPECT_EQ(std::count(p.begin(), p.end(), tok.special_id("<|image_pad|>")), 4);  // 2x2 patches of 7x7
+  EXPECT_EQ(*(start + 5), tok.special_id("<|image_end|>"));
+  // The text part comes first, as it was sent.
+  const std::string before = tok.decode(std::vector<int32_t>(p.begin(), start));
+  EXPECT_NE(before.find("What is in the picture?"), std::string::npos) << before;
+
+  auto error = [&](const json& part, const ServeLimits& limits) {
+    json body = {{"messages", {{{"role", "user"}, {"content", json::array({part})}}}}};
+    try {
+      parse_chat_request(body, tok, "m", limits);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted " << part.dump().substr(0, 200);
+    return std::string();
+  };
+  auto image = [](const std::string& url) { return json{{"type", "image_url"}, {"image_url", {{"url", url}}}}; };
+  const ServeLimits limits = test_limits();
+  EXPECT_NE(error(image("https://example.com/cat.png"), limits).find("only data URLs are accepted"), std::string::npos);
+  EXPECT_NE(error(image("data:image/gif;base64,R0lGOD"), limits).find("data:image/png;base64"), std::string::npos);
+  EXPECT_NE(error(image("data:image/png;base64,***"), limits).find("not a base64 character"), std::string::npos);
+  EXPECT_NE(error(image("data:image/png;base64," + base64_encode("plain text, not an image")), limits).find("not a PNG or JPEG"),
+            std::string::npos);
+  EXPECT_NE(error(image(Scenario::data_url(Image{7, 70, 1, std::vector<uint8_t>(490, 9)})), limits).find("vision.max_grid"),
+            std::string::npos);
+  ServeLimits small = limits;
+  small.max_image_bytes = 64;
+  EXPECT_NE(error(image(Scenario::data_url(Scenario::picture(1))), small).find("64"), std::string::npos);
+  small = limits;
+  small.max_image_pixels = 100;
+  EXPECT_NE(error(image(Scenario::data_url(Scenario::picture(1))), small).find("100"), std::string::npos);
+  ServeLimits text_only = limits;
+  text_only.vision.enabled = false;
+  EXPECT_NE(error(image(Scenario::data_url(Scenario::picture(1))), text_only).find("does not read images"), std::string::npos);
+  EXPECT_NE(error(json{{"type", "image_url"}}, limits).find("image_url"), std::string::npos);
+  // More image parts than the limit, and images outside user messages.
+  ServeLimits one = limits;
+  one.max_images = 1;
+  json two = {{"messages", {{{"role", "user"}, {"content", json::array({image(Scenario::data_url(Scenario::picture(0))),
+                                                                        image(Scenario::data_url(Scenario::picture(1)))})}}}}};
+  EXPECT_THROW(parse_chat_request(two, tok, "m", one), ApiError);
+  EXPECT_NO_THROW(parse_chat_request(two, tok, "m", limits));
+  json system = {{"messages", {{{"role", "system"}, {"content", json::array({image(Scenario::data_url(Scenario::picture(0)))})}}}}};
+  EXPECT_THROW(parse_chat_request(system, tok, "m", limits), ApiError);
+}
+
+
 ApiError completion_error(const json& body) {
   try {
     parse_completion_request(body, test::small_tokenizer(), "m", test_limits());
@@ -295,7 +392,9 @@ TEST(ServeRequest, RejectsBadFieldsNamingThem) {
   EXPECT_EQ(chat_error({{"messages", {{{"role", "wizard"}, {"content", "hi"}}}}}).param, "messages[0].role");
   EXPECT_EQ(chat_error({{"messages", {{{"role", "user"}, {"content", 7}}}}}).param, "messages[0].content");
   EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")).param,
-            "messages[0].content");
+            "messages[0].content[0]");
+  EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "audio"}]}]})")).param,
+            "messages[0].content[0]");
   EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})")).param,
             "tools");
   EXPECT_EQ(chat_error(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})")).param,
@@ -654,7 +753,12 @@ TEST(Serve, SixteenConcurrentClientsAllCompleteAndMatchOneAtATime) {
                 {"max_tokens", 8}, {"temperature", 0}};
   };
   std::vector<std::string> expected;
-  for (int i = 0; i < clients; ++i) expected.push_back(post(s, "/v1/completions", body(i))["choices"][0]["text"]);
+  int64_t generated = 0;  // by the one-at-a-time requests; the concurrent ones generate the same
+  for (int i = 0; i < clients; ++i) {
+    const json r = post(s, "/v1/completions", body(i));
+    expected.push_back(r["choices"][0]["text"]);
+    generated += r["usage"]["completion_tokens"].get<int64_t>();
+  }
   std::vector<std::string> got(clients);
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i)
@@ -671,7 +775,7 @@ TEST(Serve, SixteenConcurrentClientsAllCompleteAndMatchOneAtATime) {
   for (int i = 0; i < clients; ++i) EXPECT_EQ(got[size_t(i)], expected[size_t(i)]) << "client " << i;
   const std::string metrics = s.client().Get("/metrics")->body;
   EXPECT_NE(metrics.find("hyla_requests_total 32\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("hyla_generation_tokens_total 256\n"), std::string::npos);
+  EXPECT_NE(metrics.find(fmt::format("hyla_generation_tokens_total {}\n", 2 * generated)), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("hyla_time_to_first_token_seconds_count 32\n"), std::string::npos);
   EXPECT_NE(metrics.find("hyla_requests_running 0\n"), std::string::npos);
 }
@@ -965,6 +1069,27 @@ TEST(Serve, CurlEndToEnd) {
   EXPECT_EQ(r.output, "400");
   r = test::run_command(curl + s.url() + "/metrics");
   EXPECT_NE(r.output.find("# TYPE hyla_time_to_first_token_seconds histogram"), std::string::npos) << r.output;
+}
+
+// Over HTTP, the same words with different images get each image's memorised reply: the image,
+// not the text, decides. A remote URL is refused with a 400 that says only data URLs are read.
+TEST(Serve, ChatWithImagesAnswersFromTheImage) {
+  TestServer s;
+  httplib::Client c("127.0.0.1", s.port);
+  const Scenario sc;
+  for (int which : {0, 1}) {
+    const json body = {{"messages", sc.image_messages(which)}, {"temperature", 0}, {"max_tokens", 16}};
+    auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body)["choices"][0]["message"]["content"], sc.image_replies[size_t(which)]);
+  }
+  json remote = sc.image_messages(0);
+  remote[0]["content"][1]["image_url"]["url"] = "http://127.0.0.1:1/x.png";
+  auto res = c.Post("/v1/chat/completions", json{{"messages", remote}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("only data URLs"), std::string::npos) << res->body;
 }
 
 // The official client library: installed into the build tree on first use.

@@ -23,6 +23,19 @@ async function main() {
   assert.strictEqual(hello.choices[0].finish_reason, "stop");
   assert.ok(hello.usage.total_tokens > 0, "chat usage");
 
+  // Images as base64 PNG data URLs in content parts: each gets the reply the model memorised for it.
+  for (const c of scenario.image_cases) {
+    const seen = await client.chat.completions.create({ model, messages: c.messages, temperature: 0, max_tokens: 16 });
+    assert.strictEqual(seen.choices[0].message.content, c.reply);
+  }
+  const remote = JSON.parse(JSON.stringify(scenario.image_cases[0].messages));
+  remote[0].content[1].image_url.url = "https://example.com/cat.png";
+  await assert.rejects(client.chat.completions.create({ model, messages: remote }), (e) => {
+    assert.strictEqual(e.status, 400);
+    assert.ok(/only data URLs/.test(e.message), e.message);
+    return true;
+  });
+
   const weather = await client.chat.completions.create({
     model, messages: scenario.weather_messages, tools: scenario.tools, temperature: 0,
   });

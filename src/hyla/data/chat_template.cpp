@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hyla/core/error.h"
+#include "hyla/data/image_text.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
@@ -42,7 +43,7 @@ std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_
 }
 
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt) {
+                                 bool add_generation_prompt, int64_t patch_size) {
   const int32_t start = tokenizer.special_id("<|im_start|>"), end = tokenizer.special_id("<|im_end|>");
   std::vector<int32_t> ids;
   for (const ChatMessage& m : messages) {
@@ -53,7 +54,17 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, std::span<const Cha
       tokenizer.encode_append("\n" + m.content + "\n", false, ids);
       ids.push_back(tokenizer.special_id(kResponseClose));
     } else {
-      std::string text = m.role + "\n" + m.content;
+      std::string text = m.role + "\n";
+      size_t from = 0;
+      for (const ChatImage& image : m.images) {
+        HYLA_ASSERT(image.at >= from && image.at <= m.content.size() && patch_size > 0);
+        text += m.content.substr(from, image.at - from);
+        tokenizer.encode_append(text, false, ids);
+        text.clear();
+        append_image_span(tokenizer, image.image, patch_size, ids);
+        from = image.at;
+      }
+      text += m.content.substr(from);
       for (const ToolCall& call : m.tool_calls) {
         if (text.empty() || text.back() != '\n') text += "\n";
         tokenizer.encode_append(text, false, ids);
@@ -72,6 +83,13 @@ std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, std::span<const Cha
     tokenizer.encode_append("assistant\n", false, ids);
   }
   return ids;
+}
+
+std::vector<Image> chat_images(std::span<const ChatMessage> messages) {
+  std::vector<Image> images;
+  for (const ChatMessage& m : messages)
+    for (const ChatImage& image : m.images) images.push_back(image.image);
+  return images;
 }
 
 std::string tools_system_prompt(std::span<const std::string> functions) {

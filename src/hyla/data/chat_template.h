@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hyla/core/image.h"
 #include "hyla/data/tokenizer.h"
 
 namespace hyla {
@@ -19,22 +20,32 @@ struct ToolCall {
   std::string arguments;  // a JSON object, as text
 };
 
+// A model image (data/image_file.h's to_model_image) placed at byte `at` of a message's content.
+struct ChatImage {
+  size_t at = 0;
+  Image image;
+};
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
   std::vector<ToolCall> tool_calls;  // assistant turns only
+  std::vector<ChatImage> images;     // in increasing `at`; encode_chat lays out their spans
 };
 
 // The conversation as text; with add_generation_prompt, ends with an open "<|im_start|>assistant\n"
-// turn for the model to complete.
+// turn for the model to complete. Images are not shown (their spans exist only as ids).
 std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt = false);
 
 // The same conversation as ids: turn and tool markers are special ids, while roles, contents and
 // call arguments are encoded as plain text, so text inside a message can never forge a marker.
 // Equals encode(apply_chat_template(...), allow_special=true) whenever no message contains
-// special-token text.
+// special-token text or images. An image's span (image_text.h) stands at its place in the content;
+// `patch_size` is the model's (vision.patch_size), needed when a message has images.
 std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt = false);
+                                 bool add_generation_prompt = false, int64_t patch_size = 0);
+// Every message's images, in the order their spans appear (a GenerationRequest's images).
+std::vector<Image> chat_images(std::span<const ChatMessage> messages);
 
 // The text that offers tools to the model: `functions` are JSON function definitions
 // ({"name", "description", "parameters"}), one per line.

@@ -21,4 +21,16 @@ ModelInput next_token_input(const TokenWindows& w) {
   return in;
 }
 
+void append_image_sequences(ModelInput& in, ImageSequences& sequences, int32_t image_pad_id) {
+  if (sequences.lengths.empty()) return;
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < in.tokens.batch(); ++b) lengths.push_back(in.tokens.length(b));
+  lengths.insert(lengths.end(), sequences.lengths.begin(), sequences.lengths.end());
+  in.ids.insert(in.ids.end(), sequences.ids.begin(), sequences.ids.end());
+  in.targets.insert(in.targets.end(), sequences.targets.begin(), sequences.targets.end());
+  for (Image& image : sequences.images) in.images.push_back(std::move(image));
+  in.image_pad_id = image_pad_id;
+  in.tokens = TokenBatch::packed(lengths);
+}
+
 }  // namespace hyla

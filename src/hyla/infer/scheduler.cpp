@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -38,6 +39,8 @@ struct Scheduler::Active {
   TextStream text;
   int slot = -1;
   int64_t prefilled = 0;   // prompt tokens in the state
+  std::vector<PromptInput> images;  // each image's first pad row and content digest (the prefix cache's key)
+  std::vector<int64_t> image_ends;  // the row after each image's last pad
   int32_t next = -1;       // the last sampled token, to be fed in the next step
   Clock::time_point start, last;
   Active(RequestId id, GenerationRequest r)
@@ -58,6 +61,7 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   slot_used_.assign(slots_.size(), false);
   for (const char* name : {"<|endoftext|>", "<|im_end|>"})
     if (auto id = tokenizer.token_id(name)) end_ids_.push_back(*id);
+  if (auto id = tokenizer.token_id("<|image_pad|>")) image_pad_id_ = *id;
   stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
 }
 
@@ -80,22 +84,65 @@ void Scheduler::validate(const GenerationRequest& request) const {
   for (const auto& [token, bias] : request.sampling.logit_bias)
     HYLA_CHECK(token < tokenizer_.vocab_size(), "logit_bias names token {}, outside the vocabulary (size {})", token,
                tokenizer_.vocab_size());
-  for (size_t i = 0; i < request.inputs.size(); ++i)
-    HYLA_CHECK(request.inputs[i].row >= 0 && request.inputs[i].row < int64_t(request.prompt.size()) &&
-                   (i == 0 || request.inputs[i].row > request.inputs[i - 1].row),
-               "prompt input {} starts at row {}: inputs must lie inside the prompt, in increasing rows", i,
-               request.inputs[i].row);
   for (int32_t id : request.prompt)
     HYLA_CHECK(id >= 0 && id < model_->config().vocab_size, "prompt token {} is outside the vocabulary (size {})", id,
                model_->config().vocab_size);
+  image_rows(request);
   const int64_t need = int64_t(request.prompt.size()) + std::max<int64_t>(request.max_tokens, 1);
   HYLA_CHECK(need <= options_.context, "prompt ({} tokens) + max_tokens ({}) exceed the context of {} tokens",
              request.prompt.size(), request.max_tokens, options_.context);
 }
 
+std::vector<PromptInput> Scheduler::image_rows(const GenerationRequest& request) const {
+  int64_t pads = 0;
+  if (image_pad_id_ >= 0)
+    for (int32_t id : request.prompt) pads += id == image_pad_id_;
+  if (request.images.empty()) {
+    HYLA_CHECK(pads == 0, "the prompt has {} <|image_pad|> tokens but no images", pads);
+    return {};
+  }
+  const VisionConfig& v = model_->config().vision;
+  HYLA_CHECK(v.enabled, "the request has images but this model reads none (vision.enabled is false)");
+  const int64_t P = v.patch_size;
+  std::vector<PromptInput> rows;
+  int64_t row = 0;
+  for (size_t i = 0; i < request.images.size(); ++i) {
+    const Image& img = request.images[i];
+    HYLA_CHECK(img.channels == v.channels, "image {}: {} channels, the model reads {}", i + 1, img.channels, v.channels);
+    HYLA_CHECK(img.height > 0 && img.width > 0 && img.height % P == 0 && img.width % P == 0,
+               "image {}: {}x{} pixels is not a whole number of {}x{} patches", i + 1, img.width, img.height, P, P);
+    HYLA_CHECK(img.height / P <= v.max_grid && img.width / P <= v.max_grid,
+               "image {}: {}x{} patches exceed vision.max_grid {}", i + 1, img.width / P, img.height / P, v.max_grid);
+    HYLA_CHECK(int64_t(img.pixels.size()) == img.height * img.width * img.channels, "image {}: {} bytes for {}x{}x{}",
+               i + 1, img.pixels.size(), img.height, img.width, img.channels);
+    while (row < int64_t(request.prompt.size()) && request.prompt[size_t(row)] != image_pad_id_) ++row;
+    const int64_t patches = (img.height / P) * (img.width / P);
+    HYLA_CHECK(row + patches <= int64_t(request.prompt.size()) &&
+                   std::all_of(request.prompt.begin() + row, request.prompt.begin() + row + patches,
+                               [&](int32_t id) { return id == image_pad_id_; }),
+               "image {} needs {} consecutive <|image_pad|> tokens in the prompt at its place", i + 1, patches);
+    const uint64_t shape[3] = {uint64_t(img.height), uint64_t(img.width), uint64_t(img.channels)};
+    const uint64_t digest = content_digest(img.pixels, content_digest({reinterpret_cast<const uint8_t*>(shape), sizeof shape}));
+    rows.push_back({row, digest});
+    row += patches;
+  }
+  int64_t used = 0;
+  for (const Image& img : request.images) used += (img.height / P) * (img.width / P);
+  HYLA_CHECK(used == pads, "the prompt has {} <|image_pad|> tokens but its {} images fill {}", pads,
+             request.images.size(), used);
+  return rows;
+}
+
 Scheduler::RequestId Scheduler::add(GenerationRequest request) {
   validate(request);
+  std::vector<PromptInput> images = image_rows(request);
   auto active = std::make_unique<Active>(next_id_++, std::move(request));
+  const int64_t P = model_->config().vision.patch_size;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const Image& img = active->request.images[i];
+    active->image_ends.push_back(images[i].row + (img.height / P) * (img.width / P));
+  }
+  active->images = std::move(images);
   active->start = Clock::now();
   ++stats_.requests;
   waiting_.push_back(std::move(active));
@@ -175,7 +222,7 @@ void Scheduler::admit_waiting(std::vector<Finished>& finished) {
       if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
     }
     // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
-    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->request.inputs, state);
+    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->images, state);
     a->output.cached_prompt_tokens = a->prefilled;
     stats_.prompt_tokens += a->output.prompt_tokens;
     stats_.cached_prompt_tokens += a->prefilled;
@@ -195,10 +242,17 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
   ModelInput in;
   for (auto& a : running_)
     if (a->prefilled < int64_t(a->request.prompt.size())) {
-      const int64_t n = std::min<int64_t>(options_.prefill_chunk, int64_t(a->request.prompt.size()) - a->prefilled);
+      int64_t end = std::min<int64_t>(a->prefilled + options_.prefill_chunk, int64_t(a->request.prompt.size()));
+      // A chunk never ends inside an image: it stops before one that does not fit, or takes whole one that starts it.
+      for (size_t k = 0; k < a->images.size(); ++k) {
+        const int64_t first = a->images[k].row, last = a->image_ends[k];
+        if (first < end && last > end) end = first > a->prefilled ? first : last;
+        if (first >= a->prefilled && first < end) in.images.push_back(a->request.images[k]);
+      }
+      if (!in.images.empty()) in.image_pad_id = image_pad_id_;
       batch.push_back(a.get());
-      lengths.push_back(n);
-      in.ids.insert(in.ids.end(), a->request.prompt.begin() + a->prefilled, a->request.prompt.begin() + a->prefilled + n);
+      lengths.push_back(end - a->prefilled);
+      in.ids.insert(in.ids.end(), a->request.prompt.begin() + a->prefilled, a->request.prompt.begin() + end);
       break;
     }
   for (auto& a : running_)
@@ -248,7 +302,7 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     if (prefilling) {
       a.prefilled += lengths[i];
       if (a.prefilled % prefix_cache_.granularity() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
-        prefix_cache_.store(a.request.prompt, a.request.inputs, a.prefilled, state, *model_);
+        prefix_cache_.store(a.request.prompt, a.images, a.prefilled, state, *model_);
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }
     if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated

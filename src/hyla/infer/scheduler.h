@@ -39,9 +39,11 @@ struct EngineOptions {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
-  // Digests of the prompt's non-token inputs (images), sorted by row: the prefix cache's key
-  // covers them, so prompts that differ only in an image never share a cached state.
-  std::vector<PromptInput> inputs;
+  // The images whose patches fill the prompt's <|image_pad|> rows, in order, each as the model
+  // reads it (data/image_file.h's to_model_image): image i takes the next (H/P)·(W/P) pad rows,
+  // which must be consecutive. The prefix cache keys on their content, so prompts that differ only
+  // in an image never share a cached state, and a prefill chunk never ends inside an image.
+  std::vector<Image> images;
   int64_t max_tokens = 128;
   SamplingParams sampling;
   std::vector<std::string> stop;
@@ -140,6 +142,8 @@ class Scheduler {
   void drop_cancelled(std::vector<Finished>& finished);
   void forward_and_sample(std::vector<Finished>& finished);
   void finish(Active& a, FinishReason reason, std::vector<Finished>& finished);
+  // Where each image's pad rows lie in the prompt, with its content digest; errors name the rule broken.
+  std::vector<PromptInput> image_rows(const GenerationRequest& request) const;
 
   Model* model_;
   const Tokenizer& tokenizer_;
@@ -148,6 +152,7 @@ class Scheduler {
   std::vector<bool> slot_used_;
   PrefixCache prefix_cache_;
   std::vector<int32_t> end_ids_;
+  int32_t image_pad_id_ = -1;  // the tokenizer's <|image_pad|>, -1 without one
   std::unique_ptr<GrammarVocabulary> grammar_vocabulary_;  // built for the first constrained request
   std::deque<std::unique_ptr<Active>> waiting_;
   std::vector<std::unique_ptr<Active>> running_;

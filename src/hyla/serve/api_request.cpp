@@ -6,6 +6,8 @@
 #include <random>
 
 #include "hyla/data/chat_template.h"
+#include "hyla/data/image_file.h"
+#include "hyla/io/base64.h"
 #include "hyla/infer/json_grammar.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/serve/api_error.h"
@@ -227,6 +229,35 @@ ApiRequest parse_completion_request(const json& body, const Tokenizer& tokenizer
   return r;
 }
 
+// An OpenAI image part, {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}, as
+// the model image it becomes; remote URLs are refused (the server fetches nothing).
+static Image image_part(const json& part, const std::string& where, const ServeLimits& limits) {
+  if (!limits.vision.enabled) invalid(where, where + ": this model does not read images (its vision.enabled is false)");
+  const json* image_url = field(part, "image_url");
+  const json* url = image_url && image_url->is_object() ? field(*image_url, "url") : image_url;
+  if (!url || !url->is_string())
+    invalid(where, where + ": an image_url part needs {\"image_url\": {\"url\": \"data:image/png;base64,...\"}}");
+  const std::string& text = url->get_ref<const std::string&>();
+  const size_t comma = text.find(',');
+  const std::string_view header = std::string_view(text).substr(0, comma == std::string::npos ? 0 : comma);
+  if (!text.starts_with("data:"))
+    invalid(where, where + ": only data URLs are accepted (data:image/png;base64,... or data:image/jpeg;base64,...); "
+                           "the server fetches no remote URL");
+  if (header != "data:image/png;base64" && header != "data:image/jpeg;base64" && header != "data:image/jpg;base64")
+    invalid(where, fmt::format("{}: the data URL must be data:image/png;base64,... or data:image/jpeg;base64,..., got '{}'",
+                               where, header.substr(0, 40)));
+  try {
+    const std::string_view payload = std::string_view(text).substr(comma + 1);
+    if (int64_t(payload.size()) / 4 * 3 > limits.max_image_bytes + 3)
+      invalid(where, fmt::format("{}: the image is larger than the server's limit of {} bytes", where, limits.max_image_bytes));
+    const std::vector<uint8_t> bytes = base64_decode(payload, where);
+    const Image decoded = decode_image(bytes, where, {limits.max_image_bytes, limits.max_image_pixels});
+    return to_model_image(decoded, limits.vision, where);
+  } catch (const Error& e) {
+    invalid(where, e.what());
+  }
+}
+
 ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, const std::string& served_model,
                               const ServeLimits& limits) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -239,6 +270,7 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   if (!messages || !messages->is_array() || messages->empty())
     invalid("messages", "'messages' must be a non-empty array");
   std::vector<ChatMessage> chat;
+  int64_t images_seen = 0;
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
     const std::string where = fmt::format("messages[{}]", i);
@@ -253,9 +285,20 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
       if (content->is_string()) {
         message.content = content->get<std::string>();
       } else if (content->is_array()) {
-        for (const json& part : *content) {
+        for (size_t k = 0; k < content->size(); ++k) {
+          const json& part = (*content)[k];
+          const std::string part_where = fmt::format("{}.content[{}]", where, k);
+          if (part.is_object() && part.value("type", json()) == "image_url") {
+            if (message.role != "user") invalid(part_where, part_where + ": images are read in user messages only");
+            if (images_seen++ == limits.max_images)
+              invalid(part_where, fmt::format("{}: more than {} images in one request (the server's limit)", part_where,
+                                              limits.max_images));
+            message.images.push_back({message.content.size(), image_part(part, part_where, limits)});
+            continue;
+          }
           if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
-            invalid(where + ".content", where + ".content: only {\"type\": \"text\", \"text\": ...} parts are supported");
+            invalid(part_where, part_where + ": parts are {\"type\": \"text\", \"text\": ...} or {\"type\": "
+                                             "\"image_url\", \"image_url\": {\"url\": \"data:image/png;base64,...\"}}");
           message.content += part["text"].get<std::string>();
         }
       } else {
@@ -340,7 +383,8 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   r.tools_offered = choice != "none";
   if (r.tools_offered) chat = with_tools(chat, functions);
 
-  std::vector<int32_t> prompt = encode_chat(tokenizer, chat, /*add_generation_prompt=*/true);
+  std::vector<int32_t> prompt = encode_chat(tokenizer, chat, /*add_generation_prompt=*/true, limits.vision.patch_size);
+  r.generation.images = chat_images(chat);
   if (!r.prefill.empty()) tokenizer.encode_append(r.prefill, /*allow_special=*/true, prompt);
   r.prompts.push_back(std::move(prompt));
 

@@ -16,6 +16,12 @@ struct ServeLimits {
   int64_t max_tokens = 4096;  // per choice
   int64_t max_choices = 64;   // prompts × n in one request
   int64_t context = 8192;     // prompt + max_tokens (the engine's context)
+  // Chat image parts (data URLs only): how many per request, and each one's decoded bytes and
+  // pixels, checked before it is decoded. Images are never resized (data/image_file.h).
+  int64_t max_images = 8;
+  int64_t max_image_bytes = int64_t(4) << 20;
+  int64_t max_image_pixels = int64_t(2048) * 2048;
+  VisionConfig vision;  // the served model's; not enabled: image parts are refused
 };
 
 struct ApiRequest {

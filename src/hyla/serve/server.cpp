@@ -365,6 +365,7 @@ int Server::bind() {
 
 void Server::load() {
   impl_->model = load_model_for_engine(options_.model_dir, options_.load);
+  options_.limits.vision = impl_->model->config().vision;  // before ready_: no request reads limits until then
   const std::filesystem::path tokenizer_path = options_.model_dir / "tokenizer.json";
   HYLA_CHECK(std::filesystem::exists(tokenizer_path), "serve: {} has no tokenizer.json", options_.model_dir.string());
   impl_->tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer_path));

@@ -68,6 +68,9 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   sample.read("temperature", c.sample_temperature);
   sample.finish();
   f.read("max_bad_steps", c.max_bad_steps);
+  JsonFields images = f.object("images");
+  images.read("ratio", c.image_ratio);
+  images.finish();
   JsonFields dist = f.object("distributed");
   dist.read("zero_stage", c.zero_stage);
   dist.read("expert_parallel", c.expert_parallel);
@@ -111,6 +114,7 @@ void TrainConfig::validate(const std::string& source) const {
   rule(sample_every >= 0 && sample_tokens >= 1, "sample.every must be >= 0 and sample.tokens >= 1");
   rule(sample_temperature >= 0, "sample.temperature must be >= 0");
   rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
+  rule(image_ratio >= 0 && image_ratio <= 64, fmt::format("images.ratio ({}) must lie in [0, 64]", image_ratio));
   rule(zero_stage == 0 || zero_stage == 1, fmt::format("distributed.zero_stage ({}) must be 0 or 1", zero_stage));
   rule(expert_parallel >= 1, fmt::format("distributed.expert_parallel ({}) must be >= 1", expert_parallel));
   rule(expert_parallel == 1 || zero_stage == 0, "distributed.zero_stage 1 does not combine with expert_parallel > 1 yet");
@@ -162,6 +166,7 @@ json TrainConfig::to_json() const {
            {{"every", sample_every}, {"tokens", sample_tokens}, {"prompt", sample_prompt},
             {"temperature", sample_temperature}}},
           {"max_bad_steps", max_bad_steps},
+          {"images", {{"ratio", image_ratio}}},
           {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};
 }
 

@@ -41,6 +41,10 @@ struct TrainConfig {
   std::string sample_prompt = "";
   double sample_temperature = 0.8;
   int64_t max_bad_steps = 5;  // consecutive non-finite steps before the run stops
+  // Image-text records (`hyla train --images DIR`) join every micro-batch: this many image-sequence
+  // rows per text row, added to the text, which stays as the curriculum says (a text-only twin with
+  // the same curriculum sees exactly the same text). 0: text only.
+  double image_ratio = 0;
   // Under mpirun (docs/distributed.md): ZeRO stage 0 (every process keeps the whole optimiser
   // state) or 1 (each keeps its shard), expert-parallel groups of this many processes (each holds
   // 1/expert_parallel of every MoE layer's routed experts), and the gradient buckets' size.

@@ -1,6 +1,7 @@
 #include "hyla/train/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <chrono>
@@ -8,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "hyla/core/clock.h"
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
+#include "hyla/data/image_batches.h"
 #include "hyla/data/loader.h"
 #include "hyla/data/token_shard.h"
 #include "hyla/data/tokenizer.h"
@@ -142,6 +145,10 @@ void run_training(const TrainOptions& o) {
   HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: the tokenizer has {} tokens but vocab_size is {}",
              o.model_config, tokenizer.vocab_size(), config.vocab_size);
 
+  HYLA_CHECK((tc.image_ratio > 0) == !o.images_dirs.empty(),
+             "{}: images.ratio {} {}", o.train_config, tc.image_ratio,
+             o.images_dirs.empty() ? "needs image records: pass --images DIR" : "is 0, so --images would be unused");
+  HYLA_CHECK(o.images_dirs.empty() || ranks == 1, "hyla train --images does not run under mpirun yet (one process)");
   const int64_t G = tc.expert_parallel;
   HYLA_CHECK(G == 1 || (ranks % G == 0 && config.moe.num_experts >= G),
              "{}: distributed.expert_parallel {} needs a process count that it divides (not {}) and at most "
@@ -197,7 +204,7 @@ void run_training(const TrainOptions& o) {
   AdamW optimizer(model.params(), tc, reducer.shard());
   const int64_t total_steps = tc.total_steps();
   int64_t step = 0, bad_steps = 0;
-  json loader_state;
+  json loader_state, images_state;
   if (o.resume) {
     const auto checkpoint = latest_checkpoint(run_dir);
     HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
@@ -211,6 +218,7 @@ void run_training(const TrainOptions& o) {
     step = state.at("step").get<int64_t>();
     bad_steps = state.at("bad_steps").get<int64_t>();
     loader_state = state.at("loader");
+    images_state = state.value("images", json());
     if (lead) {
       truncate_metrics(run_dir / "metrics.jsonl", step);
       fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
@@ -278,6 +286,20 @@ void run_training(const TrainOptions& o) {
       loader_state.is_null() ? tc.curriculum[size_t(stage)].seq_len : loader_state.at("seq_len").get<int64_t>();
   TokenLoader loader = TokenLoader::from_directory(data_dir, "train", loader_batch, loader_seq, LoaderMode::Random, tc.seed);
   if (!loader_state.is_null()) loader.set_state(loader_state);
+  std::optional<ImageRecordSampler> images;
+  ImageSequences image_sequences;
+  if (!o.images_dirs.empty()) {
+    images.emplace(std::vector<fs::path>(o.images_dirs.begin(), o.images_dirs.end()), "train", tokenizer, config.vision,
+                   tc.seed + 1);
+    if (!images_state.is_null()) images->set_state(images_state);
+    fmt::print("images {}: {} training records, {:g} image rows per text row\n", fmt::join(o.images_dirs, ", "),
+               images->size(), tc.image_ratio);
+  }
+  auto trainer_state = [&] {
+    json state = {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}};
+    if (images) state["images"] = images->state();
+    return state;
+  };
   std::ofstream metrics;
   if (lead) metrics.open(run_dir / "metrics.jsonl", std::ios::app);
   int64_t announced_stage = -1;
@@ -310,7 +332,12 @@ void run_training(const TrainOptions& o) {
         [&](int64_t) {
           loader.next(windows);
           if (ranks > 1) keep_rows_of(windows, world.rank(), ranks);
-          return next_token_input(windows);
+          ModelInput in = next_token_input(windows);
+          if (images) {
+            images->next(std::max<int64_t>(1, std::llround(tc.image_ratio * double(in.ids.size()))), image_sequences);
+            append_image_sequences(in, image_sequences, tokenizer.special_id("<|image_pad|>"));
+          }
+          return in;
         },
         reducer);
     const double loss = r.loss, grad_norm = r.grad_norm;
@@ -403,7 +430,7 @@ void run_training(const TrainOptions& o) {
     }
     if (tc.checkpoint_every > 0 && (step % tc.checkpoint_every == 0 || last)) {
       save_checkpoint(run_dir, step, model, optimizer,
-                      {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}}, tokenizer_file,
+                      trainer_state(), tokenizer_file,
                       tc.keep_checkpoints, layout);
     }
   }

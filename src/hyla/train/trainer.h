@@ -3,11 +3,13 @@
 // evaluation, checkpoints, exact resume, NaN/Inf guard, metrics and samples.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hyla {
 
 struct TrainOptions {
   std::string model_config, train_config, data_dir, run_dir;
+  std::vector<std::string> images_dirs;  // image-text records mixed in by the train config's images.ratio
   int64_t steps = 0;   // > 0: override the total step count
   int64_t batch = 0;   // > 0: sequences per step in every stage
   int64_t seq = 0;     // > 0: a single stage of this length

@@ -1,0 +1,107 @@
+#include "hyla/data/image_batches.h"
+
+#include <fmt/format.h>
+
+#include "hyla/core/error.h"
+#include "hyla/data/image_file.h"
+#include "hyla/io/json_fields.h"
+
+namespace hyla {
+namespace fs = std::filesystem;
+
+void ImageSequences::clear() {
+  ids.clear();
+  targets.clear();
+  lengths.clear();
+  images.clear();
+}
+
+ImagePrompt image_prompt(const ImageRecord& record, const Tokenizer& tokenizer, const VisionConfig& vision,
+                         const std::string& source) {
+  HYLA_CHECK(vision.enabled, "{}: image records need a model with vision.enabled", source);
+  const Image stored{record.height, record.width, record.channels,
+                     std::vector<uint8_t>(record.pixels.begin(), record.pixels.end())};
+  ImagePrompt p;
+  p.image = to_model_image(stored, vision, source, /*fit=*/true);
+  const std::string_view question = record.caption.substr(0, size_t(record.prompt_bytes));
+  const std::vector<int32_t> question_ids = tokenizer.encode(question);
+  p.prompt = image_token_sequence(tokenizer, int32_t(p.image.height), int32_t(p.image.width),
+                                  int32_t(vision.patch_size), question_ids);
+  p.prompt.pop_back();  // image_token_sequence closes with <|endoftext|>: the answer comes first
+  p.answer = tokenizer.encode(record.caption.substr(size_t(record.prompt_bytes)));
+  return p;
+}
+
+void append_image_sequence(const ImageRecord& record, const Tokenizer& tokenizer, const VisionConfig& vision,
+                           const std::string& source, ImageSequences& out) {
+  ImagePrompt p = image_prompt(record, tokenizer, vision, source);
+  const int32_t pad = tokenizer.special_id("<|image_pad|>");
+  std::vector<int32_t> ids = std::move(p.prompt);
+  const size_t scored_from = ids.size();  // the first answer token's index
+  ids.insert(ids.end(), p.answer.begin(), p.answer.end());
+  ids.push_back(tokenizer.special_id("<|endoftext|>"));
+  for (size_t r = 0; r + 1 < ids.size(); ++r) {
+    const int32_t next = ids[r + 1];
+    const bool in_prompt = r + 1 < scored_from && next != tokenizer.special_id("<|image_end|>");
+    out.ids.push_back(ids[r]);
+    out.targets.push_back(next == pad || in_prompt ? -1 : next);
+  }
+  out.lengths.push_back(int64_t(ids.size()) - 1);
+  out.images.push_back(std::move(p.image));
+}
+
+ImageRecordReader open_image_split(const fs::path& dir, const std::string& split) {
+  const fs::path meta_file = dir / "meta.json";
+  HYLA_CHECK(fs::exists(meta_file), "{}: not a prepared image directory (no meta.json)", dir.string());
+  const nlohmann::json meta = parse_json_file(meta_file.string());
+  HYLA_CHECK(meta.value("format", "") == "hyla-image-records", "{}: format is not hyla-image-records",
+             meta_file.string());
+  HYLA_CHECK(meta.contains("splits") && meta["splits"].contains(split), "{}: has no \"{}\" split", meta_file.string(),
+             split);
+  return ImageRecordReader(dir / meta["splits"][split].at("file").get<std::string>());
+}
+
+ImageRecordSampler::ImageRecordSampler(const std::vector<fs::path>& dirs, const std::string& split,
+                                       const Tokenizer& tokenizer, const VisionConfig& vision, uint64_t seed)
+    : tokenizer_(tokenizer), vision_(vision), rng_(seed) {
+  for (const fs::path& dir : dirs) {
+    sets_.push_back(open_image_split(dir, split));
+    sources_.push_back(fmt::format("{} ({} split)", dir.string(), split));
+    HYLA_CHECK(sets_.back().size() > 0, "{}: no records", sources_.back());
+    total_ += sets_.back().size();
+  }
+  HYLA_CHECK(!sets_.empty(), "image training needs at least one directory of records");
+}
+
+void ImageRecordSampler::next(int64_t rows, ImageSequences& out) {
+  out.clear();
+  for (;;) {
+    const int64_t i = pending_ >= 0 ? pending_ : int64_t(rng_.below(total_));
+    pending_ = -1;
+    uint64_t at = uint64_t(i);
+    size_t set = 0;
+    while (at >= sets_[set].size()) at -= sets_[set++].size();
+    const size_t before = out.ids.size();
+    append_image_sequence(sets_[set].record(at), tokenizer_, vision_, fmt::format("{} record {}", sources_[set], at), out);
+    if (out.rows() > rows && out.lengths.size() > 1) {  // over the budget: keep it for the next batch
+      out.ids.resize(before);
+      out.targets.resize(before);
+      out.lengths.pop_back();
+      out.images.pop_back();
+      pending_ = i;
+      return;
+    }
+    if (out.rows() >= rows) return;
+  }
+}
+
+nlohmann::json ImageRecordSampler::state() const {
+  return {{"rng", rng_.state()}, {"pending", pending_}};
+}
+
+void ImageRecordSampler::set_state(const nlohmann::json& state) {
+  rng_.set_state(state.at("rng").get<std::array<uint64_t, 5>>());
+  pending_ = state.at("pending").get<int64_t>();
+}
+
+}  // namespace hyla

@@ -1,0 +1,183 @@
+#include "hyla/eval/image_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "hyla/data/image_file.h"
+#include "hyla/eval/interval.h"
+#include "hyla/io/base64.h"
+
+namespace hyla {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+std::string label_name(const std::vector<std::string>& names, int32_t label) {
+  return label >= 0 && size_t(label) < names.size() ? names[size_t(label)] : fmt::format("label {}", label);
+}
+
+ojson accuracy(int64_t correct, int64_t samples) {
+  const Interval ci = wilson_interval(correct, samples);
+  return {{"accuracy", samples ? double(correct) / double(samples) : 0.0},
+          {"ci95", {ci.low, ci.high}},
+          {"correct", correct},
+          {"samples", samples}};
+}
+
+// Each label's one answer, when every record of a label has the same answer (classification).
+std::map<int32_t, std::string> class_answers(const ImageEvalResult& r) {
+  std::map<int32_t, std::string> answers;
+  for (const ImageAnswer& a : r.answers) {
+    if (a.label < 0) return {};
+    const auto [it, added] = answers.emplace(a.label, a.expected);
+    if (!added && it->second != a.expected) return {};
+  }
+  return answers;
+}
+
+std::string escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string percent(const ojson& a) {
+  return fmt::format("{:.1f}% <span class=ci>[{:.1f}, {:.1f}]</span> of {}", 100 * a["accuracy"].get<double>(),
+                     100 * a["ci95"][0].get<double>(), 100 * a["ci95"][1].get<double>(), a["samples"].get<int64_t>());
+}
+
+// The confusion matrix as an SVG heat map: rows are true labels, columns predicted (+ "other").
+std::string confusion_svg(const ojson& confusion, const std::vector<std::string>& names) {
+  const size_t k = names.size(), cell = 34, left = 110, top = 110;
+  std::string svg = fmt::format(R"~(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-size="11">)~",
+                                left + (k + 1) * cell + 10, top + k * cell + 10);
+  for (size_t j = 0; j <= k; ++j)
+    svg += fmt::format(R"~(<text transform="translate({},{}) rotate(-60)">{}</text>)~", left + j * cell + cell / 2,
+                       top - 6, escape(j < k ? names[j] : "other"));
+  for (size_t i = 0; i < k; ++i) {
+    int64_t total = 0;
+    for (const auto& v : confusion[i]) total += v.get<int64_t>();
+    svg += fmt::format(R"~(<text x="{}" y="{}" text-anchor="end">{}</text>)~", left - 6, top + i * cell + cell / 2 + 4,
+                       escape(names[i]));
+    for (size_t j = 0; j <= k; ++j) {
+      const int64_t v = confusion[i][j].get<int64_t>();
+      const double share = total ? double(v) / double(total) : 0;
+      svg += fmt::format(R"~(<rect x="{}" y="{}" width="{}" height="{}" fill="rgb({},{},{})" stroke="#ddd"/>)~",
+                         left + j * cell, top + i * cell, cell, cell, int(255 - 200 * share), int(255 - 140 * share),
+                         int(255 - 40 * share));
+      if (v)
+        svg += fmt::format(R"~(<text x="{}" y="{}" text-anchor="middle" fill="{}">{}</text>)~", left + j * cell + cell / 2,
+                           top + i * cell + cell / 2 + 4, share > 0.5 ? "white" : "black", v);
+    }
+  }
+  return svg + "</svg>";
+}
+
+}  // namespace
+
+ojson summarize_image_eval(const std::vector<ImageEvalRun>& runs, const std::vector<std::string>& label_names) {
+  ojson out = ojson::object();
+  for (const ImageEvalRun& run : runs) {
+    const ImageEvalResult& r = run.result;
+    ojson j = accuracy(r.correct(), int64_t(r.answers.size()));
+    j["seconds"] = r.seconds;
+    j["images_per_s"] = r.seconds > 0 ? double(r.answers.size()) / r.seconds : 0.0;
+    j["image_positions"] = r.image_positions;
+    j["prompt_tokens"] = r.prompt_tokens;
+    j["generated_tokens"] = r.generated_tokens;
+    std::map<int32_t, std::pair<int64_t, int64_t>> by_label;
+    for (const ImageAnswer& a : r.answers) {
+      auto& [correct, samples] = by_label[a.label];
+      correct += a.correct;
+      ++samples;
+    }
+    ojson labels = ojson::object();
+    for (const auto& [label, counts] : by_label) labels[label_name(label_names, label)] = accuracy(counts.first, counts.second);
+    j["by_label"] = labels;
+    const std::map<int32_t, std::string> classes = class_answers(r);
+    if (!classes.empty() && classes.rbegin()->first < 4096) {
+      const size_t k = size_t(classes.rbegin()->first) + 1;
+      std::vector<std::vector<int64_t>> confusion(k, std::vector<int64_t>(k + 1, 0));
+      for (const ImageAnswer& a : r.answers) {
+        size_t predicted = k;  // "other": no class's answer
+        for (const auto& [label, answer] : classes)
+          if (a.output == answer) predicted = size_t(label);
+        ++confusion[size_t(a.label)][predicted];
+      }
+      j["confusion"] = confusion;
+    }
+    out[to_string(run.control)] = j;
+  }
+  return out;
+}
+
+std::string image_eval_html(const ojson& summary, const std::vector<ImageEvalRun>& runs) {
+  std::vector<std::string> names;
+  if (summary.contains("label_names"))
+    for (const auto& n : summary["label_names"]) names.push_back(n.get<std::string>());
+  const ojson& results = summary.at("runs");
+  std::string html = R"~(<!doctype html><html><head><meta charset="utf-8"><title>hyla eval images</title><style>
+body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci{color:#777;font-size:90%}
+.ex{display:inline-block;margin:4px;text-align:center;font-size:11px;width:120px;vertical-align:top}
+.ex img{image-rendering:pixelated;width:84px;border:1px solid #999}.ok{color:#080}.bad{color:#b00}
+</style></head><body>)~";
+  html += fmt::format("<h1>hyla eval images</h1><p>model <code>{}</code>, records <code>{}</code> ({} split)</p>",
+                      escape(summary.value("model", "")), escape(summary.value("images", "")),
+                      escape(summary.value("split", "")));
+  html += "<h2>Accuracy (exact match, Wilson 95% interval)</h2><table><tr><th>run</th><th>accuracy</th><th>images/s</th></tr>";
+  for (const auto& [name, r] : results.items())
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.1f}</td></tr>", name, percent(r), r["images_per_s"].get<double>());
+  html += "</table>";
+  html += "<h2>By label</h2><table><tr><th>label</th>";
+  for (const auto& [name, r] : results.items()) html += fmt::format("<th>{}</th>", name);
+  html += "</tr>";
+  if (!results.empty())
+    for (const auto& [label, unused] : results.begin().value()["by_label"].items()) {
+      html += fmt::format("<tr><td>{}</td>", escape(label));
+      for (const auto& [name, r] : results.items())
+        html += r["by_label"].contains(label) ? fmt::format("<td>{}</td>", percent(r["by_label"][label])) : "<td></td>";
+      html += "</tr>";
+    }
+  html += "</table>";
+  if (summary.contains("text")) {
+    const ojson& t = summary["text"];
+    html += fmt::format("<h2>Text: still a language model?</h2><p>validation loss on <code>{}</code>: this model {:.4f}",
+                        escape(t.value("data", "")), t.value("model_loss", NAN));
+    if (t.contains("twin_loss"))
+      html += fmt::format(", the text-only twin <code>{}</code> {:.4f} (ratio {:.4f})", escape(t.value("twin", "")),
+                          t.value("twin_loss", NAN), t.value("ratio", NAN));
+    html += "</p>";
+  }
+  for (const auto& [name, r] : results.items())
+    if (r.contains("confusion") && !names.empty() && r["confusion"].size() <= names.size()) {
+      std::vector<std::string> shown(names.begin(), names.begin() + int64_t(r["confusion"].size()));
+      html += fmt::format("<h2>Confusion matrix: {} (rows true, columns predicted)</h2>{}", name,
+                          confusion_svg(r["confusion"], shown));
+    }
+  for (const ImageEvalRun& run : runs) {
+    html += fmt::format("<h2>Examples: {}</h2><div>", to_string(run.control));
+    for (size_t i = 0; i < run.result.examples.size() && i < run.result.answers.size(); ++i) {
+      const ImageAnswer& a = run.result.answers[i];
+      html += fmt::format(R"~(<div class=ex><img src="data:image/png;base64,{}"><br>expected: {}<br><span class={}>model: {}</span></div>)~",
+                          base64_encode(encode_png(run.result.examples[i])), escape(a.expected), a.correct ? "ok" : "bad",
+                          escape(a.output.empty() ? "(nothing)" : a.output));
+    }
+    html += "</div>";
+  }
+  return html + "</body></html>\n";
+}
+
+}  // namespace hyla

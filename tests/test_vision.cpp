@@ -1,0 +1,238 @@
+// Images end to end: training sequences (which rows carry a loss), the record sampler's resume
+// state, prompts with images (markers, chat turns), the evaluation's controls, base64 and Wilson
+// intervals, and `hyla train --images` → `hyla eval images` on a tiny run (resume exact, report).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "hyla/data/chat_template.h"
+#include "hyla/data/image_batches.h"
+#include "hyla/data/image_text.h"
+#include "hyla/eval/image_eval.h"
+#include "hyla/eval/interval.h"
+#include "hyla/io/base64.h"
+#include "hyla/io/json_fields.h"
+#include "test_util.h"
+#include "text_fixtures.h"
+#include "tiny_run.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+VisionConfig vision7() { return {true, 7, 1, 8}; }
+
+Image striped(int64_t h, int64_t w, uint8_t seed) {
+  Image img{h, w, 1, std::vector<uint8_t>(size_t(h * w))};
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = uint8_t(i * 31 + seed * 17);
+  return img;
+}
+
+// Records of 14×14 grey images in two classes (bright or dark), with questions: half of them.
+void write_records(const std::filesystem::path& file, int n, bool questions = true) {
+  ImageRecordWriter writer(file);
+  for (int i = 0; i < n; ++i) {
+    const int label = i % 2;
+    std::vector<uint8_t> pixels(14 * 14, uint8_t(label ? 230 : 20));
+    pixels[size_t(i % 196)] = 128;
+    if (!questions || i % 4 < 2) writer.add(pixels, 14, 14, 1, label ? "bright" : "dark", label);
+    else writer.add(pixels, 14, 14, 1, label ? "Q: which? A: bright" : "Q: which? A: dark", label, 10);
+  }
+  writer.commit();
+}
+
+TEST(VisionData, SequencesScoreTheAnswerNotTheImageOrTheQuestion) {
+  const Tokenizer& tok = test::small_tokenizer();
+  test::TempDir dir;
+  write_records(dir / "r.bin", 4);
+  const ImageRecordReader records(dir / "r.bin");
+  ImageSequences s;
+  append_image_sequence(records.record(2), tok, vision7(), "r", s);  // "Q: which?" + " A: bright"... label 0: dark
+  const std::vector<int32_t> question = tok.encode("Q: which? "), answer = tok.encode("A: dark");
+  const int64_t pads = 4, span = pads + 2;
+  ASSERT_EQ(s.lengths, std::vector<int64_t>{span + int64_t(question.size() + answer.size())});  // + EOT - 1
+  ASSERT_EQ(s.images.size(), 1u);
+  EXPECT_EQ(s.images[0].height, 14);
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    const bool predicts_pad = r < pads;                      // <|image_start|> and the pads before the last
+    const bool predicts_end = r == pads;                     // the last pad predicts <|image_end|>: scored
+    const bool predicts_question = r > pads && r < span + int64_t(question.size()) - 1;
+    if (predicts_pad || predicts_question) {
+      EXPECT_EQ(s.targets[size_t(r)], -1) << r;
+    } else {
+      EXPECT_GE(s.targets[size_t(r)], 0) << r;
+    }
+    if (predicts_end) {
+      EXPECT_EQ(s.targets[size_t(r)], tok.special_id("<|image_end|>"));
+    }
+  }
+  EXPECT_EQ(s.targets.back(), tok.special_id("<|endoftext|>"));
+}
+
+TEST(VisionData, SamplerFillsItsBudgetAndResumesExactly) {
+  const Tokenizer& tok = test::small_tokenizer();
+  test::TempDir dir;
+  write_records(dir / "train.bin", 30);
+  test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
+                                            {"splits", {{"train", {{"file", "train.bin"}, {"records", 30}}}}}}.dump());
+  ImageRecordSampler a({dir.path()}, "train", tok, vision7(), 5), b({dir.path()}, "train", tok, vision7(), 5);
+  ImageSequences sa, sb;
+  a.next(100, sa);
+  EXPECT_LE(sa.rows(), 100);
+  EXPECT_GT(sa.rows(), 100 - 20);  // one more sequence would not have fitted
+  b.set_state(a.state());
+  a.next(100, sa);
+  b.next(100, sb);
+  EXPECT_EQ(sa.ids, sb.ids);
+  EXPECT_EQ(sa.targets, sb.targets);
+  EXPECT_THROW(ImageRecordSampler({dir.path()}, "val", tok, vision7(), 1), Error);
+}
+
+TEST(VisionPrompt, MarkersPlaceImagesAndChatTurnsCarryThem) {
+  const Tokenizer& tok = test::small_tokenizer();
+  const std::vector<Image> images = {striped(7, 14, 1), striped(14, 14, 2)};
+  const int32_t start = tok.special_id("<|image_start|>"), pad = tok.special_id("<|image_pad|>");
+  std::vector<int32_t> ids = encode_with_images(tok, "see <image> here", {images.data(), 1}, 7, false);
+  const std::vector<int32_t> see = tok.encode("see ");
+  ASSERT_GT(ids.size(), see.size());
+  EXPECT_TRUE(std::equal(see.begin(), see.end(), ids.begin()));
+  EXPECT_EQ(ids[see.size()], start);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), pad), 2);
+  ids = encode_with_images(tok, "no marker", images, 7, false);  // both first, in order
+  EXPECT_EQ(ids[0], start);
+  EXPECT_EQ(ids[4], start);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), pad), 6);
+  EXPECT_THROW(encode_with_images(tok, "<image><image><image>", images, 7, false), Error);
+
+  std::vector<ChatMessage> chat = {{"user", "What is it?", {}, {}}};
+  const std::vector<int32_t> plain = encode_chat(tok, chat, true);
+  EXPECT_EQ(plain, tok.encode(apply_chat_template(chat, true), true));
+  chat[0].images.push_back({5, images[1]});  // after "What "
+  const std::vector<int32_t> with = encode_chat(tok, chat, true, 7);
+  EXPECT_EQ(with.size(), plain.size() + 6 + (tok.encode("user\nWhat ").size() + tok.encode("is it?").size() -
+                                             tok.encode("user\nWhat is it?").size()));
+  EXPECT_EQ(std::count(with.begin(), with.end(), pad), 4);
+  EXPECT_EQ(chat_images(chat).size(), 1u);
+}
+
+TEST(VisionEval, ControlsKeepPixelsButNotLayout) {
+  const Image img = striped(14, 21, 3);
+  Rng rng(1);
+  const Image shuffled = apply_control(img, ImageControl::ShuffledPatches, 7, rng);
+  EXPECT_NE(shuffled.pixels, img.pixels);
+  // The same six 7×7 patches, in another order.
+  auto patches = [](const Image& im) {
+    std::vector<std::string> out;
+    for (int64_t pr = 0; pr < im.height / 7; ++pr)
+      for (int64_t pc = 0; pc < im.width / 7; ++pc) {
+        std::string p;
+        for (int64_t y = 0; y < 7; ++y)
+          for (int64_t x = 0; x < 7; ++x) p.push_back(char(im.pixels[size_t((pr * 7 + y) * im.width + pc * 7 + x)]));
+        out.push_back(p);
+      }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(patches(shuffled), patches(img));
+  const Image blank = apply_control(img, ImageControl::Blank, 7, rng);
+  EXPECT_TRUE(std::all_of(blank.pixels.begin(), blank.pixels.end(), [](uint8_t v) { return v == 0; }));
+  EXPECT_EQ(apply_control(img, ImageControl::None, 7, rng).pixels, img.pixels);
+}
+
+TEST(VisionEval, Base64AndWilsonIntervals) {
+  for (const std::string s : {"", "f", "fo", "foo", "foob", "fooba", "foobar"}) {
+    const std::vector<uint8_t> back = base64_decode(base64_encode(s), "t");
+    EXPECT_EQ(std::string(back.begin(), back.end()), s);
+  }
+  EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_THROW(base64_decode("Zm9", "t"), Error);
+  EXPECT_THROW(base64_decode("Z===", "t"), Error);
+  EXPECT_THROW(base64_decode("Zm8=Zm8=", "t"), Error);
+  EXPECT_THROW(base64_decode("Zm-v", "t"), Error);
+  const std::vector<uint8_t> wrapped = base64_decode("Zm9v\r\nYmFy", "t");
+  EXPECT_EQ(std::string(wrapped.begin(), wrapped.end()), "foobar");
+  // Reference values (Wilson score, z = 1.96).
+  Interval i = wilson_interval(5, 10);
+  EXPECT_NEAR(i.low, 0.2366, 1e-4);
+  EXPECT_NEAR(i.high, 0.7634, 1e-4);
+  i = wilson_interval(0, 10);
+  EXPECT_EQ(i.low, 0);
+  EXPECT_NEAR(i.high, 0.2775, 1e-4);
+  i = wilson_interval(95, 100);
+  EXPECT_NEAR(i.low, 0.8882, 1e-4);
+  EXPECT_NEAR(i.high, 0.9785, 1e-4);
+}
+
+// `hyla train --images` mixes the records into every step and resumes exactly (the sampler's
+// state is in the checkpoint); `hyla eval images` then reports the three runs, the confusion
+// matrix, and an HTML report.
+TEST(VisionTrain, TrainsWithImagesResumesExactlyAndEvaluates) {
+  test::TinyRun& t = test::tiny();
+  test::TempDir dir;
+  const auto images = dir / "images";
+  std::filesystem::create_directories(images);
+  write_records(images / "train.bin", 64);
+  write_records(images / "test.bin", 16, /*questions=*/false);  // classification: one answer per label
+  test::write_bytes(images / "meta.json",
+                    json{{"format", "hyla-image-records"}, {"version", 2}, {"classes", {"dark", "bright"}},
+                         {"splits", {{"train", {{"file", "train.bin"}, {"records", 64}}},
+                                     {"test", {{"file", "test.bin"}, {"records", 16}}}}}}.dump());
+  json model = parse_json_file(t.config);
+  model["vision"]["enabled"] = true;
+  test::write_bytes(dir / "model.json", model.dump());
+  json train = parse_json_file(t.train);
+  train["images"] = {{"ratio", 1.0}};
+  test::write_bytes(dir / "train.json", train.dump());
+  const std::string args = "train --config " + (dir / "model.json").string() + " --train " + (dir / "train.json").string() +
+                           " --data " + t.data + " --images " + images.string() + " --deterministic --quiet --out ";
+  const std::string whole = (dir / "whole").string(), resumed = (dir / "resumed").string();
+  auto r = test::run_hyla(args + whole);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("64 training records"), std::string::npos) << r.output;
+  // A copy cut back to its earlier checkpoint continues as the whole run did.
+  std::filesystem::copy(whole, resumed, std::filesystem::copy_options::recursive);
+  std::vector<std::filesystem::path> checkpoints;
+  for (const auto& e : std::filesystem::directory_iterator(resumed + "/checkpoints")) checkpoints.push_back(e.path());
+  std::sort(checkpoints.begin(), checkpoints.end());
+  ASSERT_EQ(checkpoints.size(), 2u);
+  std::filesystem::remove_all(checkpoints.back());
+  std::filesystem::remove_all(resumed + "/model");
+  r = test::run_hyla(args + resumed + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = test::metrics(whole), b = test::metrics(resumed);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"].dump(), b[i]["loss"].dump()) << "step " << i + 1;
+
+  r = test::run_hyla("eval images --model " + whole + "/model --images " + images.string() + " --out " +
+                     (dir / "eval.json").string() + " --report " + (dir / "report.html").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json e = parse_json_file((dir / "eval.json").string());
+  for (const char* run : {"images", "shuffled_patches", "blank"}) {
+    ASSERT_TRUE(e["runs"].contains(run)) << e.dump();
+    EXPECT_EQ(e["runs"][run]["samples"], 16);
+    const json& confusion = e["runs"][run]["confusion"];  // two classes, one answer each; columns + "other"
+    ASSERT_EQ(confusion.size(), 2u);
+    for (const json& row : confusion) EXPECT_EQ(row[0].get<int>() + row[1].get<int>() + row[2].get<int>(), 8);
+    EXPECT_LE(e["runs"][run]["ci95"][0].get<double>(), e["runs"][run]["accuracy"].get<double>());
+  }
+  std::ifstream html(dir / "report.html");
+  const std::string page((std::istreambuf_iterator<char>(html)), {});
+  EXPECT_NE(page.find("Confusion matrix"), std::string::npos);
+  EXPECT_NE(page.find("data:image/png;base64,"), std::string::npos);
+
+  // Bad combinations are one-line errors.
+  r = test::run_hyla("train --config " + (dir / "model.json").string() + " --train " + (dir / "train.json").string() +
+                     " --data " + t.data + " --out " + (dir / "x").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("pass --images DIR"), std::string::npos) << r.output;
+  r = test::run_hyla("eval images --model " + whole + "/model --images " + (dir / "nowhere").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("meta.json"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hyla
