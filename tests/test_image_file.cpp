@@ -15,17 +15,7 @@
 namespace hyla {
 namespace {
 
-template <typename Body>
-void expect_error(Body&& body, const std::string& part) {
-  try {
-    body();
-    ADD_FAILURE() << "no error; expected one containing: " << part;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(part), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  }
-}
+using test::expect_error;
 
 std::span<const uint8_t> as_bytes(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 

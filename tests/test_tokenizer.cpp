@@ -21,21 +21,10 @@
 namespace hyla {
 namespace {
 
+using test::expect_error;
+
 using test::small_tokenizer;
 using json = nlohmann::json;
-
-// Expects `body` to throw a hyla::Error whose one-line message contains `part`.
-template <typename Body>
-void expect_error(Body&& body, const std::string& part) {
-  try {
-    body();
-    ADD_FAILURE() << "no error; expected one containing: " << part;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(part), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  }
-}
 
 std::string random_bytes(Rng& rng, size_t length) {
   std::string s(length, '\0');

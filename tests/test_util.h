@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hyla/core/error.h"
 #include "hyla/core/workspace.h"
 
 namespace hyla::test {
@@ -25,6 +26,19 @@ class TempDir {
 };
 
 void write_bytes(const std::filesystem::path& path, const std::string& bytes);
+
+// Expects `body` to throw a hyla::Error whose one-line message contains `part`.
+template <typename Body>
+void expect_error(Body&& body, const std::string& part) {
+  try {
+    body();
+    ADD_FAILURE() << "no error; expected one containing: " << part;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
 
 struct CommandResult {
   int exit_code;

@@ -7,13 +7,19 @@
 #include <fstream>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "hyla/data/chat_template.h"
 #include "hyla/data/image_batches.h"
+#include "hyla/data/image_file.h"
 #include "hyla/data/image_text.h"
 #include "hyla/eval/image_eval.h"
 #include "hyla/eval/interval.h"
+#include "hyla/infer/engine.h"
 #include "hyla/io/base64.h"
+#include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
+#include "model_test_util.h"
 #include "test_util.h"
 #include "text_fixtures.h"
 #include "tiny_run.h"
@@ -232,6 +238,77 @@ TEST(VisionTrain, TrainsWithImagesResumesExactlyAndEvaluates) {
   r = test::run_hyla("eval images --model " + whole + "/model --images " + (dir / "nowhere").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("meta.json"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hyla
+
+namespace hyla {
+namespace {
+
+// `generate --image` and chat's `/image` read PNG files into the prompt; what a model cannot take
+// is a one-line error naming the file (generate) or a bracketed note that lets the chat go on.
+TEST(VisionCli, GenerateAndChatTakeImageFiles) {
+  test::TempDir dir;
+  const std::string model = (dir / "nano").string(), text_model = (dir / "text").string();
+  test::small_tokenizer().save(dir / "tok.json");
+  Model vision(test::nano_config([](json& j) {
+    j["vocab_size"] = 512;
+    j["vision"]["enabled"] = true;
+  }));
+  vision.initialize(3);
+  vision.save(model, DType::F32, dir / "tok.json");
+  Model text(test::nano_config([](json& j) { j["vocab_size"] = 512; }));
+  text.initialize(3);
+  text.save(text_model, DType::F32, dir / "tok.json");
+  test::write_bytes(dir / "a.png", encode_png(striped(14, 14, 1)));
+  test::write_bytes(dir / "wide.png", encode_png(striped(7, 70, 1)));
+  test::write_bytes(dir / "bad.png", "not an image at all");
+
+  // The CLI's text is the engine's for the same prompt and image.
+  const std::string a = (dir / "a.png").string();
+  const auto r = test::run_command("(" + std::string(HYLA_BINARY) + " generate -t 1 -m " + model +
+                                   " -p 'Look: <image> now' --image " + a + " -n 5 --temperature 0 --dtype f32 2>/dev/null) > " +
+                                   (dir / "out.txt").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string generated = read_file(dir / "out.txt");
+  {
+    const Tokenizer& tok = test::small_tokenizer();
+    const Image img = to_model_image(read_image_file(a), vision.config().vision, a);
+    GenerationRequest request;
+    request.prompt = encode_with_images(tok, "Look: <image> now", {&img, 1}, 7, true);
+    request.images = {img};
+    request.max_tokens = 5;
+    request.sampling.temperature = 0;
+    EngineOptions o;
+    o.max_sequences = 1;
+    o.context = 64;
+    o.precision = Precision::F32;
+    o.prefix_cache_bytes = 0;
+    Engine engine(vision, tok, o);
+    EXPECT_EQ(generated, "Look: <image> now" + engine.submit(request).get().text + "\n");
+  }
+  auto error = [&](const std::string& args) {
+    const auto e = test::run_hyla("generate -m " + args + " -n 2");
+    EXPECT_NE(e.exit_code, 0) << args;
+    return e.output;
+  };
+  EXPECT_NE(error(model + " -p x --image " + (dir / "bad.png").string()).find("bad.png: not a PNG or JPEG"), std::string::npos);
+  EXPECT_NE(error(model + " -p x --image " + (dir / "wide.png").string()).find("vision.max_grid"), std::string::npos);
+  EXPECT_NE(error(model + " -p '<image><image>' --image " + a).find("2 <image> markers but 1 image"), std::string::npos);
+  EXPECT_NE(error(text_model + " -p x --image " + a).find("reads none"), std::string::npos);
+
+  test::write_bytes(dir / "in.txt", "/image " + a + "\nWhat is it?\n/image " + (dir / "bad.png").string() + "\n/exit\n");
+  const auto chat = test::run_command(fmt::format("({} chat -t 1 -m {} -n 4 --temperature 0 --dtype f32 < {} > {} 2> {})",
+                                                  HYLA_BINARY, model, (dir / "in.txt").string(), (dir / "chat.txt").string(),
+                                                  (dir / "err.txt").string()));
+  ASSERT_EQ(chat.exit_code, 0) << read_file(dir / "err.txt");
+  const std::string err = read_file(dir / "err.txt"), out = read_file(dir / "chat.txt");
+  EXPECT_NE(err.find("14x14, 6 positions"), std::string::npos) << err;
+  EXPECT_NE(err.find("bad.png: not a PNG or JPEG"), std::string::npos) << err;
+  size_t delimiters = 0;
+  for (size_t at = out.find("<|im_end|>\n"); at != std::string::npos; at = out.find("<|im_end|>\n", at + 1)) ++delimiters;
+  EXPECT_EQ(delimiters, 3u) << out;  // the two /image lines and the reply
 }
 
 }  // namespace

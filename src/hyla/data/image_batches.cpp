@@ -4,6 +4,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/data/image_file.h"
+#include "hyla/data/image_text.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
@@ -24,10 +25,8 @@ ImagePrompt image_prompt(const ImageRecord& record, const Tokenizer& tokenizer, 
   ImagePrompt p;
   p.image = to_model_image(stored, vision, source, /*fit=*/true);
   const std::string_view question = record.caption.substr(0, size_t(record.prompt_bytes));
-  const std::vector<int32_t> question_ids = tokenizer.encode(question);
-  p.prompt = image_token_sequence(tokenizer, int32_t(p.image.height), int32_t(p.image.width),
-                                  int32_t(vision.patch_size), question_ids);
-  p.prompt.pop_back();  // image_token_sequence closes with <|endoftext|>: the answer comes first
+  append_image_span(tokenizer, p.image, vision.patch_size, p.prompt);
+  tokenizer.encode_append(question, false, p.prompt);
   p.answer = tokenizer.encode(record.caption.substr(size_t(record.prompt_bytes)));
   return p;
 }

@@ -98,23 +98,4 @@ ImageRecord ImageRecordReader::record(uint64_t i) const {
   return r;
 }
 
-std::vector<int32_t> ImageRecordReader::caption_ids(uint64_t i, const Tokenizer& tokenizer) const {
-  return tokenizer.encode(record(i).caption, false);
-}
-
-std::vector<int32_t> image_token_sequence(const Tokenizer& tokenizer, int32_t height, int32_t width,
-                                          int32_t patch_size, std::span<const int32_t> caption_ids) {
-  HYLA_CHECK(patch_size > 0 && height % patch_size == 0 && width % patch_size == 0,
-             "image of {}x{} pixels is not a whole number of {}x{} patches", height, width, patch_size, patch_size);
-  const int64_t patches = int64_t(height / patch_size) * (width / patch_size);
-  std::vector<int32_t> ids;
-  ids.reserve(size_t(patches) + caption_ids.size() + 3);
-  ids.push_back(tokenizer.special_id("<|image_start|>"));
-  ids.insert(ids.end(), size_t(patches), tokenizer.special_id("<|image_pad|>"));
-  ids.push_back(tokenizer.special_id("<|image_end|>"));
-  ids.insert(ids.end(), caption_ids.begin(), caption_ids.end());
-  ids.push_back(tokenizer.special_id("<|endoftext|>"));
-  return ids;
-}
-
 }  // namespace hyla

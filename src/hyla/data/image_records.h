@@ -2,7 +2,7 @@
 // Image-text records for multimodal training: an image (H x W x C uint8, row-major, channel-last)
 // and its caption. The caption's first prompt_bytes bytes are a prompt (a question) that earns no
 // loss; the rest is the answer (all of it for a plain caption). The patch positions are the
-// model's business (SPEC §7): image_token_sequence lays them out for a given patch size.
+// model's business (SPEC §7): data/image_batches.h lays a record out as a training sequence.
 //
 // File layout, little-endian:
 //   header, 32 bytes: char[8] magic "HYLAIMG1", u32 version (2), u32 reserved (0),
@@ -20,7 +20,6 @@
 #include <string_view>
 #include <vector>
 
-#include "hyla/data/tokenizer.h"
 #include "hyla/io/file.h"
 
 namespace hyla {
@@ -54,18 +53,11 @@ class ImageRecordReader {
   explicit ImageRecordReader(const std::filesystem::path& path);
   uint64_t size() const { return offsets_.size(); }
   ImageRecord record(uint64_t i) const;
-  // The caption of record i as token ids (plain text, no specials).
-  std::vector<int32_t> caption_ids(uint64_t i, const Tokenizer& tokenizer) const;
 
  private:
   std::shared_ptr<const MappedFile> map_;
   uint32_t version_ = 0;
   std::vector<uint64_t> offsets_;
 };
-
-// <|image_start|> <|image_pad|> x (H/P * W/P) <|image_end|> caption <|endoftext|>; H and W must be
-// multiples of the patch size P.
-std::vector<int32_t> image_token_sequence(const Tokenizer& tokenizer, int32_t height, int32_t width,
-                                          int32_t patch_size, std::span<const int32_t> caption_ids);
 
 }  // namespace hyla
