@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hyla/core/error.h"
+#include "hyla/core/text.h"
 #include "hyla/data/image_text.h"
 #include "hyla/io/json_fields.h"
 
@@ -16,12 +17,6 @@ constexpr std::string_view kResponseOpen = "<tool_response>", kResponseClose = "
 // A call's JSON body: name first, then the arguments exactly as given.
 std::string call_body(const ToolCall& call) {
   return "{\"name\": " + nlohmann::json(call.name).dump() + ", \"arguments\": " + call.arguments + "}";
-}
-
-std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
 }
 }  // namespace
 
@@ -122,7 +117,7 @@ AssistantReply parse_assistant_reply(std::string_view text) {
     const size_t body = open + kCallOpen.size();
     const size_t close = text.find(kCallClose, body);
     // A block the model did not close (e.g. cut off by max_tokens) is parsed up to the end.
-    const std::string_view inner = trim(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
+    const std::string_view inner = trim_space(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
     nlohmann::json j;
     try {
       j = parse_json(inner, "tool call");
@@ -141,7 +136,7 @@ AssistantReply parse_assistant_reply(std::string_view text) {
     at = next;
   }
   content += text.substr(std::min(at, text.size()));
-  reply.content = reply.tool_calls.empty() ? std::string(text) : std::string(trim(content));
+  reply.content = reply.tool_calls.empty() ? std::string(text) : std::string(trim_space(content));
   return reply;
 }
 

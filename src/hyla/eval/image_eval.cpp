@@ -10,20 +10,10 @@
 #include "hyla/core/clock.h"
 #include "hyla/core/error.h"
 #include "hyla/core/progress.h"
+#include "hyla/core/text.h"
 #include "hyla/data/image_batches.h"
 
 namespace hyla {
-
-namespace {
-
-std::string_view trimmed(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-}  // namespace
 
 const char* to_string(ImageControl control) {
   switch (control) {
@@ -84,6 +74,7 @@ ImageEvalResult evaluate_images(Model& model, const Tokenizer& tokenizer, const 
   }
   engine.context = longest + options.max_tokens + 1;
   Scheduler scheduler(model, tokenizer, engine);
+  const int32_t image_pad = tokenizer.special_id("<|image_pad|>");
   result.answers.resize(size_t(n));
   const auto start = std::chrono::steady_clock::now();
   std::map<Scheduler::RequestId, int64_t> in_flight;
@@ -97,7 +88,7 @@ ImageEvalResult evaluate_images(Model& model, const Tokenizer& tokenizer, const 
       r.images = {std::move(prompts[size_t(next)].image)};
       r.max_tokens = options.max_tokens;
       r.sampling.temperature = 0;
-      for (int32_t id : r.prompt) result.image_positions += id == tokenizer.special_id("<|image_pad|>");
+      result.image_positions += std::count(r.prompt.begin(), r.prompt.end(), image_pad);
       result.prompt_tokens += int64_t(r.prompt.size());
       in_flight[scheduler.add(std::move(r))] = next++;
     }
@@ -109,8 +100,8 @@ ImageEvalResult evaluate_images(Model& model, const Tokenizer& tokenizer, const 
       ImageAnswer& a = result.answers[size_t(i)];
       a.record = i;
       a.label = record.label;
-      a.expected = std::string(trimmed(record.caption.substr(size_t(record.prompt_bytes))));
-      a.output = std::string(trimmed(f.output.text));
+      a.expected = std::string(trim_space(record.caption.substr(size_t(record.prompt_bytes))));
+      a.output = std::string(trim_space(f.output.text));
       a.correct = a.output == a.expected;
       result.generated_tokens += int64_t(f.output.tokens.size());
       ++done;

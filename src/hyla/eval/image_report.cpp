@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "hyla/core/text.h"
 #include "hyla/data/image_file.h"
 #include "hyla/eval/interval.h"
 #include "hyla/io/base64.h"
@@ -39,20 +40,6 @@ std::map<int32_t, std::string> class_answers(const ImageEvalResult& r) {
   return answers;
 }
 
-std::string escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string percent(const ojson& a) {
   return fmt::format("{:.1f}% <span class=ci>[{:.1f}, {:.1f}]</span> of {}", 100 * a["accuracy"].get<double>(),
                      100 * a["ci95"][0].get<double>(), 100 * a["ci95"][1].get<double>(), a["samples"].get<int64_t>());
@@ -65,12 +52,12 @@ std::string confusion_svg(const ojson& confusion, const std::vector<std::string>
                                 left + (k + 1) * cell + 10, top + k * cell + 10);
   for (size_t j = 0; j <= k; ++j)
     svg += fmt::format(R"~(<text transform="translate({},{}) rotate(-60)">{}</text>)~", left + j * cell + cell / 2,
-                       top - 6, escape(j < k ? names[j] : "other"));
+                       top - 6, html_escape(j < k ? names[j] : "other"));
   for (size_t i = 0; i < k; ++i) {
     int64_t total = 0;
     for (const auto& v : confusion[i]) total += v.get<int64_t>();
     svg += fmt::format(R"~(<text x="{}" y="{}" text-anchor="end">{}</text>)~", left - 6, top + i * cell + cell / 2 + 4,
-                       escape(names[i]));
+                       html_escape(names[i]));
     for (size_t j = 0; j <= k; ++j) {
       const int64_t v = confusion[i][j].get<int64_t>();
       const double share = total ? double(v) / double(total) : 0;
@@ -135,8 +122,8 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci{color:#777;font-
 .ex img{image-rendering:pixelated;width:84px;border:1px solid #999}.ok{color:#080}.bad{color:#b00}
 </style></head><body>)~";
   html += fmt::format("<h1>hyla eval images</h1><p>model <code>{}</code>, records <code>{}</code> ({} split)</p>",
-                      escape(summary.value("model", "")), escape(summary.value("images", "")),
-                      escape(summary.value("split", "")));
+                      html_escape(summary.value("model", "")), html_escape(summary.value("images", "")),
+                      html_escape(summary.value("split", "")));
   html += "<h2>Accuracy (exact match, Wilson 95% interval)</h2><table><tr><th>run</th><th>accuracy</th><th>images/s</th></tr>";
   for (const auto& [name, r] : results.items())
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.1f}</td></tr>", name, percent(r), r["images_per_s"].get<double>());
@@ -146,7 +133,7 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci{color:#777;font-
   html += "</tr>";
   if (!results.empty())
     for (const auto& [label, unused] : results.begin().value()["by_label"].items()) {
-      html += fmt::format("<tr><td>{}</td>", escape(label));
+      html += fmt::format("<tr><td>{}</td>", html_escape(label));
       for (const auto& [name, r] : results.items())
         html += r["by_label"].contains(label) ? fmt::format("<td>{}</td>", percent(r["by_label"][label])) : "<td></td>";
       html += "</tr>";
@@ -155,9 +142,9 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci{color:#777;font-
   if (summary.contains("text")) {
     const ojson& t = summary["text"];
     html += fmt::format("<h2>Text: still a language model?</h2><p>validation loss on <code>{}</code>: this model {:.4f}",
-                        escape(t.value("data", "")), t.value("model_loss", NAN));
+                        html_escape(t.value("data", "")), t.value("model_loss", NAN));
     if (t.contains("twin_loss"))
-      html += fmt::format(", the text-only twin <code>{}</code> {:.4f} (ratio {:.4f})", escape(t.value("twin", "")),
+      html += fmt::format(", the text-only twin <code>{}</code> {:.4f} (ratio {:.4f})", html_escape(t.value("twin", "")),
                           t.value("twin_loss", NAN), t.value("ratio", NAN));
     html += "</p>";
   }
@@ -172,8 +159,8 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci{color:#777;font-
     for (size_t i = 0; i < run.result.examples.size() && i < run.result.answers.size(); ++i) {
       const ImageAnswer& a = run.result.answers[i];
       html += fmt::format(R"~(<div class=ex><img src="data:image/png;base64,{}"><br>expected: {}<br><span class={}>model: {}</span></div>)~",
-                          base64_encode(encode_png(run.result.examples[i])), escape(a.expected), a.correct ? "ok" : "bad",
-                          escape(a.output.empty() ? "(nothing)" : a.output));
+                          base64_encode(encode_png(run.result.examples[i])), html_escape(a.expected), a.correct ? "ok" : "bad",
+                          html_escape(a.output.empty() ? "(nothing)" : a.output));
     }
     html += "</div>";
   }

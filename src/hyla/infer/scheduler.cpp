@@ -76,7 +76,9 @@ std::string Scheduler::memory_summary() const {
                      offload ? fmt::format("\n{}", offload->describe_memory()) : std::string());
 }
 
-void Scheduler::validate(const GenerationRequest& request) const {
+void Scheduler::validate(const GenerationRequest& request) const { checked_image_rows(request); }
+
+std::vector<PromptInput> Scheduler::checked_image_rows(const GenerationRequest& request) const {
   HYLA_CHECK(!request.prompt.empty(), "the prompt is empty");
   HYLA_CHECK(request.max_tokens >= 0, "max_tokens must be >= 0, got {}", request.max_tokens);
   check_sampling(request.sampling);
@@ -87,13 +89,9 @@ void Scheduler::validate(const GenerationRequest& request) const {
   for (int32_t id : request.prompt)
     HYLA_CHECK(id >= 0 && id < model_->config().vocab_size, "prompt token {} is outside the vocabulary (size {})", id,
                model_->config().vocab_size);
-  image_rows(request);
   const int64_t need = int64_t(request.prompt.size()) + std::max<int64_t>(request.max_tokens, 1);
   HYLA_CHECK(need <= options_.context, "prompt ({} tokens) + max_tokens ({}) exceed the context of {} tokens",
              request.prompt.size(), request.max_tokens, options_.context);
-}
-
-std::vector<PromptInput> Scheduler::image_rows(const GenerationRequest& request) const {
   int64_t pads = 0;
   if (image_pad_id_ >= 0)
     for (int32_t id : request.prompt) pads += id == image_pad_id_;
@@ -134,8 +132,7 @@ std::vector<PromptInput> Scheduler::image_rows(const GenerationRequest& request)
 }
 
 Scheduler::RequestId Scheduler::add(GenerationRequest request) {
-  validate(request);
-  std::vector<PromptInput> images = image_rows(request);
+  std::vector<PromptInput> images = checked_image_rows(request);
   auto active = std::make_unique<Active>(next_id_++, std::move(request));
   const int64_t P = model_->config().vision.patch_size;
   for (size_t i = 0; i < images.size(); ++i) {

@@ -142,8 +142,9 @@ class Scheduler {
   void drop_cancelled(std::vector<Finished>& finished);
   void forward_and_sample(std::vector<Finished>& finished);
   void finish(Active& a, FinishReason reason, std::vector<Finished>& finished);
-  // Where each image's pad rows lie in the prompt, with its content digest; errors name the rule broken.
-  std::vector<PromptInput> image_rows(const GenerationRequest& request) const;
+  // validate()'s checks; returns where each image's pad rows start in the prompt, with its
+  // content digest (errors name the rule broken).
+  std::vector<PromptInput> checked_image_rows(const GenerationRequest& request) const;
 
   Model* model_;
   const Tokenizer& tokenizer_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hyla/core/error.h"
+#include "hyla/core/text.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 
@@ -24,17 +25,6 @@ struct Series {
   std::vector<std::pair<double, double>> points;  // (step, value)
   bool dots = false;
 };
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
 
 // A stage boundary line, at the step the stage starts, labelled with its sequence length.
 struct Stage {
@@ -56,7 +46,7 @@ std::string chart(const std::string& title, const std::vector<Series>& series, c
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
   if (std::isfinite(reference)) y0 = std::min(y0, reference), y1 = std::max(y1, reference);
-  if (x0 > x1) return fmt::format("<p>{}: no data</p>", escape(title));
+  if (x0 > x1) return fmt::format("<p>{}: no data</p>", html_escape(title));
   if (x1 == x0) x1 = x0 + 1;
   const Axis xa = step_axis(x0, x1), ya = value_axis(y0, y1);
   std::vector<std::string> y_labels;
@@ -69,7 +59,7 @@ std::string chart(const std::string& title, const std::vector<Series>& series, c
   auto X = [&](double x) { return left + (x - xa.lo) / (xa.hi - xa.lo) * (W - left - right); };
   auto Y = [&](double y) { return top + (1 - (y - ya.lo) / (ya.hi - ya.lo)) * (H - top - bottom); };
   std::string svg = fmt::format(R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="{}">)svg", W, H, font);
-  svg += fmt::format(R"svg(<text x="{}" y="18" font-size="13" font-weight="bold">{}</text>)svg", left, escape(title));
+  svg += fmt::format(R"svg(<text x="{}" y="18" font-size="13" font-weight="bold">{}</text>)svg", left, html_escape(title));
   for (size_t i = 0; i < ya.ticks.size(); ++i)
     svg += fmt::format(R"svg(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#ddd"/><text x="{}" y="{:.1f}" text-anchor="end">{}</text>)svg",
                        left, W - right, Y(ya.ticks[i]), Y(ya.ticks[i]), left - 5, Y(ya.ticks[i]) + 4, y_labels[i]);
@@ -88,17 +78,17 @@ std::string chart(const std::string& title, const std::vector<Series>& series, c
     const double at = X(std::max(st.step, x0));
     const bool fits_right = at + 3 + text_width(st.label, 10) <= W;
     svg += fmt::format(R"svg(<text x="{:.1f}" y="{}" font-size="10" fill="#555" text-anchor="{}" stroke="white" stroke-width="3" paint-order="stroke">{}</text>)svg",
-                       fits_right ? at + 3 : at - 3, top + 11, fits_right ? "start" : "end", escape(st.label));
+                       fits_right ? at + 3 : at - 3, top + 11, fits_right ? "start" : "end", html_escape(st.label));
   }
   if (std::isfinite(reference))
     svg += fmt::format(R"svg(<line x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}" stroke="#c33" stroke-dasharray="6 3"/><text x="{3}" y="{4:.1f}" fill="#c33" text-anchor="end">{5}</text>)svg",
-                       left, W - right, Y(reference), W - right - 2, Y(reference) - 4, escape(reference_label));
+                       left, W - right, Y(reference), W - right - 2, Y(reference) - 4, html_escape(reference_label));
   // The legend sits in the title row, right-aligned, clear of the plot and its stage labels.
   double legend_x = W - right;
   for (auto s = series.rbegin(); s != series.rend(); ++s) {
     legend_x -= 14 + text_width(s->name, font);
     svg += fmt::format(R"svg(<rect x="{:.1f}" y="9" width="10" height="10" fill="{}"/><text x="{:.1f}" y="18">{}</text>)svg",
-                       legend_x, s->color, legend_x + 14, escape(s->name));
+                       legend_x, s->color, legend_x + 14, html_escape(s->name));
     legend_x -= 16;
   }
   for (const Series& s : series) {
@@ -261,13 +251,13 @@ fs::path write_report(const fs::path& run_dir) {
   }
   std::string html = R"svg(<!DOCTYPE html><html><head><meta charset="utf-8"><title>hyla training report</title>
 <style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}td{padding:2px 12px;border-bottom:1px solid #eee}pre{background:#f6f6f6;padding:8px;overflow-x:auto}</style></head><body>)svg";
-  html += fmt::format("<h1>Training report</h1><p>{}</p><table>{}</table>", escape(fs::absolute(run_dir).string()), summary);
+  html += fmt::format("<h1>Training report</h1><p>{}</p><table>{}</table>", html_escape(fs::absolute(run_dir).string()), summary);
   html += "<h2>Loss</h2>" + chart("Loss (nats per token)", {train, val}, stages, unigram, "unigram entropy");
   html += "<h2>Learning rate</h2>" + chart("Learning rate", {lr}, stages);
   html += "<h2>Throughput</h2>" + chart("Tokens per second", {tps}, stages) + chart(mfu_title, {mfu}, stages);
   html += "<h2>Mixture of experts</h2>" + heat_map(rows);
   if (run.contains("train"))
-    html += "<h2>Configuration</h2><pre>" + escape(run.dump(2)) + "</pre>";
+    html += "<h2>Configuration</h2><pre>" + html_escape(run.dump(2)) + "</pre>";
   html += "</body></html>\n";
   const fs::path out = run_dir / "report.html";
   write_file_atomic(out, html);
