@@ -23,11 +23,13 @@ std::string weight_storage(const ParamStore& params) {
 
 void add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Validation loss and perplexity of a model over a whole split of a token "
-                                          "directory; `eval images` for image tasks");
+                                          "directory; `eval images` for image tasks, `eval longctx` for long context");
   static std::string model_dir, data_dir, split = "val", dtype = "bf16";
   static int64_t seq_len = 1024, batch = 4;
   add_eval_images(*cmd);
-  // Not marked required: `hyla eval images` takes its own; without a subcommand both are checked below.
+  add_eval_longctx(*cmd);
+  // Not marked required: `hyla eval images` and `eval longctx` take their own; without a subcommand
+  // both are checked below.
   cmd->add_option("-m,--model", model_dir, "Model directory");
   cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)");
   cmd->add_option("--split", split, "Split listed in the directory's meta.json");
@@ -38,8 +40,9 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--seq", seq_len, "Tokens per window")->check(positive());
   cmd->add_option("--batch", batch, "Windows per forward")->check(positive());
   cmd->callback([cmd] {
-    if (cmd->got_subcommand("images")) return;
-    HYLA_CHECK(!model_dir.empty() && !data_dir.empty(), "hyla eval needs --model and --data (or a subcommand: images)");
+    if (cmd->got_subcommand("images") || cmd->got_subcommand("longctx")) return;
+    HYLA_CHECK(!model_dir.empty() && !data_dir.empty(),
+               "hyla eval needs --model and --data (or a subcommand: images, longctx)");
     auto model = Model::load(model_dir);
     const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
     const PerplexityResult r = evaluate_perplexity(*model, data_dir, split, seq_len, batch, precision, true);

@@ -25,7 +25,8 @@ void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
-void add_eval_images(CLI::App& eval);  // `hyla eval images`, beside eval's own perplexity
+void add_eval_images(CLI::App& eval);   // `hyla eval images`, beside eval's own perplexity
+void add_eval_longctx(CLI::App& eval);  // `hyla eval longctx`
 
 // Flag checks with readable messages (cli_checks.cpp): finite and > 0, finite and >= 0.
 const CLI::Validator& positive();

@@ -1,0 +1,243 @@
+#include "hyla/eval/longctx_eval.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "hyla/core/clock.h"
+#include "hyla/core/error.h"
+#include "hyla/core/progress.h"
+#include "hyla/infer/scheduler.h"
+#include "hyla/infer/sequence_state.h"
+
+namespace hyla {
+namespace {
+
+struct Job {
+  size_t cell;
+  LongCtxSample sample;
+};
+
+// Answers prompts greedily: the local model through a scheduler, or a `hyla serve` over HTTP.
+class Answerer {
+ public:
+  virtual ~Answerer() = default;
+  // Calls done(job, output text, generated tokens) as each job's answer arrives.
+  virtual void answer(std::vector<Job>& jobs, const std::vector<LongCtxTask>& tasks, const std::vector<LongCtxCell>& cells,
+                      const std::function<void(Job&, const std::string&, int64_t)>& done) = 0;
+};
+
+class LocalAnswerer : public Answerer {
+ public:
+  LocalAnswerer(Model& model, const Tokenizer& tokenizer, const LongCtxOptions& options, int64_t length,
+                LongCtxLength& cost)
+      : model_(model), tokenizer_(tokenizer), options_(options), length_(length) {
+    const SequenceState probe(model, 1);
+    cost.state_bytes_per_sequence = probe.bytes_at(length);
+    cost.sequences = std::clamp<int64_t>(options.memory_budget / std::max<int64_t>(cost.state_bytes_per_sequence, 1), 1,
+                                         options.max_sequences);
+    sequences_ = cost.sequences;
+  }
+  void answer(std::vector<Job>& jobs, const std::vector<LongCtxTask>& tasks, const std::vector<LongCtxCell>& cells,
+              const std::function<void(Job&, const std::string&, int64_t)>& done) override {
+    EngineOptions engine;
+    engine.max_sequences = sequences_;
+    engine.context = length_;
+    engine.prefill_chunk = options_.prefill_chunk;
+    engine.precision = options_.precision;
+    engine.prefix_cache_bytes = 0;  // samples share no prefix beyond the instruction
+    Scheduler scheduler(model_, tokenizer_, engine);
+    std::map<Scheduler::RequestId, size_t> in_flight;
+    size_t next = 0, finished = 0;
+    while (finished < jobs.size()) {
+      while (next < jobs.size() && int64_t(in_flight.size()) < 2 * sequences_) {
+        GenerationRequest r;
+        r.prompt = jobs[next].sample.prompt;
+        r.max_tokens = tasks[cells[jobs[next].cell].task_index].max_tokens;
+        r.sampling.temperature = 0;
+        in_flight[scheduler.add(std::move(r))] = next++;
+      }
+      for (Scheduler::Finished& f : scheduler.step()) {
+        if (f.error) std::rethrow_exception(f.error);
+        Job& job = jobs[in_flight.at(f.id)];
+        in_flight.erase(f.id);
+        done(job, f.output.text, int64_t(f.output.tokens.size()));
+        ++finished;
+      }
+    }
+  }
+
+ private:
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  const LongCtxOptions& options_;
+  int64_t length_, sequences_ = 1;
+};
+
+class ServerAnswerer : public Answerer {
+ public:
+  explicit ServerAnswerer(const LongCtxOptions& options) : options_(options), client_(options.server) {
+    HYLA_CHECK(client_.is_valid(), "--server {}: not a URL of the form http://host:port", options.server);
+    client_.set_read_timeout(24 * 3600, 0);  // a million-token prefill takes minutes
+    client_.set_write_timeout(600, 0);
+    if (!options.api_key.empty()) client_.set_bearer_token_auth(options.api_key);
+  }
+  void answer(std::vector<Job>& jobs, const std::vector<LongCtxTask>& tasks, const std::vector<LongCtxCell>& cells,
+              const std::function<void(Job&, const std::string&, int64_t)>& done) override {
+    for (Job& job : jobs) {
+      const nlohmann::json body = {{"prompt", job.sample.prompt},
+                                   {"max_tokens", tasks[cells[job.cell].task_index].max_tokens},
+                                   {"temperature", 0}};
+      const auto res = client_.Post("/v1/completions", body.dump(), "application/json");
+      HYLA_CHECK(res, "--server {}: {}", options_.server, httplib::to_string(res.error()));
+      nlohmann::json reply;
+      try {
+        reply = nlohmann::json::parse(res->body);
+      } catch (const nlohmann::json::exception&) {
+        fail("--server {}: /v1/completions answered {} with a body that is not JSON", options_.server, res->status);
+      }
+      HYLA_CHECK(res->status == 200, "--server {}: /v1/completions answered {}: {}", options_.server, res->status,
+                 reply.contains("error") ? reply["error"].value("message", res->body) : res->body);
+      const nlohmann::json& choice = reply.at("choices").at(0);
+      done(job, choice.at("text").get<std::string>(), reply.at("usage").value("completion_tokens", int64_t(0)));
+    }
+  }
+
+ private:
+  const LongCtxOptions& options_;
+  httplib::Client client_;
+};
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+void score(LongCtxCell& cell, const LongCtxSample& sample, const std::string& output) {
+  const double found = share_found(output, sample.expected);
+  ++cell.samples;
+  cell.correct += found == 1.0;
+  cell.found += found;
+  cell.prompt_tokens += int64_t(sample.prompt.size());
+  if (cell.examples.size() < 2) cell.examples.push_back({sample.expected, output, found == 1.0});
+}
+
+}  // namespace
+
+int64_t default_longctx_samples(int64_t length) { return length <= 8192 ? 100 : length <= 131072 ? 25 : 5; }
+
+LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const std::string& haystack_text,
+                               const std::string& haystack_source, const LongCtxOptions& options) {
+  HYLA_CHECK(!options.tasks.empty(), "no long-context tasks given");
+  HYLA_CHECK(!options.lengths.empty(), "no lengths given");
+  HYLA_CHECK((model != nullptr) == options.server.empty(), "evaluate either a local model or a server, not both");
+  for (const int64_t length : options.lengths) HYLA_CHECK(length >= 256, "length {} is below 256 tokens", length);
+  for (const double depth : options.depths)
+    HYLA_CHECK(depth >= 0 && depth <= 1, "depth {} is outside [0, 1]", depth);
+  HYLA_CHECK(!options.depths.empty(), "no depths given");
+  const auto start = std::chrono::steady_clock::now();
+  const Haystack haystack(haystack_text, tokenizer);
+  std::vector<LongCtxTask> tasks;
+  for (const std::string& name : options.tasks) tasks.push_back(longctx_task(name));
+
+  LongCtxResult result;
+  result.seed = options.seed;
+  result.model = options.server;
+  result.haystack = haystack_source;
+  result.contamination_checked = !options.train_text.empty();
+  // Cells in the order reported: task, length, depth.
+  std::vector<size_t> task_of_cell;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (const int64_t length : options.lengths)
+      for (const double depth : tasks[t].uses_depth ? options.depths : std::vector<double>{-1.0}) {
+        LongCtxCell cell;
+        cell.task = tasks[t].name;
+        cell.task_index = t;
+        cell.tier = tasks[t].tier;
+        cell.length = length;
+        cell.depth = depth;
+        result.cells.push_back(std::move(cell));
+      }
+  auto samples_of = [&](int64_t length) { return options.samples > 0 ? options.samples : default_longctx_samples(length); };
+  uint64_t total = 0;
+  for (const LongCtxCell& cell : result.cells) total += uint64_t(samples_of(cell.length));
+  const int64_t control_length = *std::min_element(options.lengths.begin(), options.lengths.end());
+  if (options.no_context_control) total += uint64_t(samples_of(control_length)) * tasks.size();
+  std::optional<Progress> progress;
+  if (options.progress) progress.emplace("eval longctx", total, "samples");
+
+  auto check_contamination = [&](const LongCtxSample& sample) {
+    if (!result.contamination_checked) return;
+    ++result.contamination_samples;
+    for (const std::string& sentence : sample.inserted) {
+      if (options.train_text.find(sentence) == std::string::npos) continue;
+      ++result.contamination_found;
+      if (result.contamination_examples.size() < 5) result.contamination_examples.push_back(sentence);
+      break;
+    }
+  };
+  auto run = [&](std::vector<LongCtxCell>& cells, std::vector<Job>& jobs, int64_t context, LongCtxLength& cost) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Answerer> answerer;
+    if (options.server.empty()) answerer = std::make_unique<LocalAnswerer>(*model, tokenizer, options, context, cost);
+    else answerer = std::make_unique<ServerAnswerer>(options);
+    answerer->answer(jobs, tasks, cells, [&](Job& job, const std::string& output, int64_t generated) {
+      score(cells[job.cell], job.sample, output);
+      ++cost.samples;
+      cost.prompt_tokens += int64_t(job.sample.prompt.size());
+      cost.generated_tokens += generated;
+      job.sample = {};  // a million-token prompt is 4 MB: let it go
+      if (progress) progress->advance(1);
+    });
+    cost.seconds = seconds_since(t0);
+    cost.peak_rss_bytes = peak_rss_bytes();
+  };
+
+  for (const int64_t length : options.lengths) {
+    std::vector<Job> jobs;
+    for (size_t c = 0; c < result.cells.size(); ++c) {
+      const LongCtxCell& cell = result.cells[c];
+      if (cell.length != length) continue;
+      for (int64_t i = 0; i < samples_of(length); ++i) {
+        jobs.push_back({c, make_longctx_sample(tasks[cell.task_index], haystack, tokenizer, length, cell.depth,
+                                               options.seed, uint64_t(i))});
+        check_contamination(jobs.back().sample);
+      }
+    }
+    LongCtxLength cost;
+    cost.length = length;
+    run(result.cells, jobs, length, cost);
+    result.lengths.push_back(cost);
+  }
+
+  if (options.no_context_control) {
+    std::vector<Job> jobs;
+    int64_t longest = 0;
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      LongCtxCell cell;
+      cell.task = tasks[t].name;
+      cell.task_index = t;
+      cell.tier = tasks[t].tier;
+      result.no_context.push_back(std::move(cell));
+      for (int64_t i = 0; i < samples_of(control_length); ++i) {
+        const double depth = options.depths[size_t(i) % options.depths.size()];
+        jobs.push_back({t, make_longctx_sample(tasks[t], haystack, tokenizer, control_length, depth, options.seed,
+                                               uint64_t(i), /*no_context=*/true)});
+        longest = std::max<int64_t>(longest, int64_t(jobs.back().sample.prompt.size()) + tasks[t].max_tokens);
+      }
+    }
+    LongCtxLength cost;
+    run(result.no_context, jobs, longest, cost);
+  }
+  if (progress) progress->finish();
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace hyla

@@ -1,0 +1,344 @@
+// The long-context suite: every task's samples are deterministic, fill their length without
+// exceeding it, round-trip through the tokenizer, put the needle at its depth, and carry answers
+// that an independent solver reads back from the prompt's text (so a model that reads perfectly
+// scores 100%); the no-context control keeps the question and drops every fact; scoring is
+// RULER's; the local and the served paths give the same answers; the CLI's errors name the problem.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "hyla/core/error.h"
+#include "hyla/core/random.h"
+#include "hyla/eval/longctx_eval.h"
+#include "hyla/eval/longctx_tasks.h"
+#include "hyla/io/json_fields.h"
+#include "hyla/serve/server.h"
+#include "model_test_util.h"
+#include "test_util.h"
+#include "text_fixtures.h"
+
+namespace hyla {
+namespace {
+
+// Sentences of 300 made-up words, one a line as the KJV file is (the sample text has too few words).
+const std::string& haystack_text() {
+  static const std::string text = [] {
+    std::vector<std::string> words;
+    for (const char* c : {"b", "d", "k", "l", "m", "n", "p", "r", "s", "t"})
+      for (const char* v : {"a", "e", "i", "o", "u"})
+        for (const char* e : {"l", "n", "r", "s", "t", "m"}) words.push_back(std::string(c) + v + e);
+    Rng rng(9);
+    std::string lines;
+    for (int sentence = 0; sentence < 400; ++sentence) {
+      const uint64_t n = 5 + rng.below(10);
+      for (uint64_t w = 0; w < n; ++w) {
+        std::string word = words[rng.below(words.size())];
+        if (w == 0) word[0] = char(std::toupper(word[0]));
+        lines += word + (w + 1 < n ? " " : ".\n");
+      }
+    }
+    return lines;
+  }();
+  return text;
+}
+
+const Haystack& haystack() {
+  static const Haystack h(haystack_text(), test::small_tokenizer());
+  return h;
+}
+
+LongCtxSample sample(const std::string& task, int64_t length, double depth = 0.5, uint64_t index = 0,
+                     bool no_context = false) {
+  return make_longctx_sample(longctx_task(task), haystack(), test::small_tokenizer(), length, depth, 3, index, no_context);
+}
+
+std::string text_of(const LongCtxSample& s) { return test::small_tokenizer().decode(s.prompt); }
+
+// ---- an independent reader of each task's prompt -------------------------------------------------
+
+std::vector<std::string> all_matches(const std::string& text, const std::string& pattern, int group = 1) {
+  std::vector<std::string> out;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[group].str());
+  return out;
+}
+
+std::string question_of(const std::string& text) { return text.substr(text.rfind('\n') + 1); }
+
+// The k most frequent of `words`, as a set (ties would make the answer ambiguous: checked).
+std::set<std::string> most_frequent(const std::vector<std::string>& words, size_t k) {
+  std::map<std::string, int> count;
+  for (const std::string& w : words) ++count[w];
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [w, c] : count) by_count.emplace_back(-c, w);
+  std::sort(by_count.begin(), by_count.end());
+  EXPECT_GT(by_count.size(), k);
+  if (by_count.size() > k) {
+    EXPECT_LT(by_count[k - 1].first, by_count[k].first) << "the top " << k << " are tied";
+  }
+  std::set<std::string> top;
+  for (size_t i = 0; i < k && i < by_count.size(); ++i) top.insert(by_count[i].second);
+  return top;
+}
+
+// bAbI: replays the story's facts and answers its question.
+std::string solve_story(const std::string& text) {
+  std::map<std::string, std::string> person_at, holder, object_at;
+  std::map<std::string, std::vector<std::string>> path;
+  auto place = [&](const std::string& object, const std::string& where) {
+    object_at[object] = where;
+    if (path[object].empty() || path[object].back() != where) path[object].push_back(where);
+  };
+  const std::regex fact(R"((Mary|John|Daniel|Sandra|Fred|Julie|Bill|Emily) (went to|moved to|journeyed to|travelled to|picked up|got|grabbed|dropped|discarded|put down) the (\w+)\.)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), fact); it != std::sregex_iterator(); ++it) {
+    const std::string who = (*it)[1], verb = (*it)[2], what = (*it)[3];
+    if (verb.find(" to") != std::string::npos) {
+      person_at[who] = what;
+      for (const auto& [object, h] : holder)
+        if (h == who) place(object, what);
+    } else if (verb == "picked up" || verb == "got" || verb == "grabbed") {
+      holder[what] = who;
+      place(what, person_at.at(who));
+    } else {
+      holder.erase(what);
+    }
+  }
+  std::smatch m;
+  const std::string q = question_of(text);
+  if (std::regex_search(q, m, std::regex(R"(Where is the (\w+)\?)"))) return object_at.at(m[1]);
+  if (std::regex_search(q, m, std::regex(R"(Where is (\w+)\?)"))) return person_at.at(m[1]);
+  if (std::regex_search(q, m, std::regex(R"(Where was the (\w+) before the (\w+)\?)"))) {
+    const auto& p = path.at(m[1]);
+    const auto at = std::find(p.begin(), p.end(), m[2].str());
+    EXPECT_TRUE(at != p.end() && at != p.begin());
+    return at != p.end() && at != p.begin() ? *(at - 1) : "";
+  }
+  ADD_FAILURE() << "no question in: " << q;
+  return "";
+}
+
+// What a perfect reader answers, from the prompt's text alone.
+std::set<std::string> solve(const std::string& task, const std::string& text) {
+  const std::string q = question_of(text);
+  if (task == "passkey") return {all_matches(text, R"(The pass key is (\d+)\. Remember it)").at(0)};
+  if (task.rfind("niah", 0) == 0) {
+    std::map<std::string, std::vector<std::string>> values;
+    const std::regex needle(R"(One of the special magic (?:numbers|uuids) for (\w+) is: ([0-9a-f-]+)\.)");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), needle); it != std::sregex_iterator(); ++it)
+      values[(*it)[1]].push_back((*it)[2]);
+    std::set<std::string> out;
+    for (const auto& [key, vs] : values)
+      if (q.find(" " + key + " ") != std::string::npos || q.find(" " + key + ",") != std::string::npos)
+        out.insert(vs.begin(), vs.end());
+    return out;
+  }
+  if (task.rfind("vt_", 0) == 0) {
+    std::map<std::string, std::string> value;  // variable -> number, following the chain as it is read
+    const std::regex statement(R"(VAR ([A-Z]{5}) = (VAR ([A-Z]{5})|(\d+))\.)");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), statement); it != std::sregex_iterator(); ++it)
+      value[(*it)[1]] = (*it)[4].matched ? (*it)[4].str() : value.at((*it)[3]);
+    const std::string asked = all_matches(q, R"(assigned the value (\d+) in)").at(0);
+    std::set<std::string> out;
+    for (const auto& [var, v] : value)
+      if (v == asked) out.insert(var);
+    return out;
+  }
+  if (task == "cwe") return most_frequent(all_matches(text, R"( \d+\. ([a-z]+))"), 10);
+  if (task == "fwe") {
+    const std::string body = text.substr(text.find('\n') + 1, text.rfind('\n') - text.find('\n') - 1);
+    return most_frequent(all_matches(body, R"(([a-z]{4}))"), 3);
+  }
+  if (task.rfind("qa", 0) == 0) return {solve_story(text)};
+  if (task == "mqar") {
+    std::map<std::string, std::string> value;
+    const std::regex pair(R"(([a-z]+-[a-z]+) (\d{4})\.)");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), pair); it != std::sregex_iterator(); ++it)
+      value[(*it)[1]] = (*it)[2];
+    std::set<std::string> out;
+    for (const std::string& key : all_matches(q, R"(([a-z]+-[a-z]+))")) out.insert(value.at(key));
+    return out;
+  }
+  ADD_FAILURE() << "no solver for " << task;
+  return {};
+}
+
+TEST(LongCtxTasks, EveryTaskFillsItsLengthAndAPerfectReaderFindsTheAnswer) {
+  const Tokenizer& tok = test::small_tokenizer();
+  for (const std::string& task : default_longctx_tasks()) {
+    for (const int64_t length : {1024, 4096}) {
+      for (uint64_t index = 0; index < 3; ++index) {
+        SCOPED_TRACE(task + " at " + std::to_string(length) + ", sample " + std::to_string(index));
+        const LongCtxSample s = sample(task, length, 0.5, index);
+        const int64_t used = int64_t(s.prompt.size()) + longctx_task(task).max_tokens;
+        EXPECT_LE(used, length);
+        EXPECT_GE(used, length * 9 / 10);  // filled, not a short prompt
+        const std::string text = text_of(s);
+        const std::vector<int32_t> whole = tok.encode(text);
+        const size_t differ = size_t(std::mismatch(whole.begin(), whole.end(), s.prompt.begin(), s.prompt.end()).first - whole.begin());
+        EXPECT_EQ(whole, s.prompt) << "the pieces' ids are not the text's from token " << differ << ": '"
+                                   << tok.decode(std::span(whole).subspan(differ > 5 ? differ - 5 : 0, 10)) << "'";
+        EXPECT_EQ(solve(task, text), std::set<std::string>(s.expected.begin(), s.expected.end()));
+        EXPECT_EQ(share_found(text.substr(0, text.rfind('\n')), s.expected), 1.0) << "the answer is not in the context";
+        const LongCtxSample again = sample(task, length, 0.5, index);
+        EXPECT_EQ(again.prompt, s.prompt);
+        EXPECT_EQ(again.expected, s.expected);
+      }
+      EXPECT_NE(sample(task, length, 0.5, 0).prompt, sample(task, length, 0.5, 1).prompt);
+    }
+  }
+}
+
+TEST(LongCtxTasks, TheNeedleSitsAtItsDepth) {
+  for (const std::string task : {"passkey", "niah_single_essay", "niah_multikey"}) {
+    for (const double depth : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      const LongCtxSample s = sample(task, 8192, depth, 1);
+      EXPECT_EQ(s.depth, depth);
+      const std::string text = text_of(s);
+      const size_t body = text.find('\n') + 1, question = text.rfind('\n');
+      const size_t at = text.find(s.inserted.at(0));
+      ASSERT_NE(at, std::string::npos);
+      EXPECT_NEAR(double(at - body) / double(question - body), depth, 0.05) << task << " at depth " << depth;
+    }
+  }
+  EXPECT_EQ(sample("vt_1x4", 2048).depth, -1);
+}
+
+TEST(LongCtxTasks, NoContextKeepsTheQuestionAndDropsEveryFact) {
+  for (const std::string& task : default_longctx_tasks()) {
+    const LongCtxSample full = sample(task, 2048), bare = sample(task, 2048, 0.5, 0, true);
+    const std::string text = text_of(bare), full_text = text_of(full);
+    EXPECT_EQ(test::small_tokenizer().encode(text), bare.prompt) << task;
+    EXPECT_LT(bare.prompt.size(), 400u) << task;  // the instruction and the question
+    EXPECT_EQ(question_of(text), question_of(full_text)) << task;
+    for (const std::string& fact : full.inserted) EXPECT_EQ(text.find(fact), std::string::npos) << task;
+    if (task != "mqar") {  // mqar's question names its keys, not their values
+      EXPECT_LT(share_found(text, full.expected), 1.0) << task;
+    }
+  }
+}
+
+TEST(LongCtxTasks, NamesScoringAndErrors) {
+  EXPECT_EQ(longctx_task("vt_3x5").tier, LongCtxTier::Synthesis);
+  EXPECT_EQ(longctx_task("vt_3x5").max_tokens, 10 + 6 * 6);
+  EXPECT_TRUE(longctx_task("passkey").uses_depth);
+  test::expect_error([] { longctx_task("vt_0x4"); }, "unknown long-context task 'vt_0x4'; known: passkey");
+  test::expect_error([] { longctx_task("needle"); }, "unknown long-context task 'needle'");
+  test::expect_error([] { sample("qa2", 256); }, "qa2 needs at least");
+  EXPECT_EQ(share_found("The numbers are 12, 34 and 56.", {"12", "34", "78"}), 2.0 / 3.0);
+  EXPECT_EQ(share_found("kitchen", {"Kitchen"}), 1.0);
+  EXPECT_EQ(share_found("anything", {}), 0.0);
+  test::expect_error([] { Haystack("\n\n", test::small_tokenizer()); }, "no sentences");
+}
+
+// A nano model answering over the suite: locally, and through `hyla serve` with the same ids.
+struct NanoModelDir {
+  test::TempDir dir;
+  NanoModelDir() {
+    Model model(test::nano_config([](nlohmann::json& j) { j["vocab_size"] = 512; }));
+    model.initialize(5);
+    test::TempDir staging;
+    test::small_tokenizer().save(staging / "tokenizer.json");
+    model.save(dir.path(), DType::F32, staging / "tokenizer.json");
+  }
+};
+
+// The server's JSON holds bytes that are not UTF-8 (an untrained model's) as U+FFFD.
+std::string as_served(const std::string& text) {
+  return nlohmann::json::parse(nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
+TEST(LongCtxEval, LocalAndServedAnswersAgreeAndCellsAddUp) {
+  const NanoModelDir nano;
+  LongCtxOptions o;
+  o.tasks = {"passkey", "vt_1x2"};
+  o.lengths = {512, 1024};
+  o.depths = {0, 1};
+  o.samples = 3;
+  o.max_sequences = 1;
+  o.prefill_chunk = 256;
+  o.precision = Precision::F32;
+  o.train_text = haystack_text();
+  o.progress = false;
+  auto model = Model::load(nano.dir.path());
+  const LongCtxResult local = evaluate_longctx(model.get(), test::small_tokenizer(), haystack_text(), "sample text", o);
+  ASSERT_EQ(local.cells.size(), 2u * 2u + 2u);  // passkey: 2 lengths × 2 depths; vt: 2 lengths
+  for (const LongCtxCell& c : local.cells) {
+    EXPECT_EQ(c.samples, 3);
+    EXPECT_LE(c.correct, c.samples);
+    EXPECT_EQ(c.examples.size(), 2u);
+  }
+  EXPECT_EQ(local.cells[0].task, "passkey");
+  EXPECT_EQ(local.cells[0].depth, 0.0);
+  EXPECT_EQ(local.cells[4].depth, -1.0);
+  ASSERT_EQ(local.lengths.size(), 2u);
+  EXPECT_EQ(local.lengths[0].samples, 9);  // passkey: 2 depths × 3, vt_1x2: 3
+  EXPECT_GT(local.lengths[1].state_bytes_per_sequence, local.lengths[0].state_bytes_per_sequence);
+  EXPECT_EQ(local.no_context.size(), 2u);
+  EXPECT_TRUE(local.contamination_checked);
+  EXPECT_EQ(local.contamination_samples, 18);
+  EXPECT_EQ(local.contamination_found, 0);
+
+  ServeOptions serve;
+  serve.model_dir = nano.dir.path();
+  serve.port = 0;
+  serve.engine.max_sequences = 1;
+  serve.engine.context = 1024;
+  serve.engine.prefill_chunk = 256;
+  serve.engine.precision = Precision::F32;
+  serve.limits.context = 1024;
+  Server server(serve);
+  const int port = server.bind();
+  std::thread listening([&] { server.listen(); });
+  server.load();
+  LongCtxOptions remote = o;
+  remote.server = "http://127.0.0.1:" + std::to_string(port);
+  const LongCtxResult served = evaluate_longctx(nullptr, test::small_tokenizer(), haystack_text(), "sample text", remote);
+  server.stop();
+  listening.join();
+  ASSERT_EQ(served.cells.size(), local.cells.size());
+  for (size_t i = 0; i < local.cells.size(); ++i) {
+    EXPECT_EQ(served.cells[i].correct, local.cells[i].correct);
+    for (size_t e = 0; e < local.cells[i].examples.size(); ++e)
+      EXPECT_EQ(served.cells[i].examples[e].output, as_served(local.cells[i].examples[e].output)) << "cell " << i;
+  }
+  remote.server = "http://127.0.0.1:1";
+  test::expect_error([&] { evaluate_longctx(nullptr, test::small_tokenizer(), haystack_text(), "t", remote); },
+                     "--server http://127.0.0.1:1:");
+}
+
+TEST(LongCtxCli, WritesResultsAndNamesBadArguments) {
+  const NanoModelDir nano;
+  test::TempDir out;
+  test::write_bytes(out / "haystack.txt", haystack_text());
+  const std::string base = "eval longctx -m " + nano.dir.path().string();
+  const std::string common = base + " --haystack " + (out / "haystack.txt").string();
+  const auto ok = test::run_hyla(common + " --tasks passkey,qa1 --lengths 512 --samples 2 --depths 0.5 --out " +
+                                 (out / "r.json").string() + " --report " + (out / "r.html").string());
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("generator hyla-longctx-1, seed 1"), std::string::npos) << ok.output;
+  const nlohmann::json r = parse_json_file((out / "r.json").string());
+  EXPECT_EQ(r["generator"], "hyla-longctx-1");
+  EXPECT_EQ(r["cells"].size(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(out / "r.html"));
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {" --tasks passkey,nope", "unknown long-context task 'nope'"},
+           {" --lengths 4X", "'4X' has an unknown unit"},
+           {" --lengths 100", "length 100 is below 256 tokens"},
+           {" --depths 0,2", "depth 2 is outside [0, 1]"},
+           {" --memory 10%", "--memory 10%: give bytes with a unit"}}) {
+    const auto bad = test::run_hyla(common + args);
+    EXPECT_NE(bad.exit_code, 0) << args;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << args << ": " << bad.output;
+  }
+  const auto missing = test::run_hyla(base + " --haystack /nonexistent");
+  EXPECT_NE(missing.output.find("--haystack /nonexistent: no such file"), std::string::npos) << missing.output;
+}
+
+}  // namespace
+}  // namespace hyla
