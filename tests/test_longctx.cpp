@@ -3,6 +3,8 @@
 // that an independent solver reads back from the prompt's text (so a model that reads perfectly
 // scores 100%); the no-context control keeps the question and drops every fact; scoring is
 // RULER's; the local and the served paths give the same answers; the CLI's errors name the problem.
+// Training on the same generators (TRAIN.json "longctx"): the answer alone is scored, tasks that
+// do not fit a stage are left out, and a resumed run draws the same samples.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,9 +19,12 @@
 #include "hyla/eval/longctx_tasks.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/serve/server.h"
+#include "hyla/train/longctx_mix.h"
+#include "hyla/train/train_config.h"
 #include "model_test_util.h"
 #include "test_util.h"
 #include "text_fixtures.h"
+#include "tiny_run.h"
 
 namespace hyla {
 namespace {
@@ -338,6 +343,99 @@ TEST(LongCtxCli, WritesResultsAndNamesBadArguments) {
   }
   const auto missing = test::run_hyla(base + " --haystack /nonexistent");
   EXPECT_NE(missing.output.find("--haystack /nonexistent: no such file"), std::string::npos) << missing.output;
+}
+
+TEST(LongCtxTrain, SamplesScoreTheAnswerSkipTasksThatDoNotFitAndResume) {
+  const Tokenizer& tok = test::small_tokenizer();
+  test::TempDir dir;
+  test::write_bytes(dir / "haystack.txt", haystack_text());
+  const std::string file = (dir / "haystack.txt").string();
+  LongCtxSampler a({"passkey", "qa2"}, file, tok, 7), b({"passkey", "qa2"}, file, tok, 7);
+  ImageSequences sa, sb;
+  a.next(1000, 512, sa);
+  EXPECT_GE(sa.rows(), 1000);
+  const int32_t end = tok.special_id("<|endoftext|>");
+  int64_t at = 0;
+  for (const int64_t length : sa.lengths) {
+    EXPECT_LE(length, 512);
+    int64_t scored = 0, first_scored = -1;
+    for (int64_t r = at; r < at + length; ++r)
+      if (sa.targets[size_t(r)] >= 0) scored++, first_scored = first_scored < 0 ? r : first_scored;
+    ASSERT_GT(scored, 2);
+    for (int64_t r = first_scored; r < at + length; ++r) EXPECT_GE(sa.targets[size_t(r)], 0);  // the answer, then the end
+    EXPECT_EQ(sa.targets[size_t(at + length - 1)], end);
+    const std::string answer = tok.decode(std::span(sa.targets).subspan(size_t(first_scored), size_t(scored - 1)));
+    EXPECT_EQ(answer.back(), '.') << answer;
+    at += length;
+  }
+  b.set_state(a.state());
+  a.next(700, 512, sa);
+  b.next(700, 512, sb);
+  EXPECT_EQ(sa.ids, sb.ids);
+  EXPECT_EQ(sa.targets, sb.targets);
+  // The shortest length a pass key fits holds no qa2 story: only pass keys are drawn there.
+  auto fits = [&](const char* task, int64_t length) {
+    try {
+      make_longctx_sample(longctx_task(task), haystack(), tok, length, 0.5, 1, 0);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  int64_t shortest = 64;
+  while (!fits("passkey", shortest)) shortest += 8;
+  ASSERT_FALSE(fits("qa2", shortest));
+  LongCtxSampler c({"passkey", "qa2"}, file, tok, 7);
+  c.next(4 * shortest, shortest, sa);
+  EXPECT_GE(sa.lengths.size(), 4u);
+  EXPECT_EQ(tok.decode(sa.ids).find("Where is"), std::string::npos);
+  test::expect_error([&] { LongCtxSampler({"qa2"}, file, tok, 7).next(10, shortest, sa); },
+                     fmt::format("longctx: no task fits a sequence of {} tokens", shortest));
+}
+
+TEST(LongCtxTrain, TrainConfigNamesBadTasksAndMissingHaystacks) {
+  const nlohmann::json base = {{"curriculum", nlohmann::json::array({{{"seq_len", 256}, {"tokens", 1024}, {"batch_tokens", 512}}})}};
+  nlohmann::json j = base;
+  j["longctx"] = {{"ratio", 1.0}, {"tasks", {"passkey", "nope"}}, {"haystack", "h.txt"}};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "t.json: longctx.tasks: unknown long-context task 'nope'");
+  j["longctx"] = {{"ratio", 1.0}, {"tasks", {"passkey"}}};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "longctx.haystack must name a text file");
+  j["longctx"] = {{"ratio", 65.0}};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "longctx.ratio (65) must lie in [0, 64]");
+  j["longctx"] = {{"ratio", 0.5}, {"tasks", {"vt_1x2"}}, {"haystack", "h.txt"}};
+  const TrainConfig c = TrainConfig::from_json(j, "t.json");
+  EXPECT_EQ(TrainConfig::from_json(c.to_json(), "again").longctx_tasks, std::vector<std::string>{"vt_1x2"});
+}
+
+// `hyla train` with "longctx" mixes the samples into every step and resumes exactly.
+TEST(LongCtxTrain, TrainsWithSyntheticSequencesAndResumesExactly) {
+  test::TinyRun& t = test::tiny();
+  test::TempDir dir;
+  test::write_bytes(dir / "haystack.txt", haystack_text());
+  const nlohmann::json train = {
+      {"optimizer", {{"lr", 0.003}}},
+      {"schedule", {{"warmup_steps", 2}}},
+      {"curriculum", nlohmann::json::array({{{"seq_len", 256}, {"tokens", 4 * 512}, {"batch_tokens", 512}}})},
+      {"longctx", {{"ratio", 0.5}, {"tasks", {"passkey", "vt_1x2"}}, {"haystack", (dir / "haystack.txt").string()}}},
+      {"eval", {{"every", 0}}},
+      {"checkpoint", {{"every", 2}, {"keep", 2}}}};
+  test::write_bytes(dir / "train.json", train.dump());
+  const std::string args = "train --config " + t.config + " --train " + (dir / "train.json").string() + " --data " +
+                           t.data + " --deterministic --quiet --out ";
+  const std::string whole = (dir / "whole").string(), resumed = (dir / "resumed").string();
+  auto r = test::run_hyla(args + whole);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("longctx: passkey, vt_1x2"), std::string::npos) << r.output;
+  // A copy cut back to its earlier checkpoint continues as the whole run did.
+  r = test::resume_copy_from_earlier_checkpoint(args, whole, resumed);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = test::metrics(whole), b = test::metrics(resumed);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["loss"].dump(), b[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_GT(a[i]["tokens"].get<int64_t>(), 512) << "the synthetic rows join the text";
+  }
 }
 
 }  // namespace

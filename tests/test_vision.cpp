@@ -200,14 +200,7 @@ TEST(VisionTrain, TrainsWithImagesResumesExactlyAndEvaluates) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("64 training records"), std::string::npos) << r.output;
   // A copy cut back to its earlier checkpoint continues as the whole run did.
-  std::filesystem::copy(whole, resumed, std::filesystem::copy_options::recursive);
-  std::vector<std::filesystem::path> checkpoints;
-  for (const auto& e : std::filesystem::directory_iterator(resumed + "/checkpoints")) checkpoints.push_back(e.path());
-  std::sort(checkpoints.begin(), checkpoints.end());
-  ASSERT_EQ(checkpoints.size(), 2u);
-  std::filesystem::remove_all(checkpoints.back());
-  std::filesystem::remove_all(resumed + "/model");
-  r = test::run_hyla(args + resumed + " --resume");
+  r = test::resume_copy_from_earlier_checkpoint(args, whole, resumed);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto a = test::metrics(whole), b = test::metrics(resumed);
   ASSERT_EQ(a.size(), b.size());

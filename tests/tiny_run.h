@@ -2,6 +2,8 @@
 // A tiny dataset, model and TRAIN.json for end-to-end `hyla train` tests (prepared once per test
 // binary): 12 steps of 256 tokens over two curriculum stages (8 sequences of 32, then 4 of 64),
 // evaluation every 4 steps, checkpoints every 3 (keep 2).
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -44,6 +46,20 @@ struct TinyRun {
 inline TinyRun& tiny() {
   static TinyRun run;
   return run;
+}
+
+// Copies run `whole` (trained with two checkpoints kept) to `resumed`, cuts the copy back to its
+// earlier checkpoint and resumes it with `args` + resumed + " --resume": what an interrupted run does.
+inline CommandResult resume_copy_from_earlier_checkpoint(const std::string& args, const std::string& whole,
+                                                         const std::string& resumed) {
+  std::filesystem::copy(whole, resumed, std::filesystem::copy_options::recursive);
+  std::vector<std::filesystem::path> checkpoints;
+  for (const auto& e : std::filesystem::directory_iterator(resumed + "/checkpoints")) checkpoints.push_back(e.path());
+  std::sort(checkpoints.begin(), checkpoints.end());
+  EXPECT_EQ(checkpoints.size(), 2u);
+  std::filesystem::remove_all(checkpoints.back());
+  std::filesystem::remove_all(resumed + "/model");
+  return run_hyla(args + resumed + " --resume");
 }
 
 // The rows of a run's metrics.jsonl.

@@ -357,6 +357,12 @@ std::vector<int32_t>::const_iterator Haystack::end(int64_t i) const {
 }
 int64_t Haystack::tokens(int64_t i) const { return int64_t(end(i) - begin(i)); }
 
+std::string longctx_answer(const LongCtxSample& sample) {
+  std::string answer;
+  for (const std::string& e : sample.expected) answer += (answer.empty() ? " " : ", ") + e;
+  return answer + ".";
+}
+
 double share_found(std::string_view output, const std::vector<std::string>& expected) {
   if (expected.empty()) return 0.0;
   auto lower = [](std::string_view s) {

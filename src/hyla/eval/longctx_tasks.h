@@ -68,6 +68,10 @@ struct LongCtxSample {
 LongCtxSample make_longctx_sample(const LongCtxTask& task, const Haystack& haystack, const Tokenizer& tokenizer,
                                   int64_t length, double depth, uint64_t seed, uint64_t index, bool no_context = false);
 
+// The answer a model should write after the prompt: the expected strings joined by ", ", after a
+// space, ending with a full stop (what training on the tasks teaches).
+std::string longctx_answer(const LongCtxSample& sample);
+
 // RULER's scoring: the share of expected strings present in `output`, case ignored.
 double share_found(std::string_view output, const std::vector<std::string>& expected);
 

@@ -1,6 +1,7 @@
 #include "hyla/train/train_config.h"
 
 #include "hyla/core/error.h"
+#include "hyla/eval/longctx_tasks.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
@@ -71,6 +72,11 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   JsonFields images = f.object("images");
   images.read("ratio", c.image_ratio);
   images.finish();
+  JsonFields longctx = f.object("longctx");
+  longctx.read("ratio", c.longctx_ratio);
+  longctx.read("tasks", c.longctx_tasks);
+  longctx.read("haystack", c.longctx_haystack);
+  longctx.finish();
   JsonFields dist = f.object("distributed");
   dist.read("zero_stage", c.zero_stage);
   dist.read("expert_parallel", c.expert_parallel);
@@ -115,6 +121,18 @@ void TrainConfig::validate(const std::string& source) const {
   rule(sample_temperature >= 0, "sample.temperature must be >= 0");
   rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
   rule(image_ratio >= 0 && image_ratio <= 64, fmt::format("images.ratio ({}) must lie in [0, 64]", image_ratio));
+  rule(longctx_ratio >= 0 && longctx_ratio <= 64, fmt::format("longctx.ratio ({}) must lie in [0, 64]", longctx_ratio));
+  if (longctx_ratio > 0) {
+    rule(!longctx_tasks.empty(), "longctx.tasks must name at least one task when longctx.ratio > 0");
+    rule(!longctx_haystack.empty(), "longctx.haystack must name a text file when longctx.ratio > 0");
+    for (const std::string& task : longctx_tasks) {
+      try {
+        longctx_task(task);
+      } catch (const Error& e) {
+        rule(false, fmt::format("longctx.tasks: {}", e.what()));
+      }
+    }
+  }
   rule(zero_stage == 0 || zero_stage == 1, fmt::format("distributed.zero_stage ({}) must be 0 or 1", zero_stage));
   rule(expert_parallel >= 1, fmt::format("distributed.expert_parallel ({}) must be >= 1", expert_parallel));
   rule(expert_parallel == 1 || zero_stage == 0, "distributed.zero_stage 1 does not combine with expert_parallel > 1 yet");
@@ -167,6 +185,7 @@ json TrainConfig::to_json() const {
             {"temperature", sample_temperature}}},
           {"max_bad_steps", max_bad_steps},
           {"images", {{"ratio", image_ratio}}},
+          {"longctx", {{"ratio", longctx_ratio}, {"tasks", longctx_tasks}, {"haystack", longctx_haystack}}},
           {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};
 }
 

@@ -45,6 +45,13 @@ struct TrainConfig {
   // rows per text row, added to the text, which stays as the curriculum says (a text-only twin with
   // the same curriculum sees exactly the same text). 0: text only.
   double image_ratio = 0;
+  // Synthetic long-context sequences (eval/longctx_tasks.h: the suite's generators, drawn from a
+  // training seed stream the evaluation never uses) join every micro-batch: this many rows per text
+  // row, each sample filling the stage's seq_len, loss on its answer only. Haystacks are cut from
+  // `longctx_haystack` (a text file, one sentence a line). 0: none.
+  double longctx_ratio = 0;
+  std::vector<std::string> longctx_tasks;
+  std::string longctx_haystack;
   // Under mpirun (docs/distributed.md): ZeRO stage 0 (every process keeps the whole optimiser
   // state) or 1 (each keeps its shard), expert-parallel groups of this many processes (each holds
   // 1/expert_parallel of every MoE layer's routed experts), and the gradient buckets' size.

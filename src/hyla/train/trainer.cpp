@@ -31,6 +31,7 @@
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
 #include "hyla/train/checkpoint.h"
+#include "hyla/train/longctx_mix.h"
 #include "hyla/train/gradient_reducer.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/schedule.h"
@@ -149,6 +150,7 @@ void run_training(const TrainOptions& o) {
              "{}: images.ratio {} {}", o.train_config, tc.image_ratio,
              o.images_dirs.empty() ? "needs image records: pass --images DIR" : "is 0, so --images would be unused");
   HYLA_CHECK(o.images_dirs.empty() || ranks == 1, "hyla train --images does not run under mpirun yet (one process)");
+  HYLA_CHECK(tc.longctx_ratio == 0 || ranks == 1, "{}: longctx does not run under mpirun yet (one process)", o.train_config);
   const int64_t G = tc.expert_parallel;
   HYLA_CHECK(G == 1 || (ranks % G == 0 && config.moe.num_experts >= G),
              "{}: distributed.expert_parallel {} needs a process count that it divides (not {}) and at most "
@@ -204,7 +206,7 @@ void run_training(const TrainOptions& o) {
   AdamW optimizer(model.params(), tc, reducer.shard());
   const int64_t total_steps = tc.total_steps();
   int64_t step = 0, bad_steps = 0;
-  json loader_state, images_state;
+  json loader_state, images_state, longctx_state;
   if (o.resume) {
     const auto checkpoint = latest_checkpoint(run_dir);
     HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
@@ -219,6 +221,7 @@ void run_training(const TrainOptions& o) {
     bad_steps = state.at("bad_steps").get<int64_t>();
     loader_state = state.at("loader");
     images_state = state.value("images", json());
+    longctx_state = state.value("longctx", json());
     if (lead) {
       truncate_metrics(run_dir / "metrics.jsonl", step);
       fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
@@ -295,9 +298,18 @@ void run_training(const TrainOptions& o) {
     fmt::print("images {}: {} training records, {:g} image rows per text row\n", fmt::join(o.images_dirs, ", "),
                images->size(), tc.image_ratio);
   }
+  std::optional<LongCtxSampler> longctx;
+  ImageSequences longctx_sequences;
+  if (tc.longctx_ratio > 0) {
+    longctx.emplace(tc.longctx_tasks, tc.longctx_haystack, tokenizer, tc.seed);
+    if (!longctx_state.is_null()) longctx->set_state(longctx_state);
+    fmt::print("longctx: {} ({}), {:g} rows per text row, one sample per stage length\n", fmt::join(tc.longctx_tasks, ", "),
+               tc.longctx_haystack, tc.longctx_ratio);
+  }
   auto trainer_state = [&] {
     json state = {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}};
     if (images) state["images"] = images->state();
+    if (longctx) state["longctx"] = longctx->state();
     return state;
   };
   std::ofstream metrics;
@@ -333,9 +345,15 @@ void run_training(const TrainOptions& o) {
           loader.next(windows);
           if (ranks > 1) keep_rows_of(windows, world.rank(), ranks);
           ModelInput in = next_token_input(windows);
+          const double text_rows = double(in.ids.size());
           if (images) {
-            images->next(std::max<int64_t>(1, std::llround(tc.image_ratio * double(in.ids.size()))), image_sequences);
+            images->next(std::max<int64_t>(1, std::llround(tc.image_ratio * text_rows)), image_sequences);
             append_image_sequences(in, image_sequences, tokenizer.special_id("<|image_pad|>"));
+          }
+          if (longctx) {
+            longctx->next(std::max<int64_t>(1, std::llround(tc.longctx_ratio * text_rows)), st.seq_len,
+                          longctx_sequences);
+            append_image_sequences(in, longctx_sequences, in.image_pad_id);
           }
           return in;
         },
