@@ -17,19 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& text, const char* what) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    HYLA_CHECK(!item.empty(), "{}: empty item in '{}'", what, text);
-    out.push_back(item);
-    at = end + 1;
-  }
-  return out;
-}
-
 // "4096", "4K" (4096), "1M" (1,048,576).
 int64_t parse_length(const std::string& text) {
   size_t used = 0;
@@ -52,9 +39,10 @@ int64_t parse_length(const std::string& text) {
 void add_eval_longctx(CLI::App& eval) {
   auto* cmd = eval.add_subcommand("longctx", "Long-context retrieval and synthesis accuracy over lengths and depths "
                                              "(RULER-style tasks), with a no-context control");
-  static std::string model_dir, server, api_key, tokenizer_file, tasks, lengths = "1K,2K,4K,8K",
-                     depths = "0,0.25,0.5,0.75,1", haystack_file = "data/kjv.txt", train_text_file, dtype = "bf16",
-                     memory = "8GiB", out_file, report_file;
+  static std::string model_dir, server, api_key, tokenizer_file, haystack_file = "data/kjv.txt", train_text_file,
+                     dtype = "bf16", memory = "8GiB", out_file, report_file;
+  static std::vector<std::string> tasks, lengths = {"1K", "2K", "4K", "8K"};
+  static std::vector<double> depths = {0, 0.25, 0.5, 0.75, 1};
   static int64_t samples = 0, max_sequences = 8, prefill_chunk = 2048;
   static uint64_t seed = 1;
   static bool print_json = false, no_control = false;
@@ -64,9 +52,12 @@ void add_eval_longctx(CLI::App& eval) {
   model_option->excludes(server_option);
   cmd->add_option("--api-key", api_key, "The server's API key");
   cmd->add_option("--tokenizer", tokenizer_file, "tokenizer.json (default: the model's; needed with --server)");
-  cmd->add_option("--tasks", tasks, "Comma-separated tasks (default: all of them): " + describe_longctx_tasks());
-  cmd->add_option("--lengths", lengths, "Comma-separated lengths in tokens, prompt and answer (K = 1024, M = 1048576)");
-  cmd->add_option("--depths", depths, "Comma-separated needle depths in [0, 1], for the tasks that place one needle");
+  cmd->add_option("--tasks", tasks, "Comma-separated tasks (default: all of them): " + describe_longctx_tasks())
+      ->delimiter(',');
+  cmd->add_option("--lengths", lengths, "Comma-separated lengths in tokens, prompt and answer (K = 1024, M = 1048576)")
+      ->delimiter(',');
+  cmd->add_option("--depths", depths, "Comma-separated needle depths in [0, 1], for the tasks that place one needle")
+      ->delimiter(',');
   cmd->add_option("--samples", samples, "Samples per cell (0: 100 up to 8K, 25 up to 128K, 5 beyond)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", seed, "Seed of the generators (printed with the generator's version in every result)");
@@ -87,17 +78,10 @@ void add_eval_longctx(CLI::App& eval) {
     HYLA_CHECK(!server.empty() || api_key.empty(), "--api-key is for --server");
     HYLA_CHECK(!tokenizer_file.empty() || !model_dir.empty(), "--server needs --tokenizer (the served model's tokenizer.json)");
     LongCtxOptions o;
-    o.tasks = tasks.empty() ? default_longctx_tasks() : split_list(tasks, "--tasks");
+    o.tasks = tasks.empty() ? default_longctx_tasks() : tasks;
     for (const std::string& name : o.tasks) longctx_task(name);  // an unknown name fails before anything loads
-    for (const std::string& l : split_list(lengths, "--lengths")) o.lengths.push_back(parse_length(l));
-    o.depths.clear();
-    for (const std::string& d : split_list(depths, "--depths")) {
-      try {
-        o.depths.push_back(std::stod(d));
-      } catch (const std::exception&) {
-        fail("--depths: '{}' is not a number in [0, 1]", d);
-      }
-    }
+    for (const std::string& l : lengths) o.lengths.push_back(parse_length(l));
+    o.depths = depths;
     o.samples = samples;
     o.seed = seed;
     o.max_sequences = max_sequences;

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,18 +19,21 @@
 namespace hyla {
 namespace {
 
+// One sample to ask: its cell, how to make it, and the answer's budget. Samples are made when they
+// are submitted and dropped when answered, so a length holds only the prompts in flight (a
+// million-token prompt is 4 MB of ids).
 struct Job {
   size_t cell;
-  LongCtxSample sample;
+  std::function<LongCtxSample()> make;
+  int64_t max_tokens;
 };
+using Answered = std::function<void(const Job&, const LongCtxSample&, const std::string& output, int64_t generated)>;
 
 // Answers prompts greedily: the local model through a scheduler, or a `hyla serve` over HTTP.
 class Answerer {
  public:
   virtual ~Answerer() = default;
-  // Calls done(job, output text, generated tokens) as each job's answer arrives.
-  virtual void answer(std::vector<Job>& jobs, const std::vector<LongCtxTask>& tasks, const std::vector<LongCtxCell>& cells,
-                      const std::function<void(Job&, const std::string&, int64_t)>& done) = 0;
+  virtual void answer(const std::vector<Job>& jobs, const Answered& done) = 0;
 };
 
 class LocalAnswerer : public Answerer {
@@ -43,8 +47,7 @@ class LocalAnswerer : public Answerer {
                                          options.max_sequences);
     sequences_ = cost.sequences;
   }
-  void answer(std::vector<Job>& jobs, const std::vector<LongCtxTask>& tasks, const std::vector<LongCtxCell>& cells,
-              const std::function<void(Job&, const std::string&, int64_t)>& done) override {
+  void answer(const std::vector<Job>& jobs, const Answered& done) override {
     EngineOptions engine;
     engine.max_sequences = sequences_;
     engine.context = length_;
@@ -52,21 +55,22 @@ class LocalAnswerer : public Answerer {
     engine.precision = options_.precision;
     engine.prefix_cache_bytes = 0;  // samples share no prefix beyond the instruction
     Scheduler scheduler(model_, tokenizer_, engine);
-    std::map<Scheduler::RequestId, size_t> in_flight;
+    std::map<Scheduler::RequestId, std::pair<size_t, LongCtxSample>> in_flight;
     size_t next = 0, finished = 0;
     while (finished < jobs.size()) {
       while (next < jobs.size() && int64_t(in_flight.size()) < 2 * sequences_) {
+        LongCtxSample sample = jobs[next].make();
         GenerationRequest r;
-        r.prompt = jobs[next].sample.prompt;
-        r.max_tokens = tasks[cells[jobs[next].cell].task_index].max_tokens;
+        r.prompt = sample.prompt;
+        r.max_tokens = jobs[next].max_tokens;
         r.sampling.temperature = 0;
-        in_flight[scheduler.add(std::move(r))] = next++;
+        in_flight.emplace(scheduler.add(std::move(r)), std::pair{next++, std::move(sample)});
       }
       for (Scheduler::Finished& f : scheduler.step()) {
         if (f.error) std::rethrow_exception(f.error);
-        Job& job = jobs[in_flight.at(f.id)];
-        in_flight.erase(f.id);
-        done(job, f.output.text, int64_t(f.output.tokens.size()));
+        const auto it = in_flight.find(f.id);
+        done(jobs[it->second.first], it->second.second, f.output.text, int64_t(f.output.tokens.size()));
+        in_flight.erase(it);
         ++finished;
       }
     }
@@ -87,12 +91,10 @@ class ServerAnswerer : public Answerer {
     client_.set_write_timeout(600, 0);
     if (!options.api_key.empty()) client_.set_bearer_token_auth(options.api_key);
   }
-  void answer(std::vector<Job>& jobs, const std::vector<LongCtxTask>& tasks, const std::vector<LongCtxCell>& cells,
-              const std::function<void(Job&, const std::string&, int64_t)>& done) override {
-    for (Job& job : jobs) {
-      const nlohmann::json body = {{"prompt", job.sample.prompt},
-                                   {"max_tokens", tasks[cells[job.cell].task_index].max_tokens},
-                                   {"temperature", 0}};
+  void answer(const std::vector<Job>& jobs, const Answered& done) override {
+    for (const Job& job : jobs) {
+      const LongCtxSample sample = job.make();
+      const nlohmann::json body = {{"prompt", sample.prompt}, {"max_tokens", job.max_tokens}, {"temperature", 0}};
       const auto res = client_.Post("/v1/completions", body.dump(), "application/json");
       HYLA_CHECK(res, "--server {}: {}", options_.server, httplib::to_string(res.error()));
       nlohmann::json reply;
@@ -104,7 +106,7 @@ class ServerAnswerer : public Answerer {
       HYLA_CHECK(res->status == 200, "--server {}: /v1/completions answered {}: {}", options_.server, res->status,
                  reply.contains("error") ? reply["error"].value("message", res->body) : res->body);
       const nlohmann::json& choice = reply.at("choices").at(0);
-      done(job, choice.at("text").get<std::string>(), reply.at("usage").value("completion_tokens", int64_t(0)));
+      done(job, sample, choice.at("text").get<std::string>(), reply.at("usage").value("completion_tokens", int64_t(0)));
     }
   }
 
@@ -182,17 +184,19 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
       break;
     }
   };
-  auto run = [&](std::vector<LongCtxCell>& cells, std::vector<Job>& jobs, int64_t context, LongCtxLength& cost) {
+  // The no-context control plants nothing, so only the lengths' samples go through the contamination check.
+  auto run = [&](std::vector<LongCtxCell>& cells, const std::vector<Job>& jobs, int64_t context, bool planted,
+                 LongCtxLength& cost) {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<Answerer> answerer;
     if (options.server.empty()) answerer = std::make_unique<LocalAnswerer>(*model, tokenizer, options, context, cost);
     else answerer = std::make_unique<ServerAnswerer>(options);
-    answerer->answer(jobs, tasks, cells, [&](Job& job, const std::string& output, int64_t generated) {
-      score(cells[job.cell], job.sample, output);
+    answerer->answer(jobs, [&](const Job& job, const LongCtxSample& sample, const std::string& output, int64_t generated) {
+      score(cells[job.cell], sample, output);
+      if (planted) check_contamination(sample);
       ++cost.samples;
-      cost.prompt_tokens += int64_t(job.sample.prompt.size());
+      cost.prompt_tokens += int64_t(sample.prompt.size());
       cost.generated_tokens += generated;
-      job.sample = {};  // a million-token prompt is 4 MB: let it go
       if (progress) progress->advance(1);
     });
     cost.seconds = seconds_since(t0);
@@ -204,15 +208,17 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
     for (size_t c = 0; c < result.cells.size(); ++c) {
       const LongCtxCell& cell = result.cells[c];
       if (cell.length != length) continue;
-      for (int64_t i = 0; i < samples_of(length); ++i) {
-        jobs.push_back({c, make_longctx_sample(tasks[cell.task_index], haystack, tokenizer, length, cell.depth,
-                                               options.seed, uint64_t(i))});
-        check_contamination(jobs.back().sample);
-      }
+      const LongCtxTask& task = tasks[cell.task_index];
+      for (int64_t i = 0; i < samples_of(length); ++i)
+        jobs.push_back({c,
+                        [&haystack, &tokenizer, &options, &task, length, depth = cell.depth, i] {
+                          return make_longctx_sample(task, haystack, tokenizer, length, depth, options.seed, uint64_t(i));
+                        },
+                        task.max_tokens});
     }
     LongCtxLength cost;
     cost.length = length;
-    run(result.cells, jobs, length, cost);
+    run(result.cells, jobs, length, /*planted=*/true, cost);
     result.lengths.push_back(cost);
   }
 
@@ -227,13 +233,16 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
       result.no_context.push_back(std::move(cell));
       for (int64_t i = 0; i < samples_of(control_length); ++i) {
         const double depth = options.depths[size_t(i) % options.depths.size()];
-        jobs.push_back({t, make_longctx_sample(tasks[t], haystack, tokenizer, control_length, depth, options.seed,
-                                               uint64_t(i), /*no_context=*/true)});
-        longest = std::max<int64_t>(longest, int64_t(jobs.back().sample.prompt.size()) + tasks[t].max_tokens);
+        auto make = [&haystack, &tokenizer, &options, &task = tasks[t], control_length, depth, i] {
+          return make_longctx_sample(task, haystack, tokenizer, control_length, depth, options.seed, uint64_t(i),
+                                     /*no_context=*/true);
+        };
+        longest = std::max<int64_t>(longest, int64_t(make().prompt.size()) + tasks[t].max_tokens);
+        jobs.push_back({t, make, tasks[t].max_tokens});
       }
     }
     LongCtxLength cost;
-    run(result.no_context, jobs, longest, cost);
+    run(result.no_context, jobs, longest, /*planted=*/false, cost);
   }
   if (progress) progress->finish();
   result.seconds = seconds_since(start);

@@ -524,7 +524,8 @@ LongCtxSample make_longctx_sample(const LongCtxTask& task, const Haystack& hayst
   // The list tasks decide their answers while filling the context.
   Context context;  // views into the haystack, `noise` and `list`
   std::vector<std::vector<int32_t>> list;
-  const std::vector<int32_t> noise = tokenizer.encode(" " + std::string(kNoise));
+  const std::vector<int32_t> noise =
+      spec.source == Source::Noise ? tokenizer.encode(" " + std::string(kNoise)) : std::vector<int32_t>();
   if (spec.source == Source::None) {
     const int64_t query_reserve = spec.kind == Kind::AssociativeRecall ? 64 : 0;  // its question names the keys drawn
     const int64_t budget = length - fixed - int64_t(tokenizer.encode(suffix).size()) - query_reserve - 16;
