@@ -340,7 +340,7 @@ void int8_pack(const int8_t* values, const float* scales, int64_t rows, int64_t 
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 20))
   for (int64_t p = 0; p < panel_count(rows); ++p) {
     const int64_t first = p * kPanelRows;
-    const bool full = first + kPanelRows <= rows;
+    [[maybe_unused]] const bool full = first + kPanelRows <= rows;
     for (int64_t b = 0; b < blocks; ++b) {
       uint8_t* out = dst + p * panel_bytes(cols, block) + b * bytes;
       const int8_t* panel = values + first * cols + b * block;

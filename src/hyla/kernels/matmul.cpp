@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "hyla/core/error.h"
+#include "hyla/core/half.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/skinny_gemm.h"
@@ -49,6 +50,9 @@ struct CachedGemm {
   dnnl::matmul primitive;
   dnnl::memory a, b, c, scratchpad;
   std::unordered_map<int, dnnl::memory> args;
+  // bf16 inputs on a CPU oneDNN has no bf16 matmul for (before AVX-512, e.g. AMD Zen 2/3): the
+  // primitive is the f32 one and each call widens the inputs first (exact: every bf16 is an f32).
+  bool widen = false;
 };
 
 dnnl::engine& cpu_engine() {
@@ -90,7 +94,17 @@ CachedGemm create(const GemmKey& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  } catch (const dnnl::error&) {
+    if (!key.bf16_inputs) throw;
+    GemmKey f32 = key;
+    f32.bf16_inputs = false;
+    CachedGemm g = create(f32);
+    g.widen = true;
+    return g;
+  }
   dnnl::engine& engine = cpu_engine();
   CachedGemm g{dnnl::matmul(pd), dnnl::memory(a, engine, nullptr), dnnl::memory(b, engine, nullptr),
                dnnl::memory(c, engine, nullptr), dnnl::memory(pd.scratchpad_desc(), engine, nullptr), {}};
@@ -98,6 +112,26 @@ CachedGemm create(const GemmKey& key) {
   if (pd.scratchpad_desc().get_size() > 0) g.args.emplace(DNNL_ARG_SCRATCHPAD, g.scratchpad);
   ++primitives_created;
   return g;
+}
+
+// The values a matrix argument spans in memory: op(X) is rows × cols, `batch` of them `stride` apart.
+int64_t span_values(int64_t batch, int64_t rows, int64_t cols, Trans t, int64_t ld, int64_t stride) {
+  const int64_t stored_rows = t == Trans::N ? rows : cols, stored_cols = t == Trans::N ? cols : rows;
+  return (batch - 1) * stride + (stored_rows - 1) * ld + stored_cols;
+}
+
+// `n` bf16 values widened into a buffer of the calling thread (`slot` 0 or 1), grown, never shrunk.
+const float* widened(const void* values, int64_t n, int slot) {
+  thread_local std::shared_ptr<void> buffers[2];
+  thread_local size_t capacity[2] = {0, 0};
+  const size_t bytes = size_t(n) * sizeof(float);
+  if (bytes > capacity[slot]) {
+    buffers[slot] = allocate_aligned(bytes);
+    capacity[slot] = bytes;
+  }
+  float* out = static_cast<float*>(buffers[slot].get());
+  convert(static_cast<const bf16*>(values), out, size_t(n));
+  return out;
 }
 
 void run(const GemmKey& key, const void* A, const void* B, float* C) {
@@ -115,6 +149,10 @@ void run(const GemmKey& key, const void* A, const void* B, float* C) {
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, create(key)).first;
   CachedGemm& g = it->second;
+  if (g.widen) {
+    A = widened(A, span_values(key.batch, key.M, key.K, key.ta, key.lda, key.stride_a), 0);
+    B = widened(B, span_values(key.batch, key.K, key.N, key.tb, key.ldb, key.stride_b), 1);
+  }
   g.a.set_data_handle(const_cast<void*>(A));
   g.b.set_data_handle(const_cast<void*>(B));
   g.c.set_data_handle(C);
