@@ -14,6 +14,8 @@ const char* kernel_backend_name() {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
          " VNNI"
 #endif
+#elif defined(__AVX2__) && defined(__FMA__)
+         "AVX2"
 #else
          "portable"
 #endif

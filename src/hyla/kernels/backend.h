@@ -28,7 +28,8 @@
 //
 // The CPU backend's instruction set is fixed at compile time too, by the compiler's target
 // (-march=native, or x86-64-v2 under HYLA_NATIVE=OFF): vec.h makes its 16-lane Vec one AVX-512
-// register when __AVX512F__ is defined and 16 plain floats otherwise, and every kernel written on
+// register when __AVX512F__ is defined, two AVX2 registers with __AVX2__ and __FMA__, 16 plain
+// floats otherwise, and every kernel written on
 // Vec follows. The kernels with instructions of their own test their own macros and fall back to
 // portable code without them: the bf16 dot products (small_gemm, skinny_gemm, attention,
 // latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__.
@@ -36,7 +37,7 @@
 namespace hyla {
 
 // The backend this process runs and the instruction set it was built for, as in
-// "cpu (AVX-512 BF16 VNNI)", "cpu (AVX-512)" or "cpu (portable)".
+// "cpu (AVX-512 BF16 VNNI)", "cpu (AVX-512)", "cpu (AVX2)" or "cpu (portable)".
 const char* kernel_backend_name();
 
 }  // namespace hyla

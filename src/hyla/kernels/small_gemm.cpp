@@ -240,16 +240,34 @@ void small_gemm_bf16_packed(int64_t M, int64_t N, int64_t K, float alpha, const 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
   panels_bf16(M, N, K / 2, alpha, reinterpret_cast<const uint32_t*>(A), lda / 2, 1, B, ldb, beta, C, ldc);
 #else
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = 0.0f;
+  // On Vec (two AVX2 registers, or plain floats): a block of up to 4 rows of A against 16 columns
+  // of B, each pair of B's words widened once for every row. B's rows hold ldb ≥ N words, a
+  // multiple of 16, so whole vectors of them are always readable.
+  constexpr int kRows = 4;
+  for (int64_t i0 = 0; i0 < M; i0 += kRows) {
+    const int rows = int(std::min<int64_t>(kRows, M - i0));
+    for (int64_t j = 0; j < N; j += vec::kLanes) {
+      vec::Vec acc[kRows];
+      vec::unroll<kRows>([&](auto r) { acc[r] = vec::zero(); });
       for (int64_t p = 0; p < K / 2; ++p) {
-        const uint32_t b = B[p * ldb + j];
-        acc += to_f32(A[i * lda + 2 * p]) * std::bit_cast<float>(b << 16) +
-               to_f32(A[i * lda + 2 * p + 1]) * std::bit_cast<float>(b & 0xffff0000u);
+        vec::Vec lo, hi;
+        vec::load_bf16_pairs(B + p * ldb + j, vec::kAll, lo, hi);
+        vec::unroll<kRows>([&](auto r) {
+          if (r >= rows) return;
+          const bf16* a = A + (i0 + r) * lda + 2 * p;
+          acc[r] = vec::fmadd(hi, vec::broadcast(to_f32(a[1])), vec::fmadd(lo, vec::broadcast(to_f32(a[0])), acc[r]));
+        });
       }
-      C[i * ldc + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
+      const vec::Mask columns = vec::lane_range(0, N - j);
+      vec::unroll<kRows>([&](auto r) {
+        if (r >= rows) return;
+        float* c = C + (i0 + r) * ldc + j;
+        const vec::Vec out = beta == 0.0f ? vec::broadcast(alpha) * acc[r]
+                                          : vec::fmadd(vec::broadcast(alpha), acc[r], vec::broadcast(beta) * vec::load(c, columns));
+        vec::store(c, out, columns);
+      });
     }
+  }
 #endif
 }
 

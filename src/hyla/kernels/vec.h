@@ -1,6 +1,6 @@
 #pragma once
 // A 16-lane f32 vector for the hand-written kernels: one zmm register when compiled for AVX-512,
-// otherwise 16 floats in plain loops (the portable fallback, e.g. HYLA_NATIVE=OFF builds for
+// two ymm registers for AVX2 with FMA, otherwise 16 floats in plain loops (the portable fallback, e.g. HYLA_NATIVE=OFF builds for
 // x86-64-v2; the compiler vectorises the loops for whatever the target has). A kernel written once
 // against Vec compiles to the same instructions as hand-written intrinsics on AVX-512.
 // Only the operations the kernels need are here.
@@ -122,6 +122,126 @@ inline Vec sum_each(const Vec* v) {
     });
   });
   return sum_halves(w);
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// Two ymm registers (AVX2 machines without AVX-512: AMD Zen 2/3, Intel before Skylake-SP). The
+// lanes' order is lo's 8 then hi's 8; masked loads and stores touch no masked-off lane's memory,
+// as AVX-512's do.
+struct Vec {
+  __m256 lo, hi;
+};
+namespace detail {
+// The 8 lanes whose bits are set, as all-ones 32-bit lanes.
+inline __m256i lanes(unsigned bits) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits & 0xffu)), bit), bit);
+}
+// [sum(v0), ..., sum(v7)]: three levels of horizontal adds, then the two 128-bit halves.
+inline __m256 sums_of_8(__m256 v0, __m256 v1, __m256 v2, __m256 v3, __m256 v4, __m256 v5, __m256 v6, __m256 v7) {
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v4, v5), _mm256_hadd_ps(v6, v7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+// 2^n for integer-valued n in [-150, 128], in two factors so that each is a normal float.
+inline __m256 scale_by_power_of_2(__m256 p, __m256 n) {
+  const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const auto power = [](__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+  };
+  return _mm256_mul_ps(_mm256_mul_ps(p, power(n1)), power(n2));
+}
+}  // namespace detail
+
+inline Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline Vec broadcast(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+inline Vec load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline Vec load(const float* p, Mask m) {  // others 0
+  return {_mm256_maskload_ps(p, detail::lanes(m)), _mm256_maskload_ps(p + 8, detail::lanes(m >> 8))};
+}
+inline void store(float* p, Vec a) {
+  _mm256_storeu_ps(p, a.lo);
+  _mm256_storeu_ps(p + 8, a.hi);
+}
+inline void store(float* p, Vec a, Mask m) {
+  _mm256_maskstore_ps(p, detail::lanes(m), a.lo);
+  _mm256_maskstore_ps(p + 8, detail::lanes(m >> 8), a.hi);
+}
+inline Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+inline Vec operator-(Vec a, Vec b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+inline Vec operator*(Vec a, Vec b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+inline Vec operator/(Vec a, Vec b) { return {_mm256_div_ps(a.lo, b.lo), _mm256_div_ps(a.hi, b.hi)}; }
+inline Vec fmadd(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+// As AVX-512's: a > b ? a : b and a < b ? a : b (a NaN in b passes through, a NaN in a doesn't).
+inline Vec max(Vec a, Vec b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+inline Vec min(Vec a, Vec b) { return {_mm256_min_ps(a.lo, b.lo), _mm256_min_ps(a.hi, b.hi)}; }
+inline Vec select(Mask m, Vec a, Vec b) {  // m ? b : a
+  return {_mm256_blendv_ps(a.lo, b.lo, _mm256_castsi256_ps(detail::lanes(m))),
+          _mm256_blendv_ps(a.hi, b.hi, _mm256_castsi256_ps(detail::lanes(m >> 8)))};
+}
+inline Mask equal(Vec a, Vec b) {
+  return Mask(unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a.lo, b.lo, _CMP_EQ_OQ))) |
+              unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a.hi, b.hi, _CMP_EQ_OQ))) << 8);
+}
+inline float sum(Vec a) {
+  const __m256 s = _mm256_add_ps(a.lo, a.hi);
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// 16 bf16 pairs (32-bit words, the pair's first element in the low half) as two f32 vectors.
+inline void load_bf16_pairs(const uint32_t* p, Mask m, Vec& lo, Vec& hi) {
+  const int* q = reinterpret_cast<const int*>(p);
+  const __m256i w0 = _mm256_maskload_epi32(q, detail::lanes(m)), w1 = _mm256_maskload_epi32(q + 8, detail::lanes(m >> 8));
+  const __m256i top = _mm256_set1_epi32(int(0xffff0000u));
+  lo = {_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16))};
+  hi = {_mm256_castsi256_ps(_mm256_and_si256(w0, top)), _mm256_castsi256_ps(_mm256_and_si256(w1, top))};
+}
+
+inline Vec exp(Vec x) {
+  x = min(broadcast(kExpHi), max(broadcast(kExpLo), x));
+  const auto half = [](__m256 v) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), v);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(kExpPoly[7]);
+    for (int i = 6; i >= 0; --i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
+    return detail::scale_by_power_of_2(p, n);  // NaN stays NaN through p
+  };
+  return {half(x.lo), half(x.hi)};
+}
+
+// 16 bf16 values widened to f32 (exact: bf16 is the top half of an f32); masked-off lanes are 0
+// (a partial mask goes through a copy, so no lane past it is read).
+inline Vec load_bf16(const bf16* p, Mask m = kAll) {
+  alignas(32) uint16_t part[kLanes];
+  const void* from = p;
+  if (m != kAll) {
+    for (int i = 0; i < kLanes; ++i) part[i] = (m >> i) & 1 ? p[i].bits : uint16_t(0);
+    from = part;
+  }
+  const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(from));
+  const auto widen = [](__m128i x) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16)); };
+  return {widen(_mm256_castsi256_si128(h)), widen(_mm256_extracti128_si256(h, 1))};
+}
+
+// Sixteen horizontal sums from 8 vectors of half sums: w[2b + c] holds 8 partial sums of output
+// b + 8c in its lo and 8 of output b + 4 + 8c in its hi (b < 4, c < 2). Lane o of the result is
+// output o's total.
+inline Vec sum_halves(const Vec* w) {
+  return {detail::sums_of_8(w[0].lo, w[2].lo, w[4].lo, w[6].lo, w[0].hi, w[2].hi, w[4].hi, w[6].hi),
+          detail::sums_of_8(w[1].lo, w[3].lo, w[5].lo, w[7].lo, w[1].hi, w[3].hi, w[5].hi, w[7].hi)};
+}
+
+// Lane i of the result is the sum of the 16 lanes of v[i].
+inline Vec sum_each(const Vec* v) {
+  __m256 h[kLanes];
+  for (int i = 0; i < kLanes; ++i) h[i] = _mm256_add_ps(v[i].lo, v[i].hi);
+  return {detail::sums_of_8(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]),
+          detail::sums_of_8(h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15])};
 }
 
 #else
