@@ -15,6 +15,7 @@ struct ModelBenchArgs {
   int reps = 5;
   int64_t prefill_chunk = 512;
   int64_t ttft_prefix = 0;  // > 0: time to first token with and without this many cached prompt tokens
+  int64_t snapshot_every = 512;  // the prompt-state snapshot interval of the cached case
   bool json = false;
   // The token ids of the tests: from this text (tokenized with the model's tokenizer) instead of
   // random ids, so that routing sees real text (expert offload measures its cache on it).

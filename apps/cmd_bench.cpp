@@ -202,6 +202,7 @@ void add_bench(CLI::App& app) {
   bench->add_option("--dtype", model_args.dtypes, "Matmul inputs, comma separated")->delimiter(',')->check(CLI::IsMember({"f32", "bf16"}));
   bench->add_option("--prefill-chunk", model_args.prefill_chunk, "Prompt tokens per forward")->check(positive());
   bench->add_option("--ttft-prefix", model_args.ttft_prefix, "Also time the first token after this many shared prompt tokens, cold and cached")->check(non_negative());
+  bench->add_option("--snapshot-every", model_args.snapshot_every, "With --ttft-prefix: the prompt-state snapshot interval")->check(positive());
   bench->add_flag("--json", model_args.json, "Print a JSON list of rows");
   bench->add_option("--text", model_args.text_file, "Take the test tokens from this text instead of random ids")
       ->check(CLI::ExistingFile);

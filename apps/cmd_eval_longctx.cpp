@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "commands.h"
+#include "hyla/core/byte_size.h"
 #include "hyla/eval/interval.h"
 #include "hyla/eval/longctx_eval.h"
 #include "hyla/eval/longctx_report.h"
 #include "hyla/io/file.h"
-#include "hyla/model/expert_offload.h"
 
 namespace hyla::cli {
 
@@ -85,9 +86,9 @@ void add_eval_longctx(CLI::App& eval) {
     o.samples = samples;
     o.seed = seed;
     o.max_sequences = max_sequences;
-    const ExpertMemory budget = parse_expert_memory(memory);
-    HYLA_CHECK(budget.bytes > 0, "--memory {}: give bytes with a unit (e.g. 4GiB)", memory);
-    o.memory_budget = budget.bytes;
+    const std::optional<int64_t> budget = parse_byte_size(memory);
+    HYLA_CHECK(budget && *budget > 0, "--memory {}: give bytes with a unit (e.g. 4GiB)", memory);
+    o.memory_budget = *budget;
     o.prefill_chunk = prefill_chunk;
     o.precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
     o.server = server;

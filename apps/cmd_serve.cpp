@@ -4,9 +4,11 @@
 #include <atomic>
 #include <csignal>
 #include <ctime>
+#include <optional>
 #include <thread>
 
 #include "commands.h"
+#include "hyla/core/byte_size.h"
 #include "hyla/core/error.h"
 #include "hyla/dist/expert_serving.h"
 #include "hyla/io/file.h"
@@ -31,6 +33,7 @@ void add_serve(CLI::App& app) {
   static ExpertMemoryArgs expert_memory;
   static std::string dtype = "bf16", cache_dtype = "bf16";
   static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
+  static std::string memory;
   static std::string api_key_file;
   cmd->add_option("-m,--model", options.model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--host", options.host, "Address to listen on");
@@ -50,6 +53,12 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--cache-dtype", cache_dtype, "Latent KV cache values")->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--prefix-cache-mb", prefix_cache_mb, "Memory for reusable prompt states (0: off)")->check(non_negative());
+  cmd->add_option("--snapshot-every", options.engine.snapshot_interval,
+                  "Snapshot a prompt's state every N tokens (and at each turn's end): a prompt sharing a cached "
+                  "prefix re-reads at most N of its tokens")
+      ->check(positive());
+  cmd->add_option("--memory", memory, "State memory the slots at full context and the prompt-state cache may take "
+                                      "(e.g. 8GiB; default: half the machine's memory)");
   cmd->add_option("--max-tokens", options.limits.max_tokens, "Largest max_tokens a request may ask for")->check(positive());
   cmd->add_option("--max-body-kb", max_body_kb, "Largest request body")->check(positive());
   cmd->add_option("--max-images", options.limits.max_images, "Image parts a chat request may carry")->check(non_negative());
@@ -67,6 +76,9 @@ void add_serve(CLI::App& app) {
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;
     options.engine.prefix_cache_bytes = prefix_cache_mb << 20;
+    const std::optional<int64_t> budget = memory.empty() ? physical_memory_bytes() / 2 : parse_byte_size(memory);
+    HYLA_CHECK(budget && *budget > 0, "--memory {}: give bytes with a unit (e.g. 8GiB)", memory);
+    options.engine.memory_budget = *budget;
     options.limits.max_body_bytes = size_t(max_body_kb) << 10;
     if (!api_key_file.empty()) options.api_key = read_key_file(api_key_file);
     HYLA_CHECK(!options.metrics_need_key || !options.api_key.empty(), "--metrics-need-key needs an API key");

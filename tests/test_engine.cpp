@@ -1,6 +1,7 @@
 // Inference: decode after prefill equals one full forward (every layer type, AttnRes on and
 // off); the engine's batched continuous decoding equals one request at a time; prompt-state reuse
 // gives identical outputs; stop strings, max_tokens, cancellation, logprobs; the text stream.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "hyla/data/utf8.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/json_grammar.h"
+#include "hyla/infer/prefix_cache.h"
 #include "hyla/infer/sequence_state.h"
 #include "hyla/infer/text_stream.h"
 #include "model_test_util.h"
@@ -147,6 +149,103 @@ TEST(Inference, StateMemoryMatchesTheArithmetic) {
             "0.01 MiB fixed (KDA states and conv tails) + 160 B per token (latent cache, BF16) = 0.16 MiB at 1000 tokens");
 }
 
+// Feeds ids[from, to) in chunks that end at multiples of `interval`, as the scheduler's prefill does.
+void feed_to(Model& model, const std::vector<int32_t>& ids, int64_t to, int64_t interval, SequenceState& state) {
+  while (state.length() < to) {
+    const int64_t from = state.length(), end = std::min(to, (from / interval + 1) * interval);
+    feed(model, std::vector<int32_t>(ids.begin() + from, ids.begin() + end), state, interval, Precision::F32);
+  }
+}
+
+// Snapshots along a prompt cost its latent rows once plus one recurrent state each, and a restored
+// prefix continues bit for bit like the state that read the whole prompt.
+TEST(PromptStates, ARestoredPrefixContinuesLikeTheColdStateAndMemoryIsLinear) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  test::randomize_params(model.params(), 12);
+  const int64_t interval = 16;
+  const std::vector<int32_t> first = random_ids(200, config.vocab_size, 13);
+  PrefixCache cache(int64_t(64) << 20, interval);
+  SequenceState state(model, 256, DType::F32);
+  PrefixCache::Cursor cursor;
+  for (int64_t at = interval; at <= 200; at += interval) {
+    feed_to(model, first, at, interval, state);
+    cache.store(first, {}, at, state, cursor);
+  }
+  EXPECT_EQ(cache.snapshots(), 12);
+  const int64_t rows = 192 * state.bytes_per_token(), states = 12 * state.fixed_bytes();
+  EXPECT_GE(cache.bytes(), rows + states);
+  EXPECT_LE(cache.bytes(), rows + states + 192 * 4 + 12 * 512);  // token ids and bookkeeping
+
+  // A second prompt sharing 150 tokens: restored at 144, the rest read, logits equal to cold.
+  std::vector<int32_t> second(first.begin(), first.begin() + 150);
+  for (int32_t id : random_ids(30, config.vocab_size, 14)) second.push_back(id);
+  SequenceState warm(model, 256, DType::F32), cold(model, 256, DType::F32);
+  PrefixCache::Cursor second_cursor;
+  ASSERT_EQ(cache.restore(second, {}, warm, second_cursor), 144);
+  EXPECT_EQ(warm.length(), 144);
+  feed_to(model, second, 144, interval, cold);
+  const std::vector<int32_t> rest(second.begin() + 144, second.end());
+  const Tensor a = feed(model, rest, warm, 64, Precision::F32), b = feed(model, rest, cold, 64, Precision::F32);
+  EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(config.vocab_size) * 4), 0);
+  // Storing a snapshot that exists, from another request, adds nothing.
+  const int64_t bytes = cache.bytes();
+  SequenceState again(model, 256, DType::F32);
+  PrefixCache::Cursor fresh;
+  feed_to(model, first, 64, interval, again);
+  cache.store(first, {}, 64, again, fresh);
+  EXPECT_EQ(cache.bytes(), bytes);
+  EXPECT_EQ(cache.snapshots(), 12);
+  // The root prefix is never restored: the last token must still be read.
+  PrefixCache::Cursor short_cursor;
+  SequenceState empty(model, 256, DType::F32);
+  EXPECT_EQ(cache.restore(std::vector<int32_t>(first.begin(), first.begin() + 16), {}, empty, short_cursor), 0);
+  EXPECT_EQ(empty.length(), 0);
+}
+
+// Over budget, the least recently used leaves go first, so what remains of a prompt's chain is a
+// prefix of it that still restores exactly.
+TEST(PromptStates, EvictionTakesLeastRecentlyUsedLeavesAndKeepsTheirAncestors) {
+  const ModelConfig config = test::nano_config();
+  Model model(config);
+  test::randomize_params(model.params(), 15);
+  const int64_t interval = 16;
+  std::vector<int32_t> a = random_ids(200, config.vocab_size, 16), b = random_ids(80, config.vocab_size, 17);
+  b[0] = (a[0] + 1) % int32_t(config.vocab_size);  // no shared prefix
+  auto store_chain = [&](PrefixCache& cache, const std::vector<int32_t>& ids, int64_t to) {
+    SequenceState state(model, 256, DType::F32);
+    PrefixCache::Cursor cursor;
+    for (int64_t at = interval; at <= to; at += interval) {
+      feed_to(model, ids, at, interval, state);
+      cache.store(ids, {}, at, state, cursor);
+    }
+  };
+  int64_t chain_bytes = 0;
+  {
+    PrefixCache probe(int64_t(1) << 30, interval);
+    store_chain(probe, a, 192);
+    chain_bytes = probe.bytes();
+  }
+  PrefixCache cache(chain_bytes, interval);
+  store_chain(cache, a, 192);
+  EXPECT_EQ(cache.snapshots(), 12);
+  store_chain(cache, b, 64);  // four nodes of b push out a's last four
+  EXPECT_EQ(cache.snapshots(), 12);
+  SequenceState warm(model, 256, DType::F32), cold(model, 256, DType::F32);
+  PrefixCache::Cursor cursor;
+  ASSERT_EQ(cache.restore(a, {}, warm, cursor), 128);
+  feed_to(model, a, 128, interval, cold);
+  const std::vector<int32_t> rest(a.begin() + 128, a.end());
+  const Tensor x = feed(model, rest, warm, 64, Precision::F32), y = feed(model, rest, cold, 64, Precision::F32);
+  EXPECT_EQ(std::memcmp(x.data<float>(), y.data<float>(), size_t(config.vocab_size) * 4), 0);
+  // A chain longer than the whole budget keeps its beginning: a node never evicts its own parent.
+  PrefixCache small(chain_bytes / 2, interval);
+  store_chain(small, a, 192);
+  EXPECT_EQ(small.snapshots(), 6);
+  SequenceState part(model, 256, DType::F32);
+  EXPECT_EQ(small.restore(a, {}, part, cursor), 96);
+}
+
 struct EngineFixture {
   ModelConfig config = test::nano_config([](json& j) { j["vocab_size"] = 512; });
   Model model{config};
@@ -211,6 +310,7 @@ TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
     cold_b = cold.submit(b).get().tokens;
   }
   o.prefix_cache_bytes = int64_t(64) << 20;
+  o.snapshot_interval = 16;
   Engine warm(f.model, f.tokenizer, o);
   const GenerationOutput first = warm.submit(a).get();
   EXPECT_EQ(first.cached_prompt_tokens, 0);
@@ -218,6 +318,47 @@ TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
   EXPECT_GT(second.cached_prompt_tokens, 0);  // the shared prefix came from the cache
   EXPECT_EQ(second.cached_prompt_tokens % 16, 0);
   EXPECT_EQ(second.tokens, cold_b);
+}
+
+// A conversation's next turn re-sends the last one with its answer: the snapshot at the end of a
+// turn means only the tokens after it are read (the answer's last token was never fed), and the
+// reply is the one a cold engine gives, whatever the snapshot interval.
+TEST(Engine, ASecondTurnReadsOnlyWhatFollowsTheFirst) {
+  EngineFixture f;
+  for (const int64_t interval : {int64_t(16), int64_t(64)}) {
+    EngineOptions o = EngineFixture::exact(1, 512, 32);
+    o.prefix_cache_bytes = int64_t(64) << 20;
+    o.snapshot_interval = interval;
+    GenerationRequest turn1 = f.request(test::sample_text(4, 21) + " first question", 9);
+    Engine warm(f.model, f.tokenizer, o);
+    const GenerationOutput one = warm.submit(turn1).get();
+    GenerationRequest turn2 = turn1;
+    turn2.prompt.insert(turn2.prompt.end(), one.tokens.begin(), one.tokens.end());
+    const std::vector<int32_t> question = f.tokenizer.encode(" and a second question");
+    turn2.prompt.insert(turn2.prompt.end(), question.begin(), question.end());
+    const GenerationOutput two = warm.submit(turn2).get();
+    EXPECT_EQ(two.cached_prompt_tokens, int64_t(turn1.prompt.size() + one.tokens.size()) - 1) << interval;
+    EngineOptions cold_options = o;
+    cold_options.prefix_cache_bytes = 0;
+    Engine cold(f.model, f.tokenizer, cold_options);
+    EXPECT_EQ(two.tokens, cold.submit(turn2).get().tokens) << interval;
+  }
+}
+
+TEST(Engine, RefusesAContextPastTheWindowOrOverTheMemoryBudget) {
+  EngineFixture f;
+  EngineOptions o = EngineFixture::exact(4, f.config.max_position_embeddings + 1, 16);
+  test::expect_error([&] { Engine e(f.model, f.tokenizer, o); },
+                                fmt::format("exceeds the model's window ({} tokens", f.config.max_position_embeddings));
+  o.context = 4096;
+  o.prefix_cache_bytes = 0;
+  const SequenceState probe(f.model, 4096, DType::F32);
+  o.memory_budget = 3 * probe.bytes_at(4096) + 100;
+  test::expect_error([&] { Engine e(f.model, f.tokenizer, o); },
+                                "3 sequences fit at this context, or 4 sequences fit at a context of");
+  o.max_sequences = 3;
+  Engine fits(f.model, f.tokenizer, o);
+  EXPECT_EQ(fits.submit(f.request("fits", 2)).get().tokens.size(), 2u);
 }
 
 // A vision model (nano, 7×7 grey patches) and prompts that carry images.
@@ -258,6 +399,7 @@ TEST(Engine, PrefixCacheKeyCoversImages) {
   VisionFixture f;
   EngineOptions o = EngineFixture::exact(1, 512, 16);
   o.prefix_cache_bytes = int64_t(64) << 20;
+  o.snapshot_interval = 16;
   const std::string shared = test::sample_text(4, 9);
   const Image first = VisionFixture::image(14, 14, 1), second = VisionFixture::image(14, 14, 2);
   GenerationRequest a = f.with_images("Look:", {first}, shared + " first question", 4);

@@ -6,9 +6,28 @@
 
 namespace hyla {
 
-PrefixCache::PrefixCache(int64_t budget_bytes, int64_t granularity) : budget_(budget_bytes), granularity_(granularity) {
-  HYLA_CHECK(granularity > 0, "prefix cache: granularity must be positive, got {}", granularity);
+struct PrefixCache::Node {
+  uint64_t id = 0;
+  Node* parent = nullptr;
+  int64_t begin = 0, end = 0;
+  std::vector<int32_t> tokens;      // [begin, end): a match is confirmed token by token
+  std::vector<PromptInput> inputs;  // and input by input (those starting inside the span)
+  std::vector<Node*> children;
+  std::unique_ptr<std::byte[]> rows, recurrent;  // the span's latent rows; the recurrent state at end
+  uint64_t last_use = 0;
+  int64_t bytes = 0;
+};
+
+namespace {
+
+// The inputs starting in rows [begin, end) of a prompt (inputs sorted by row).
+std::span<const PromptInput> inputs_in(std::span<const PromptInput> inputs, int64_t begin, int64_t end) {
+  const auto first = std::find_if(inputs.begin(), inputs.end(), [&](const PromptInput& in) { return in.row >= begin; });
+  const auto last = std::find_if(first, inputs.end(), [&](const PromptInput& in) { return in.row >= end; });
+  return {first, last};
 }
+
+}  // namespace
 
 uint64_t content_digest(std::span<const uint8_t> bytes, uint64_t seed) {
   uint64_t h = seed;
@@ -16,76 +35,141 @@ uint64_t content_digest(std::span<const uint8_t> bytes, uint64_t seed) {
   return h;
 }
 
-std::span<const PromptInput> PrefixCache::inside(std::span<const PromptInput> inputs, int64_t length) {
-  const auto end = std::find_if(inputs.begin(), inputs.end(), [&](const PromptInput& in) { return in.row >= length; });
-  return inputs.first(size_t(end - inputs.begin()));
+PrefixCache::PrefixCache(int64_t budget_bytes, int64_t interval)
+    : budget_(budget_bytes), interval_(interval), root_(std::make_unique<Node>()) {
+  HYLA_CHECK(interval > 0, "prompt-state reuse: the snapshot interval must be positive, got {}", interval);
 }
 
-uint64_t PrefixCache::hash(const int32_t* tokens, int64_t n, std::span<const PromptInput> inputs) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int64_t i = 0; i < n; ++i) h = (h ^ uint32_t(tokens[i])) * 0x100000001b3ull;
-  for (const PromptInput& in : inside(inputs, n)) h = (h ^ in.digest ^ uint64_t(in.row)) * 0x100000001b3ull;
-  return h;
+PrefixCache::~PrefixCache() = default;
+
+PrefixCache::Node* PrefixCache::deepest(std::span<const int32_t> tokens, std::span<const PromptInput> inputs,
+                                        int64_t limit) {
+  auto spells = [&](const Node& n) {
+    return n.end <= limit && std::equal(n.tokens.begin(), n.tokens.end(), tokens.begin() + n.begin) &&
+           std::ranges::equal(n.inputs, inputs_in(inputs, n.begin, n.end));
+  };
+  // Spans of siblings may overlap (a turn's end and the next interval both start at the parent's
+  // end), so every matching branch is followed, without recursion: paths can be thousands deep.
+  Node* best = root_.get();
+  std::vector<Node*> pending{best};
+  while (!pending.empty()) {
+    Node* n = pending.back();
+    pending.pop_back();
+    if (n->end > best->end) best = n;
+    for (Node* child : n->children)
+      if (spells(*child)) pending.push_back(child);
+  }
+  return best;
 }
 
-bool PrefixCache::matches(const Entry& e, const std::vector<int32_t>& prompt, std::span<const PromptInput> inputs,
-                          int64_t length) {
-  const auto mine = inside(inputs, length);
-  return int64_t(e.tokens.size()) == length && std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin()) &&
-         std::equal(e.inputs.begin(), e.inputs.end(), mine.begin(), mine.end());
+void PrefixCache::touch(Node* node) {
+  if (node == root_.get()) return;
+  const bool leaf = node->children.empty();
+  if (leaf) leaves_.erase({node->last_use, node});
+  node->last_use = ++clock_;
+  if (leaf) leaves_.insert({node->last_use, node});
 }
 
-int64_t PrefixCache::restore(const std::vector<int32_t>& prompt, std::span<const PromptInput> inputs,
-                             SequenceState& state) {
-  HYLA_ASSERT(std::is_sorted(inputs.begin(), inputs.end(), [](auto& a, auto& b) { return a.row < b.row; }));
-  const int64_t longest = (int64_t(prompt.size()) - 1) / granularity_ * granularity_;
-  for (int64_t length = longest; length > 0; length -= granularity_) {
-    auto [first, last] = index_.equal_range(hash(prompt.data(), length, inputs));
-    for (auto it = first; it != last; ++it) {
-      Entry& e = *it->second;
-      if (!matches(e, prompt, inputs, length)) continue;
-      state.copy_from(*e.state);
-      entries_.splice(entries_.begin(), entries_, it->second);  // now most recently used
-      ++hits_;
-      return length;
+void PrefixCache::forget(Node* leaf) {
+  HYLA_ASSERT(leaf->children.empty() && leaf != root_.get());
+  leaves_.erase({leaf->last_use, leaf});
+  Node* parent = leaf->parent;
+  std::erase(parent->children, leaf);
+  if (parent->children.empty() && parent != root_.get()) {
+    // The parent was last used at least as recently as its most recent descendant.
+    parent->last_use = std::max(parent->last_use, leaf->last_use);
+    leaves_.insert({parent->last_use, parent});
+  }
+  bytes_ -= leaf->bytes;
+  owned_.erase(leaf->id);
+}
+
+bool PrefixCache::make_room(int64_t bytes, const Node* keep) {
+  while (bytes_ + bytes > budget_) {
+    auto victim = std::find_if(leaves_.begin(), leaves_.end(), [&](const auto& leaf) { return leaf.second != keep; });
+    if (victim == leaves_.end()) return false;
+    forget(victim->second);
+  }
+  return true;
+}
+
+PrefixCache::Node* PrefixCache::resume(const Cursor& cursor, std::span<const int32_t> tokens,
+                                       std::span<const PromptInput> inputs, int64_t limit) {
+  if (cursor.node == 0) return deepest(tokens, inputs, limit);
+  const auto it = owned_.find(cursor.node);
+  if (it == owned_.end()) return deepest(tokens, inputs, limit);  // evicted since
+  return it->second.get();
+}
+
+int64_t PrefixCache::restore(std::span<const int32_t> tokens, std::span<const PromptInput> inputs,
+                             SequenceState& state, Cursor& cursor) {
+  HYLA_ASSERT(std::ranges::is_sorted(inputs, {}, &PromptInput::row));
+  HYLA_ASSERT(state.length() == 0);
+  Node* node = deepest(tokens, inputs, int64_t(tokens.size()) - 1);
+  cursor.node = node->id;
+  if (node == root_.get()) {
+    ++misses_;
+    return 0;
+  }
+  std::vector<const Node*> path;
+  for (const Node* n = node; n != root_.get(); n = n->parent) path.push_back(n);
+  for (auto it = path.rbegin(); it != path.rend(); ++it) state.load_rows((*it)->begin, (*it)->end, (*it)->rows.get());
+  state.load_recurrent(node->recurrent.get(), node->end);
+  touch(node);
+  ++hits_;
+  return node->end;
+}
+
+void PrefixCache::store(std::span<const int32_t> tokens, std::span<const PromptInput> inputs, int64_t length,
+                        const SequenceState& state, Cursor& cursor) {
+  HYLA_ASSERT(state.length() == length && length <= int64_t(tokens.size()));
+  if (!enabled() || length <= 0) return;
+  Node* parent = resume(cursor, tokens, inputs, length);
+  HYLA_ASSERT(parent->end <= length);
+  if (parent->end == length) {
+    touch(parent);
+    return;
+  }
+  const auto mine = inputs_in(inputs, parent->end, length);
+  for (Node* child : parent->children)  // another request with this prefix saved it already
+    if (child->end == length && std::equal(child->tokens.begin(), child->tokens.end(), tokens.begin() + parent->end) &&
+        std::ranges::equal(child->inputs, mine)) {
+      cursor.node = child->id;
+      touch(child);
+      return;
     }
-  }
-  ++misses_;
-  return 0;
-}
-
-void PrefixCache::store(const std::vector<int32_t>& prompt, std::span<const PromptInput> inputs, int64_t length,
-                        const SequenceState& state, const Model& model) {
-  if (budget_ <= 0 || length <= 0 || length % granularity_ != 0) return;
-  const uint64_t key = hash(prompt.data(), length, inputs);
-  auto [first, last] = index_.equal_range(key);
-  for (auto it = first; it != last; ++it)
-    if (matches(*it->second, prompt, inputs, length)) return;
-  auto snapshot = std::make_unique<SequenceState>(model, length, state.latent_dtype());
-  const int64_t bytes = snapshot->bytes_at(length);
+  const int64_t span = length - parent->end;
+  const int64_t row_bytes = span * state.bytes_per_token();
+  const int64_t bytes = int64_t(sizeof(Node)) + span * int64_t(sizeof(int32_t)) +
+                        int64_t(mine.size() * sizeof(PromptInput)) + row_bytes + state.fixed_bytes();
   if (bytes > budget_) return;
-  while (bytes_ + bytes > budget_ && !entries_.empty()) {  // evict the least recently used
-    Entry& victim = entries_.back();
-    auto [f, l] = index_.equal_range(hash(victim.tokens.data(), int64_t(victim.tokens.size()), victim.inputs));
-    for (auto it = f; it != l; ++it)
-      if (&*it->second == &victim) {
-        index_.erase(it);
-        break;
-      }
-    bytes_ -= victim.bytes;
-    entries_.pop_back();
-  }
-  snapshot->copy_from(state);
-  const auto kept_inputs = inside(inputs, length);
-  entries_.push_front({std::vector<int32_t>(prompt.begin(), prompt.begin() + length),
-                       std::vector<PromptInput>(kept_inputs.begin(), kept_inputs.end()), std::move(snapshot), bytes});
-  index_.emplace(key, entries_.begin());
+  touch(parent);
+  if (!make_room(bytes, parent)) return;
+  auto node = std::make_unique<Node>();
+  node->id = ++last_id_;
+  node->parent = parent;
+  node->begin = parent->end;
+  node->end = length;
+  node->tokens.assign(tokens.begin() + parent->end, tokens.begin() + length);
+  node->inputs.assign(mine.begin(), mine.end());
+  node->rows = std::make_unique_for_overwrite<std::byte[]>(size_t(row_bytes));
+  node->recurrent = std::make_unique_for_overwrite<std::byte[]>(size_t(state.fixed_bytes()));
+  state.save_rows(node->begin, node->end, node->rows.get());
+  state.save_recurrent(node->recurrent.get());
+  node->bytes = bytes;
+  node->last_use = ++clock_;
+  if (parent->children.empty()) leaves_.erase({parent->last_use, parent});
+  parent->children.push_back(node.get());
+  leaves_.insert({node->last_use, node.get()});
+  cursor.node = node->id;
   bytes_ += bytes;
+  owned_.emplace(node->id, std::move(node));
 }
 
 void PrefixCache::clear() {
-  entries_.clear();
-  index_.clear();
+  leaves_.clear();
+  root_->children.clear();
+  owned_.clear();
   bytes_ = 0;
 }
 

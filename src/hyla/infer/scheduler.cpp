@@ -39,6 +39,7 @@ struct Scheduler::Active {
   TextStream text;
   int slot = -1;
   int64_t prefilled = 0;   // prompt tokens in the state
+  PrefixCache::Cursor snapshots;  // where this request's prompt-state snapshots reached
   std::vector<PromptInput> images;  // each image's first pad row and content digest (the prefix cache's key)
   std::vector<int64_t> image_ends;  // the row after each image's last pad
   int32_t next = -1;       // the last sampled token, to be fed in the next step
@@ -49,13 +50,42 @@ struct Scheduler::Active {
   }
 };
 
+namespace {
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes) / double(int64_t(1) << 30)); }
+
+void check_memory_budget(const Model& model, const EngineOptions& o) {
+  if (o.memory_budget <= 0) return;
+  const SequenceState probe(model, 1, o.latent_dtype);  // the per-token arithmetic, nothing at full size
+  const int64_t slot = probe.bytes_at(o.context), cache = std::max<int64_t>(o.prefix_cache_bytes, 0);
+  const int64_t need = slot * o.max_sequences + cache;
+  if (need <= o.memory_budget) return;
+  const int64_t room = o.memory_budget - cache;
+  const int64_t slots_fit = room > 0 ? room / slot : 0;
+  const int64_t per_slot = room > 0 ? room / o.max_sequences : 0;
+  const int64_t context_fits =
+      per_slot > probe.fixed_bytes() && probe.bytes_per_token() > 0 ? (per_slot - probe.fixed_bytes()) / probe.bytes_per_token() : 0;
+  throw Error(fmt::format(
+      "engine: {} sequences of {} tokens take {} of state ({} each: {}) + {} of prompt-state cache = {}, over the memory "
+      "budget of {}: {} sequences fit at this context, or {} sequences fit at a context of {} tokens",
+      o.max_sequences, o.context, gib(slot * o.max_sequences), gib(slot), probe.describe_memory(o.context), gib(cache),
+      gib(need), gib(o.memory_budget), slots_fit, o.max_sequences, context_fits));
+}
+
+}  // namespace
+
 Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
     : model_(&model),
       tokenizer_(tokenizer),
       options_(options),
-      prefix_cache_(options.prefix_cache_bytes, options.prefill_chunk) {
-  HYLA_CHECK(options.max_sequences > 0 && options.context > 1 && options.prefill_chunk > 0,
-             "engine: max_sequences, context and prefill_chunk must be positive");
+      prefix_cache_(options.prefix_cache_bytes, options.snapshot_interval) {
+  HYLA_CHECK(options.max_sequences > 0 && options.context > 1 && options.prefill_chunk > 0 &&
+                 options.snapshot_interval > 0,
+             "engine: max_sequences, context, prefill_chunk and snapshot_interval must be positive");
+  const int64_t window = model.config().max_position_embeddings;
+  HYLA_CHECK(options.context <= window, "engine: a context of {} tokens exceeds the model's window ({} tokens, "
+             "max_position_embeddings)", options.context, window);
+  check_memory_budget(model, options);
   for (int64_t i = 0; i < options.max_sequences; ++i)
     slots_.push_back(std::make_unique<SequenceState>(model, options.context, options.latent_dtype));
   slot_used_.assign(slots_.size(), false);
@@ -154,6 +184,8 @@ std::vector<Scheduler::Finished> Scheduler::step() {
   forward_and_sample(finished);
   stats_.running = int64_t(running_.size());
   stats_.waiting = int64_t(waiting_.size());
+  stats_.prompt_state_bytes = prefix_cache_.bytes();
+  stats_.prompt_state_snapshots = prefix_cache_.snapshots();
   return finished;
 }
 
@@ -170,7 +202,10 @@ std::vector<Scheduler::RequestId> Scheduler::abort() {
   return ids;
 }
 
-void Scheduler::weights_changed() { prefix_cache_.clear(); }
+void Scheduler::weights_changed() {
+  prefix_cache_.clear();
+  stats_.prompt_state_bytes = stats_.prompt_state_snapshots = 0;
+}
 
 void LatencyHistogram::observe(double seconds) {
   for (size_t i = 0; i < cumulative.size(); ++i)
@@ -219,7 +254,8 @@ void Scheduler::admit_waiting(std::vector<Finished>& finished) {
       if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
     }
     // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
-    a->prefilled = a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->images, state);
+    a->prefilled =
+        a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->images, state, a->snapshots);
     a->output.cached_prompt_tokens = a->prefilled;
     stats_.prompt_tokens += a->output.prompt_tokens;
     stats_.cached_prompt_tokens += a->prefilled;
@@ -240,6 +276,10 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
   for (auto& a : running_)
     if (a->prefilled < int64_t(a->request.prompt.size())) {
       int64_t end = std::min<int64_t>(a->prefilled + options_.prefill_chunk, int64_t(a->request.prompt.size()));
+      if (prefix_cache_.enabled()) {  // a chunk ends at the next snapshot point, if it comes first
+        const int64_t interval = prefix_cache_.interval();
+        end = std::min(end, (a->prefilled / interval + 1) * interval);
+      }
       // A chunk never ends inside an image: it stops before one that does not fit, or takes whole one that starts it.
       for (size_t k = 0; k < a->images.size(); ++k) {
         const int64_t first = a->images[k].row, last = a->image_ends[k];
@@ -298,8 +338,8 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     }
     if (prefilling) {
       a.prefilled += lengths[i];
-      if (a.prefilled % prefix_cache_.granularity() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
-        prefix_cache_.store(a.request.prompt, a.images, a.prefilled, state, *model_);
+      if (a.prefilled % prefix_cache_.interval() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
+        prefix_cache_.store(a.request.prompt, a.images, a.prefilled, state, a.snapshots);
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }
     if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated
@@ -381,6 +421,14 @@ void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& fi
     if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
   }
   a.output.text = a.text.text();
+  if (a.slot >= 0 && reason != FinishReason::Cancelled && !a.error) {
+    // The turn's end: the next turn of a conversation re-sends these tokens and reads only what follows.
+    const SequenceState& state = *slots_[size_t(a.slot)];
+    std::vector<int32_t> turn = a.request.prompt;
+    turn.insert(turn.end(), a.output.tokens.begin(), a.output.tokens.end());
+    if (state.length() > 0 && state.length() <= int64_t(turn.size()))
+      prefix_cache_.store(turn, a.images, state.length(), state, a.snapshots);
+  }
   a.output.seconds = seconds_between(a.start, Clock::now());
   finished.push_back({a.id, std::move(a.output), a.error});
   ++stats_.finished[size_t(reason)];

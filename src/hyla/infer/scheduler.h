@@ -35,6 +35,13 @@ struct EngineOptions {
   Precision precision = Precision::BF16;
   DType latent_dtype = DType::BF16;
   int64_t prefix_cache_bytes = int64_t(256) << 20;  // 0 disables prompt-state reuse
+  // Prompt-state snapshots every this many prompt tokens (prefill chunks end there) and at the end
+  // of every request: a later prompt sharing a prefix re-reads at most this many of its tokens.
+  int64_t snapshot_interval = 512;
+  // Bytes the slots at full context and the prompt-state cache may take together; the constructor
+  // refuses options over it, saying what fits (0: unchecked). Slot memory is touched as tokens
+  // arrive, so a long context costs resident memory only when a prompt uses it.
+  int64_t memory_budget = 0;
 };
 
 struct GenerationRequest {
@@ -97,6 +104,7 @@ struct LatencyHistogram {
 // Counters and histograms for /metrics.
 struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
+  int64_t prompt_state_bytes = 0, prompt_state_snapshots = 0;  // the prompt-state cache now
   LatencyHistogram ttft, itl;  // time to first token, inter-token latency
   std::array<int64_t, std::size(kFinishReasons)> finished{};  // requests by FinishReason
 };
@@ -129,7 +137,7 @@ class Scheduler {
   // After the model's weights change (an RL update): cached prompt states are stale, and dropped.
   void weights_changed();
 
-  const EngineStats& stats() const { return stats_; }  // running/waiting filled in
+  const EngineStats& stats() const { return stats_; }  // gauges as of the last step
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const EngineOptions& options() const { return options_; }

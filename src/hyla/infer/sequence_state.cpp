@@ -19,7 +19,9 @@ SequenceState::SequenceState(const Model& model, int64_t capacity, DType latent_
     else latent_values += std::get<const MlaMixer*>(mixer)->cache_width() * capacity;
   }
   kda_ = Tensor::zeros(DType::F32, {std::max<int64_t>(kda_floats, 1)});
-  latent_ = Tensor::zeros(latent_dtype, {std::max<int64_t>(latent_values, 1)});
+  // Rows past a cache's length are never read: left untouched, a long context's pages become
+  // resident only as tokens fill them.
+  latent_ = Tensor::empty(latent_dtype, {std::max<int64_t>(latent_values, 1)});
   fixed_bytes_ = kda_floats * 4;
   const int64_t element = int64_t(dtype_size(latent_dtype));
   float* k = kda_.data<float>();
@@ -80,6 +82,50 @@ void SequenceState::copy_from(const SequenceState& other) {
     dst->length = n;
   }
   cache_.tokens = n;
+}
+
+namespace {
+
+// The address of row `token` of a latent layer's cache.
+std::byte* row_address(const LatentCache& cache, int64_t token, int64_t width) {
+  return cache.latent_bf16 ? reinterpret_cast<std::byte*>(cache.latent_bf16 + token * width)
+                           : reinterpret_cast<std::byte*>(cache.latent_f32 + token * width);
+}
+
+}  // namespace
+
+void SequenceState::save_rows(int64_t begin, int64_t end, std::byte* out) const {
+  HYLA_ASSERT(0 <= begin && begin <= end && end <= length());
+  const size_t element = dtype_size(latent_dtype_);
+  for (size_t l = 0; l < cache_.layers.size(); ++l) {
+    const auto* latent = std::get_if<LatentCache>(&cache_.layers[l]);
+    if (!latent) continue;
+    const size_t n = size_t(end - begin) * size_t(row_width_[l]) * element;
+    std::memcpy(out, row_address(*latent, begin, row_width_[l]), n);
+    out += n;
+  }
+}
+
+void SequenceState::load_rows(int64_t begin, int64_t end, const std::byte* in) {
+  HYLA_ASSERT(0 <= begin && begin <= end && end <= capacity_);
+  const size_t element = dtype_size(latent_dtype_);
+  for (size_t l = 0; l < cache_.layers.size(); ++l) {
+    const auto* latent = std::get_if<LatentCache>(&cache_.layers[l]);
+    if (!latent) continue;
+    const size_t n = size_t(end - begin) * size_t(row_width_[l]) * element;
+    std::memcpy(row_address(*latent, begin, row_width_[l]), in, n);
+    in += n;
+  }
+}
+
+void SequenceState::save_recurrent(std::byte* out) const { std::memcpy(out, kda_.raw(), size_t(fixed_bytes_)); }
+
+void SequenceState::load_recurrent(const std::byte* in, int64_t length) {
+  HYLA_ASSERT(0 <= length && length <= capacity_);
+  std::memcpy(kda_.raw(), in, size_t(fixed_bytes_));
+  for (LayerCache& layer : cache_.layers)
+    if (auto* latent = std::get_if<LatentCache>(&layer)) latent->length = length;
+  cache_.tokens = length;
 }
 
 Tensor feed(Model& model, const std::vector<int32_t>& ids, SequenceState& state, int64_t chunk, Precision precision) {

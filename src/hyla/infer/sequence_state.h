@@ -30,9 +30,18 @@ class SequenceState {
   // (latent cache, bf16) = 4.89 MiB at 8192 tokens".
   std::string describe_memory(int64_t tokens) const;
 
-  // Becomes a copy of `other` (its first `other.length()` tokens): prompt-state reuse, and forking
-  // a sequence (sampling several continuations of one prompt).
+  // Becomes a copy of `other` (its first `other.length()` tokens): forking a sequence (sampling
+  // several continuations of one prompt).
   void copy_from(const SequenceState& other);
+
+  // The state in pieces, for prompt-state reuse (prefix_cache.h): the latent rows of tokens
+  // [begin, end) of every latent layer (bytes_per_token() each, layer after layer), and the
+  // recurrent part (fixed_bytes()). Restoring a prefix of n tokens loads rows [0, n) piece by
+  // piece, then the recurrent part saved at n, which sets the length to n.
+  void save_rows(int64_t begin, int64_t end, std::byte* out) const;
+  void load_rows(int64_t begin, int64_t end, const std::byte* in);
+  void save_recurrent(std::byte* out) const;
+  void load_recurrent(const std::byte* in, int64_t length);
 
  private:
   int64_t capacity_;

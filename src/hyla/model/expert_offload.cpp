@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "hyla/core/byte_size.h"
 #include "hyla/core/clock.h"
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
@@ -37,36 +38,23 @@ const char* expert_cache_policy_name(ExpertCachePolicy policy) {
 }
 
 ExpertMemory parse_expert_memory(const std::string& text) {
-  const char* first = text.data();
-  const char* last = first + text.size();
-  double value = 0;
-  const auto [end, ec] = std::from_chars(first, last, value);
-  const std::string unit(end, last);
-  const auto fail = [&] {
-    return Error(fmt::format("--expert-memory '{}' is neither a size (e.g. 512M, 2GiB, 1000000) nor a percentage of "
-                             "the experts (e.g. 25%)",
-                             text));
-  };
-  if (ec != std::errc() || end == first || !std::isfinite(value) || value < 0) throw fail();
   ExpertMemory memory;
-  if (unit == "%") {
-    if (value <= 0 || value > 100)
-      throw Error(fmt::format("--expert-memory '{}': a percentage of the experts is in (0, 100]", text));
-    memory.fraction = value / 100;
-    return memory;
-  }
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},         {"B", 1},          {"K", 0x1p10},     {"KB", 0x1p10},    {"KiB", 0x1p10}, {"M", 0x1p20},
-      {"MB", 0x1p20},  {"MiB", 0x1p20},   {"G", 0x1p30},     {"GB", 0x1p30},    {"GiB", 0x1p30}, {"T", 0x1p40},
-      {"TB", 0x1p40},  {"TiB", 0x1p40}};
-  for (const auto& [name, scale] : kUnits)
-    if (unit == name) {
-      const double bytes = value * scale;
-      if (bytes >= 0x1p62) throw fail();
-      memory.bytes = int64_t(bytes);
+  if (text.ends_with('%')) {
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size() - 1, value);
+    if (ec == std::errc() && end == text.data() + text.size() - 1) {
+      if (!(value > 0 && value <= 100))
+        throw Error(fmt::format("--expert-memory '{}': a percentage of the experts is in (0, 100]", text));
+      memory.fraction = value / 100;
       return memory;
     }
-  throw fail();
+  } else if (const auto bytes = parse_byte_size(text)) {
+    memory.bytes = *bytes;
+    return memory;
+  }
+  throw Error(fmt::format("--expert-memory '{}' is neither a size (e.g. 512M, 2GiB, 1000000) nor a percentage of "
+                          "the experts (e.g. 25%)",
+                          text));
 }
 
 int64_t ExpertMemory::resolve(int64_t expert_bytes) const {

@@ -82,6 +82,8 @@ std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, i
   histogram(out, "hyla_time_to_first_token_seconds", "Time from submission to the first generated token.", s.ttft);
   histogram(out, "hyla_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", s.itl);
   gauge(out, "hyla_requests_running", "Requests holding a sequence slot.", s.running);
+  gauge(out, "hyla_prompt_state_bytes", "Memory the prompt-state snapshots hold.", s.prompt_state_bytes);
+  gauge(out, "hyla_prompt_state_snapshots", "Prompt-state snapshots held.", s.prompt_state_snapshots);
   gauge(out, "hyla_requests_waiting", "Requests queued for a slot.", s.waiting);
   gauge(out, "hyla_sequence_slots", "Sequences decoded together at most.", slots);
   out += "# HELP hyla_http_responses_total HTTP responses, by path and status.\n# TYPE hyla_http_responses_total counter\n";
