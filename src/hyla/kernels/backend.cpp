@@ -22,4 +22,12 @@ const char* kernel_backend_name() {
          ")";
 }
 
+bool native_bf16_products() {
+#if defined(__AVX512BF16__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace hyla

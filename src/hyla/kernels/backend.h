@@ -40,4 +40,10 @@ namespace hyla {
 // "cpu (AVX-512 BF16 VNNI)", "cpu (AVX-512)", "cpu (AVX2)" or "cpu (portable)".
 const char* kernel_backend_name();
 
+// Whether the kernels' bf16 products (AttentionDims and LatentAttentionDims::bf16_products) run
+// on bf16 dot-product instructions here. Without them they are emulated with two f32
+// multiply-adds per pair after rounding to bf16: slower than the f32 products and less exact, so
+// the model asks for them only where this is true.
+bool native_bf16_products();
+
 }  // namespace hyla
