@@ -269,6 +269,9 @@ TEST(Cli, HelpShowsDefaults) {
   // llama.cpp's -np (not declarable in CLI11) reaches serve's --parallel, range check included.
   const auto np = run_hyla("serve -m /nonexistent -np 0");
   EXPECT_NE(np.output.find("--max-sequences: must be a finite number > 0, got 0"), std::string::npos) << np.output;
+  const auto memory = run_hyla("serve -m /nonexistent --memory lots");
+  EXPECT_EQ(memory.exit_code, 1) << memory.output;
+  EXPECT_NE(memory.output.find("--memory lots: give bytes with a unit (e.g. 8GiB)"), std::string::npos) << memory.output;
 }
 
 }  // namespace

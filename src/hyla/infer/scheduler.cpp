@@ -63,8 +63,9 @@ void check_memory_budget(const Model& model, const EngineOptions& o) {
   const int64_t room = o.memory_budget - cache;
   const int64_t slots_fit = room > 0 ? room / slot : 0;
   const int64_t per_slot = room > 0 ? room / o.max_sequences : 0;
-  const int64_t context_fits =
-      per_slot > probe.fixed_bytes() && probe.bytes_per_token() > 0 ? (per_slot - probe.fixed_bytes()) / probe.bytes_per_token() : 0;
+  const int64_t context_fits = per_slot > probe.fixed_bytes() && probe.bytes_per_token() > 0
+                                   ? (per_slot - probe.fixed_bytes()) / probe.bytes_per_token()
+                                   : 0;
   throw Error(fmt::format(
       "engine: {} sequences of {} tokens take {} of state ({} each: {}) + {} of prompt-state cache = {}, over the memory "
       "budget of {}: {} sequences fit at this context, or {} sequences fit at a context of {} tokens",
@@ -421,7 +422,7 @@ void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& fi
     if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
   }
   a.output.text = a.text.text();
-  if (a.slot >= 0 && reason != FinishReason::Cancelled && !a.error) {
+  if (prefix_cache_.enabled() && a.slot >= 0 && reason != FinishReason::Cancelled && !a.error) {
     // The turn's end: the next turn of a conversation re-sends these tokens and reads only what follows.
     const SequenceState& state = *slots_[size_t(a.slot)];
     std::vector<int32_t> turn = a.request.prompt;
