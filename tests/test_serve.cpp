@@ -592,8 +592,9 @@ TEST(Serve, CompletionsEchoLogprobsScoreThePromptLikeTheModel) {
     double max = row[0], sum = 0;
     for (int64_t j = 0; j < V; ++j) max = std::max(max, double(row[j]));
     for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - max);
-    // f32 both ways, summed in another order (chunks, the cached kernels): ~1e-6 apart.
-    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), row[ids[i]] - max - std::log(sum), 1e-5);
+    // f32 both ways, summed in another order (chunks, the cached kernels, and on AVX2 machines
+    // oneDNN's thread-count-dependent sums): ~1e-6 apart, 1.2e-5 seen on an AMD Zen 3 box.
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), row[ids[i]] - max - std::log(sum), 5e-5);
     EXPECT_EQ(lp["top_logprobs"][i].size(), 1u);
     EXPECT_EQ(lp["text_offset"][i].get<size_t>(), tok.decode(std::span(ids).first(i)).size());
   }
