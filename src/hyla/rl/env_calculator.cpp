@@ -1,0 +1,102 @@
+// Calculator chains: compute an expression of 3-5 operands (shifted: 6-7) with the `calc` tool,
+// one operation per call as the expert does it, or in fewer calls.
+#include <fmt/format.h>
+
+#include "hyla/core/random.h"
+#include "hyla/rl/arithmetic.h"
+#include "hyla/rl/environment.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<int64_t> parse_integer(std::string_view text) {
+  const ArithmeticResult r = evaluate_arithmetic(text);
+  if (!r.ok || r.literals.size() != 1 || text.find_first_of("+*/()") != std::string_view::npos) return std::nullopt;
+  return r.value;
+}
+
+class CalculatorEpisode final : public Episode {
+ public:
+  CalculatorEpisode(Split split, uint64_t seed) {
+    Rng rng(seed);
+    const bool shifted = split == Split::Shifted;
+    const int64_t n = shifted ? 6 + int64_t(rng.below(2)) : 3 + int64_t(rng.below(3));
+    operands_.push_back(1 + int64_t(rng.below(20)));
+    std::string text = std::to_string(operands_[0]);
+    for (int64_t i = 1; i < n; ++i) {
+      const char op = "+-*"[rng.below(3)];
+      const int64_t x = op == '*' ? 2 + int64_t(rng.below(8)) : 1 + int64_t(rng.below(50));
+      ops_.push_back(op);
+      operands_.push_back(x);
+      text = i == 1 ? fmt::format("{} {} {}", text, op, x) : fmt::format("({}) {} {}", text, op, x);
+    }
+    expression_ = text;
+    answer_ = evaluate_arithmetic(text).value;
+    task_ = fmt::format("Compute {}.", text);
+  }
+  const std::string& task() const override { return task_; }
+
+  json run(const std::string&, const json& arguments, bool corrupt) override {
+    const ArithmeticResult r = evaluate_arithmetic(arguments.at("expression").get<std::string>());
+    if (!r.ok) return {{"error", r.error}};
+    return {{"result", corrupt ? r.value + (r.value % 2 == 0 ? 1 : -1) * (1 + int64_t(std::abs(r.value) % 9)) : r.value}};
+  }
+
+  Verdict judge(std::string_view answer) const override {
+    const auto value = parse_integer(answer);
+    return {value && *value == answer_, value.has_value()};
+  }
+
+  ExpertMove expert(const std::vector<json>& results) const override {
+    int64_t value = operands_[0];
+    if (!results.empty()) {
+      const json& last = results.back();
+      if (!last.contains("result")) return {true, {}, "Answer: unknown"};
+      value = last["result"].get<int64_t>();
+    }
+    const size_t step = results.size();
+    if (step == ops_.size()) return {true, {}, fmt::format("Answer: {}", value)};
+    const std::string expression = fmt::format("{} {} {}", value, ops_[step], operands_[step + 1]);
+    return {false, {"calc", json{{"expression", expression}}.dump()}, {}};
+  }
+
+  ToolCall rephrase(const ToolCall& call, int attempt) const override {
+    const json args = json::parse(call.arguments);
+    const std::string expression = args.at("expression").get<std::string>();
+    return {call.name, json{{"expression", std::string(size_t(attempt), '(') + expression + std::string(size_t(attempt), ')')}}.dump()};
+  }
+
+ private:
+  std::vector<int64_t> operands_;
+  std::vector<char> ops_;
+  std::string expression_, task_;
+  int64_t answer_ = 0;
+};
+
+class CalculatorEnvironment final : public Environment {
+ public:
+  CalculatorEnvironment() {
+    tools_.push_back({"calc", "Evaluate an integer arithmetic expression (+, -, *, /, parentheses).",
+                      {{"type", "object"},
+                       {"properties", {{"expression", {{"type", "string"}}}}},
+                       {"required", {"expression"}},
+                       {"additionalProperties", false}}});
+  }
+  const std::string& name() const override { return name_; }
+  const std::vector<Tool>& tools() const override { return tools_; }
+  std::unique_ptr<Episode> make(Split split, uint64_t index) const override {
+    return std::make_unique<CalculatorEpisode>(split, task_seed(name_, split, index));
+  }
+
+ private:
+  std::string name_ = "calculator";
+  std::vector<Tool> tools_;
+};
+
+}  // namespace
+
+std::unique_ptr<Environment> make_calculator_environment() { return std::make_unique<CalculatorEnvironment>(); }
+
+}  // namespace hyla

@@ -1,0 +1,115 @@
+// Countdown: reach a target from 3-4 numbers (shifted: 5), each used at most once, with + - * /.
+// Every task is solvable (the target is built from the numbers); `check` evaluates a candidate
+// and says whether it is a solution. The answer is the expression.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "hyla/core/random.h"
+#include "hyla/rl/arithmetic.h"
+#include "hyla/rl/environment.h"
+
+namespace hyla {
+namespace {
+
+using json = nlohmann::json;
+
+class CountdownEpisode final : public Episode {
+ public:
+  CountdownEpisode(Split split, uint64_t seed) {
+    Rng rng(seed);
+    const int64_t n = split == Split::Shifted ? 5 : 3 + int64_t(rng.below(2));
+    for (;;) {
+      numbers_.clear();
+      for (int64_t i = 0; i < n; ++i) numbers_.push_back(1 + int64_t(rng.below(i == 0 ? 100 : 25)));
+      std::vector<int64_t> order = numbers_;
+      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+      std::string text = std::to_string(order[0]);
+      for (size_t i = 1; i < order.size(); ++i) {
+        const char op = "+-*"[rng.below(3)];
+        text = i == 1 ? fmt::format("{} {} {}", text, op, order[i]) : fmt::format("({}) {} {}", text, op, order[i]);
+      }
+      const ArithmeticResult r = evaluate_arithmetic(text);
+      if (r.ok && r.value > 0 && r.value <= 1000) {
+        solution_ = text;
+        target_ = r.value;
+        break;
+      }
+    }
+    // A near miss the expert may try first: the same numbers, the last operation changed.
+    const size_t last = solution_.find_last_of("+-*");
+    near_miss_ = solution_;
+    near_miss_[last] = solution_[last] == '+' ? '-' : '+';
+    try_near_miss_ = rng.below(2) == 0 && evaluate_arithmetic(near_miss_).value != target_;
+    task_ = fmt::format("Reach {} using the numbers {} (each at most once) with + - * /.", target_, fmt::join(numbers_, ", "));
+  }
+  const std::string& task() const override { return task_; }
+
+  std::optional<std::string> misuse(const ArithmeticResult& r) const {
+    std::vector<int64_t> left = numbers_;
+    for (int64_t x : r.literals) {
+      const auto it = std::find(left.begin(), left.end(), x);
+      if (it == left.end()) return fmt::format("{} is not one of the numbers left", x);
+      left.erase(it);
+    }
+    return std::nullopt;
+  }
+
+  json run(const std::string&, const json& arguments, bool corrupt) override {
+    const ArithmeticResult r = evaluate_arithmetic(arguments.at("expression").get<std::string>());
+    if (!r.ok) return {{"error", r.error}};
+    if (auto m = misuse(r)) return {{"value", r.value}, {"solved", false}, {"reason", *m}};
+    const int64_t value = corrupt ? r.value + 1 + int64_t(std::abs(r.value) % 7) : r.value;
+    return {{"value", value}, {"solved", value == target_}};
+  }
+
+  Verdict judge(std::string_view answer) const override {
+    const ArithmeticResult r = evaluate_arithmetic(answer);
+    return {r.ok && !misuse(r) && r.value == target_, r.ok};
+  }
+
+  ExpertMove expert(const std::vector<json>& results) const override {
+    const size_t checks = try_near_miss_ ? 2 : 1;
+    if (results.size() < checks)
+      return {false, {"check", json{{"expression", results.empty() && try_near_miss_ ? near_miss_ : solution_}}.dump()}, {}};
+    return {true, {}, "Answer: " + solution_};
+  }
+
+  ToolCall rephrase(const ToolCall& call, int attempt) const override {
+    const json args = json::parse(call.arguments);
+    const std::string expression = args.at("expression").get<std::string>();
+    return {call.name, json{{"expression", std::string(size_t(attempt), '(') + expression + std::string(size_t(attempt), ')')}}.dump()};
+  }
+
+ private:
+  std::vector<int64_t> numbers_;
+  int64_t target_ = 0;
+  std::string solution_, near_miss_, task_;
+  bool try_near_miss_ = false;
+};
+
+class CountdownEnvironment final : public Environment {
+ public:
+  CountdownEnvironment() {
+    tools_.push_back({"check", "Evaluate a candidate expression over the numbers and say whether it reaches the target.",
+                      {{"type", "object"},
+                       {"properties", {{"expression", {{"type", "string"}}}}},
+                       {"required", {"expression"}},
+                       {"additionalProperties", false}}});
+  }
+  const std::string& name() const override { return name_; }
+  const std::vector<Tool>& tools() const override { return tools_; }
+  std::unique_ptr<Episode> make(Split split, uint64_t index) const override {
+    return std::make_unique<CountdownEpisode>(split, task_seed(name_, split, index));
+  }
+
+ private:
+  std::string name_ = "countdown";
+  std::vector<Tool> tools_;
+};
+
+}  // namespace
+
+std::unique_ptr<Environment> make_countdown_environment() { return std::make_unique<CountdownEnvironment>(); }
+
+}  // namespace hyla
