@@ -28,6 +28,7 @@ void add_eval(CLI::App& app) {
   static int64_t seq_len = 1024, batch = 4;
   add_eval_images(*cmd);
   add_eval_longctx(*cmd);
+  add_eval_agent(*cmd);
   // Not marked required: `hyla eval images` and `eval longctx` take their own; without a subcommand
   // both are checked below.
   cmd->add_option("-m,--model", model_dir, "Model directory");
@@ -40,9 +41,9 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--seq", seq_len, "Tokens per window")->check(positive());
   cmd->add_option("--batch", batch, "Windows per forward")->check(positive());
   cmd->callback([cmd] {
-    if (cmd->got_subcommand("images") || cmd->got_subcommand("longctx")) return;
+    if (cmd->got_subcommand("images") || cmd->got_subcommand("longctx") || cmd->got_subcommand("agent")) return;
     HYLA_CHECK(!model_dir.empty() && !data_dir.empty(),
-               "hyla eval needs --model and --data (or a subcommand: images, longctx)");
+               "hyla eval needs --model and --data (or a subcommand: images, longctx, agent)");
     auto model = Model::load(model_dir);
     const Precision precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
     const PerplexityResult r = evaluate_perplexity(*model, data_dir, split, seq_len, batch, precision, true);

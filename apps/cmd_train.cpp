@@ -18,6 +18,11 @@ void add_train(CLI::App& app) {
   cmd->add_option("--seq", o.seq, "A single stage of this sequence length")->check(positive());
   cmd->add_option("--lr", o.lr, "Peak learning rate")->check(positive());
   auto* resume = cmd->add_flag("--resume", o.resume, "Continue from the run directory's newest checkpoint");
+  cmd->add_option("--init", o.init_dir,
+                  "Start from this model directory's weights (its config must equal --config): fine-tuning, e.g. the SFT "
+                  "stage of docs/agent.md")
+      ->check(CLI::ExistingDirectory)
+      ->excludes(resume);
   cmd->add_flag("--overwrite", o.overwrite, "Start a new run in a run directory that holds checkpoints (deleting them)")
       ->excludes(resume);
   cmd->add_flag("--deterministic", o.deterministic, "One thread: losses reproduce bit for bit, across a resume too");

@@ -27,6 +27,9 @@ void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_images(CLI::App& eval);   // `hyla eval images`, beside eval's own perplexity
 void add_eval_longctx(CLI::App& eval);  // `hyla eval longctx`
+void add_eval_agent(CLI::App& eval);    // `hyla eval agent`
+void add_agent(CLI::App& app);
+void add_rl(CLI::App& app);
 
 // Flag checks with readable messages (cli_checks.cpp): finite and > 0, finite and >= 0.
 const CLI::Validator& positive();

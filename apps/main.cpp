@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
   hyla::cli::add_report(app);
   hyla::cli::add_generate(app);
   hyla::cli::add_chat(app);
+  hyla::cli::add_agent(app);
+  hyla::cli::add_rl(app);
   hyla::cli::add_serve(app);
   hyla::cli::add_tokenizer(app);
   hyla::cli::add_data(app);

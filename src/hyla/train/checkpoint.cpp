@@ -1,5 +1,6 @@
 #include "hyla/train/checkpoint.h"
 
+#include <fstream>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -158,6 +159,21 @@ std::vector<fs::path> optimizer_files(const CheckpointInfo& checkpoint) {
     HYLA_CHECK(fs::exists(files.back()), "{}: lists {}, which is missing", trainer.string(), files.back().string());
   }
   return files;
+}
+
+// A resumed run's metrics.jsonl keeps the rows up to its checkpoint's step (a killed run wrote more).
+void truncate_metrics(const std::filesystem::path& file, int64_t step) {
+  if (!std::filesystem::exists(file)) return;
+  std::ifstream in(file);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t(0)) <= step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // a line cut by the kill: dropped
+    }
+  }
+  write_file_atomic(file, kept);
 }
 
 }  // namespace hyla

@@ -56,4 +56,8 @@ nlohmann::json load_trainer_state(const CheckpointInfo& checkpoint);
 // The checkpoint's optimiser files (shards), for AdamW::load.
 std::vector<std::filesystem::path> optimizer_files(const CheckpointInfo& checkpoint);
 
+// Keeps the rows of a run's metrics.jsonl whose "step" is at most `step` (what a resumed run
+// continues from; a line cut by a kill is dropped).
+void truncate_metrics(const std::filesystem::path& file, int64_t step);
+
 }  // namespace hyla

@@ -2,6 +2,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/eval/longctx_tasks.h"
+#include "hyla/rl/environment.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
@@ -77,6 +78,11 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   longctx.read("tasks", c.longctx_tasks);
   longctx.read("haystack", c.longctx_haystack);
   longctx.finish();
+  JsonFields agent = f.object("agent");
+  agent.read("ratio", c.agent_ratio);
+  agent.read("environments", c.agent_environments);
+  agent.read("fault_share", c.agent_fault_share);
+  agent.finish();
   JsonFields dist = f.object("distributed");
   dist.read("zero_stage", c.zero_stage);
   dist.read("expert_parallel", c.expert_parallel);
@@ -122,6 +128,19 @@ void TrainConfig::validate(const std::string& source) const {
   rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
   rule(image_ratio >= 0 && image_ratio <= 64, fmt::format("images.ratio ({}) must lie in [0, 64]", image_ratio));
   rule(longctx_ratio >= 0 && longctx_ratio <= 64, fmt::format("longctx.ratio ({}) must lie in [0, 64]", longctx_ratio));
+  rule(agent_ratio >= 0 && agent_ratio <= 64, fmt::format("agent.ratio ({}) must lie in [0, 64]", agent_ratio));
+  rule(agent_fault_share >= 0 && agent_fault_share <= 1,
+       fmt::format("agent.fault_share ({}) must lie in [0, 1]", agent_fault_share));
+  if (agent_ratio > 0) {
+    rule(!agent_environments.empty(), "agent.environments must name at least one environment when agent.ratio > 0");
+    for (const std::string& name : agent_environments) {
+      try {
+        make_environment(name);
+      } catch (const Error& e) {
+        rule(false, fmt::format("agent.environments: {}", e.what()));
+      }
+    }
+  }
   if (longctx_ratio > 0) {
     rule(!longctx_tasks.empty(), "longctx.tasks must name at least one task when longctx.ratio > 0");
     rule(!longctx_haystack.empty(), "longctx.haystack must name a text file when longctx.ratio > 0");
@@ -186,6 +205,7 @@ json TrainConfig::to_json() const {
           {"max_bad_steps", max_bad_steps},
           {"images", {{"ratio", image_ratio}}},
           {"longctx", {{"ratio", longctx_ratio}, {"tasks", longctx_tasks}, {"haystack", longctx_haystack}}},
+          {"agent", {{"ratio", agent_ratio}, {"environments", agent_environments}, {"fault_share", agent_fault_share}}},
           {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};
 }
 

@@ -52,6 +52,12 @@ struct TrainConfig {
   double longctx_ratio = 0;
   std::vector<std::string> longctx_tasks;
   std::string longctx_haystack;
+  // Agent demonstrations (rl/agent.h's expert playing the environments' train split, faults
+  // injected and recovered from) join every micro-batch: this many rows per text row, in SPEC §8's
+  // chat format, loss on the assistant's turns only (the SFT stage of docs/agent.md). 0: none.
+  double agent_ratio = 0;
+  std::vector<std::string> agent_environments;
+  double agent_fault_share = 0.2;
   // Under mpirun (docs/distributed.md): ZeRO stage 0 (every process keeps the whole optimiser
   // state) or 1 (each keeps its shard), expert-parallel groups of this many processes (each holds
   // 1/expert_parallel of every MoE layer's routed experts), and the gradient buckets' size.

@@ -31,6 +31,7 @@
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
 #include "hyla/train/checkpoint.h"
+#include "hyla/train/agent_mix.h"
 #include "hyla/train/longctx_mix.h"
 #include "hyla/train/gradient_reducer.h"
 #include "hyla/train/optimizer.h"
@@ -54,20 +55,6 @@ std::string clock_text(double seconds) {
 }
 
 // Keeps the metrics lines of steps up to `step` (the checkpoint a resumed run continues from).
-void truncate_metrics(const fs::path& file, int64_t step) {
-  if (!fs::exists(file)) return;
-  std::ifstream in(file);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    try {
-      if (json::parse(line).value("step", int64_t(0)) <= step) kept += line + "\n";
-    } catch (const json::exception&) {
-      // a line cut by the kill: dropped
-    }
-  }
-  write_file_atomic(file, kept);
-}
-
 // −Σ p ln p over the token frequencies of the training split: the loss of a model that ignores
 // context, the line a trained model must get well below.
 double unigram_entropy(const fs::path& data_dir) {
@@ -150,6 +137,7 @@ void run_training(const TrainOptions& o) {
              "{}: images.ratio {} {}", o.train_config, tc.image_ratio,
              o.images_dirs.empty() ? "needs image records: pass --images DIR" : "is 0, so --images would be unused");
   HYLA_CHECK(o.images_dirs.empty() || ranks == 1, "hyla train --images does not run under mpirun yet (one process)");
+  HYLA_CHECK(tc.agent_ratio == 0 || ranks == 1, "{}: agent demonstrations do not run under mpirun yet (one process)", o.train_config);
   HYLA_CHECK(tc.longctx_ratio == 0 || ranks == 1, "{}: longctx does not run under mpirun yet (one process)", o.train_config);
   const int64_t G = tc.expert_parallel;
   HYLA_CHECK(G == 1 || (ranks % G == 0 && config.moe.num_experts >= G),
@@ -206,7 +194,7 @@ void run_training(const TrainOptions& o) {
   AdamW optimizer(model.params(), tc, reducer.shard());
   const int64_t total_steps = tc.total_steps();
   int64_t step = 0, bad_steps = 0;
-  json loader_state, images_state, longctx_state;
+  json loader_state, images_state, longctx_state, agent_state;
   if (o.resume) {
     const auto checkpoint = latest_checkpoint(run_dir);
     HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
@@ -222,10 +210,18 @@ void run_training(const TrainOptions& o) {
     loader_state = state.at("loader");
     images_state = state.value("images", json());
     longctx_state = state.value("longctx", json());
+    agent_state = state.value("agent", json());
     if (lead) {
       truncate_metrics(run_dir / "metrics.jsonl", step);
       fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
     }
+  } else if (!o.init_dir.empty()) {
+    auto init = Model::load(o.init_dir, {.holds = holds});
+    HYLA_CHECK(init->config().to_json() == config.to_json(), "--init {}: its config.json differs from {}", o.init_dir,
+               o.model_config);
+    std::memcpy(model.params().values(), init->params().values(), size_t(model.params().numel()) * 4);
+    model.params().refresh_bf16();
+    if (lead) fmt::print("initialised from {}\n", o.init_dir);
   } else {
     model.initialize(tc.seed);
   }
@@ -298,6 +294,14 @@ void run_training(const TrainOptions& o) {
     fmt::print("images {}: {} training records, {:g} image rows per text row\n", fmt::join(o.images_dirs, ", "),
                images->size(), tc.image_ratio);
   }
+  std::optional<AgentDemoSampler> agent;
+  ImageSequences agent_sequences;
+  if (tc.agent_ratio > 0) {
+    agent.emplace(tc.agent_environments, tc.agent_fault_share, tokenizer, tc.seed);
+    if (!agent_state.is_null()) agent->set_state(agent_state);
+    fmt::print("agent demonstrations: {} (faults in {:g} of calls), {:g} rows per text row, loss on assistant turns\n",
+               fmt::join(tc.agent_environments, ", "), tc.agent_fault_share, tc.agent_ratio);
+  }
   std::optional<LongCtxSampler> longctx;
   ImageSequences longctx_sequences;
   if (tc.longctx_ratio > 0) {
@@ -310,6 +314,7 @@ void run_training(const TrainOptions& o) {
     json state = {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}};
     if (images) state["images"] = images->state();
     if (longctx) state["longctx"] = longctx->state();
+    if (agent) state["agent"] = agent->state();
     return state;
   };
   std::ofstream metrics;
@@ -354,6 +359,10 @@ void run_training(const TrainOptions& o) {
             longctx->next(std::max<int64_t>(1, std::llround(tc.longctx_ratio * text_rows)), st.seq_len,
                           longctx_sequences);
             append_image_sequences(in, longctx_sequences, in.image_pad_id);
+          }
+          if (agent) {
+            agent->next(std::max<int64_t>(1, std::llround(tc.agent_ratio * text_rows)), agent_sequences);
+            append_image_sequences(in, agent_sequences, in.image_pad_id);
           }
           return in;
         },

@@ -9,6 +9,7 @@ namespace hyla {
 
 struct TrainOptions {
   std::string model_config, train_config, data_dir, run_dir;
+  std::string init_dir;  // start from this model directory's weights (same config) instead of a fresh init
   std::vector<std::string> images_dirs;  // image-text records mixed in by the train config's images.ratio
   int64_t steps = 0;   // > 0: override the total step count
   int64_t batch = 0;   // > 0: sequences per step in every stage

@@ -1,0 +1,343 @@
+#include "hyla/rl/grpo.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hyla/core/clock.h"
+#include "hyla/core/error.h"
+#include "hyla/core/threads.h"
+#include "hyla/eval/agent_eval.h"
+#include "hyla/infer/sampler.h"
+#include "hyla/io/file.h"
+#include "hyla/rl/rl_config.h"
+#include "hyla/rl/agent_report.h"
+#include "hyla/train/checkpoint.h"
+#include "hyla/train/optimizer.h"
+#include "hyla/train/train_step.h"
+
+namespace hyla {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Rollouts packed into training inputs: row r of a trajectory predicts id r+1, scored only where
+// the policy sampled it, with that trajectory's per-token weight.
+struct Packed {
+  std::vector<ModelInput> micro_batches;
+  std::vector<std::vector<int64_t>> scored_rows;  // per micro-batch, the rows with a target
+};
+
+Packed pack(const std::vector<const Trajectory*>& rollouts, const std::vector<double>& advantages,
+            int64_t micro_batch_tokens) {
+  Packed p;
+  std::vector<int64_t> lengths;
+  ModelInput in;
+  auto close = [&] {
+    if (lengths.empty()) return;
+    in.tokens = TokenBatch::packed(lengths);
+    std::vector<int64_t> rows;
+    for (size_t r = 0; r < in.targets.size(); ++r)
+      if (in.targets[r] >= 0) rows.push_back(int64_t(r));
+    p.scored_rows.push_back(std::move(rows));
+    p.micro_batches.push_back(std::move(in));
+    in = ModelInput{};
+    lengths.clear();
+  };
+  for (size_t i = 0; i < rollouts.size(); ++i) {
+    const Trajectory& t = *rollouts[i];
+    const int64_t n = int64_t(t.ids.size()) - 1;
+    if (!lengths.empty() && int64_t(in.ids.size()) + n > micro_batch_tokens) close();
+    for (int64_t r = 0; r < n; ++r) {
+      in.ids.push_back(t.ids[size_t(r)]);
+      const bool scored = t.sampled[size_t(r) + 1] != 0;
+      in.targets.push_back(scored ? t.ids[size_t(r) + 1] : -1);
+      in.loss_weights.push_back(scored ? float(advantages[i]) : 0.0f);
+    }
+    lengths.push_back(n);
+  }
+  close();
+  return p;
+}
+
+// The log-probability of each scored row's target under `model` (rows in Packed order).
+std::vector<double> target_logprobs(Model& model, const ModelInput& batch, const std::vector<int64_t>& rows,
+                                    Precision precision) {
+  ModelInput in;
+  in.tokens = batch.tokens;
+  in.ids = batch.ids;
+  const ForwardResult out = model.forward(in, {.precision = precision, .outputs = Outputs::Rows, .rows = rows});
+  const int64_t V = out.logits.dim(1);
+  std::vector<double> lp(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    lp[i] = log_probability(out.logits.data<float>() + int64_t(i) * V, V, batch.targets[size_t(rows[i])]);
+  return lp;
+}
+
+}  // namespace
+
+TrainConfig optimizer_config(const RlConfig& rc) {
+  TrainConfig tc;
+  tc.seed = rc.seed;
+  tc.precision = rc.precision;
+  tc.lr = rc.lr;
+  tc.beta1 = rc.beta1;
+  tc.beta2 = rc.beta2;
+  tc.weight_decay = rc.weight_decay;
+  tc.grad_clip = rc.grad_clip;
+  return tc;
+}
+
+GroupAdvantages group_advantages(const std::vector<double>& rewards, int64_t group_size, bool std_normalize) {
+  HYLA_ASSERT(group_size >= 1 && rewards.size() % size_t(group_size) == 0);
+  GroupAdvantages g;
+  g.advantages.assign(rewards.size(), 0.0);
+  for (size_t first = 0; first < rewards.size(); first += size_t(group_size)) {
+    double mean = 0, sq = 0;
+    for (int64_t i = 0; i < group_size; ++i) mean += rewards[first + size_t(i)];
+    mean /= double(group_size);
+    for (int64_t i = 0; i < group_size; ++i) sq += (rewards[first + size_t(i)] - mean) * (rewards[first + size_t(i)] - mean);
+    const double sd = std::sqrt(sq / double(group_size));
+    const bool kept = sd > 1e-9;
+    g.kept.push_back(kept);
+    g.dropped += !kept;
+    if (kept)
+      for (int64_t i = 0; i < group_size; ++i)
+        g.advantages[first + size_t(i)] = (rewards[first + size_t(i)] - mean) / (std_normalize ? sd + 1e-6 : 1.0);
+  }
+  return g;
+}
+
+double sampled_logprob(Model& model, const Trajectory& trajectory, Precision precision) {
+  const Packed packed = pack({&trajectory}, {0.0}, int64_t(trajectory.ids.size()));
+  double sum = 0;
+  for (size_t m = 0; m < packed.micro_batches.size(); ++m)
+    for (double lp : target_logprobs(model, packed.micro_batches[m], packed.scored_rows[m], precision)) sum += lp;
+  return sum;
+}
+
+StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, double lr,
+                       const std::vector<const Trajectory*>& rollouts, const std::vector<double>& advantages,
+                       Model* reference) {
+  HYLA_ASSERT(rollouts.size() == advantages.size() && !rollouts.empty());
+  HYLA_ASSERT((reference != nullptr) == (rc.kl_coef > 0));
+  TrainConfig tc = optimizer_config(rc);
+  Packed packed = pack(rollouts, advantages, rc.micro_batch_tokens);
+  tc.grad_accum = int64_t(packed.micro_batches.size());
+  // The log-probabilities under the weights that sampled (for the ratio) and under the starting
+  // model (for the KL penalty): one forward per micro-batch each.
+  std::vector<std::vector<double>> old_lp, ref_lp;
+  if (rc.epochs > 1 || reference)
+    for (size_t m = 0; m < packed.micro_batches.size(); ++m) {
+      old_lp.push_back(target_logprobs(model, packed.micro_batches[m], packed.scored_rows[m], rc.precision));
+      if (reference) ref_lp.push_back(target_logprobs(*reference, packed.micro_batches[m], packed.scored_rows[m], rc.precision));
+    }
+  if (reference)  // the penalty's per-token estimate log(pi / pi_ref), folded into the weights
+    for (size_t m = 0; m < packed.micro_batches.size(); ++m)
+      for (size_t i = 0; i < packed.scored_rows[m].size(); ++i)
+        packed.micro_batches[m].loss_weights[size_t(packed.scored_rows[m][i])] -=
+            float(rc.kl_coef * (old_lp[m][i] - ref_lp[m][i]));
+  const std::vector<ModelInput> base = packed.micro_batches;
+  StepResult result;
+  int64_t rows = 0;
+  for (int64_t epoch = 0; epoch < rc.epochs; ++epoch) {
+    // A reused batch: each weight times the ratio pi / pi_old, or 0 where the ratio left the clip
+    // range in the advantage's direction (PPO's clipped surrogate has no gradient there).
+    if (epoch > 0)
+      for (size_t m = 0; m < packed.micro_batches.size(); ++m) {
+        const std::vector<double> now = target_logprobs(model, base[m], packed.scored_rows[m], rc.precision);
+        for (size_t i = 0; i < now.size(); ++i) {
+          const size_t r = size_t(packed.scored_rows[m][i]);
+          const double ratio = std::exp(now[i] - old_lp[m][i]);
+          const float w = base[m].loss_weights[r];
+          const bool clipped = (w > 0 && ratio > 1 + rc.clip_eps) || (w < 0 && ratio < 1 - rc.clip_eps);
+          packed.micro_batches[m].loss_weights[r] = clipped ? 0.0f : float(w * ratio);
+        }
+      }
+    result = train_step(model, optimizer, tc, lr, [&](int64_t m) { return packed.micro_batches[size_t(m)]; });
+    rows += result.tokens;
+  }
+  result.tokens = rows;
+  return result;
+}
+
+void run_rl(const RlOptions& o) {
+  const RlConfig rc = RlConfig::load(o.config);
+  const fs::path run_dir(o.run_dir);
+  fs::create_directories(run_dir);
+  remove_unfinished_checkpoints(run_dir);
+  if (!o.resume)
+    if (const auto earlier = latest_checkpoint(run_dir)) {
+      HYLA_CHECK(o.overwrite,
+                 "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
+                 "--overwrite to start over and delete them",
+                 run_dir.string(), earlier->step);
+      remove_checkpoints(run_dir);
+    }
+  const fs::path tokenizer_file = fs::path(o.model_dir) / "tokenizer.json";
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_file);
+  std::unique_ptr<Model> model = Model::load(o.model_dir);
+  std::unique_ptr<Model> reference;
+  if (rc.kl_coef > 0) reference = Model::load(o.model_dir);
+
+  AdamW optimizer(model->params(), optimizer_config(rc));
+  int64_t step = 0;
+  if (o.resume) {
+    const auto checkpoint = latest_checkpoint(run_dir);
+    HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
+    auto saved = Model::load(checkpoint->dir / "model");
+    HYLA_CHECK(saved->config().to_json() == model->config().to_json(), "{}: the checkpoint's model differs from {}",
+               checkpoint->dir.string(), o.model_dir);
+    std::memcpy(model->params().values(), saved->params().values(), size_t(model->params().numel()) * 4);
+    model->params().refresh_bf16();
+    optimizer.load(optimizer_files(*checkpoint));
+    step = load_trainer_state(*checkpoint).at("step").get<int64_t>();
+    truncate_metrics(run_dir / "metrics.jsonl", step);
+    fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
+  } else {
+    write_file_atomic(run_dir / "run.json",
+                      json{{"rl", rc.to_json()}, {"model", fs::absolute(o.model_dir).string()}}.dump(2) + "\n");
+    write_file_atomic(run_dir / "metrics.jsonl", "");
+  }
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+
+  EngineOptions engine;
+  engine.max_sequences = rc.max_sequences;
+  engine.context = rc.limits.context;
+  engine.precision = rc.precision;
+  engine.prefix_cache_bytes = int64_t(512) << 20;
+  engine.snapshot_interval = 256;
+  Scheduler scheduler(*model, tokenizer, engine);
+
+  const int64_t total = rc.total_steps();
+  fmt::print("rl: {} steps, {} tasks x {} rollouts per step, {} threads; model {}\n", total, rc.tasks_per_step,
+             rc.group_size, num_threads(), o.model_dir);
+
+  auto evaluate_dev = [&](int64_t stage) {
+    AgentEvalOptions eo;
+    eo.environments = rc.curriculum[size_t(stage)].environments;
+    eo.split = Split::Dev;
+    eo.tasks = rc.eval_tasks;
+    eo.trials = 1;
+    eo.sampling.temperature = 0;
+    eo.faults.share = rc.fault_share;
+    eo.limits = rc.limits_of(stage);
+    eo.engine = engine;
+    eo.progress = false;
+    return summarize_agent_episodes(play_agent_tasks(*model, tokenizer, eo));
+  };
+
+  while (step < total) {
+    const int64_t stage = rc.stage_of(step);
+    const RlStage& st = rc.curriculum[size_t(stage)];
+    const AgentLimits limits = rc.limits_of(stage);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<Environment>> envs;
+    for (const std::string& name : st.environments) envs.push_back(make_environment(name));
+    std::vector<AgentSession> sessions;
+    FaultConfig faults;
+    faults.share = rc.fault_share;
+    for (int64_t t = 0; t < rc.tasks_per_step; ++t) {
+      const uint64_t index = uint64_t(step * rc.tasks_per_step + t);
+      for (int64_t g = 0; g < rc.group_size; ++g)
+        sessions.emplace_back(*envs[index % envs.size()], Split::Train, index / envs.size(), faults, limits, tokenizer);
+    }
+    SamplingParams sampling;
+    sampling.temperature = rc.temperature;
+    sampling.seed = rc.seed * 0x9e3779b97f4a7c15ull + uint64_t(step) * 104729;
+    run_agents(scheduler, sessions, sampling);
+    const double rollout_seconds = seconds_since(t0);
+
+    std::vector<Trajectory> rollouts;
+    for (AgentSession& s : sessions) rollouts.push_back(s.take());
+    std::vector<const Trajectory*> kept;
+    std::vector<double> advantages;
+    int64_t dropped = 0, correct = 0, generated = 0, steps_sum = 0, calls = 0, invalid = 0, transient_met = 0,
+            transient_recovered = 0;
+    double reward_sum = 0;
+    std::vector<double> rewards;
+    for (const Trajectory& r : rollouts) rewards.push_back(r.reward);
+    const GroupAdvantages groups = group_advantages(rewards, rc.group_size, rc.std_normalize);
+    for (size_t i = 0; i < rollouts.size(); ++i)
+      if (groups.kept[i / size_t(rc.group_size)]) {
+        kept.push_back(&rollouts[i]);
+        advantages.push_back(groups.advantages[i]);
+      }
+    dropped = groups.dropped;
+    for (const Trajectory& r : rollouts) {
+      reward_sum += r.reward;
+      correct += r.correct();
+      generated += r.generated_tokens;
+      steps_sum += r.steps;
+      calls += r.tool_calls;
+      invalid += r.invalid_calls;
+      if (r.faults[0] > 0) {
+        ++transient_met;
+        transient_recovered += r.correct();
+      }
+    }
+
+    const auto t1 = std::chrono::steady_clock::now();
+    const double lr = rc.lr * std::min(1.0, double(step + 1) / double(std::max<int64_t>(1, rc.warmup_steps)));
+    StepResult update;
+    if (!kept.empty()) {
+      update = grpo_update(*model, optimizer, rc, lr, kept, advantages, reference.get());
+      scheduler.weights_changed();
+    }
+    const int64_t trained_rows = update.tokens;
+    const double update_seconds = seconds_since(t1);
+    ++step;
+
+    const double n = double(rollouts.size());
+    json row{{"step", step},
+             {"stage", stage + 1},
+             {"lr", lr},
+             {"reward", reward_sum / n},
+             {"pass", double(correct) / n},
+             {"dropped_groups", double(dropped) / double(rc.tasks_per_step)},
+             {"mean_steps", double(steps_sum) / n},
+             {"mean_tool_calls", double(calls) / n},
+             {"invalid_call_rate", calls > 0 ? double(invalid) / double(calls) : 0.0},
+             {"transient_recovery", transient_met > 0 ? json(double(transient_recovered) / double(transient_met)) : json(nullptr)},
+             {"generated_tokens", generated},
+             {"rollout_tok_s", double(generated) / rollout_seconds},
+             {"update_tok_s", update_seconds > 0 ? double(trained_rows) / update_seconds : 0.0},
+             {"rollout_s", rollout_seconds},
+             {"update_s", update_seconds}};
+    if (!kept.empty()) {
+      row["loss"] = update.loss;
+      row["grad_norm"] = update.grad_norm;
+    }
+    const bool eval_now = rc.eval_every > 0 && (step % rc.eval_every == 0 || step == total);
+    if (eval_now) {
+      const json dev = evaluate_dev(stage);
+      row["dev_pass@1"] = dev["all"]["pass@1"];
+      for (const auto& [name, s] : dev.items())
+        if (name != "all") row["dev_pass@1_" + name] = s["pass@1"];
+    }
+    metrics << row.dump() << "\n" << std::flush;
+    if (!o.quiet || eval_now)
+      fmt::print("step {:>4}/{} | reward {:.3f} | pass {:.3f} | dropped {:.2f} | steps {:.2f} | calls {:.2f} | "
+                 "rollout {:.0f} tok/s | update {:.0f} tok/s{}\n",
+                 step, total, reward_sum / n, double(correct) / n, double(dropped) / double(rc.tasks_per_step),
+                 double(steps_sum) / n, double(calls) / n, double(generated) / rollout_seconds,
+                 row["update_tok_s"].get<double>(),
+                 eval_now ? fmt::format(" | dev pass@1 {:.3f}", row["dev_pass@1"].get<double>()) : "");
+    if (rc.checkpoint_every > 0 && step % rc.checkpoint_every == 0 && step < total)
+      save_checkpoint(run_dir, step, *model, optimizer, json{{"step", step}, {"bad_steps", 0}}, tokenizer_file,
+                      rc.keep_checkpoints);
+  }
+  model->save(run_dir / "model", DType::F32, tokenizer_file);
+  const fs::path report = write_rl_report(run_dir);
+  fmt::print("saved {}; report {}\n", (run_dir / "model").string(), report.string());
+}
+
+}  // namespace hyla
