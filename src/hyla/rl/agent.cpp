@@ -162,17 +162,20 @@ void AgentSession::observe(const ToolCall& call) {
     else if (fault == FaultKind::ExplicitPermanent) observation = {{"error", kPermanentFaultError}};
     else observation = episode_->run(call.name, checked.arguments, fault != FaultKind::None);
   }
+  append_observation(observation);
+}
+
+void AgentSession::append_observation(const json& observation) {
   const bool failed = observation.contains("error");
   t_.failed_calls += failed;
   consecutive_failures_ = failed ? consecutive_failures_ + 1 : 0;
   last_observations_.push_back(observation);
-  ChatMessage tool{"tool", observation.dump(), {}, {}};
-  const std::vector<ChatMessage> one{tool};
+  const std::vector<ChatMessage> one{{"tool", observation.dump(), {}, {}}};
   const std::vector<int32_t> ids = encode_chat(tokenizer_, one);
   t_.ids.insert(t_.ids.end(), ids.begin(), ids.end());
   t_.sampled.resize(t_.ids.size(), 0);
   t_.logprobs.resize(t_.ids.size(), 0.0f);
-  t_.messages.push_back(std::move(tool));
+  t_.messages.push_back(one[0]);
 }
 
 void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> logprobs) {
@@ -205,16 +208,7 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
     if (malformed_call) {
       ++t_.tool_calls;
       ++t_.invalid_calls;
-      ++t_.failed_calls;
-      ++consecutive_failures_;
-      const json observation = {{"error", "invalid call: a <tool_call> block must hold {\"name\": ..., \"arguments\": {...}}"}};
-      last_observations_.push_back(observation);
-      const std::vector<ChatMessage> one{{"tool", observation.dump(), {}, {}}};
-      const std::vector<int32_t> obs = encode_chat(tokenizer_, one);
-      t_.ids.insert(t_.ids.end(), obs.begin(), obs.end());
-      t_.sampled.resize(t_.ids.size(), 0);
-      t_.logprobs.resize(t_.ids.size(), 0.0f);
-      t_.messages.push_back(one[0]);
+      append_observation({{"error", "invalid call: a <tool_call> block must hold {\"name\": ..., \"arguments\": {...}}"}});
     }
     if (consecutive_failures_ >= limits_.max_consecutive_failures) return end(EpisodeStatus::GaveUp);
     if (t_.steps >= limits_.max_steps) return end(EpisodeStatus::StepBudget);

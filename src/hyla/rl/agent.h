@@ -95,6 +95,7 @@ class AgentSession {
 
  private:
   void observe(const ToolCall& call);
+  void append_observation(const nlohmann::json& observation);  // a tool turn, counted as failed when it holds an error
   void end(EpisodeStatus status);
   void append_text(const std::string& text);
 
