@@ -295,6 +295,8 @@ TEST(AgentRuntime, AModelPlaysEpisodesThroughTheSchedulerReusingEachTrajectorysS
   const auto env = make_environment("calculator");
   std::vector<AgentSession> sessions;
   for (uint64_t i = 0; i < 6; ++i) sessions.emplace_back(*env, Split::Dev, i % 3, FaultConfig{}, limits, tokenizer);
+  std::vector<size_t> opening;
+  for (const AgentSession& s : sessions) opening.push_back(s.ids().size());
   SamplingParams sampling;
   sampling.temperature = 1.0;
   sampling.seed = 3;
@@ -314,7 +316,9 @@ TEST(AgentRuntime, AModelPlaysEpisodesThroughTheSchedulerReusingEachTrajectorysS
       EXPECT_GT(t.cached_prompt_tokens, 0);
     }
   }
-  // Sessions 0 and 3 are the same task with different sampling seeds.
+  // Sessions 3-5 are the tasks of sessions 0-2 (other sampling seeds): they start once those have
+  // read the prompt, and restore all of it but its last token.
+  for (size_t j = 3; j < 6; ++j) EXPECT_GE(sessions[j].trajectory().cached_prompt_tokens, int64_t(opening[j]) - 1) << j;
   EXPECT_NE(sessions[0].trajectory().ids, sessions[3].trajectory().ids);
 }
 

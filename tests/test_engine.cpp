@@ -345,6 +345,23 @@ TEST(Engine, ASecondTurnReadsOnlyWhatFollowsTheFirst) {
   }
 }
 
+// The same prompt again (a group of rollouts, n choices, a retry) restores all of it but the last
+// token, whatever the interval, and continues exactly like a cold start.
+TEST(Engine, AnEqualPromptRereadsOnlyItsLastToken) {
+  EngineFixture f;
+  EngineOptions o = EngineFixture::exact(1, 512, 32);
+  o.prefix_cache_bytes = int64_t(64) << 20;
+  o.snapshot_interval = 64;
+  const GenerationRequest r = f.request(test::sample_text(5, 8) + " the same prompt", 6);
+  ASSERT_GT(r.prompt.size() % 64, 1u);
+  Engine warm(f.model, f.tokenizer, o);
+  const GenerationOutput first = warm.submit(r).get();
+  const GenerationOutput again = warm.submit(r).get();
+  EXPECT_EQ(first.cached_prompt_tokens, 0);
+  EXPECT_EQ(again.cached_prompt_tokens, int64_t(r.prompt.size()) - 1);
+  EXPECT_EQ(again.tokens, first.tokens);
+}
+
 TEST(Engine, RefusesAContextPastTheWindowOrOverTheMemoryBudget) {
   EngineFixture f;
   EngineOptions o = EngineFixture::exact(4, f.config.max_position_embeddings + 1, 16);

@@ -268,30 +268,42 @@ void Scheduler::admit_waiting(std::vector<Finished>& finished) {
   }
 }
 
-// One model call: a prefill chunk of the oldest request still reading its prompt, plus one token
-// for every sequence that is generating.
+// One model call: prefill chunks of the oldest requests still reading their prompts (within the
+// step's prefill budget), plus one token for every sequence that is generating.
 void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
   std::vector<Active*> batch;
   std::vector<int64_t> lengths, offsets;
   ModelInput in;
+  // Prefill chunks of the oldest requests still reading their prompts, while they fit the step's
+  // budget of prefill_chunk tokens (the oldest always goes): many short prompts (the turns of
+  // agent rollouts) are read together. Each request's chunks end where they would alone, so
+  // batching never changes what a sequence computes.
+  int64_t budget = options_.prefill_chunk;
   for (auto& a : running_)
     if (a->prefilled < int64_t(a->request.prompt.size())) {
       int64_t end = std::min<int64_t>(a->prefilled + options_.prefill_chunk, int64_t(a->request.prompt.size()));
       if (prefix_cache_.enabled()) {  // a chunk ends at the next snapshot point, if it comes first
         const int64_t interval = prefix_cache_.interval();
         end = std::min(end, (a->prefilled / interval + 1) * interval);
+        const int64_t all_but_last = int64_t(a->request.prompt.size()) - 1;
+        if (a->prefilled < all_but_last) end = std::min(end, all_but_last);
       }
       // A chunk never ends inside an image: it stops before one that does not fit, or takes whole one that starts it.
       for (size_t k = 0; k < a->images.size(); ++k) {
         const int64_t first = a->images[k].row, last = a->image_ends[k];
         if (first < end && last > end) end = first > a->prefilled ? first : last;
+      }
+      if (!batch.empty() && end - a->prefilled > budget) break;
+      budget -= end - a->prefilled;
+      for (size_t k = 0; k < a->images.size(); ++k) {
+        const int64_t first = a->images[k].row;
         if (first >= a->prefilled && first < end) in.images.push_back(a->request.images[k]);
       }
       if (!in.images.empty()) in.image_pad_id = image_pad_id_;
       batch.push_back(a.get());
       lengths.push_back(end - a->prefilled);
       in.ids.insert(in.ids.end(), a->request.prompt.begin() + a->prefilled, a->request.prompt.begin() + end);
-      break;
+      if (budget <= 0) break;
     }
   for (auto& a : running_)
     if (a->next >= 0) {
@@ -339,7 +351,11 @@ void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
     }
     if (prefilling) {
       a.prefilled += lengths[i];
-      if (a.prefilled % prefix_cache_.interval() == 0 && a.prefilled < int64_t(a.request.prompt.size()))
+      // Snapshots at every interval and before the prompt's last token: a request with the same
+      // prompt (a group of rollouts, n choices, a retry) restores all of it but the token whose
+      // logits it needs, instead of re-reading its last partial interval.
+      const int64_t size = int64_t(a.request.prompt.size());
+      if ((a.prefilled % prefix_cache_.interval() == 0 && a.prefilled < size) || a.prefilled == size - 1)
         prefix_cache_.store(a.request.prompt, a.images, a.prefilled, state, a.snapshots);
       if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
     }

@@ -1,8 +1,8 @@
 #pragma once
 // Continuous batching, synchronous: requests are added, and each step() admits waiting requests
-// into free slots (restoring cached prompt prefixes), runs one model call with at most one prefill
-// chunk of an admitted request plus one decode token for every running sequence (chunked prefill:
-// a long prompt never stalls the others), samples, streams text, and retires finished or cancelled
+// into free slots (restoring cached prompt prefixes), runs one model call with prefill chunks of
+// the oldest admitted requests (at most prefill_chunk prompt tokens together) plus one decode token
+// for every running sequence (chunked prefill: a long prompt never stalls the others), samples, streams text, and retires finished or cancelled
 // requests. An RL rollout loop, an evaluator or the trainer's samples drive it directly, on their
 // own thread; Engine (engine.h) runs it on a worker thread for `serve`, `generate` and `chat`.
 //
@@ -35,8 +35,9 @@ struct EngineOptions {
   Precision precision = Precision::BF16;
   DType latent_dtype = DType::BF16;
   int64_t prefix_cache_bytes = int64_t(256) << 20;  // 0 disables prompt-state reuse
-  // Prompt-state snapshots every this many prompt tokens (prefill chunks end there) and at the end
-  // of every request: a later prompt sharing a prefix re-reads at most this many of its tokens.
+  // Prompt-state snapshots every this many prompt tokens (prefill chunks end there), before every
+  // prompt's last token and at the end of every request: a later prompt sharing a prefix re-reads
+  // at most this many of its tokens, and one equal to an earlier prompt only its last.
   int64_t snapshot_interval = 512;
   // Bytes the slots at full context and the prompt-state cache may take together; the constructor
   // refuses options over it, saying what fits (0: unchecked). Slot memory is touched as tokens

@@ -244,8 +244,16 @@ void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const Sa
     request.logprobs = true;
     in_flight[scheduler.add(std::move(request))] = j;
   };
-  for (size_t j = 0; j < sessions.size(); ++j)
-    if (!sessions[j].done()) submit(j);
+  // Sessions that open with the same prompt (a group's rollouts) wait for the first of them to
+  // finish its first turn: its prompt is then a snapshot they restore whole, read once for the group.
+  std::map<std::vector<int32_t>, size_t> leader_of;
+  std::map<size_t, std::vector<size_t>> waiting_on;  // leader -> the sessions its first reply releases
+  for (size_t j = 0; j < sessions.size(); ++j) {
+    if (sessions[j].done()) continue;
+    const auto [it, first] = leader_of.try_emplace(sessions[j].ids(), j);
+    if (first) submit(j);
+    else waiting_on[it->second].push_back(j);
+  }
   while (!in_flight.empty()) {
     for (Scheduler::Finished& f : scheduler.step()) {
       const auto it = in_flight.find(f.id);
@@ -262,6 +270,10 @@ void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const Sa
         s.reply(f.output.tokens, f.output.token_logprobs);
       }
       if (!s.done()) submit(j);
+      if (const auto released = waiting_on.find(j); released != waiting_on.end()) {
+        for (size_t k : released->second) submit(k);
+        waiting_on.erase(released);
+      }
     }
   }
 }

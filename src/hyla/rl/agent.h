@@ -117,8 +117,9 @@ class AgentSession {
 std::vector<int32_t> encode_assistant_reply(const Tokenizer& tokenizer, const ChatMessage& reply);
 
 // Drives the sessions with a model: each open turn becomes a request (the conversation as the
-// prompt, logprobs on), all sessions batched together until every one is done. Request j's turn
-// k samples with seed sampling.seed + 1000003·j + k.
+// prompt, logprobs on), all sessions batched together until every one is done; sessions opening
+// with the same prompt start once the first of them has read it (then they restore it from the
+// prefix cache). Session j's turn k samples with seed sampling.seed + 1000003·j + k.
 void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const SamplingParams& sampling);
 
 // Drives a session with the environment's expert: retries a call that timed out, rephrases one that
