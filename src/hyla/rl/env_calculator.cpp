@@ -4,7 +4,7 @@
 
 #include "hyla/core/random.h"
 #include "hyla/rl/arithmetic.h"
-#include "hyla/rl/environment.h"
+#include "hyla/rl/tool_environment.h"
 
 namespace hyla {
 namespace {
@@ -62,11 +62,7 @@ class CalculatorEpisode final : public Episode {
     return {false, {"calc", json{{"expression", expression}}.dump()}, {}};
   }
 
-  ToolCall rephrase(const ToolCall& call, int attempt) const override {
-    const json args = json::parse(call.arguments);
-    const std::string expression = args.at("expression").get<std::string>();
-    return {call.name, json{{"expression", std::string(size_t(attempt), '(') + expression + std::string(size_t(attempt), ')')}}.dump()};
-  }
+  ToolCall rephrase(const ToolCall& call, int attempt) const override { return parenthesized(call, attempt); }
 
  private:
   std::vector<int64_t> operands_;
@@ -75,28 +71,12 @@ class CalculatorEpisode final : public Episode {
   int64_t answer_ = 0;
 };
 
-class CalculatorEnvironment final : public Environment {
- public:
-  CalculatorEnvironment() {
-    tools_.push_back({"calc", "Evaluate an integer arithmetic expression (+, -, *, /, parentheses).",
-                      {{"type", "object"},
-                       {"properties", {{"expression", {{"type", "string"}}}}},
-                       {"required", {"expression"}},
-                       {"additionalProperties", false}}});
-  }
-  const std::string& name() const override { return name_; }
-  const std::vector<Tool>& tools() const override { return tools_; }
-  std::unique_ptr<Episode> make(Split split, uint64_t index) const override {
-    return std::make_unique<CalculatorEpisode>(split, task_seed(name_, split, index));
-  }
-
- private:
-  std::string name_ = "calculator";
-  std::vector<Tool> tools_;
-};
-
 }  // namespace
 
-std::unique_ptr<Environment> make_calculator_environment() { return std::make_unique<CalculatorEnvironment>(); }
+std::unique_ptr<Environment> make_calculator_environment() {
+  return std::make_unique<ToolEnvironment<CalculatorEpisode>>(
+      "calculator",
+      std::vector<Tool>{expression_tool("calc", "Evaluate an integer arithmetic expression (+, -, *, /, parentheses).")});
+}
 
 }  // namespace hyla

@@ -7,7 +7,7 @@
 
 #include "hyla/core/random.h"
 #include "hyla/rl/arithmetic.h"
-#include "hyla/rl/environment.h"
+#include "hyla/rl/tool_environment.h"
 
 namespace hyla {
 namespace {
@@ -75,11 +75,7 @@ class CountdownEpisode final : public Episode {
     return {true, {}, "Answer: " + solution_};
   }
 
-  ToolCall rephrase(const ToolCall& call, int attempt) const override {
-    const json args = json::parse(call.arguments);
-    const std::string expression = args.at("expression").get<std::string>();
-    return {call.name, json{{"expression", std::string(size_t(attempt), '(') + expression + std::string(size_t(attempt), ')')}}.dump()};
-  }
+  ToolCall rephrase(const ToolCall& call, int attempt) const override { return parenthesized(call, attempt); }
 
  private:
   std::vector<int64_t> numbers_;
@@ -88,28 +84,12 @@ class CountdownEpisode final : public Episode {
   bool try_near_miss_ = false;
 };
 
-class CountdownEnvironment final : public Environment {
- public:
-  CountdownEnvironment() {
-    tools_.push_back({"check", "Evaluate a candidate expression over the numbers and say whether it reaches the target.",
-                      {{"type", "object"},
-                       {"properties", {{"expression", {{"type", "string"}}}}},
-                       {"required", {"expression"}},
-                       {"additionalProperties", false}}});
-  }
-  const std::string& name() const override { return name_; }
-  const std::vector<Tool>& tools() const override { return tools_; }
-  std::unique_ptr<Episode> make(Split split, uint64_t index) const override {
-    return std::make_unique<CountdownEpisode>(split, task_seed(name_, split, index));
-  }
-
- private:
-  std::string name_ = "countdown";
-  std::vector<Tool> tools_;
-};
-
 }  // namespace
 
-std::unique_ptr<Environment> make_countdown_environment() { return std::make_unique<CountdownEnvironment>(); }
+std::unique_ptr<Environment> make_countdown_environment() {
+  return std::make_unique<ToolEnvironment<CountdownEpisode>>(
+      "countdown", std::vector<Tool>{expression_tool(
+                       "check", "Evaluate a candidate expression over the numbers and say whether it reaches the target.")});
+}
 
 }  // namespace hyla

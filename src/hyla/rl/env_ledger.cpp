@@ -6,7 +6,7 @@
 #include <map>
 
 #include "hyla/core/random.h"
-#include "hyla/rl/environment.h"
+#include "hyla/rl/tool_environment.h"
 
 namespace hyla {
 namespace {
@@ -78,33 +78,21 @@ class LedgerEpisode final : public Episode {
   std::string task_;
 };
 
-class LedgerEnvironment final : public Environment {
- public:
-  LedgerEnvironment() {
-    const json account = {{"type", "string"}, {"enum", {"alice", "bob", "carol", "dave", "erin"}}};
-    tools_.push_back({"balance", "Read an account's balance.",
-                      {{"type", "object"}, {"properties", {{"account", account}}}, {"required", {"account"}},
-                       {"additionalProperties", false}}});
-    tools_.push_back({"transfer", "Pay an amount from one account to another (an optional memo is kept with it).",
-                      {{"type", "object"},
-                       {"properties", {{"from", account}, {"to", account}, {"amount", {{"type", "integer"}, {"minimum", 1}}},
-                                       {"memo", {{"type", "string"}}}}},
-                       {"required", {"from", "to", "amount"}},
-                       {"additionalProperties", false}}});
-  }
-  const std::string& name() const override { return name_; }
-  const std::vector<Tool>& tools() const override { return tools_; }
-  std::unique_ptr<Episode> make(Split split, uint64_t index) const override {
-    return std::make_unique<LedgerEpisode>(split, task_seed(name_, split, index));
-  }
-
- private:
-  std::string name_ = "ledger";
-  std::vector<Tool> tools_;
-};
-
 }  // namespace
 
-std::unique_ptr<Environment> make_ledger_environment() { return std::make_unique<LedgerEnvironment>(); }
+std::unique_ptr<Environment> make_ledger_environment() {
+  const json account = {{"type", "string"}, {"enum", {"alice", "bob", "carol", "dave", "erin"}}};
+  std::vector<Tool> tools;
+  tools.push_back({"balance", "Read an account's balance.",
+                   {{"type", "object"}, {"properties", {{"account", account}}}, {"required", {"account"}},
+                    {"additionalProperties", false}}});
+  tools.push_back({"transfer", "Pay an amount from one account to another (an optional memo is kept with it).",
+                   {{"type", "object"},
+                    {"properties", {{"from", account}, {"to", account}, {"amount", {{"type", "integer"}, {"minimum", 1}}},
+                                    {"memo", {{"type", "string"}}}}},
+                    {"required", {"from", "to", "amount"}},
+                    {"additionalProperties", false}}});
+  return std::make_unique<ToolEnvironment<LedgerEpisode>>("ledger", std::move(tools));
+}
 
 }  // namespace hyla

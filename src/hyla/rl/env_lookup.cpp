@@ -8,7 +8,7 @@
 #include <set>
 
 #include "hyla/core/random.h"
-#include "hyla/rl/environment.h"
+#include "hyla/rl/tool_environment.h"
 
 namespace hyla {
 namespace {
@@ -99,34 +99,22 @@ class LookupEpisode final : public Episode {
   Rng rng_;
 };
 
-class LookupEnvironment final : public Environment {
- public:
-  LookupEnvironment() {
-    tools_.push_back({"search", "Find the lines of the document that contain a text; returns up to 5 line numbers.",
-                      {{"type", "object"},
-                       {"properties", {{"query", {{"type", "string"}}}}},
-                       {"required", {"query"}},
-                       {"additionalProperties", false}}});
-    tools_.push_back({"read", "Read lines of the document, from a line number (1-based).",
-                      {{"type", "object"},
-                       {"properties", {{"line", {{"type", "integer"}, {"minimum", 1}}},
-                                       {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 5}}}}},
-                       {"required", {"line"}},
-                       {"additionalProperties", false}}});
-  }
-  const std::string& name() const override { return name_; }
-  const std::vector<Tool>& tools() const override { return tools_; }
-  std::unique_ptr<Episode> make(Split split, uint64_t index) const override {
-    return std::make_unique<LookupEpisode>(split, task_seed(name_, split, index));
-  }
-
- private:
-  std::string name_ = "lookup";
-  std::vector<Tool> tools_;
-};
-
 }  // namespace
 
-std::unique_ptr<Environment> make_lookup_environment() { return std::make_unique<LookupEnvironment>(); }
+std::unique_ptr<Environment> make_lookup_environment() {
+  std::vector<Tool> tools;
+  tools.push_back({"search", "Find the lines of the document that contain a text; returns up to 5 line numbers.",
+                   {{"type", "object"},
+                    {"properties", {{"query", {{"type", "string"}}}}},
+                    {"required", {"query"}},
+                    {"additionalProperties", false}}});
+  tools.push_back({"read", "Read lines of the document, from a line number (1-based).",
+                   {{"type", "object"},
+                    {"properties", {{"line", {{"type", "integer"}, {"minimum", 1}}},
+                                    {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 5}}}}},
+                    {"required", {"line"}},
+                    {"additionalProperties", false}}});
+  return std::make_unique<ToolEnvironment<LookupEpisode>>("lookup", std::move(tools));
+}
 
 }  // namespace hyla

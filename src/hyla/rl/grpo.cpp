@@ -172,16 +172,7 @@ StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, doubl
 void run_rl(const RlOptions& o) {
   const RlConfig rc = RlConfig::load(o.config);
   const fs::path run_dir(o.run_dir);
-  fs::create_directories(run_dir);
-  remove_unfinished_checkpoints(run_dir);
-  if (!o.resume)
-    if (const auto earlier = latest_checkpoint(run_dir)) {
-      HYLA_CHECK(o.overwrite,
-                 "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
-                 "--overwrite to start over and delete them",
-                 run_dir.string(), earlier->step);
-      remove_checkpoints(run_dir);
-    }
+  prepare_run_directory(run_dir, o.resume, o.overwrite);
   const fs::path tokenizer_file = fs::path(o.model_dir) / "tokenizer.json";
   const Tokenizer tokenizer = Tokenizer::load(tokenizer_file);
   std::unique_ptr<Model> model = Model::load(o.model_dir);

@@ -1,9 +1,9 @@
 #include "hyla/train/checkpoint.h"
 
-#include <fstream>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -159,6 +159,19 @@ std::vector<fs::path> optimizer_files(const CheckpointInfo& checkpoint) {
     HYLA_CHECK(fs::exists(files.back()), "{}: lists {}, which is missing", trainer.string(), files.back().string());
   }
   return files;
+}
+
+void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bool overwrite) {
+  std::filesystem::create_directories(run_dir);
+  remove_unfinished_checkpoints(run_dir);
+  if (resume) return;
+  if (const auto earlier = latest_checkpoint(run_dir)) {
+    HYLA_CHECK(overwrite,
+               "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
+               "--overwrite to start over and delete them",
+               run_dir.string(), earlier->step);
+    remove_checkpoints(run_dir);
+  }
 }
 
 // A resumed run's metrics.jsonl keeps the rows up to its checkpoint's step (a killed run wrote more).

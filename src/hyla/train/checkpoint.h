@@ -56,6 +56,12 @@ nlohmann::json load_trainer_state(const CheckpointInfo& checkpoint);
 // The checkpoint's optimiser files (shards), for AdamW::load.
 std::vector<std::filesystem::path> optimizer_files(const CheckpointInfo& checkpoint);
 
+// Makes a run directory ready for a run (the lead process only): creates it, removes unfinished
+// checkpoints, and unless resuming refuses one that holds an earlier run's checkpoints (keep-N
+// pruning would delete the new run's lower-numbered ones, and a later --resume would continue
+// the old run: never two runs in one directory), or with `overwrite` deletes them.
+void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bool overwrite);
+
 // Keeps the rows of a run's metrics.jsonl whose "step" is at most `step` (what a resumed run
 // continues from; a line cut by a kill is dropped).
 void truncate_metrics(const std::filesystem::path& file, int64_t step);

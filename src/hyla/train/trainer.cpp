@@ -150,19 +150,7 @@ void run_training(const TrainOptions& o) {
                "is a multiple of {} per micro-batch (--batch)",
                o.train_config, s.sequences() / tc.grad_accum, s.seq_len, ranks, ranks);
 
-  fs::create_directories(run_dir);
-  if (lead) remove_unfinished_checkpoints(run_dir);
-  if (!o.resume && lead) {
-    if (const auto earlier = latest_checkpoint(run_dir)) {
-      // Keep-N pruning would delete the new run's lower-numbered checkpoints, and a later --resume
-      // would continue the old run: never mix two runs in one directory.
-      HYLA_CHECK(o.overwrite,
-                 "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
-                 "--overwrite to start over and delete them",
-                 run_dir.string(), earlier->step);
-      remove_checkpoints(run_dir);
-    }
-  }
+  if (lead) prepare_run_directory(run_dir, o.resume, o.overwrite);
   world.barrier();  // the run directory is in order before any process reads it
   // Expert parallelism: groups of G consecutive ranks, each process holding 1/G of every MoE
   // layer's routed experts; an expert's replicas (one per group) sum its gradients.
