@@ -233,6 +233,13 @@ TEST(Guardrails, BudgetsEndEpisodesWithTheirStatusAndNoReward) {
   play(b, f.tokenizer, {call, call, call});
   EXPECT_EQ(b.trajectory().status, EpisodeStatus::TokenBudget);
 
+  AgentLimits time = f.limits;
+  time.max_seconds = 1e-9;  // spent before the first reply arrives
+  AgentSession d(*env, Split::Test, 1, {0.0, {1, 1, 1, 1}}, time, f.tokenizer);
+  play(d, f.tokenizer, {"Answer: 1"});
+  EXPECT_EQ(d.trajectory().status, EpisodeStatus::TimeBudget);
+  EXPECT_EQ(d.trajectory().reward, 0.0);
+
   AgentLimits context = f.limits;
   context.context = 40;  // the system turn alone is longer
   AgentSession c(*env, Split::Test, 1, {0.0, {1, 1, 1, 1}}, context, f.tokenizer);

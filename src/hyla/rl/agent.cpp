@@ -124,6 +124,13 @@ int64_t AgentSession::reply_limit() const {
                                         limits_.context - int64_t(t_.ids.size())}));
 }
 
+bool AgentSession::over_time() const { return seconds_since(started_) > limits_.max_seconds; }
+
+void AgentSession::time_out() {
+  HYLA_ASSERT(!done_);
+  end(EpisodeStatus::TimeBudget);
+}
+
 void AgentSession::count_prompt(int64_t tokens, int64_t cached) {
   t_.prompt_tokens += tokens;
   t_.cached_prompt_tokens += cached;
@@ -213,7 +220,7 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
     if (consecutive_failures_ >= limits_.max_consecutive_failures) return end(EpisodeStatus::GaveUp);
     if (t_.steps >= limits_.max_steps) return end(EpisodeStatus::StepBudget);
     if (t_.generated_tokens >= limits_.max_tokens) return end(EpisodeStatus::TokenBudget);
-    if (seconds_since(started_) > limits_.max_seconds) return end(EpisodeStatus::TimeBudget);
+    if (over_time()) return end(EpisodeStatus::TimeBudget);
     t_.ids.push_back(start_id_);
     t_.sampled.push_back(0);
     t_.logprobs.push_back(0.0f);
@@ -222,6 +229,7 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
     return;
   }
   // A final reply.
+  if (over_time()) return end(EpisodeStatus::TimeBudget);
   if (!closed && t_.generated_tokens >= limits_.max_tokens) return end(EpisodeStatus::TokenBudget);
   if (!closed && int64_t(t_.ids.size()) >= limits_.context) return end(EpisodeStatus::ContextFull);
   t_.confidence = sum / double(ids.size());
@@ -242,6 +250,8 @@ void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const Sa
     request.sampling = sampling;
     request.sampling.seed = sampling.seed + 1000003 * j + uint64_t(turns[j]++);
     request.logprobs = true;
+    const AgentSession* session = &sessions[j];
+    request.is_cancelled = [session] { return session->over_time(); };  // the wall-clock budget, mid-turn too
     in_flight[scheduler.add(std::move(request))] = j;
   };
   // Sessions that open with the same prompt (a group's rollouts) wait for the first of them to
@@ -263,12 +273,8 @@ void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const Sa
       if (f.error) std::rethrow_exception(f.error);
       AgentSession& s = sessions[j];
       s.count_prompt(f.output.prompt_tokens, f.output.cached_prompt_tokens);
-      if (f.output.tokens.empty()) {  // nothing generated (cancelled): close the turn empty
-        const int32_t end = scheduler.tokenizer().special_id("<|im_end|>");
-        s.reply(std::span<const int32_t>(&end, 1), {});
-      } else {
-        s.reply(f.output.tokens, f.output.token_logprobs);
-      }
+      if (f.output.finish_reason == FinishReason::Cancelled) s.time_out();
+      else s.reply(f.output.tokens, f.output.token_logprobs);
       if (!s.done()) submit(j);
       if (const auto released = waiting_on.find(j); released != waiting_on.end()) {
         for (size_t k : released->second) submit(k);

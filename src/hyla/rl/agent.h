@@ -84,6 +84,9 @@ class AgentSession {
   int64_t reply_limit() const;
   // The policy's reply: its ids (ending in <|im_end|> unless cut short) and their log-probabilities.
   void reply(std::span<const int32_t> ids, std::span<const double> logprobs);
+  // The wall-clock budget is spent; time_out() ends the episode so (a turn cancelled for it).
+  bool over_time() const;
+  void time_out();
   // Prompt tokens the model read for the last reply, and how many came from cached state.
   void count_prompt(int64_t tokens, int64_t cached);
   const Trajectory& trajectory() const { return t_; }
