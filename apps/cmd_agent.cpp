@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "commands.h"
 #include "hyla/infer/engine.h"
@@ -43,7 +44,7 @@ void add_agent(CLI::App& app) {
     s.temperature = 0;
     return s;
   }();
-  static double min_confidence = -1e300;
+  static std::optional<double> min_confidence;
   cmd->add_option("-m,--model", model_dir, "Model directory");
   cmd->add_option("--tokenizer", tokenizer_file, "tokenizer.json (with --expert and no --model)")->check(CLI::ExistingFile);
   cmd->add_flag("--expert", expert, "Let the environment's expert play (a demonstration) instead of a model");
@@ -66,7 +67,7 @@ void add_agent(CLI::App& app) {
   cmd->callback([] {
     HYLA_CHECK(expert || !model_dir.empty(), "hyla agent: pass --model DIR, or --expert to watch the expert play");
     HYLA_CHECK(!model_dir.empty() || !tokenizer_file.empty(), "hyla agent --expert: pass --tokenizer FILE (or --model DIR)");
-    if (min_confidence > -1e300) limits.min_confidence = min_confidence;
+    if (min_confidence) limits.min_confidence = *min_confidence;
     const auto env = make_environment(env_name);
     FaultConfig faults;
     faults.share = fault_share;

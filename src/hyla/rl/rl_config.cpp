@@ -5,6 +5,7 @@
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/rl/environment.h"
+#include "hyla/train/train_config.h"
 
 namespace hyla {
 
@@ -16,10 +17,7 @@ RlConfig RlConfig::from_json(const json& j, const std::string& source) {
   int64_t seed = int64_t(c.seed);
   f.read("seed", seed);
   c.seed = uint64_t(seed);
-  std::string precision = "bf16";
-  f.read("precision", precision);
-  HYLA_CHECK(precision == "bf16" || precision == "f32", "{}: precision '{}' must be bf16 or f32", source, precision);
-  c.precision = precision == "f32" ? Precision::F32 : Precision::BF16;
+  c.precision = read_precision(f);
   f.read("group_size", c.group_size);
   f.read("tasks_per_step", c.tasks_per_step);
   f.read("temperature", c.temperature);

@@ -8,16 +8,21 @@
 namespace hyla {
 using json = nlohmann::json;
 
+Precision read_precision(JsonFields& f) {
+  std::string precision = "bf16";
+  f.read("precision", precision);
+  if (precision != "bf16" && precision != "f32") f.fail_rule("precision must be \"bf16\" or \"f32\", got \"" + precision + "\"");
+  return precision == "bf16" ? Precision::BF16 : Precision::F32;
+}
+
 TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   TrainConfig c;
   JsonFields f(j, source);
   int64_t seed = int64_t(c.seed);
   f.read("seed", seed);
   c.seed = uint64_t(seed);
-  std::string precision = "bf16", schedule = "cosine";
-  f.read("precision", precision);
-  if (precision != "bf16" && precision != "f32") f.fail_rule("precision must be \"bf16\" or \"f32\", got \"" + precision + "\"");
-  c.precision = precision == "bf16" ? Precision::BF16 : Precision::F32;
+  std::string schedule = "cosine";
+  c.precision = read_precision(f);
 
   JsonFields opt = f.object("optimizer");
   opt.read("lr", c.lr);

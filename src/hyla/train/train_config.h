@@ -11,6 +11,11 @@
 
 namespace hyla {
 
+class JsonFields;
+
+// Reads "precision" ("bf16", the default, or "f32") of a config: TRAIN.json and RL.json.
+Precision read_precision(JsonFields& fields);
+
 enum class ScheduleType { Cosine, WarmupStableDecay };
 
 struct CurriculumStage {
