@@ -9,8 +9,9 @@
 // (GFLOP/s). Each row reports weight GB/s (the weight bytes one product reads: int8 values and
 // scales, or bf16 values) as a fraction of the streaming read, GOP/s (2·n·out·in) as a fraction of
 // the bf16 GEMM, and int8 rows their speed-up over the bf16 row of the same shape. `portable` rows
-// force the portable int8 kernels (what an x86-64-v2 build runs). `experts/...` rows time the MoE
-// layer's routed experts (128 experts of width 128, top-4, balanced) on 4 and 512 tokens, hot.
+// force the portable int8 kernels (what an x86-64-v2 build runs; the native ones are AVX-512
+// VNNI or AVX2). `experts/...` rows time the MoE layer's routed experts (128 experts of width
+// 128, top-4, balanced) on 4 and 512 tokens, hot.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
@@ -25,6 +26,7 @@
 #include "markdown_reporter.h"
 #include "random_inputs.h"
 #include "hyla/core/memory.h"
+#include "hyla/kernels/backend.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/matmul.h"
@@ -45,7 +47,7 @@ void measure_references() {
   read_gbs = measure_read_bandwidth_gbs();
   std::printf("references (this run, %d threads): streaming read %.1f GB/s, oneDNN 2048^3 bf16 %.0f GFLOP/s; int8 "
               "kernels: %s\n",
-              omp_get_max_threads(), read_gbs, bf16_peak_gflops, int8_native_kernels() ? "AVX-512 VNNI" : "portable");
+              omp_get_max_threads(), read_gbs, bf16_peak_gflops, int8_native_kernels() ? kernel_backend_name() : "portable");
 }
 
 // Marks every int8-capable parameter of a store int8 before allocation, and afterwards fills them

@@ -2,13 +2,15 @@
 // decoding where every weight is read once per token: skinny_gemm against oneDNN's matmul on the
 // same operands. Each benchmark rotates through copies of W totalling 256 MB so that no call
 // finds W in cache, and reports the weight bytes read per second (GB/s) next to the streaming
-// read bandwidth measured at the start of the run (`read_GBps`).
+// read bandwidth measured at the start of the run (`read_GBps`). W lies in huge pages, as the
+// model's weights do (allocate_aligned): in 4 KB pages every few rows cost a TLB miss.
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
 #include "hyla/core/half.h"
+#include "hyla/core/memory.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/skinny_gemm.h"
@@ -25,17 +27,19 @@ void BM_decode_product(benchmark::State& state, bool skinny) {
   const int64_t copies = std::max<int64_t>(2, (int64_t(256) << 20) / (N * K * int64_t(sizeof(T))));
   std::mt19937 rng(1);
   std::normal_distribution<float> dist;
-  std::vector<T> W(size_t(copies * N * K)), x(size_t(M * K));
+  const auto memory = hyla::allocate_aligned(size_t(copies * N * K) * sizeof(T));
+  T* W = static_cast<T*>(memory.get());
+  std::vector<T> x(size_t(M * K));
   const auto value = [](float f) {
     if constexpr (std::is_same_v<T, float>) return f;
     else return hyla::to_bf16(f);
   };
-  for (auto& v : W) v = value(dist(rng));
+  for (int64_t i = 0; i < copies * N * K; ++i) W[i] = value(dist(rng));
   for (auto& v : x) v = value(dist(rng));
   std::vector<float> y(size_t(M * N));
   int64_t c = 0;
   for (auto _ : state) {
-    const T* w = W.data() + (c++ % copies) * N * K;
+    const T* w = W + (c++ % copies) * N * K;
     if (skinny) hyla::skinny_gemm(M, N, K, 1.0f, x.data(), K, w, K, 0.0f, y.data(), N);
     else hyla::gemm_batched(1, hyla::Trans::N, hyla::Trans::T, M, N, K, 1.0f, x.data(), K, 0, w, K, 0, 0.0f, y.data(), N, 0);
     benchmark::DoNotOptimize(y.data());

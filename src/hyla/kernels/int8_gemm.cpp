@@ -166,6 +166,72 @@ void tile_dispatch_native(const Tile& t, int rows, int panels) {
 
 #endif  // __AVX512VNNI__
 
+#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+#define HYLA_INT8_AVX2 1
+
+// Without VNNI: a quad's 64 bytes are two ymm registers (panel rows 0–7 and 8–15), multiplied by
+// maddubs, which takes one unsigned operand and saturates its pairs' int16 sums. The biased
+// weights (q + 128, up to 255) times x (±127) would saturate, so the weights are unbiased back to
+// q and the signs move onto them: |x| · (sign(x) · q), each pair at most 2 · 127² < 2^15, exact.
+// Sums need no starts and run a whole block in int32 (at most 256 · 127² < 2^31). MR ≤ 2 rows of
+// x against one panel keep 4·MR accumulators, the quad's two registers and the constants in the
+// 16 ymm registers; the panel's bytes are one sequential stream.
+template <int MR>
+void panel_avx2(const Tile& t, int64_t row0, int panel, int64_t valid) {
+  const Int8Rows& x = *t.x;
+  const int64_t blocks = x.cols / x.block, quads = x.block / 4, bytes = block_bytes(x.block);
+  const uint8_t* panel_bytes = t.panels + panel * t.panel_stride;
+  const __m256i bias = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[2 * MR];
+  vec::unroll<2 * MR>([&](auto i) { acc[i] = _mm256_setzero_ps(); });
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* w = panel_bytes + b * bytes;
+    __m256i sum[2 * MR];
+    vec::unroll<2 * MR>([&](auto i) { sum[i] = _mm256_setzero_si256(); });
+    for (int64_t k = 0; k < quads; ++k) {
+      const uint8_t* quad = w + k * kQuadBytes;
+      if (t.first) _mm_prefetch(reinterpret_cast<const char*>(quad + kPrefetchBytes), _MM_HINT_T0);
+      const __m256i q[2] = {_mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quad)), bias),
+                            _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quad + 32)), bias)};
+      vec::unroll<MR>([&](auto m) {
+        int32_t four;
+        std::memcpy(&four, x.values + (row0 + m) * x.cols + b * x.block + 4 * k, 4);
+        const __m256i x4 = _mm256_set1_epi32(four), magnitude = _mm256_abs_epi8(x4);
+        vec::unroll<2>([&](auto h) {
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(q[h], x4));
+          sum[2 * m + h] = _mm256_add_epi32(sum[2 * m + h], _mm256_madd_epi16(pairs, ones));
+        });
+      });
+    }
+    const float* scale_w = reinterpret_cast<const float*>(w + quads * kQuadBytes);
+    const __m256 sw[2] = {_mm256_load_ps(scale_w), _mm256_load_ps(scale_w + 8)};
+    vec::unroll<MR>([&](auto m) {
+      const __m256 sx = _mm256_set1_ps(x.scales[(row0 + m) * blocks + b]);
+      vec::unroll<2>([&](auto h) {
+        acc[2 * m + h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum[2 * m + h]), sx), sw[h], acc[2 * m + h]);
+      });
+    });
+  }
+  vec::unroll<MR>([&](auto m) {
+    alignas(32) float out[kPanelRows];
+    _mm256_store_ps(out, acc[2 * m]);
+    _mm256_store_ps(out + 8, acc[2 * m + 1]);
+    float* y = t.y + (row0 - t.row0 + m) * t.ld_y + panel * kPanelRows;
+    for (int64_t i = 0; i < valid; ++i) y[i] = t.beta == 0.0f ? out[i] : out[i] + t.beta * y[i];
+  });
+}
+
+void tile_avx2(const Tile& t, int rows, int panels) {
+  for (int n = 0; n < panels; ++n) {
+    const int64_t valid = n + 1 < panels ? kPanelRows : t.last_rows;
+    int m = 0;
+    for (; m + 2 <= rows; m += 2) panel_avx2<2>(t, t.row0 + m, n, valid);
+    if (m < rows) panel_avx2<1>(t, t.row0 + m, n, valid);
+  }
+}
+
+#endif
+
 void run_tile(const Tile& t, int rows, int panels, Int8Kernel kernel) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   if (kernel == Int8Kernel::Native) {
@@ -173,6 +239,9 @@ void run_tile(const Tile& t, int rows, int panels, Int8Kernel kernel) {
     else tile_dispatch_native<4>(t, rows, panels);
     return;
   }
+#endif
+#if defined(HYLA_INT8_AVX2)
+  if (kernel == Int8Kernel::Native) return tile_avx2(t, rows, panels);
 #endif
   (void)kernel;
   tile_portable(t, rows, panels);
@@ -318,7 +387,7 @@ bool int8_block_supported(int64_t block) {
 int64_t int8_step(int64_t block) { return std::min(block, kMaxStep); }
 
 bool int8_native_kernels() {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if (defined(__AVX512VNNI__) && defined(__AVX512BW__)) || defined(HYLA_INT8_AVX2)
   return true;
 #else
   return false;

@@ -52,10 +52,11 @@ struct Int8Rows {
 int64_t int8_rows_bytes(int64_t rows, int64_t cols, int64_t block);
 Int8Rows int8_rows_view(void* workspace, int64_t rows, int64_t cols, int64_t block);
 
-// Which code runs: the AVX-512 (VNNI) kernels when hyla was compiled for them, else the portable
-// ones (plain C++ the compiler vectorises); Portable forces the portable code (tests, benchmarks).
+// Which code runs: the AVX-512 (VNNI) kernels when hyla was compiled for them, else the AVX2
+// products (maddubs) where compiled for AVX2, else the portable ones (plain C++ the compiler
+// vectorises); Portable forces the portable code (tests, benchmarks).
 enum class Int8Kernel : uint8_t { Native, Portable };
-bool int8_native_kernels();  // compiled with AVX512_VNNI
+bool int8_native_kernels();  // compiled with AVX512_VNNI or AVX2
 
 // Quantises rows [first, last) of x (row stride ld_x) into `out`, rounding to nearest even; both
 // kernels write the same bytes.

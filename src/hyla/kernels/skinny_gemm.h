@@ -1,9 +1,10 @@
 #pragma once
 // y = alpha · x · Wᵀ + beta · y for a few rows of x (decode: one row per sequence), W [N, K]
 // row-major as the model stores its weights. Decoding is bound by reading W once: these kernels
-// stream each weight row exactly once for all rows of x (16 accumulators per group of weight
-// rows, one 16-way horizontal reduction per group), where a general GEMM would first pack W into
-// its own layout. Parallel over W's rows.
+// stream each weight row exactly once for all rows of x, where a general GEMM would first pack W
+// into its own layout (AVX-512: four rows at a time, 16 accumulators, one 16-way horizontal
+// reduction per group; AVX2: one row at a time, one sequential stream, at most 8 accumulators in
+// its 16 registers). Parallel over W's rows.
 #include <cstdint>
 
 #include "hyla/core/half.h"
