@@ -82,6 +82,48 @@ TEST(Grpo, AnUpdateMovesARolloutInItsAdvantagesDirection) {
   }
 }
 
+// The loss is a mean over the batch's scored tokens: splitting the same rollouts into micro-batches
+// of unequal sizes gives the same loss, gradient and update as one micro-batch (a per-micro-batch
+// mean would weigh the shorter rollout's tokens more).
+TEST(Grpo, TheLossIsAMeanOverTheBatchsTokensHoweverItIsSplit) {
+  RlFixture f;
+  const Trajectory a = f.demo(0);
+  AgentLimits limits = f.limits;
+  std::unique_ptr<Environment> ledger = make_environment("ledger");
+  AgentSession s(*ledger, Split::Train, 3, FaultConfig{0.0, {1, 1, 1, 1}}, limits, f.tokenizer);
+  run_expert(s);
+  const Trajectory b = s.take();
+  auto scored = [](const Trajectory& t) { return std::count(t.sampled.begin() + 1, t.sampled.end(), uint8_t(1)); };
+  ASSERT_GT(std::abs(scored(a) - scored(b)), 10) << "the test needs rollouts of unequal scored lengths";
+
+  struct Outcome {
+    StepResult step;
+    std::vector<float> values;
+  };
+  auto update = [&](int64_t micro_batch_tokens) {
+    Model model(f.config);
+    test::randomize_params(model.params(), 9);
+    RlConfig rc;
+    rc.precision = Precision::F32;
+    rc.lr = 1e-3;
+    rc.grad_clip = 0;
+    rc.micro_batch_tokens = micro_batch_tokens;
+    AdamW optimizer(model.params(), optimizer_config(rc));
+    Outcome o;
+    o.step = grpo_update(model, optimizer, rc, rc.lr, {&a, &b}, {0.7, -0.4}, nullptr);
+    o.values.assign(model.params().values(), model.params().values() + model.params().numel());
+    return o;
+  };
+  const Outcome whole = update(1 << 20);
+  const Outcome split = update(int64_t(std::max(a.ids.size(), b.ids.size())));  // one rollout per micro-batch
+  EXPECT_NEAR(split.step.loss, whole.step.loss, 1e-5 * std::abs(whole.step.loss));
+  EXPECT_NEAR(split.step.grad_norm, whole.step.grad_norm, 1e-4 * whole.step.grad_norm);
+  double max_diff = 0;
+  for (size_t i = 0; i < whole.values.size(); ++i)
+    max_diff = std::max(max_diff, double(std::abs(split.values[i] - whole.values[i])));
+  EXPECT_LT(max_diff, 5e-5);  // AdamW's first step moves each weight by about lr = 1e-3: a reweighted batch flips some
+}
+
 // A demonstration's scored rows are exactly the assistant's: its replies and <|im_end|>.
 TEST(AgentDemos, ScoreOnlyTheAssistantsTokensAndReplayFromTheirState) {
   RlFixture f;

@@ -68,6 +68,20 @@ Packed pack(const std::vector<const Trajectory*>& rollouts, const std::vector<do
   return p;
 }
 
+// The loss is a mean over every scored token of the batch, however it was split: the trainer
+// divides micro-batch m's weighted sum by its own scored rows and by the number of micro-batches,
+// so each weight is scaled by (rows of m × micro-batches / rows of the batch). Without it a short
+// micro-batch's tokens would weigh more than a long one's.
+void normalize_over_batch(Packed& p) {
+  size_t total = 0;
+  for (const auto& rows : p.scored_rows) total += rows.size();
+  if (total == 0) return;
+  for (size_t m = 0; m < p.micro_batches.size(); ++m) {
+    const float scale = float(double(p.scored_rows[m].size()) * double(p.micro_batches.size()) / double(total));
+    for (float& w : p.micro_batches[m].loss_weights) w *= scale;
+  }
+}
+
 // The log-probability of each scored row's target under `model` (rows in Packed order).
 std::vector<double> target_logprobs(Model& model, const ModelInput& batch, const std::vector<int64_t>& rows,
                                     Precision precision) {
@@ -145,6 +159,7 @@ StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, doubl
       for (size_t i = 0; i < packed.scored_rows[m].size(); ++i)
         packed.micro_batches[m].loss_weights[size_t(packed.scored_rows[m][i])] -=
             float(rc.kl_coef * (old_lp[m][i] - ref_lp[m][i]));
+  normalize_over_batch(packed);
   const std::vector<ModelInput> base = packed.micro_batches;
   StepResult result;
   int64_t rows = 0;
