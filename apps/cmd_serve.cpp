@@ -35,6 +35,7 @@ void add_serve(CLI::App& app) {
   static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
   static std::string memory;
   static std::string api_key_file;
+  static std::optional<double> min_confidence;
   cmd->add_option("-m,--model", options.model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--host", options.host, "Address to listen on");
   cmd->add_option("--port", options.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -65,6 +66,17 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--max-image-bytes", options.limits.max_image_bytes, "Largest image, decoded from base64")->check(positive());
   cmd->add_option("--max-image-pixels", options.limits.max_image_pixels, "Most pixels of an image (checked before decoding)")
       ->check(positive());
+  ServeGuardrails& guard = options.limits.guardrails;
+  cmd->add_option("--max-agent-steps", guard.max_steps,
+                  "Chat guardrail: answer with the fallback, not the model, once a conversation holds this many "
+                  "assistant turns since its last user message (0: no limit)")->check(non_negative());
+  cmd->add_option("--max-tool-failures", guard.max_consecutive_failures,
+                  "Chat guardrail: answer with the fallback once the last N tool results are errors "
+                  "(a JSON object with \"error\"; 0: no limit)")->check(non_negative());
+  cmd->add_option("--min-confidence", min_confidence,
+                  "Chat guardrail: a reply without tool calls whose mean token log-probability is below this "
+                  "abstains (the fallback replaces it; streamed replies then arrive whole at their end)");
+  cmd->add_option("--fallback-text", guard.fallback, "The content of a chat choice a guardrail stopped");
   cmd->add_option("--http-threads", options.http_threads, "HTTP threads kept ready (0: 2 × max-sequences + 4)")->check(non_negative());
   cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(positive());
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
@@ -73,6 +85,7 @@ void add_serve(CLI::App& app) {
   cmd->callback([] {
     if (serve_experts_to_rank0(options.model_dir)) return;
     options.load = expert_memory.load_options();
+    if (min_confidence) options.limits.guardrails.min_confidence = *min_confidence;
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;
     options.engine.prefix_cache_bytes = prefix_cache_mb << 20;

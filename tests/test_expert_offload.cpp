@@ -228,7 +228,7 @@ TEST(ExpertOffload, ColdStartRefetchesAndMetricsReportEveryLayer) {
   EXPECT_EQ(offload.stats().total().requests, 0);
   prefill_and_decode(*model);
   EXPECT_EQ(offload.stats().total().requests, warm.total().requests);  // same tokens, same routing
-  const std::string text = prometheus_metrics(EngineStats{}, HttpCounters{}, 1, offload.stats());
+  const std::string text = prometheus_metrics(EngineStats{}, ServerCounters{}, 1, offload.stats());
   for (size_t l = 0; l < warm.layers.size(); ++l)
     EXPECT_NE(text.find("hyla_expert_hit_rate{moe_layer=\"" + std::to_string(l) + "\"}"), std::string::npos) << text;
   for (const char* name : {"hyla_expert_prefetch_precision", "hyla_expert_prefetch_recall",

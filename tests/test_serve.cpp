@@ -21,6 +21,7 @@
 #include "hyla/data/utf8.h"
 #include "hyla/io/base64.h"
 #include "hyla/quant/quantize_model.h"
+#include "hyla/rl/guardrails.h"
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_request.h"
 #include "hyla/serve/server.h"
@@ -563,6 +564,133 @@ TEST(Serve, ChatRepliesAndToolCallsStreamingAndNot) {
   EXPECT_EQ(hello_text, sc.hello_reply);
   EXPECT_TRUE(hello_events.back()["choices"].empty());  // the include_usage chunk
   EXPECT_EQ(hello_events.back()["usage"]["completion_tokens"], hello["usage"]["completion_tokens"]);
+}
+
+// The agent runtime's rules on a conversation the client drives: failed tool results in a row and
+// assistant turns since the user spoke are counted from the messages; a reply's calls are checked
+// against the offered tools; a reply's mean log-probability against the threshold.
+TEST(ServeGuardrails, JudgeTheConversationAndTheReplyByTheRuntimesRules) {
+  ServeGuardrails g;
+  g.max_consecutive_failures = 2;
+  g.max_steps = 4;
+  const ChatMessage user{"user", "task", {}, {}}, call{"assistant", "", {{"f", "{}"}}, {}};
+  const ChatMessage failed{"tool", R"({"error": "timed out"})", {}, {}}, result{"tool", R"({"value": 3})", {}, {}};
+  const ChatMessage text_result{"tool", "an error, said in words", {}, {}};  // not an error observation
+  auto stop = [&](std::vector<ChatMessage> m) {
+    const auto s = conversation_guardrail(m, g);
+    return s ? s->status : std::string("none");
+  };
+  EXPECT_EQ(stop({user, call, failed}), "none");
+  EXPECT_EQ(stop({user, call, failed, call, failed}), "gave_up");
+  EXPECT_EQ(stop({user, call, failed, call, result, call, failed}), "none");  // a success resets the streak
+  EXPECT_EQ(stop({user, call, failed, call, text_result}), "none");
+  EXPECT_EQ(stop({user, call, failed, call, failed, user}), "none");  // the user spoke: a new task
+  EXPECT_EQ(stop({user, call, result, call, result, call, result}), "none");
+  EXPECT_EQ(stop({user, call, result, call, result, call, result, call, result}), "step_budget");
+  EXPECT_EQ(stop({user, call, result, call, result, user, call, result}), "none");
+  g.max_consecutive_failures = 0;
+  g.max_steps = 0;  // no limits
+  EXPECT_EQ(stop({user, call, failed, call, failed, call, failed, call, failed}), "none");
+
+  const std::vector<Tool> tools = {{"get_weather", "", json::parse(R"({"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false})")}};
+  auto judge = [&](const std::string& text, std::vector<double> logprobs, const std::vector<Tool>* offered) {
+    const auto s = reply_guardrail(parse_assistant_reply(text), logprobs, offered, g);
+    return s ? s->status + ": " + s->detail : std::string("none");
+  };
+  EXPECT_EQ(judge(R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>)", {}, &tools), "none");
+  EXPECT_EQ(judge(R"(<tool_call>{"name": "get_weather", "arguments": {"city": 7}}</tool_call>)", {}, &tools),
+            "invalid_tool_call: arguments.city: expected a string, got an integer");
+  EXPECT_EQ(judge(R"(<tool_call>{"name": "get_time", "arguments": {}}</tool_call>)", {}, &tools),
+            "invalid_tool_call: no tool named \"get_time\" (the tools are get_weather)");
+  EXPECT_EQ(judge(R"(Let me look. <tool_call>{"name": "get_wea)", {}, &tools),
+            std::string("invalid_tool_call: ") + kMalformedCallError);
+  EXPECT_EQ(judge(R"(<tool_call>{"name": "get_wea)", {}, nullptr), "none");  // no tools offered: plain text
+  g.min_confidence = -1.0;
+  EXPECT_EQ(judge("Paris is sunny.", {-0.5, -1.2, -0.1}, &tools), "none");  // mean -0.6
+  EXPECT_EQ(judge("Paris is sunny.", {-0.5, -2.5, -0.3}, &tools),
+            "abstained: mean token log-probability -1.1000 is below -1 (serve --min-confidence)");
+  EXPECT_EQ(judge(R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>)", {-3, -3}, &tools),
+            "none");  // confidence judges final replies, not calls
+}
+
+// The guardrails end to end: a conversation whose last two tool results failed is answered with the
+// fallback and nothing is generated; a call cut short by max_tokens never reaches the client as a
+// tool call; a reply below the confidence threshold is replaced, streamed or not; /metrics counts
+// each. A reply the guardrails pass is returned unchanged.
+TEST(Serve, GuardrailsStopWhatTheRuntimeWouldAndSayWhy) {
+  const Scenario sc;
+  // The confidence of the memorised greedy reply, measured by an unguarded server.
+  double mean = 0;
+  {
+    TestServer plain;
+    const json r = post(plain, "/v1/chat/completions", {{"messages", sc.hello_messages}, {"temperature", 0}, {"logprobs", true}});
+    const json& lps = r["choices"][0]["logprobs"]["content"];
+    ASSERT_FALSE(lps.empty());
+    for (const json& t : lps) mean += t["logprob"].get<double>();
+    mean /= double(lps.size());
+    // A truncated call: the tool grammar holds whole calls to their schema, but max_tokens cuts this one.
+    const json cut = post(plain, "/v1/chat/completions",
+                          {{"messages", sc.weather_messages}, {"tools", sc.tools}, {"temperature", 0}, {"max_tokens", 4}});
+    const json& choice = cut["choices"][0];
+    EXPECT_FALSE(choice["message"].contains("tool_calls")) << cut.dump();
+    EXPECT_EQ(choice["guardrail"]["status"], "invalid_tool_call") << cut.dump();
+    EXPECT_EQ(choice["message"]["content"], ServeGuardrails{}.fallback);
+    EXPECT_EQ(choice["finish_reason"], "stop");
+  }
+  TestServer s([&](ServeOptions& o) {
+    o.limits.guardrails.max_consecutive_failures = 2;
+    o.limits.guardrails.min_confidence = mean + 1e-9;  // just above the memorised reply's: it abstains
+    o.limits.guardrails.fallback = "Please ask a person.";
+  });
+  json failing = sc.weather_messages;
+  for (int i = 0; i < 2; ++i) {
+    failing.push_back({{"role", "assistant"}, {"content", nullptr},
+                       {"tool_calls", json::array({{{"id", "call_" + std::to_string(i)}, {"type", "function"},
+                                                    {"function", {{"name", "get_weather"}, {"arguments", sc.call}}}}})}});
+    failing.push_back({{"role", "tool"}, {"tool_call_id", "call_" + std::to_string(i)}, {"content", R"({"error": "timed out"})"}});
+  }
+  const json gave_up = post(s, "/v1/chat/completions", {{"messages", failing}, {"tools", sc.tools}, {"n", 2}});
+  ASSERT_EQ(gave_up["choices"].size(), 2u);
+  for (const json& choice : gave_up["choices"]) {
+    EXPECT_EQ(choice["message"]["content"], "Please ask a person.");
+    EXPECT_EQ(choice["guardrail"]["status"], "gave_up");
+    EXPECT_EQ(choice["finish_reason"], "stop");
+  }
+  EXPECT_EQ(gave_up["usage"]["completion_tokens"], 0);  // nothing was generated
+  json one_failure = failing;
+  one_failure.erase(one_failure.end() - 2, one_failure.end());
+  const json goes_on = post(s, "/v1/chat/completions", {{"messages", one_failure}, {"tools", sc.tools}, {"max_tokens", 4}});
+  EXPECT_NE(goes_on["choices"][0].value("guardrail", json::object()).value("status", ""), "gave_up");
+
+  const json hello = {{"messages", sc.hello_messages}, {"temperature", 0}};
+  const json abstained = post(s, "/v1/chat/completions", hello);
+  EXPECT_EQ(abstained["choices"][0]["message"]["content"], "Please ask a person.");
+  EXPECT_EQ(abstained["choices"][0]["guardrail"]["status"], "abstained");
+  EXPECT_FALSE(abstained["choices"][0].contains("logprobs") && !abstained["choices"][0]["logprobs"].is_null())
+      << "logprobs were computed for the guardrail, not asked for";
+  json hello_stream = hello;
+  hello_stream["stream"] = true;
+  const std::vector<json> events = sse_events(post_stream(s, "/v1/chat/completions", hello_stream));
+  std::string streamed;
+  for (const json& e : events)
+    if (e["choices"][0]["delta"].contains("content")) streamed += e["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(streamed, "Please ask a person.");  // nothing of the replaced reply went out first
+  EXPECT_EQ(events.back()["choices"][0]["guardrail"]["status"], "abstained");
+
+  TestServer lenient([&](ServeOptions& o) { o.limits.guardrails.min_confidence = mean - 0.5; });
+  EXPECT_EQ(post(lenient, "/v1/chat/completions", hello)["choices"][0]["message"]["content"], sc.hello_reply);
+  const std::vector<json> whole = sse_events(post_stream(lenient, "/v1/chat/completions", hello_stream));
+  std::string held;
+  for (const json& e : whole)
+    if (e["choices"][0]["delta"].contains("content")) held += e["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(held, sc.hello_reply);
+  EXPECT_FALSE(whole.back()["choices"][0].contains("guardrail"));
+
+  auto metrics = s.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("hyla_guardrail_stops_total{status=\"gave_up\"} 2"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("hyla_guardrail_stops_total{status=\"abstained\"} 2"), std::string::npos);
 }
 
 TEST(Serve, CompletionsEchoLogprobsScoreThePromptLikeTheModel) {

@@ -173,9 +173,9 @@ void AgentSession::observe(const ToolCall& call) {
 }
 
 void AgentSession::append_observation(const json& observation) {
-  const bool failed = observation.contains("error");
+  const bool failed = failed_observation(observation);
   t_.failed_calls += failed;
-  consecutive_failures_ = failed ? consecutive_failures_ + 1 : 0;
+  failures_.record(failed);
   last_observations_.push_back(observation);
   const std::vector<ChatMessage> one{{"tool", observation.dump(), {}, {}}};
   const std::vector<int32_t> ids = encode_chat(tokenizer_, one);
@@ -189,12 +189,7 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
   HYLA_ASSERT(!done_ && !ids.empty() && (logprobs.empty() || logprobs.size() == ids.size()));
   t_.ids.insert(t_.ids.end(), ids.begin(), ids.end());
   t_.sampled.resize(t_.ids.size(), 1);
-  double sum = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const double lp = logprobs.empty() ? 0.0 : logprobs[i];
-    t_.logprobs.push_back(float(lp));
-    sum += lp;
-  }
+  for (size_t i = 0; i < ids.size(); ++i) t_.logprobs.push_back(logprobs.empty() ? 0.0f : float(logprobs[i]));
   t_.generated_tokens += int64_t(ids.size());
   ++t_.steps;
   const bool closed = ids.back() == end_id_;
@@ -209,15 +204,15 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
   t_.messages.push_back({"assistant", parsed.content, parsed.tool_calls, {}});
   last_observations_.clear();
 
-  const bool malformed_call = parsed.content.find("<tool_call>") != std::string::npos;
+  const bool malformed_call = holds_malformed_call(parsed);
   if (!parsed.tool_calls.empty() || malformed_call) {
     for (const ToolCall& call : parsed.tool_calls) observe(call);
     if (malformed_call) {
       ++t_.tool_calls;
       ++t_.invalid_calls;
-      append_observation({{"error", "invalid call: a <tool_call> block must hold {\"name\": ..., \"arguments\": {...}}"}});
+      append_observation({{"error", std::string("invalid call: ") + kMalformedCallError}});
     }
-    if (consecutive_failures_ >= limits_.max_consecutive_failures) return end(EpisodeStatus::GaveUp);
+    if (failures_.reached(limits_.max_consecutive_failures)) return end(EpisodeStatus::GaveUp);
     if (t_.steps >= limits_.max_steps) return end(EpisodeStatus::StepBudget);
     if (t_.generated_tokens >= limits_.max_tokens) return end(EpisodeStatus::TokenBudget);
     if (over_time()) return end(EpisodeStatus::TimeBudget);
@@ -232,11 +227,11 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
   if (over_time()) return end(EpisodeStatus::TimeBudget);
   if (!closed && t_.generated_tokens >= limits_.max_tokens) return end(EpisodeStatus::TokenBudget);
   if (!closed && int64_t(t_.ids.size()) >= limits_.context) return end(EpisodeStatus::ContextFull);
-  t_.confidence = sum / double(ids.size());
+  t_.confidence = mean_logprob(logprobs);
   const std::optional<std::string> answer = extract_answer(parsed.content);
   t_.verdict = episode_->judge(answer.value_or(""));
   if (!answer) t_.verdict.well_formed = false;
-  if (t_.confidence < limits_.min_confidence) return end(EpisodeStatus::Abstained);
+  if (below_confidence(t_.confidence, limits_.min_confidence)) return end(EpisodeStatus::Abstained);
   end(EpisodeStatus::Answered);
 }
 

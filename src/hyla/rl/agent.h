@@ -1,7 +1,8 @@
 #pragma once
 // The agent runtime shared by `hyla agent`, `hyla rl` and `hyla eval agent`: one episode as a
 // conversation in SPEC §8's chat format (system turn offering the tools, the user's task, then
-// assistant turns and tool observations), with the guardrails:
+// assistant turns and tool observations), with the guardrails (their rules are
+// guardrails.h's, which `hyla serve` applies too):
 // - budgets: assistant turns, generated tokens, wall-clock seconds, and the context;
 // - every tool call checked against its schema before it runs (tools.h); an invalid one becomes an
 //   error observation and is counted;
@@ -30,6 +31,7 @@
 #include "hyla/infer/scheduler.h"
 #include "hyla/rl/environment.h"
 #include "hyla/rl/faults.h"
+#include "hyla/rl/guardrails.h"
 
 namespace hyla {
 
@@ -109,7 +111,7 @@ class AgentSession {
   const Tokenizer& tokenizer_;
   std::chrono::steady_clock::time_point started_;
   Trajectory t_;
-  int64_t consecutive_failures_ = 0;
+  FailureStreak failures_;
   bool done_ = false;
   int32_t end_id_, start_id_;
   std::vector<nlohmann::json> last_observations_;

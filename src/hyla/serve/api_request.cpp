@@ -335,6 +335,9 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
       functions.push_back(tool["function"].dump());
       names.push_back(tool["function"]["name"].get<std::string>());
       schemas.push_back({names.back(), tool["function"].value("parameters", json())});
+      const json& description = tool["function"].value("description", json(""));
+      r.tools.push_back({names.back(), description.is_string() ? description.get<std::string>() : "",
+                         tool["function"].value("parameters", json::object())});
     }
   }
   std::vector<ToolSchema> forced;  // the tools a forced call may name
@@ -398,6 +401,9 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   r.generation.top_logprobs = std::max(r.logprobs, 0);
   refuse_streamed_logprobs(r);
   check_lengths(r, limits, max_name);
+  r.guardrails = limits.guardrails;
+  r.generation.logprobs = r.generation.logprobs || r.guardrails.judges_confidence();
+  r.stopped = conversation_guardrail(chat, r.guardrails);
   return r;
 }
 

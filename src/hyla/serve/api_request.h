@@ -3,11 +3,14 @@
 // requests. Every field is type-checked and range-checked here; anything wrong is an ApiError
 // naming the field, never an exception from deep inside the engine.
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
+#include "hyla/rl/tools.h"
+#include "hyla/serve/serve_guardrails.h"
 
 namespace hyla {
 
@@ -22,6 +25,7 @@ struct ServeLimits {
   int64_t max_image_bytes = int64_t(4) << 20;
   int64_t max_image_pixels = int64_t(2048) * 2048;
   VisionConfig vision;  // the served model's; not enabled: image parts are refused
+  ServeGuardrails guardrails;  // chat only
 };
 
 struct ApiRequest {
@@ -33,6 +37,9 @@ struct ApiRequest {
   int logprobs = -1;      // alternatives per position for logprobs, -1: no logprobs
   bool tools_offered = false;
   std::string prefill;    // chat: text forced at the start of the reply (tool_choice "required"/named)
+  std::vector<Tool> tools;  // chat: the tools offered, which every call of a reply must fit
+  ServeGuardrails guardrails;
+  std::optional<GuardrailStop> stopped;  // chat: a guardrail answers before anything is generated
   GenerationRequest generation;  // max_tokens, sampling, stop (prompt filled per choice)
 };
 

@@ -131,6 +131,15 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   return list;
 }
 
+ChatReply chat_reply(const ApiRequest& request, const GenerationOutput& out, AssistantReply parsed) {
+  std::optional<GuardrailStop> stop = request.stopped;
+  if (!stop)
+    stop = reply_guardrail(parsed, out.token_logprobs, request.tools_offered ? &request.tools : nullptr,
+                           request.guardrails);
+  if (!stop) return {std::move(parsed), std::nullopt};
+  return {AssistantReply{request.guardrails.fallback, {}}, std::move(stop)};
+}
+
 json chat_response(const ResponseHeader& header, const ApiRequest& request, const std::vector<FinishedChoice>& choices,
                    const Tokenizer& tokenizer) {
   json response = header.to_json();
@@ -138,15 +147,19 @@ json chat_response(const ResponseHeader& header, const ApiRequest& request, cons
   json list = json::array();
   for (const FinishedChoice& c : choices) {
     usage.add(c.output);
-    const AssistantReply reply = request.tools_offered ? parse_assistant_reply(request.prefill + c.output.text)
-                                                       : AssistantReply{c.output.text, {}};
+    const auto [reply, guardrail] =
+        chat_reply(request, c.output,
+                   request.tools_offered ? parse_assistant_reply(request.prefill + c.output.text)
+                                         : AssistantReply{c.output.text, {}});
     json message = {{"role", "assistant"},
                     {"content", reply.content.empty() && !reply.tool_calls.empty() ? json(nullptr) : json(reply.content)}};
     if (!reply.tool_calls.empty()) message["tool_calls"] = tool_calls_json(reply.tool_calls);
-    list.push_back({{"index", c.index},
-                    {"message", message},
-                    {"logprobs", request.logprobs >= 0 ? chat_logprobs(c, tokenizer) : json(nullptr)},
-                    {"finish_reason", finish_reason(c.output, !reply.tool_calls.empty())}});
+    json choice = {{"index", c.index},
+                   {"message", message},
+                   {"logprobs", request.logprobs >= 0 ? chat_logprobs(c, tokenizer) : json(nullptr)},
+                   {"finish_reason", guardrail ? "stop" : finish_reason(c.output, !reply.tool_calls.empty())}};
+    if (guardrail) choice["guardrail"] = guardrail->to_json();
+    list.push_back(std::move(choice));
   }
   response["choices"] = list;
   response["usage"] = usage.to_json();

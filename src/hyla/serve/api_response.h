@@ -2,6 +2,7 @@
 // The JSON shapes of OpenAI's completion and chat-completion responses and stream chunks, built
 // from engine outputs.
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,16 @@ nlohmann::json completion_response(const ResponseHeader& header, const ApiReques
 nlohmann::json completion_chunk(const ResponseHeader& header, int64_t index, const std::string& text,
                                  const nlohmann::json& finish_reason);
 
-// /v1/chat/completions: a message with content and parsed tool calls; logprobs as {content: [...]}.
+// A chat choice's reply as it is returned: `parsed` (the generated text split into content and tool
+// calls) judged by the request's guardrails (serve_guardrails.h); when one stops it, the fallback.
+struct ChatReply {
+  AssistantReply reply;
+  std::optional<GuardrailStop> guardrail;
+};
+ChatReply chat_reply(const ApiRequest& request, const GenerationOutput& out, AssistantReply parsed);
+
+// /v1/chat/completions: a message with content and parsed tool calls; logprobs as {content: [...]};
+// "guardrail" in a choice a guardrail stopped.
 nlohmann::json chat_response(const ResponseHeader& header, const ApiRequest& request,
                              const std::vector<FinishedChoice>& choices, const Tokenizer& tokenizer);
 nlohmann::json chat_chunk(const ResponseHeader& header, int64_t index, const nlohmann::json& delta,

@@ -4,14 +4,24 @@
 
 namespace hyla {
 
-void HttpCounters::add(const std::string& path, int status) {
+void ServerCounters::add_response(const std::string& path, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++counts_[{path, status}];
+  ++responses_[{path, status}];
 }
 
-std::map<std::pair<std::string, int>, int64_t> HttpCounters::snapshot() const {
+void ServerCounters::add_guardrail(const std::string& status) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return counts_;
+  ++guardrails_[status];
+}
+
+std::map<std::pair<std::string, int>, int64_t> ServerCounters::responses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return responses_;
+}
+
+std::map<std::string, int64_t> ServerCounters::guardrails() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return guardrails_;
 }
 
 namespace {
@@ -68,7 +78,7 @@ void expert_offload_metrics(std::string& out, const ExpertOffloadStats& o) {
 
 }  // namespace
 
-std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, int64_t slots,
+std::string prometheus_metrics(const EngineStats& s, const ServerCounters& server, int64_t slots,
                                const std::optional<ExpertOffloadStats>& offload) {
   std::string out;
   counter(out, "hyla_requests_total", "Generation requests submitted to the engine.", s.requests);
@@ -87,8 +97,12 @@ std::string prometheus_metrics(const EngineStats& s, const HttpCounters& http, i
   gauge(out, "hyla_requests_waiting", "Requests queued for a slot.", s.waiting);
   gauge(out, "hyla_sequence_slots", "Sequences decoded together at most.", slots);
   out += "# HELP hyla_http_responses_total HTTP responses, by path and status.\n# TYPE hyla_http_responses_total counter\n";
-  for (const auto& [key, count] : http.snapshot())
+  for (const auto& [key, count] : server.responses())
     out += fmt::format("hyla_http_responses_total{{path=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, count);
+  out += "# HELP hyla_guardrail_stops_total Chat choices a guardrail stopped, by status.\n"
+         "# TYPE hyla_guardrail_stops_total counter\n";
+  for (const auto& [status, count] : server.guardrails())
+    out += fmt::format("hyla_guardrail_stops_total{{status=\"{}\"}} {}\n", status, count);
   if (offload) expert_offload_metrics(out, *offload);
   return out;
 }

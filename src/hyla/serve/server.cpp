@@ -120,7 +120,7 @@ struct Server::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
-  HttpCounters counters;
+  ServerCounters counters;
   int64_t created = unix_time();
   int listen_fd = -1;
   std::atomic<int64_t> in_flight{0};       // generation requests not yet answered
@@ -157,7 +157,7 @@ Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::
   });
   http.set_payload_max_length(options_.limits.max_body_bytes);
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    impl_->counters.add(route_label(req.path), res.status);
+    impl_->counters.add_response(route_label(req.path), res.status);
   });
   // cpp-httplib's own rejections (no route, body over the limit, unparsable HTTP) get an
   // OpenAI-shaped body too.
@@ -402,6 +402,18 @@ void Server::stop() {
 
 void Server::Impl::submit(const std::shared_ptr<Job>& job) {
   const ApiRequest& r = job->request;
+  if (r.stopped) {  // a guardrail answers: nothing is generated
+    for (const auto& prompt : r.prompts)
+      for (int64_t k = 0; k < r.n; ++k) {
+        std::promise<GenerationOutput> answered;
+        GenerationOutput out;
+        out.prompt_tokens = int64_t(prompt.size());
+        answered.set_value(std::move(out));
+        job->prompt_of.push_back(&prompt);
+        job->futures.push_back(answered.get_future());
+      }
+    return;
+  }
   try {
     for (const auto& prompt : r.prompts)
       for (int64_t k = 0; k < r.n; ++k) {
@@ -440,8 +452,11 @@ json Server::Impl::wait_for_response(Job& job) {
     }
     if (choices.back().output.finish_reason == FinishReason::Cancelled) throw cancelled_by_shutdown();
   }
-  return job.request.chat ? chat_response(job.header, job.request, choices, *tokenizer)
-                          : completion_response(job.header, job.request, choices, *tokenizer);
+  if (!job.request.chat) return completion_response(job.header, job.request, choices, *tokenizer);
+  json response = chat_response(job.header, job.request, choices, *tokenizer);
+  for (const json& choice : response["choices"])
+    if (choice.contains("guardrail")) counters.add_guardrail(choice["guardrail"]["status"].get<std::string>());
+  return response;
 }
 
 bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
@@ -454,6 +469,8 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
   };
   const size_t n = job.futures.size();
   std::vector<ToolCallStream> tools(n, ToolCallStream(r.prefill));
+  // A reply the confidence guardrail may replace is held until it is judged, at its end.
+  const bool hold = r.chat && r.guardrails.judges_confidence();
   std::vector<bool> done(n, false);
   for (size_t i = 0; i < n; ++i) {
     if (r.chat && !write(chat_chunk(job.header, int64_t(i), {{"role", "assistant"}, {"content", ""}}, nullptr)))
@@ -480,6 +497,7 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
         if (!write(completion_chunk(job.header, int64_t(i), text, nullptr))) return false;
         continue;
       }
+      if (hold) continue;
       const std::string content = r.tools_offered ? tools[i].push(text) : text;
       if (!content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", content}}, nullptr))) return false;
     }
@@ -500,14 +518,22 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       usage.add(out);
       json last;
       if (r.chat) {
-        AssistantReply reply;
-        if (r.tools_offered) reply = tools[i].finish();
+        // What has not been streamed yet: the held call (or all of a held reply), judged whole.
+        AssistantReply unsent;
+        if (hold) unsent = r.tools_offered ? parse_assistant_reply(r.prefill + out.text) : AssistantReply{out.text, {}};
+        else if (r.tools_offered) unsent = tools[i].finish();
+        const auto [reply, guardrail] = chat_reply(r, out, std::move(unsent));
         if (!reply.content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", reply.content}}, nullptr)))
           return false;
         if (!reply.tool_calls.empty() &&
             !write(chat_chunk(job.header, int64_t(i), {{"tool_calls", tool_calls_json(reply.tool_calls, true)}}, nullptr)))
           return false;
-        last = chat_chunk(job.header, int64_t(i), json::object(), finish_reason(out, !reply.tool_calls.empty()));
+        last = chat_chunk(job.header, int64_t(i), json::object(),
+                          guardrail ? "stop" : finish_reason(out, !reply.tool_calls.empty()));
+        if (guardrail) {
+          last["choices"][0]["guardrail"] = guardrail->to_json();
+          counters.add_guardrail(guardrail->status);
+        }
       } else {
         last = completion_chunk(job.header, int64_t(i), "", finish_reason(out, false));
       }
