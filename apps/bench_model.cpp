@@ -2,7 +2,8 @@
 // llama-bench, optionally after `depth` tokens already in the context, batched decode of B
 // sequences, and time to first token with a cached shared prefix. Decode rows also give the
 // fraction of a roofline that knows the cache (DecodeBound): the time to read a token's bytes,
-// those the last-level cache holds at its bandwidth and the rest at DRAM's, both measured in this
+// those the last-level cache holds at its bandwidth and the rest at DRAM's, and at depth the token
+// mixers' FLOPs at the GEMM peak where those take longer than their bytes, all measured in this
 // process with the row's threads. With --expert-memory (docs/offload.md) every row also carries
 // the expert cache's counters, and --text makes the test tokens real text so that routing is the
 // real distribution.
@@ -26,6 +27,7 @@
 #include "hyla/infer/engine.h"
 #include "hyla/infer/sequence_state.h"
 #include "hyla/kernels/bandwidth.h"
+#include "hyla/kernels/matmul.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 
@@ -64,22 +66,60 @@ std::string human_bytes(double b) {
 // each token). A kind is read from the last-level cache when it fits there with room for the
 // stream beside it (the re-read bytes alone; the routed experts only with the whole pool of them
 // beside the re-read bytes), else from DRAM.
+//
+// The token mixers (KDA state updates, latent attention over the cache) also do arithmetic that
+// grows with the position: at depth their FLOPs, at the GEMM peak measured in the same process,
+// can take longer than reading their bytes (the KDA states and the latent cache). The mixers and
+// the weight products run one after the other, so the bound is the weights' read time plus, for
+// the mixers, the longer of their read time and their FLOPs at the peak.
 struct DecodeBound {
   double cached_bytes = 0, dram_bytes = 0;
   double llc_bandwidth = 0, dram_bandwidth = 0;  // bytes/s
+  double mixer_read_seconds = 0;                 // the mixers' share of the bytes' time
+  double mixer_flops = 0, peak_flops = 0;        // per token; FLOP/s
 
-  static DecodeBound of(double reread, double routed, double routed_pool, double llc_bytes, double llc_bandwidth,
-                        double dram_bandwidth) {
+  static DecodeBound of(double reread, double routed, double routed_pool, double mixer_bytes, double mixer_flops,
+                        double llc_bytes, double llc_bandwidth, double dram_bandwidth, double peak_flops) {
     constexpr double kRoom = 0.75;  // of the cache, for what fits
-    const double cached = (reread <= kRoom * llc_bytes ? reread : 0) +
-                          (reread + routed_pool <= kRoom * llc_bytes ? routed : 0);
-    return {cached, reread + routed - cached, llc_bandwidth, dram_bandwidth};
+    const bool reread_cached = reread <= kRoom * llc_bytes;
+    const double cached = (reread_cached ? reread : 0) + (reread + routed_pool <= kRoom * llc_bytes ? routed : 0);
+    return {cached,
+            reread + routed - cached,
+            llc_bandwidth,
+            dram_bandwidth,
+            mixer_bytes / (reread_cached ? llc_bandwidth : dram_bandwidth),
+            mixer_flops,
+            peak_flops};
   }
-  double seconds() const { return cached_bytes / llc_bandwidth + dram_bytes / dram_bandwidth; }
+  double flop_seconds() const { return mixer_flops / peak_flops; }
+  bool flop_bound() const { return flop_seconds() > mixer_read_seconds; }
+  double seconds() const {
+    return cached_bytes / llc_bandwidth + dram_bytes / dram_bandwidth + std::max(0.0, flop_seconds() - mixer_read_seconds);
+  }
   std::string where() const {
-    return fmt::format("{:.1f} MB from LLC + {:.1f} MB from DRAM", cached_bytes * 1e-6, dram_bytes * 1e-6);
+    return fmt::format("{:.1f} MB from LLC + {:.1f} MB from DRAM; mixers {:.1f} MFLOP at {:.0f} GFLOP/s, {}",
+                       cached_bytes * 1e-6, dram_bytes * 1e-6, mixer_flops * 1e-6, peak_flops * 1e-9,
+                       flop_bound() ? "FLOP-bound" : "byte-bound");
   }
 };
+
+// A decoded token's token-mixer FLOPs at `position` (tokens before it): a KDA layer decays,
+// reads, updates and reads out each head's d×d state (~7 d² FLOPs a head); a latent-attention
+// layer scores each cached row against the absorbed query (2·(rank + rope) a head) and sums the
+// rows' latents (2·rank a head); a sliding-window layer only over its window.
+double mixer_flops_per_token(const ModelConfig& c, double position) {
+  double flops = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerType type = c.layer_types[size_t(l)];
+    if (type == LayerType::Kda) {
+      flops += 7.0 * double(c.kda.num_heads * c.kda.head_dim * c.kda.head_dim);
+      continue;
+    }
+    const double rows = type == LayerType::Swa ? std::min(position + 1, double(c.mla.sliding_window)) : position + 1;
+    flops += rows * double(c.mla.num_heads) * 2.0 * double(2 * c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+  }
+  return flops;
+}
 
 std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   Rng rng(seed);
@@ -231,9 +271,12 @@ void bench_model(const ModelBenchArgs& a) {
       // Measured beside this setting's rows: a 512 MB buffer (DRAM) and half the cache's size (LLC).
       const double dram_bandwidth = measure_read_bandwidth_gbs() * 1e9;
       const double llc_bandwidth = llc_bytes > 0 ? measure_read_bandwidth_gbs(size_t(llc_bytes / 2)) * 1e9 : dram_bandwidth;
+      // The mixers' arithmetic runs in the products' precision (an int8 model's attention in bf16).
+      const double peak_flops = measure_gemm_peak_gflops(precision == Precision::BF16) * 1e9;
       if (!a.json)
-        fmt::print("|  | read bandwidth | {} threads |  |  | DRAM {:.1f} GB/s | LLC {:.1f} GB/s |  |\n", threads_label,
-                   dram_bandwidth * 1e-9, llc_bandwidth * 1e-9);
+        fmt::print("|  | read bandwidth, GEMM peak | {} threads |  |  | DRAM {:.1f} GB/s | LLC {:.1f} GB/s | {} {:.0f} GFLOP/s |\n",
+                   threads_label, dram_bandwidth * 1e-9, llc_bandwidth * 1e-9, dtype == "f32" ? "f32" : "bf16",
+                   peak_flops * 1e-9);
       SequenceState state(*model, capacity), at_depth(*model, capacity);
       // With offload, every repetition's counters start at zero (and, cold, with nothing resident
       // or in the page cache): a row reports its last repetition's.
@@ -253,12 +296,14 @@ void bench_model(const ModelBenchArgs& a) {
                               {"dtype", dtype}, {"threads", threads}, {"adaptive_threads", setting.adaptive},
                               {"test", test}, {"tokens_per_s", s.mean},
                               {"std", s.std}, {"dram_gbs", dram_bandwidth * 1e-9}, {"llc_gbs", llc_bandwidth * 1e-9},
-                              {"llc_bytes", llc_bytes}};
+                              {"llc_bytes", llc_bytes}, {"gemm_peak_gflops", peak_flops * 1e-9}};
         if (bound)
           row.update({{"roofline_fraction", roof},
                       {"roofline_tokens_per_s", 1.0 / bound->seconds()},
                       {"bytes_from_llc", bound->cached_bytes},
-                      {"bytes_from_dram", bound->dram_bytes}});
+                      {"bytes_from_dram", bound->dram_bytes},
+                      {"mixer_flops", bound->mixer_flops},
+                      {"mixers_flop_bound", bound->flop_bound()}});
         std::string offload_line;
         if (offload) {
           const ExpertOffloadStats o = offload->stats();
@@ -306,10 +351,12 @@ void bench_model(const ModelBenchArgs& a) {
           // After the depth's tokens, as a continuation of the same text.
           const std::vector<int32_t> ids = test_ids(depth + n, 1);
           // The latent cache is read at the mean position of the run.
-          const double reread = reread_weights * weight_bytes + 2.0 * double(state.fixed_bytes()) +
-                                double(state.bytes_per_token()) * (double(depth) + double(n) / 2);
-          const DecodeBound bound = DecodeBound::of(reread, routed_weights * weight_bytes, routed_pool_weights * weight_bytes,
-                                                    llc_bytes, llc_bandwidth, dram_bandwidth);
+          const double position = double(depth) + double(n) / 2;
+          const double mixer_bytes = 2.0 * double(state.fixed_bytes()) + double(state.bytes_per_token()) * position;
+          const double reread = reread_weights * weight_bytes + mixer_bytes;
+          const DecodeBound bound =
+              DecodeBound::of(reread, routed_weights * weight_bytes, routed_pool_weights * weight_bytes, mixer_bytes,
+                              mixer_flops_per_token(config, position), llc_bytes, llc_bandwidth, dram_bandwidth, peak_flops);
           emit(fmt::format("tg{}{}", n, at),
                timed(double(n), [&] { state.copy_from(at_depth); },
                                  [&] {

@@ -115,12 +115,72 @@ Vec score_block(const T* rows, int64_t K, int64_t valid, const float* q, int64_t
   return sum_each(acc);
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define HYLA_LATENT_AVX2 1
+
+inline __m256 load_row8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_row8(const bf16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// score_block on AVX2's 16 ymm registers: KB·HB = 8 single-register accumulators (16 two-register
+// ones spill), lane k·HB + h of the result is q_h·row_k. The last step of a row whose length is not
+// a multiple of 8 reads the row through a zero-padded copy (the query is zero past K).
+template <int KB, int HB, typename T>
+__m256 score_block8(const T* rows, int64_t K, int64_t valid, const float* q, int64_t ldq) {
+  static_assert(KB * HB == 8);
+  const T* row[KB];
+  unroll<KB>([&](auto k) { row[k] = rows + std::min<int64_t>(k, valid - 1) * K; });
+  __m256 acc[8];
+  unroll<8>([&](auto i) { acc[i] = _mm256_setzero_ps(); });
+  // Values at..at+8 of the rows, read from `from[k] + offset`.
+  auto step = [&](int64_t at, const T* const* from, int64_t offset) {
+    __m256 c[KB];
+    unroll<KB>([&](auto k) { c[k] = load_row8(from[k] + offset); });
+    unroll<HB>([&](auto h) {
+      const __m256 qh = _mm256_loadu_ps(q + h * ldq + at);
+      unroll<KB>([&](auto k) { acc[k * HB + h] = _mm256_fmadd_ps(c[k], qh, acc[k * HB + h]); });
+    });
+  };
+  int64_t at = 0;
+  for (; at + 8 <= K; at += 8) step(at, row, at);
+  if (at < K) {
+    T tail[KB][8] = {};
+    const T* from[KB];
+    unroll<KB>([&](auto k) {
+      std::copy(row[k] + at, row[k] + K, tail[k]);
+      from[k] = tail[k];
+    });
+    step(at, from, 0);
+  }
+  return vec::detail::sums_of_8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
+}
+#endif
+
 // scores [nk_pad × Hp] for the tile's rows; returns nk_pad (nk rounded up to whole blocks), whose
 // padding rows hold -inf.
 template <int HB, typename T>
 int64_t tile_scores(const Geometry& g, const T* tile, int64_t nk, const float* q, float* scores) {
   constexpr int KB = kLanes / HB;
   const int64_t nk_pad = round_up(nk, KB);
+#if defined(HYLA_LATENT_AVX2)
+  // Blocks of 8 scores; the padding the softmax's whole vectors need is filled with -inf below.
+  constexpr int KB8 = 8 / HB;
+  for (int64_t s = 0; s < nk; s += KB8) {
+    prefetch_rows(tile + (kTile + s) * g.K, KB8, g.K);
+    for (int64_t h0 = 0; h0 < g.Hp; h0 += HB) {
+      const __m256 r = score_block8<KB8, HB>(tile + s * g.K, g.K, nk - s, q + h0 * g.Kp, g.Kp);
+      if (HB == g.Hp) {
+        alignas(32) float out[8];
+        _mm256_store_ps(out, r);
+        std::copy_n(out, std::min<int64_t>(8, (nk - s) * HB), scores + s * HB);
+      } else {  // KB8 = 1: the row's 8 heads from h0
+        _mm256_storeu_ps(scores + s * g.Hp + h0, r);
+      }
+    }
+  }
+#else
   for (int64_t s = 0; s < nk_pad; s += KB) {
     prefetch_rows(tile + (kTile + s) * g.K, KB, g.K);  // the next tile's rows (a hint: never faults)
     for (int64_t h0 = 0; h0 < g.Hp; h0 += HB) {
@@ -134,6 +194,7 @@ int64_t tile_scores(const Geometry& g, const T* tile, int64_t nk, const float* q
       }
     }
   }
+#endif
   std::fill(scores + nk * g.Hp, scores + nk_pad * g.Hp, -std::numeric_limits<float>::infinity());
   return nk_pad;
 }
@@ -219,9 +280,16 @@ void value_block(const T* tile, int64_t K, int64_t nk, const float* p, int64_t l
   });
 }
 
-constexpr int kValueHeads = 8;
 constexpr int kValueVectors = 4;
+#if defined(HYLA_LATENT_AVX2)
+// A Vec is two of AVX2's 16 ymm registers: HB·V ≤ 6 accumulators (12 registers) beside the row's
+// V vectors; 6 heads × 16 values is the 6×16 register block of AVX2 GEMM kernels.
+constexpr int kValueHeads = 6;
+constexpr int max_value_vectors(int heads) { return heads <= 2 ? 3 : heads <= 3 ? 2 : 1; }
+#else
+constexpr int kValueHeads = 8;
 constexpr int max_value_vectors(int heads) { return heads <= 6 ? 4 : 3; }  // HB·V ≤ 24
+#endif
 
 template <typename T>
 using ValueFn = void (*)(const T*, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
