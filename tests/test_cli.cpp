@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
@@ -56,6 +57,32 @@ TEST(Cli, InitThenInspectRoundTrips) {
   test::small_tokenizer().save(dir / "my-tok.json");
   ASSERT_EQ(run_hyla("init --config " + config + " --out " + out + "4 --tokenizer " + (dir / "my-tok.json").string()).exit_code, 0);
   EXPECT_EQ(Tokenizer::load(out + "4/tokenizer.json").vocab_size(), test::small_tokenizer().vocab_size());
+}
+
+// Decode rows of `bench --model` carry the roofline: bytes from the LLC and DRAM, and the token
+// mixers' FLOPs at the run's mean position, which grow with depth for latent attention (each cached
+// row) but not past a sliding window. nano: KDA, MLA, KDA, SWA (window 8); 2 heads each, KDA head
+// 16, latent rank 32 + rope 8.
+TEST(Cli, BenchBoundsDecodeByBytesAndTheMixersFlops) {
+  test::TempDir dir;
+  const auto model = (dir / "nano").string();
+  ASSERT_EQ(run_hyla("init --config " + (test::source_dir() / "configs/nano.json").string() + " --out " + model).exit_code, 0);
+  const auto r = run_hyla("bench -m " + model + " -p 4 -n 4 -d 0,64 -t 1 -r 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = nlohmann::json::parse(r.output.substr(r.output.find("[\n  {")));
+  std::map<std::string, nlohmann::json> by_test;
+  for (const auto& row : rows) by_test[row["test"].get<std::string>()] = row;
+  ASSERT_TRUE(by_test.count("tg4") && by_test.count("tg4 @ d64")) << r.output;
+  const double kda = 2 * 7.0 * 2 * 16 * 16, per_row = 2 * 2.0 * (2 * 32 + 8);
+  // Mean positions 2 and 66: rows 3 and 67, the window's 3 and 8.
+  EXPECT_DOUBLE_EQ(by_test["tg4"]["mixer_flops"].get<double>(), kda + (3 + 3) * per_row);
+  EXPECT_DOUBLE_EQ(by_test["tg4 @ d64"]["mixer_flops"].get<double>(), kda + (67 + 8) * per_row);
+  for (const auto& [test, row] : by_test) {
+    if (test.rfind("tg", 0) != 0) continue;
+    EXPECT_GT(row["gemm_peak_gflops"].get<double>(), 0.0);
+    EXPECT_GT(row["roofline_tokens_per_s"].get<double>(), 0.0);
+    EXPECT_TRUE(row.contains("mixers_flop_bound"));
+  }
 }
 
 // --dtype is the matmul input dtype wherever it is taken; the weight dtype of init and quantize is
