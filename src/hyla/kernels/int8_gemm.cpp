@@ -304,6 +304,47 @@ void quantize_row_portable(const float* x, const Int8Rows& out, int64_t r) {
   }
 }
 
+#if defined(HYLA_INT8_AVX2)
+
+// quantize_row_portable's steps, 8 values at a time: the same f32 products, divisions, clamps and
+// rounding (cvtps2dq under MXCSR's default, nearest even), so the same bytes. The starts are kept
+// for the portable kernel, which the AVX2 tile does not need.
+void quantize_row_avx2(const float* x, const Int8Rows& out, int64_t r) {
+  const int64_t block = out.block, blocks = out.cols / block, step = int8_step(block);
+  const __m256 limit = _mm256_set1_ps(127.0f), low = _mm256_set1_ps(-127.0f);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * block;
+    __m256 m = _mm256_setzero_ps();
+    // |x| first: maxps returns its second operand when either is NaN, so a NaN is skipped as
+    // std::max skips it in the portable loop.
+    for (int64_t k = 0; k < block; k += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + k), magnitude), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float max_abs = _mm_cvtss_f32(h);
+    const __m256 inv = _mm256_set1_ps(max_abs > 0.0f ? 127.0f / max_abs : 0.0f);
+    out.scales[r * blocks + b] = max_abs / 127.0f;
+    for (int64_t s = 0; s < block; s += step) {
+      int8_t* q = out.values + r * out.cols + b * block + s;
+      __m256i total = _mm256_setzero_si256();
+      for (int64_t k = 0; k < step; k += 8) {
+        const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + s + k), inv), low), limit);
+        const __m256i qi = _mm256_cvtps_epi32(v);
+        total = _mm256_add_epi32(total, qi);
+        const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(words, words));
+      }
+      __m128i t = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+      t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+      out.starts[r * (out.cols / step) + (b * block + s) / step] = -128 * _mm_cvtsi128_si32(t);
+    }
+  }
+}
+
+#endif
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 
 // Lane i: the maximum of v[i]'s 16 lanes (vec::sum_each's shuffle network with max for +).
@@ -462,6 +503,12 @@ void quantize_int8_rows(const float* x, int64_t ld_x, const Int8Rows& out, int64
 #if defined(__AVX512F__) && defined(__AVX512BW__)
     if (kernel == Int8Kernel::Native) {
       quantize_row_native(x + r * ld_x, out, r);
+      continue;
+    }
+#endif
+#if defined(HYLA_INT8_AVX2)
+    if (kernel == Int8Kernel::Native) {
+      quantize_row_avx2(x + r * ld_x, out, r);
       continue;
     }
 #endif
