@@ -161,6 +161,29 @@ TEST(AgentRuntime, SilentFaultsCostTheExpertSomeEpisodes) {
   EXPECT_LE(wrong, hit);
 }
 
+// In lookup the expert checks what it reads: a line without the key it asked for is a silent
+// fault's, and it searches again in another form. It never answers a value a silent fault gave it
+// (it answers "not found" when every attempt met one), and recovers most episodes that met one.
+TEST(AgentRuntime, TheLookupExpertCatchesSilentFaultsByCheckingWhatItReads) {
+  Fixture f;
+  const auto env = make_environment("lookup");
+  int hit = 0, recovered = 0;
+  for (uint64_t i = 0; i < 60; ++i) {
+    AgentSession s(*env, Split::Dev, i, {0.3, {0, 0, 1, 1}}, f.limits, f.tokenizer);
+    run_expert(s);
+    const Trajectory& t = s.trajectory();
+    const bool met = t.faults[2] + t.faults[3] > 0;
+    hit += met;
+    recovered += met && t.correct();
+    if (!t.correct()) {
+      EXPECT_EQ(t.messages.back().content, "Answer: not found") << i << ": " << apply_chat_template(t.messages);
+      EXPECT_TRUE(met) << i;
+    }
+  }
+  EXPECT_GT(hit, 15);
+  EXPECT_GT(recovered, hit * 2 / 3) << recovered << " of " << hit;
+}
+
 // The rows the policy wrote are marked, and only those: each assistant turn's content and its
 // <|im_end|>, never the turn header, the tool observations or the prompt.
 TEST(AgentRuntime, OnlyThePolicysRowsAreMarkedSampled) {

@@ -128,7 +128,8 @@ std::vector<int32_t> encode_assistant_reply(const Tokenizer& tokenizer, const Ch
 void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const SamplingParams& sampling);
 
 // Drives a session with the environment's expert: retries a call that timed out, rephrases one that
-// was rejected, and trusts every other result.
+// was rejected, and leaves the rest to the episode's expert, which checks what its observations
+// let it check (lookup: the line read holds the key) and trusts the rest.
 void run_expert(AgentSession& session);
 
 }  // namespace hyla

@@ -20,6 +20,7 @@ constexpr const char* kWords[] = {"amber", "birch", "cedar", "delta", "ember", "
                                   "quartz", "raven", "saffron", "tundra", "umber", "violet", "willow", "zephyr"};
 constexpr size_t kWordCount = std::size(kWords);
 constexpr int64_t kMaxMatches = 5;
+constexpr int kAttempts = 3;  // the expert's searches for one key
 
 class LookupEpisode final : public Episode {
  public:
@@ -66,20 +67,25 @@ class LookupEpisode final : public Episode {
     return {digits && answer == std::to_string(values_[size_t(target_)]), digits};
   }
 
+  // The expert checks what it reads: a line that does not hold the key it asked for is a silently
+  // wrong result (of the search or of the read), so it searches again in another form and reads
+  // more lines (calls it has not made, which a permanent fault does not follow). Its successful
+  // results come in (search, read) pairs, one pair per attempt.
   ExpertMove expert(const std::vector<json>& results) const override {
     const std::string& key = keys_[size_t(target_)];
-    if (results.empty()) return {false, {"search", json{{"query", key}}.dump()}, {}};
-    if (results.size() == 1) {
-      const json& lines = results[0].value("lines", json::array());
-      if (lines.empty()) return {true, {}, "Answer: not found"};
-      return {false, {"read", json{{"line", lines[0]}}.dump()}, {}};
-    }
-    const json& text = results[1].value("text", json::array());
-    for (const json& line : text) {
-      const std::string s = line.get<std::string>();
-      if (const size_t eq = s.find(" = "); eq != std::string::npos) return {true, {}, "Answer: " + s.substr(eq + 3)};
-    }
-    return {true, {}, "Answer: not found"};
+    int attempt = 0;
+    for (size_t i = 0; i + 1 < results.size(); i += 2, ++attempt)
+      for (const json& line : results[i + 1].value("text", json::array()))
+        if (const std::string s = line.get<std::string>(); s.rfind(key + " = ", 0) == 0)
+          return {true, {}, "Answer: " + s.substr(key.size() + 3)};
+    if (attempt == kAttempts) return {true, {}, "Answer: not found"};
+    const ToolCall search{"search", json{{"query", key}}.dump()};
+    if (results.size() % 2 == 0) return {false, attempt == 0 ? search : rephrase(search, attempt), {}};
+    const json& lines = results.back().value("lines", json::array());
+    if (lines.empty()) return {true, {}, "Answer: not found"};
+    json read = {{"line", lines[0]}};
+    if (attempt > 0) read["count"] = 1 + attempt;
+    return {false, {"read", read.dump()}, {}};
   }
 
   ToolCall rephrase(const ToolCall& call, int attempt) const override {
