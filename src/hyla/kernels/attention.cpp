@@ -93,8 +93,19 @@ struct BF16Pairs {
   static int64_t steps(int64_t k) { return (k + 1) / 2; }
 };
 
-constexpr int kBlockRows = 6;  // 6 rows × 4 vectors = 24 accumulators + 4 B vectors ≤ 32 zmm
+// Register blocks: 6 rows × 4 vectors = 24 accumulators + 4 B vectors ≤ 32 zmm.
+template <class Ops>
+constexpr int kBlockRows = 6;
+template <class Ops>
 constexpr int kBlockVecs = 4;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// AVX2 has 16 ymm registers and a Vec is two of them: 6 rows × 1 vector = 12 accumulators beside
+// the B vector and a broadcast (AVX2 GEMM's 6×16 block), 1.8× the 6 × 4 block, which spills.
+// (BF16Pairs, whose emulated broadcast costs more than the spills, keeps 6 × 4: the model runs it
+// only where AVX512_BF16 exists.)
+template <>
+constexpr int kBlockVecs<F32> = 1;
+#endif
 
 // R rows × V vectors of C over K steps. A(r, k) is a[r*lda + k], or a[k*lda + r] when kAT
 // (A transposed). The last vector of each B row and C row is masked by `tail`.
@@ -140,7 +151,7 @@ using BlockFn = void (*)(int64_t, const typename Ops::Elem*, int64_t, const type
 
 template <class Ops, bool kAT, Out kOut, int... I>
 constexpr std::array<BlockFn<Ops>, sizeof...(I)> block_table(std::integer_sequence<int, I...>) {
-  return {&product_block<Ops, kAT, kOut, I / kBlockVecs + 1, I % kBlockVecs + 1>...};
+  return {&product_block<Ops, kAT, kOut, I / kBlockVecs<Ops> + 1, I % kBlockVecs<Ops> + 1>...};
 }
 
 // C [M × N] (op)= A [M × K] · B [K × N] (K in steps of Ops), register block by register block.
@@ -150,14 +161,14 @@ template <class Ops, bool kAT, Out kOut>
 void product(int64_t M, int64_t N, int64_t K, const typename Ops::Elem* a, int64_t lda, const typename Ops::Elem* b,
              int64_t ldb, float* c, int64_t ldc, const float* row_scale = nullptr) {
   static constexpr auto blocks =
-      block_table<Ops, kAT, kOut>(std::make_integer_sequence<int, kBlockRows * kBlockVecs>());
-  constexpr int64_t kChunk = kBlockVecs * kLanes;
+      block_table<Ops, kAT, kOut>(std::make_integer_sequence<int, kBlockRows<Ops> * kBlockVecs<Ops>>());
+  constexpr int64_t kChunk = kBlockVecs<Ops> * kLanes;
   for (int64_t n0 = 0; n0 < N; n0 += kChunk) {
     const int64_t width = std::min(kChunk, N - n0), vecs = ceil_div(width, kLanes);
     const Mask tail = lane_range(0, width - (vecs - 1) * kLanes);
-    for (int64_t m0 = 0; m0 < M; m0 += kBlockRows) {
-      const int64_t rows = std::min<int64_t>(kBlockRows, M - m0);
-      blocks[size_t((rows - 1) * kBlockVecs + vecs - 1)](K, kAT ? a + m0 : a + m0 * lda, lda, b + n0, ldb, tail,
+    for (int64_t m0 = 0; m0 < M; m0 += kBlockRows<Ops>) {
+      const int64_t rows = std::min<int64_t>(kBlockRows<Ops>, M - m0);
+      blocks[size_t((rows - 1) * kBlockVecs<Ops> + vecs - 1)](K, kAT ? a + m0 : a + m0 * lda, lda, b + n0, ldb, tail,
                                                          c + m0 * ldc + n0, ldc, row_scale ? row_scale + m0 : nullptr);
     }
   }
