@@ -38,6 +38,14 @@ struct RlFixture {
   std::unique_ptr<Environment> env = make_environment("calculator");
   AgentLimits limits;
   RlFixture() { limits.context = 4096; }
+  // The updates' settings: f32, lr 1e-3, no gradient clipping (each test sets what it varies).
+  static RlConfig update_config() {
+    RlConfig rc;
+    rc.precision = Precision::F32;
+    rc.lr = 1e-3;
+    rc.grad_clip = 0;
+    return rc;
+  }
   Trajectory demo(uint64_t index) {
     AgentSession s(*env, Split::Train, index, FaultConfig{0.0, {1, 1, 1, 1}}, limits, tokenizer);
     run_expert(s);
@@ -55,10 +63,7 @@ TEST(Grpo, AnUpdateMovesARolloutInItsAdvantagesDirection) {
     for (double advantage : {1.0, -1.0}) {
       Model model(f.config);
       test::randomize_params(model.params(), 9);
-      RlConfig rc;
-      rc.precision = Precision::F32;
-      rc.lr = 1e-3;
-      rc.grad_clip = 0;
+      RlConfig rc = RlFixture::update_config();
       std::unique_ptr<Model> reference;
       if (std::string(variant) == "reused batch (clipped)") rc.epochs = 2;
       if (std::string(variant) == "kl penalty") {
@@ -103,10 +108,7 @@ TEST(Grpo, TheLossIsAMeanOverTheBatchsTokensHoweverItIsSplit) {
   auto update = [&](int64_t micro_batch_tokens) {
     Model model(f.config);
     test::randomize_params(model.params(), 9);
-    RlConfig rc;
-    rc.precision = Precision::F32;
-    rc.lr = 1e-3;
-    rc.grad_clip = 0;
+    RlConfig rc = RlFixture::update_config();
     rc.micro_batch_tokens = micro_batch_tokens;
     AdamW optimizer(model.params(), optimizer_config(rc));
     Outcome o;

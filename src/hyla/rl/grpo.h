@@ -7,9 +7,9 @@
 // dropped (their share logged). The loss is token-level over the model's own sampled ids only
 // (prompts and tool observations masked), ids kept exactly as sampled: per-row loss weights of
 // the one training forward (train_step.h), normalised by the scored tokens of the whole batch
-// (every token weighs the same, whichever micro-batch or rollout holds it). No KL term unless kl_coef > 0 (a per-token penalty
-// towards the starting model, folded into the weights); the policy ratio is clipped only when a
-// batch is reused (epochs > 1). After each update the engine is told the weights changed.
+// (every token weighs the same, whichever micro-batch or rollout holds it). No KL term unless
+// kl_coef > 0 (a per-token penalty towards the starting model, folded into the weights); the
+// policy ratio is clipped only when a batch is reused (epochs > 1). After each update the engine is told the weights changed.
 // Checkpoints and --resume as `hyla train`; metrics.jsonl and report.html in the run directory.
 #include <string>
 #include <vector>
