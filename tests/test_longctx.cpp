@@ -352,7 +352,7 @@ TEST(LongCtxTrain, SamplesScoreTheAnswerSkipTasksThatDoNotFitAndResume) {
   const std::string file = (dir / "haystack.txt").string();
   LongCtxSampler a({"passkey", "qa2"}, file, tok, 7), b({"passkey", "qa2"}, file, tok, 7);
   ImageSequences sa, sb;
-  a.next(1000, 512, sa);
+  a.next(1000, 512, {}, sa);
   EXPECT_GE(sa.rows(), 1000);
   const int32_t end = tok.special_id("<|endoftext|>");
   int64_t at = 0;
@@ -369,8 +369,8 @@ TEST(LongCtxTrain, SamplesScoreTheAnswerSkipTasksThatDoNotFitAndResume) {
     at += length;
   }
   b.set_state(a.state());
-  a.next(700, 512, sa);
-  b.next(700, 512, sb);
+  a.next(700, 512, {}, sa);
+  b.next(700, 512, {}, sb);
   EXPECT_EQ(sa.ids, sb.ids);
   EXPECT_EQ(sa.targets, sb.targets);
   // The shortest length a pass key fits holds no qa2 story: only pass keys are drawn there.
@@ -386,11 +386,21 @@ TEST(LongCtxTrain, SamplesScoreTheAnswerSkipTasksThatDoNotFitAndResume) {
   while (!fits("passkey", shortest)) shortest += 8;
   ASSERT_FALSE(fits("qa2", shortest));
   LongCtxSampler c({"passkey", "qa2"}, file, tok, 7);
-  c.next(4 * shortest, shortest, sa);
+  c.next(4 * shortest, shortest, {}, sa);
   EXPECT_GE(sa.lengths.size(), 4u);
   EXPECT_EQ(tok.decode(sa.ids).find("Where is"), std::string::npos);
-  test::expect_error([&] { LongCtxSampler({"qa2"}, file, tok, 7).next(10, shortest, sa); },
+  test::expect_error([&] { LongCtxSampler({"qa2"}, file, tok, 7).next(10, shortest, {}, sa); },
                      fmt::format("longctx: no task fits a sequence of {} tokens", shortest));
+  // A stage's subset: only its tasks are drawn, and the error names the subset.
+  LongCtxSampler d({"passkey", "vt_1x2"}, file, tok, 7);
+  d.next(8 * 512, 512, {"vt_1x2"}, sa);
+  EXPECT_GE(sa.lengths.size(), 8u);
+  EXPECT_EQ(tok.decode(sa.ids).find("pass key"), std::string::npos);
+  EXPECT_NE(tok.decode(sa.ids).find("VAR "), std::string::npos);
+  d.next(8 * 512, 512, {}, sa);
+  EXPECT_NE(tok.decode(sa.ids).find("pass key"), std::string::npos);
+  test::expect_error([&] { LongCtxSampler({"passkey", "qa2"}, file, tok, 7).next(10, shortest, {"qa2"}, sa); },
+                     fmt::format("longctx: no task of qa2 fits a sequence of {} tokens", shortest));
 }
 
 TEST(LongCtxTrain, TrainConfigNamesBadTasksAndMissingHaystacks) {
@@ -405,6 +415,39 @@ TEST(LongCtxTrain, TrainConfigNamesBadTasksAndMissingHaystacks) {
   j["longctx"] = {{"ratio", 0.5}, {"tasks", {"vt_1x2"}}, {"haystack", "h.txt"}};
   const TrainConfig c = TrainConfig::from_json(j, "t.json");
   EXPECT_EQ(TrainConfig::from_json(c.to_json(), "again").longctx_tasks, std::vector<std::string>{"vt_1x2"});
+  EXPECT_EQ(c.longctx_ratio_of(0), 0.5);
+}
+
+// A stage's own longctx_ratio and longctx_tasks replace the run's for that stage only, and need longctx set.
+TEST(LongCtxTrain, AStagesOwnRatioAndTasksOverrideTheRuns) {
+  nlohmann::json j = {{"curriculum", nlohmann::json::array({{{"seq_len", 256}, {"tokens", 1024}, {"batch_tokens", 512},
+                                                             {"longctx_ratio", 15}},
+                                                            {{"seq_len", 512}, {"tokens", 1024}, {"batch_tokens", 512}},
+                                                            {{"seq_len", 512}, {"tokens", 1024}, {"batch_tokens", 512},
+                                                             {"longctx_ratio", 0}}})},
+                      {"longctx", {{"ratio", 1.0}, {"tasks", {"passkey"}}, {"haystack", "h.txt"}}}};
+  const TrainConfig c = TrainConfig::from_json(j, "t.json");
+  EXPECT_EQ(c.longctx_ratio_of(0), 15);
+  EXPECT_EQ(c.longctx_ratio_of(1), 1);
+  EXPECT_EQ(c.longctx_ratio_of(2), 0);
+  const TrainConfig again = TrainConfig::from_json(c.to_json(), "again");
+  EXPECT_EQ(again.longctx_ratio_of(0), 15);
+  EXPECT_EQ(again.longctx_ratio_of(1), 1);
+  EXPECT_FALSE(c.to_json()["curriculum"][1].contains("longctx_ratio"));
+  j["curriculum"][0]["longctx_tasks"] = {"passkey"};
+  EXPECT_EQ(TrainConfig::from_json(TrainConfig::from_json(j, "t.json").to_json(), "again").longctx_tasks_of(0),
+            std::vector<std::string>{"passkey"});
+  EXPECT_EQ(TrainConfig::from_json(j, "t.json").longctx_tasks_of(1), std::vector<std::string>{"passkey"});
+  j["curriculum"][0]["longctx_tasks"] = {"qa1"};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); },
+                     "t.json: curriculum[0].longctx_tasks: 'qa1' is not in longctx.tasks (passkey)");
+  j["curriculum"][0].erase("longctx_tasks");
+  j["curriculum"][0]["longctx_ratio"] = 65;
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "t.json: curriculum[0].longctx_ratio (65) must lie in [0, 64]");
+  j["curriculum"][0]["longctx_ratio"] = 2;
+  j.erase("longctx");
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); },
+                     "t.json: curriculum[0].longctx_ratio is set but longctx.ratio is 0");
 }
 
 // `hyla train` with "longctx" mixes the samples into every step and resumes exactly.
@@ -436,6 +479,21 @@ TEST(LongCtxTrain, TrainsWithSyntheticSequencesAndResumesExactly) {
     EXPECT_EQ(a[i]["loss"].dump(), b[i]["loss"].dump()) << "step " << i + 1;
     EXPECT_GT(a[i]["tokens"].get<int64_t>(), 512) << "the synthetic rows join the text";
   }
+
+  // A stage with longctx_ratio 0 trains on the text alone; one with a larger ratio takes more rows.
+  nlohmann::json staged = train;
+  staged["curriculum"] = nlohmann::json::array(
+      {{{"seq_len", 256}, {"tokens", 2 * 512}, {"batch_tokens", 512}, {"longctx_ratio", 2}},
+       {{"seq_len", 256}, {"tokens", 2 * 512}, {"batch_tokens", 512}, {"longctx_ratio", 0}}});
+  staged["checkpoint"] = {{"every", 0}};
+  test::write_bytes(dir / "staged.json", staged.dump());
+  r = test::run_hyla("train --config " + t.config + " --train " + (dir / "staged.json").string() + " --data " + t.data +
+                     " --deterministic --quiet --out " + (dir / "staged").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto s = test::metrics((dir / "staged").string());
+  ASSERT_EQ(s.size(), 4u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_GE(s[i]["tokens"].get<int64_t>(), 3 * 512) << "step " << i + 1;
+  for (size_t i = 2; i < 4; ++i) EXPECT_EQ(s[i]["tokens"].get<int64_t>(), 512) << "step " << i + 1;
 }
 
 }  // namespace

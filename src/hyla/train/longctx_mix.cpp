@@ -1,6 +1,9 @@
 #include "hyla/train/longctx_mix.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "hyla/core/error.h"
 #include "hyla/core/random.h"
@@ -16,18 +19,20 @@ LongCtxSampler::LongCtxSampler(const std::vector<std::string>& tasks, const std:
   for (const std::string& name : tasks) tasks_.push_back(longctx_task(name));
 }
 
-void LongCtxSampler::next(int64_t rows, int64_t seq_len, ImageSequences& out) {
+void LongCtxSampler::next(int64_t rows, int64_t seq_len, const std::vector<std::string>& tasks, ImageSequences& out) {
   out.clear();
-  std::vector<size_t>& fitting = fitting_[seq_len];
+  std::vector<size_t>& fitting = fitting_[{seq_len, tasks}];
   if (fitting.empty()) {
     for (size_t t = 0; t < tasks_.size(); ++t) {
+      if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), tasks_[t].name) == tasks.end()) continue;
       try {
         make_longctx_sample(tasks_[t], haystack_, tokenizer_, seq_len, 0.5, seed_, 0);
         fitting.push_back(t);
       } catch (const Error&) {  // the task needs more than seq_len tokens: left out of this stage
       }
     }
-    HYLA_CHECK(!fitting.empty(), "longctx: no task fits a sequence of {} tokens (the stage's seq_len)", seq_len);
+    HYLA_CHECK(!fitting.empty(), "longctx: no task {}fits a sequence of {} tokens (the stage's seq_len)",
+               tasks.empty() ? "" : fmt::format("of {} ", fmt::join(tasks, ", ")), seq_len);
   }
   const int32_t end = tokenizer_.special_id("<|endoftext|>");
   do {

@@ -21,9 +21,10 @@ class LongCtxSampler {
   // Reads the haystack text; the tokenizer must outlive the sampler.
   LongCtxSampler(const std::vector<std::string>& tasks, const std::string& haystack_file, const Tokenizer& tokenizer,
                  uint64_t training_seed);
-  // Samples of `seq_len` tokens (tasks drawn uniformly among those that fit it, depths uniformly)
-  // until they hold `rows` rows, at least one sample.
-  void next(int64_t rows, int64_t seq_len, ImageSequences& out);
+  // Samples of `seq_len` tokens (tasks drawn uniformly among `tasks` that fit it, depths
+  // uniformly) until they hold `rows` rows, at least one sample. `tasks` names a subset of the
+  // sampler's tasks; empty: all of them.
+  void next(int64_t rows, int64_t seq_len, const std::vector<std::string>& tasks, ImageSequences& out);
   uint64_t drawn() const { return drawn_; }
   nlohmann::json state() const { return {{"drawn", drawn_}}; }
   void set_state(const nlohmann::json& state) { drawn_ = state.at("drawn").get<uint64_t>(); }
@@ -34,7 +35,8 @@ class LongCtxSampler {
   std::vector<LongCtxTask> tasks_;
   uint64_t seed_;
   uint64_t drawn_ = 0;
-  std::map<int64_t, std::vector<size_t>> fitting_;  // by seq_len: the tasks whose samples fit it
+  // By seq_len and task subset: the indexes of the tasks whose samples fit it.
+  std::map<std::pair<int64_t, std::vector<std::string>>, std::vector<size_t>> fitting_;
 };
 
 }  // namespace hyla

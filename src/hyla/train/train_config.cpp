@@ -55,6 +55,8 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
       s.read("tokens", stage.tokens);
       s.read("batch_tokens", stage.batch_tokens);
       s.read("lr_scale", stage.lr_scale);
+      s.read("longctx_ratio", stage.longctx_ratio);
+      s.read("longctx_tasks", stage.longctx_tasks);
       s.finish();
       c.curriculum.push_back(stage);
     }
@@ -124,6 +126,18 @@ void TrainConfig::validate(const std::string& source) const {
          fmt::format("{}: {} sequences per step do not split into grad_accum ({}) micro-batches", at, s.sequences(),
                      grad_accum));
     rule(s.lr_scale > 0, fmt::format("{}.lr_scale ({}) must be > 0", at, s.lr_scale));
+    if (s.longctx_ratio != -1) {
+      rule(longctx_ratio > 0,
+           fmt::format("{}.longctx_ratio is set but longctx.ratio is 0: set longctx (ratio, tasks, haystack) first", at));
+      rule(s.longctx_ratio >= 0 && s.longctx_ratio <= 64,
+           fmt::format("{}.longctx_ratio ({}) must lie in [0, 64] (or -1: longctx.ratio)", at, s.longctx_ratio));
+    }
+    if (!s.longctx_tasks.empty())
+      rule(longctx_ratio > 0,
+           fmt::format("{}.longctx_tasks is set but longctx.ratio is 0: set longctx (ratio, tasks, haystack) first", at));
+    for (const std::string& task : s.longctx_tasks)
+      rule(std::find(longctx_tasks.begin(), longctx_tasks.end(), task) != longctx_tasks.end(),
+           fmt::format("{}.longctx_tasks: '{}' is not in longctx.tasks ({})", at, task, fmt::join(longctx_tasks, ", ")));
   }
   rule(eval_every >= 0 && eval_batches >= 1, "eval.every must be >= 0 and eval.batches >= 1");
   rule(checkpoint_every >= 0 && keep_checkpoints >= 1, "checkpoint.every must be >= 0 and checkpoint.keep >= 1");
@@ -175,6 +189,16 @@ int64_t TrainConfig::stage_start(int64_t stage) const {
   return start;
 }
 
+double TrainConfig::longctx_ratio_of(int64_t stage) const {
+  const double own = curriculum[size_t(stage)].longctx_ratio;
+  return own == -1 ? longctx_ratio : own;
+}
+
+const std::vector<std::string>& TrainConfig::longctx_tasks_of(int64_t stage) const {
+  const std::vector<std::string>& own = curriculum[size_t(stage)].longctx_tasks;
+  return own.empty() ? longctx_tasks : own;
+}
+
 int64_t TrainConfig::stage_of(int64_t step) const {
   int64_t end = 0;
   for (size_t i = 0; i < curriculum.size(); ++i) {
@@ -186,9 +210,12 @@ int64_t TrainConfig::stage_of(int64_t step) const {
 
 json TrainConfig::to_json() const {
   json stages = json::array();
-  for (const CurriculumStage& s : curriculum)
+  for (const CurriculumStage& s : curriculum) {
     stages.push_back({{"seq_len", s.seq_len}, {"tokens", s.tokens}, {"batch_tokens", s.batch_tokens},
                       {"lr_scale", s.lr_scale}});
+    if (s.longctx_ratio != -1) stages.back()["longctx_ratio"] = s.longctx_ratio;
+    if (!s.longctx_tasks.empty()) stages.back()["longctx_tasks"] = s.longctx_tasks;
+  }
   return {{"seed", seed},
           {"precision", precision == Precision::BF16 ? "bf16" : "f32"},
           {"optimizer",

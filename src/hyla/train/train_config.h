@@ -23,6 +23,13 @@ struct CurriculumStage {
   int64_t tokens = 1000000;     // training tokens in this stage
   int64_t batch_tokens = 8192;  // tokens per optimiser step (B·T, across gradient accumulation)
   double lr_scale = 1.0;        // multiplies the schedule's learning rate during the stage
+  // Rows of synthetic long-context samples per text row in this stage; -1: TRAIN.json's
+  // longctx.ratio. A ladder wants many short samples early (retrieval is learnt at the shortest
+  // length) and fewer rows late, where each sample is long and attention's cost grows with it.
+  double longctx_ratio = -1;
+  // The synthetic tasks this stage draws from, a subset of longctx.tasks; empty: all of them. A
+  // ladder can teach one retrieval task first and add the others once copying is learnt.
+  std::vector<std::string> longctx_tasks;
   int64_t steps() const { return (tokens + batch_tokens - 1) / batch_tokens; }
   int64_t sequences() const { return batch_tokens / seq_len; }
 };
@@ -78,6 +85,10 @@ struct TrainConfig {
   // The stage that step `step` (0-based) belongs to, and the first step of each stage.
   int64_t stage_of(int64_t step) const;
   int64_t stage_start(int64_t stage) const;
+  // Longctx rows per text row in stage `stage`: the stage's own ratio, else longctx.ratio.
+  double longctx_ratio_of(int64_t stage) const;
+  // The tasks stage `stage` draws from: its own list, else longctx.tasks.
+  const std::vector<std::string>& longctx_tasks_of(int64_t stage) const;
 };
 
 }  // namespace hyla

@@ -295,8 +295,8 @@ void run_training(const TrainOptions& o) {
   if (tc.longctx_ratio > 0) {
     longctx.emplace(tc.longctx_tasks, tc.longctx_haystack, tokenizer, tc.seed);
     if (!longctx_state.is_null()) longctx->set_state(longctx_state);
-    fmt::print("longctx: {} ({}), {:g} rows per text row, one sample per stage length\n", fmt::join(tc.longctx_tasks, ", "),
-               tc.longctx_haystack, tc.longctx_ratio);
+    fmt::print("longctx: {} ({}), {:g} rows per text row where a stage sets none, one sample per stage length\n",
+               fmt::join(tc.longctx_tasks, ", "), tc.longctx_haystack, tc.longctx_ratio);
   }
   auto trainer_state = [&] {
     json state = {{"step", step}, {"bad_steps", bad_steps}, {"loader", loader.state()}};
@@ -316,9 +316,12 @@ void run_training(const TrainOptions& o) {
     if (stage != announced_stage) {
       loader.set_batch_size(micro_batch(stage));
       loader.set_seq_len(st.seq_len);
-      if (lead) fmt::print("stage {}/{}: seq_len {}, {} sequences per step ({} tokens), lr x{}, steps {}..{}\n", stage + 1,
+      if (lead) fmt::print("stage {}/{}: seq_len {}, {} sequences per step ({} tokens), lr x{}, steps {}..{}{}\n", stage + 1,
                  tc.curriculum.size(), st.seq_len, st.sequences(), st.batch_tokens, st.lr_scale, tc.stage_start(stage) + 1,
-                 tc.stage_start(stage) + st.steps());
+                 tc.stage_start(stage) + st.steps(),
+                 longctx ? fmt::format(", longctx {:g} rows per text row of {}", tc.longctx_ratio_of(stage),
+                                       fmt::join(tc.longctx_tasks_of(stage), ", "))
+                         : "");
       announced_stage = stage;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -343,9 +346,9 @@ void run_training(const TrainOptions& o) {
             images->next(std::max<int64_t>(1, std::llround(tc.image_ratio * text_rows)), image_sequences);
             append_image_sequences(in, image_sequences, tokenizer.special_id("<|image_pad|>"));
           }
-          if (longctx) {
-            longctx->next(std::max<int64_t>(1, std::llround(tc.longctx_ratio * text_rows)), st.seq_len,
-                          longctx_sequences);
+          if (longctx && tc.longctx_ratio_of(stage) > 0) {
+            longctx->next(std::max<int64_t>(1, std::llround(tc.longctx_ratio_of(stage) * text_rows)), st.seq_len,
+                          st.longctx_tasks, longctx_sequences);
             append_image_sequences(in, longctx_sequences, in.image_pad_id);
           }
           if (agent) {
