@@ -13,9 +13,7 @@ hyla="$build/hyla"
 out=runs/agent
 seeds=${RL_SEEDS:-1}
 mkdir -p data "$out"
-[[ -f data/kjv.txt ]] || "$hyla" data fetch kjv --out data/kjv.txt
-[[ -f data/kjv-tokenizer.json ]] || "$hyla" tokenizer train --input data/kjv.txt --vocab-size 4096 --out data/kjv-tokenizer.json
-[[ -f data/kjv/meta.json ]] || "$hyla" data prepare --tokenizer data/kjv-tokenizer.json --input data/kjv.txt --out data/kjv
+bash scripts/prepare-kjv.sh "$build"
 
 start=$(date +%s)
 "$hyla" train --config configs/agent.json --train configs/train-agent-sft.json --data data/kjv --out "$out/sft-run" --overwrite

@@ -8,9 +8,7 @@ set -euo pipefail
 build=${1:-build}
 hyla="$build/hyla"
 mkdir -p data runs
-[[ -f data/kjv.txt ]] || "$hyla" data fetch kjv --out data/kjv.txt
-[[ -f data/kjv-tokenizer.json ]] || "$hyla" tokenizer train --input data/kjv.txt --vocab-size 4096 --out data/kjv-tokenizer.json
-[[ -f data/kjv/meta.json ]] || "$hyla" data prepare --tokenizer data/kjv-tokenizer.json --input data/kjv.txt --out data/kjv
+bash scripts/prepare-kjv.sh "$build"
 rm -rf runs/demo
 "$hyla" train --config configs/demo.json --train configs/train-demo.json --data data/kjv --out runs/demo
 "$hyla" report runs/demo

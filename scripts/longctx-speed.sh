@@ -18,7 +18,7 @@ depth=${3:-32768}
 hyla="$build/hyla"
 out=runs/longctx-speed
 mkdir -p "$out"
-[[ -f data/kjv-tokenizer.json ]] || { echo "longctx-speed: data/kjv-tokenizer.json is missing; run the first steps of scripts/demo.sh" >&2; exit 1; }
+[[ -f data/kjv-tokenizer.json ]] || { echo "longctx-speed: data/kjv-tokenizer.json is missing; run bash scripts/prepare-kjv.sh" >&2; exit 1; }
 
 jq '.layer_types |= map("mla")' configs/longctx.json > "$out/all-mla.json"
 rows=()

@@ -15,9 +15,7 @@ build=${1:-build}
 hyla="$build/hyla"
 out=runs/longctx
 mkdir -p data "$out"
-[[ -f data/kjv.txt ]] || "$hyla" data fetch kjv --out data/kjv.txt
-[[ -f data/kjv-tokenizer.json ]] || "$hyla" tokenizer train --input data/kjv.txt --vocab-size 4096 --out data/kjv-tokenizer.json
-[[ -f data/kjv/meta.json ]] || "$hyla" data prepare --tokenizer data/kjv-tokenizer.json --input data/kjv.txt --out data/kjv
+bash scripts/prepare-kjv.sh "$build"
 
 start=$(date +%s)
 if [[ -z "${SKIP_TRAIN:-}" ]]; then

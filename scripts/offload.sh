@@ -7,7 +7,7 @@
 # 1 (which leaves the prefetch thread a core). Prints a markdown table; ratios are to the resident
 # model at the same thread count, measured in the same script.
 #   bash scripts/offload.sh [BUILD_DIR] [OUT_DIR]
-# Needs data/kjv.txt (scripts/demo.sh's first step) and jq.
+# Needs data/kjv.txt (scripts/prepare-kjv.sh) and jq.
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/offload}

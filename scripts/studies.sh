@@ -4,12 +4,12 @@
 # setting changed at a time: MoE balancing (quantile, bias_sign, aux_loss, none), block attention
 # residuals on/off, and the KDA gate (lower-bounded vs softplus). Prints the markdown tables.
 #   bash scripts/studies.sh [BUILD_DIR] [OUT_DIR]
-# Needs the demo's data (data/kjv, from `make demo` or scripts/demo.sh's first three steps) and jq.
+# Needs the demo's data (data/kjv, from `make demo` or scripts/prepare-kjv.sh) and jq.
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/studies}
 hyla="$build/hyla"
-[[ -f data/kjv/meta.json ]] || { echo "studies: data/kjv is missing; run the first steps of scripts/demo.sh" >&2; exit 1; }
+[[ -f data/kjv/meta.json ]] || { echo "studies: data/kjv is missing; run bash scripts/prepare-kjv.sh" >&2; exit 1; }
 mkdir -p "$out"
 
 base="$out/nano-4096.json"

@@ -13,9 +13,7 @@ build=${1:-build}
 hyla="$build/hyla"
 out=runs/vision
 mkdir -p data "$out"
-[[ -f data/kjv.txt ]] || "$hyla" data fetch kjv --out data/kjv.txt
-[[ -f data/kjv-tokenizer.json ]] || "$hyla" tokenizer train --input data/kjv.txt --vocab-size 4096 --out data/kjv-tokenizer.json
-[[ -f data/kjv/meta.json ]] || "$hyla" data prepare --tokenizer data/kjv-tokenizer.json --input data/kjv.txt --out data/kjv
+bash scripts/prepare-kjv.sh "$build"
 [[ -f data/fmnist/meta.json ]] || "$hyla" data prepare-images --dataset fashion-mnist --out data/fmnist
 [[ -f data/documents/meta.json ]] || "$hyla" data prepare-documents --out data/documents --width 56 --height 56 \
   --train 10000 --heldout-font /usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf
