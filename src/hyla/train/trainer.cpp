@@ -252,15 +252,22 @@ void run_training(const TrainOptions& o) {
   // time with evaluations, samples and checkpoints included. Every stage of a curriculum may take
   // the same tokens per step, but longer sequences cost more attention FLOPs per token, so
   // remaining steps times the mean step time so far would promise the longer stages too soon. The
-  // rate itself may differ between stages; the ETA corrects itself as each one runs.
-  auto step_flops = [&](const CurriculumStage& s) {
-    return 3.0 * token_flops(config, counts, s.seq_len).prefill() * double(s.batch_tokens);
+  // rate itself may differ between stages; the ETA corrects itself as each one runs. Long-context
+  // rows run at the stage's length and can outnumber the text rows many times over, so they count;
+  // image and agent rows, shorter and of their own lengths, do not.
+  auto step_flops = [&](int64_t stage_index) {
+    const CurriculumStage& s = tc.curriculum[size_t(stage_index)];
+    const double ratio = tc.longctx_ratio > 0 ? tc.longctx_ratio_of(stage_index) : 0.0;
+    const double text_rows = double(s.sequences() / tc.grad_accum);
+    const double longctx_rows = ratio > 0 ? std::max(1.0, std::round(ratio * text_rows)) : 0.0;
+    return 3.0 * token_flops(config, counts, s.seq_len).prefill() * double(s.batch_tokens) *
+           (1.0 + longctx_rows / text_rows);
   };
   double flops_left = 0, flops_done = 0;
   for (int64_t i = 0; i < int64_t(tc.curriculum.size()); ++i) {
     const CurriculumStage& s = tc.curriculum[size_t(i)];
     const int64_t steps_left = tc.stage_start(i) + s.steps() - std::max(step, tc.stage_start(i));
-    if (steps_left > 0) flops_left += double(steps_left) * step_flops(s);
+    if (steps_left > 0) flops_left += double(steps_left) * step_flops(i);
   }
   const auto loop_start = std::chrono::steady_clock::now();
 
@@ -348,7 +355,7 @@ void run_training(const TrainOptions& o) {
           }
           if (longctx && tc.longctx_ratio_of(stage) > 0) {
             longctx->next(std::max<int64_t>(1, std::llround(tc.longctx_ratio_of(stage) * text_rows)), st.seq_len,
-                          st.longctx_tasks, longctx_sequences);
+                          tc.longctx_tasks_of(stage), longctx_sequences);
             append_image_sequences(in, longctx_sequences, in.image_pad_id);
           }
           if (agent) {
@@ -405,8 +412,8 @@ void run_training(const TrainOptions& o) {
       moe.push_back({{"max_over_mean", loads[i].max_over_mean}, {"dead", loads[i].dead_experts}});
     if (!moe.empty()) row["moe"] = moe;
     ++step;
-    flops_done += step_flops(st);
-    flops_left -= step_flops(st);
+    flops_done += step_flops(stage);
+    flops_left -= step_flops(stage);
 
     const bool last = step == total_steps;
     if (evaluates && tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
