@@ -255,13 +255,16 @@ void run_training(const TrainOptions& o) {
   // rate itself may differ between stages; the ETA corrects itself as each one runs. Long-context
   // rows run at the stage's length and can outnumber the text rows many times over, so they count;
   // image and agent rows, shorter and of their own lengths, do not.
+  // Long-context rows a micro-batch of `text_rows` text rows carries at a stage (0 without longctx).
+  auto longctx_rows = [&](int64_t stage_index, double text_rows) -> int64_t {
+    const double ratio = tc.longctx_ratio > 0 ? tc.longctx_ratio_of(stage_index) : 0.0;
+    return ratio > 0 ? std::max<int64_t>(1, std::llround(ratio * text_rows)) : 0;
+  };
   auto step_flops = [&](int64_t stage_index) {
     const CurriculumStage& s = tc.curriculum[size_t(stage_index)];
-    const double ratio = tc.longctx_ratio > 0 ? tc.longctx_ratio_of(stage_index) : 0.0;
     const double text_rows = double(s.sequences() / tc.grad_accum);
-    const double longctx_rows = ratio > 0 ? std::max(1.0, std::round(ratio * text_rows)) : 0.0;
     return 3.0 * token_flops(config, counts, s.seq_len).prefill() * double(s.batch_tokens) *
-           (1.0 + longctx_rows / text_rows);
+           (1.0 + double(longctx_rows(stage_index, text_rows)) / text_rows);
   };
   double flops_left = 0, flops_done = 0;
   for (int64_t i = 0; i < int64_t(tc.curriculum.size()); ++i) {
@@ -353,9 +356,8 @@ void run_training(const TrainOptions& o) {
             images->next(std::max<int64_t>(1, std::llround(tc.image_ratio * text_rows)), image_sequences);
             append_image_sequences(in, image_sequences, tokenizer.special_id("<|image_pad|>"));
           }
-          if (longctx && tc.longctx_ratio_of(stage) > 0) {
-            longctx->next(std::max<int64_t>(1, std::llround(tc.longctx_ratio_of(stage) * text_rows)), st.seq_len,
-                          tc.longctx_tasks_of(stage), longctx_sequences);
+          if (const int64_t rows = longctx_rows(stage, text_rows); rows > 0) {
+            longctx->next(rows, st.seq_len, tc.longctx_tasks_of(stage), longctx_sequences);
             append_image_sequences(in, longctx_sequences, in.image_pad_id);
           }
           if (agent) {
@@ -412,8 +414,9 @@ void run_training(const TrainOptions& o) {
       moe.push_back({{"max_over_mean", loads[i].max_over_mean}, {"dead", loads[i].dead_experts}});
     if (!moe.empty()) row["moe"] = moe;
     ++step;
-    flops_done += step_flops(stage);
-    flops_left -= step_flops(stage);
+    const double flops = step_flops(stage);
+    flops_done += flops;
+    flops_left -= flops;
 
     const bool last = step == total_steps;
     if (evaluates && tc.eval_every > 0 && (step % tc.eval_every == 0 || last)) {
