@@ -60,46 +60,46 @@ std::string human_bytes(double b) {
   return b >= double(1 << 30) ? fmt::format("{:.2f} GiB", b / double(1 << 30)) : fmt::format("{:.1f} MiB", b / double(1 << 20));
 }
 
-// The least time a decoded token can take reading its bytes. Two kinds: the bytes it re-reads
-// every token (every active weight but the routed experts, one embedding row, the KDA states read
-// and written, the latent cache), and the routed experts' (k of E per MoE layer, a different few
-// each token). A kind is read from the last-level cache when it fits there with room for the
-// stream beside it (the re-read bytes alone; the routed experts only with the whole pool of them
-// beside the re-read bytes), else from DRAM.
+// The least time a decoded token can take reading its bytes: a plain read of buffers laid out
+// like them, in their order (TokenReadBench), so that what the caches hold is measured, not
+// guessed. Two kinds: the bytes it re-reads every token (every active weight but the routed
+// experts, one embedding row, the KDA states read and written, the latent cache), and the routed
+// experts' (k of E per MoE layer, a different few each token, from the pool of all of them). Each
+// kind is named after the memory its measured rate says it came from: the last-level cache when
+// it read well above a 512 MB buffer's DRAM rate, else DRAM.
 //
 // The token mixers (KDA state updates, latent attention over the cache) also do arithmetic that
 // grows with the position: at depth their FLOPs, at the GEMM peak measured in the same process,
 // can take longer than reading their bytes (the KDA states and the latent cache). The mixers and
-// the weight products run one after the other, so the bound is the weights' read time plus, for
-// the mixers, the longer of their read time and their FLOPs at the peak.
+// the weight products run one after the other, so the bound is the bytes' read time plus, for
+// the mixers, how much longer their FLOPs at the peak take than their bytes.
 struct DecodeBound {
-  double cached_bytes = 0, dram_bytes = 0;
-  double llc_bandwidth = 0, dram_bandwidth = 0;  // bytes/s
-  double mixer_read_seconds = 0;                 // the mixers' share of the bytes' time
-  double mixer_flops = 0, peak_flops = 0;        // per token; FLOP/s
+  double reread_bytes = 0, routed_bytes = 0;
+  TokenReadTime read;
+  double dram_bandwidth = 0;        // bytes/s
+  double mixer_read_seconds = 0;    // the mixers' share of the re-read bytes' time
+  double mixer_flops = 0, peak_flops = 0;  // per token; FLOP/s
 
-  static DecodeBound of(double reread, double routed, double routed_pool, double mixer_bytes, double mixer_flops,
-                        double llc_bytes, double llc_bandwidth, double dram_bandwidth, double peak_flops) {
-    constexpr double kRoom = 0.75;  // of the cache, for what fits
-    const bool reread_cached = reread <= kRoom * llc_bytes;
-    const double cached = (reread_cached ? reread : 0) + (reread + routed_pool <= kRoom * llc_bytes ? routed : 0);
-    return {cached,
-            reread + routed - cached,
-            llc_bandwidth,
-            dram_bandwidth,
-            mixer_bytes / (reread_cached ? llc_bandwidth : dram_bandwidth),
-            mixer_flops,
-            peak_flops};
+  static DecodeBound of(double reread, double routed, double mixer_bytes, double mixer_flops, const TokenReadTime& read,
+                        double dram_bandwidth, double peak_flops) {
+    return {reread, routed, read, dram_bandwidth, read.reread_seconds * mixer_bytes / std::max(reread, 1.0),
+            mixer_flops, peak_flops};
   }
+  double reread_bandwidth() const { return reread_bytes / std::max(read.reread_seconds, 1e-30); }
+  double routed_bandwidth() const { return routed_bytes / std::max(read.routed_seconds, 1e-30); }
+  // Well above DRAM's rate: served by the last-level cache.
+  const char* tier(double bandwidth) const { return bandwidth > 1.25 * dram_bandwidth ? "LLC" : "DRAM"; }
   double flop_seconds() const { return mixer_flops / peak_flops; }
   bool flop_bound() const { return flop_seconds() > mixer_read_seconds; }
-  double seconds() const {
-    return cached_bytes / llc_bandwidth + dram_bytes / dram_bandwidth + std::max(0.0, flop_seconds() - mixer_read_seconds);
-  }
+  double seconds() const { return read.seconds + std::max(0.0, flop_seconds() - mixer_read_seconds); }
   std::string where() const {
-    return fmt::format("{:.1f} MB from LLC + {:.1f} MB from DRAM; mixers {:.1f} MFLOP at {:.0f} GFLOP/s, {}",
-                       cached_bytes * 1e-6, dram_bytes * 1e-6, mixer_flops * 1e-6, peak_flops * 1e-9,
-                       flop_bound() ? "FLOP-bound" : "byte-bound");
+    std::string routed;
+    if (routed_bytes > 0)
+      routed = fmt::format(" + {:.1f} MB routed at {:.1f} GB/s ({})", routed_bytes * 1e-6, routed_bandwidth() * 1e-9,
+                           tier(routed_bandwidth()));
+    return fmt::format("{:.1f} MB re-read at {:.1f} GB/s ({}){}; mixers {:.1f} MFLOP at {:.0f} GFLOP/s, {}",
+                       reread_bytes * 1e-6, reread_bandwidth() * 1e-9, tier(reread_bandwidth()), routed,
+                       mixer_flops * 1e-6, peak_flops * 1e-9, flop_bound() ? "FLOP-bound" : "byte-bound");
   }
 };
 
@@ -146,7 +146,10 @@ void bench_model(const ModelBenchArgs& a) {
   const double routed_weights = double(counts.active[size_t(routed_slot)]);
   const double routed_pool_weights = double(counts.total[size_t(routed_slot)]);
   const double reread_weights = double(counts.active_sum() - V * hidden + hidden) - routed_weights;
-  const double llc_bytes = double(last_level_cache_bytes());
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) moe_layers += config.is_moe_layer(l);
+  const int64_t experts = moe_layers > 0 ? config.moe.num_experts : 0;
+  const double expert_weights = experts > 0 ? routed_pool_weights / double(moe_layers * experts) : 0;
   // A `hyla quantize` directory is timed as "int8": its products are int8, the few weights it keeps
   // floating point run bf16, and a weight costs 1 byte plus its block's f32 scale.
   int64_t int8_block = 0;
@@ -239,12 +242,14 @@ void bench_model(const ModelBenchArgs& a) {
     }
     if (!a.json) fmt::print("\n");
   }
+  const SequenceState probe(*model, capacity);
   if (!a.json)
-    fmt::print("last-level cache: {} (a decode row's roofline reads what fits there at the LLC bandwidth, the rest "
-               "at DRAM's, both measured with the row's threads)\n",
-               llc_bytes > 0 ? human_bytes(llc_bytes) : "unknown");
+    fmt::print("decode rows' roofline: a plain read of a token's bytes laid out and ordered as the token reads them "
+               "(re-read bytes, and {} of {} routed experts per MoE layer), with the row's threads; each kind named "
+               "after the memory its rate says served it (last-level cache: well above DRAM's 512 MB rate)\n",
+               config.moe.num_experts_per_tok, experts);
   if (!a.json) {
-    fmt::print("state memory per sequence: {}\n", SequenceState(*model, capacity).describe_memory(capacity));
+    fmt::print("state memory per sequence: {}\n", probe.describe_memory(capacity));
     fmt::print("\n| model | size | params | dtype | threads | test | t/s | roofline (cache-aware) |\n");
     fmt::print("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
   }
@@ -264,19 +269,23 @@ void bench_model(const ModelBenchArgs& a) {
     const Precision precision = precision_of(dtype);
     const double weight_bytes = bytes_per_weight(dtype);
     const double model_bytes = double(counts.total_sum()) * weight_bytes;
+    const auto reread_at = [&](double position) {  // a token's re-read bytes, and the mixers' share of them
+      const double mixer_bytes = 2.0 * double(probe.fixed_bytes()) + double(probe.bytes_per_token()) * position;
+      return std::pair{reread_weights * weight_bytes + mixer_bytes, mixer_bytes};
+    };
+    const TokenReadBench reads(int64_t(reread_at(double(capacity)).first), moe_layers, experts,
+                               int64_t(expert_weights * weight_bytes));
     for (const ThreadConfig& setting : thread_settings) {
       set_thread_config(setting);
       const int64_t threads = setting.threads;
       const std::string threads_label = setting.adaptive ? fmt::format("{} (adaptive)", threads) : std::to_string(threads);
-      // Measured beside this setting's rows: a 512 MB buffer (DRAM) and half the cache's size (LLC).
+      // Measured beside this setting's rows: a 512 MB buffer, the DRAM rate the tiers are named by.
       const double dram_bandwidth = measure_read_bandwidth_gbs() * 1e9;
-      const double llc_bandwidth = llc_bytes > 0 ? measure_read_bandwidth_gbs(size_t(llc_bytes / 2)) * 1e9 : dram_bandwidth;
       // The mixers' arithmetic runs in the products' precision (an int8 model's attention in bf16).
       const double peak_flops = measure_gemm_peak_gflops(precision == Precision::BF16) * 1e9;
       if (!a.json)
-        fmt::print("|  | read bandwidth, GEMM peak | {} threads |  |  | DRAM {:.1f} GB/s | LLC {:.1f} GB/s | {} {:.0f} GFLOP/s |\n",
-                   threads_label, dram_bandwidth * 1e-9, llc_bandwidth * 1e-9, dtype == "f32" ? "f32" : "bf16",
-                   peak_flops * 1e-9);
+        fmt::print("|  | read bandwidth, GEMM peak | {} threads |  |  | DRAM {:.1f} GB/s | {} {:.0f} GFLOP/s |\n",
+                   threads_label, dram_bandwidth * 1e-9, dtype == "f32" ? "f32" : "bf16", peak_flops * 1e-9);
       SequenceState state(*model, capacity), at_depth(*model, capacity);
       // With offload, every repetition's counters start at zero (and, cold, with nothing resident
       // or in the page cache): a row reports its last repetition's.
@@ -295,13 +304,17 @@ void bench_model(const ModelBenchArgs& a) {
         nlohmann::json row = {{"model", name}, {"size_bytes", model_bytes}, {"params", counts.total_sum()},
                               {"dtype", dtype}, {"threads", threads}, {"adaptive_threads", setting.adaptive},
                               {"test", test}, {"tokens_per_s", s.mean},
-                              {"std", s.std}, {"dram_gbs", dram_bandwidth * 1e-9}, {"llc_gbs", llc_bandwidth * 1e-9},
-                              {"llc_bytes", llc_bytes}, {"gemm_peak_gflops", peak_flops * 1e-9}};
+                              {"std", s.std}, {"dram_gbs", dram_bandwidth * 1e-9},
+                              {"gemm_peak_gflops", peak_flops * 1e-9}};
         if (bound)
           row.update({{"roofline_fraction", roof},
                       {"roofline_tokens_per_s", 1.0 / bound->seconds()},
-                      {"bytes_from_llc", bound->cached_bytes},
-                      {"bytes_from_dram", bound->dram_bytes},
+                      {"reread_bytes", bound->reread_bytes},
+                      {"routed_bytes", bound->routed_bytes},
+                      {"reread_gbs", bound->reread_bandwidth() * 1e-9},
+                      {"routed_gbs", bound->routed_bandwidth() * 1e-9},
+                      {"reread_tier", bound->tier(bound->reread_bandwidth())},
+                      {"routed_tier", bound->tier(bound->routed_bandwidth())},
                       {"mixer_flops", bound->mixer_flops},
                       {"mixers_flop_bound", bound->flop_bound()}});
         std::string offload_line;
@@ -352,11 +365,10 @@ void bench_model(const ModelBenchArgs& a) {
           const std::vector<int32_t> ids = test_ids(depth + n, 1);
           // The latent cache is read at the mean position of the run.
           const double position = double(depth) + double(n) / 2;
-          const double mixer_bytes = 2.0 * double(state.fixed_bytes()) + double(state.bytes_per_token()) * position;
-          const double reread = reread_weights * weight_bytes + mixer_bytes;
-          const DecodeBound bound =
-              DecodeBound::of(reread, routed_weights * weight_bytes, routed_pool_weights * weight_bytes, mixer_bytes,
-                              mixer_flops_per_token(config, position), llc_bytes, llc_bandwidth, dram_bandwidth, peak_flops);
+          const auto [reread, mixer_bytes] = reread_at(position);
+          const DecodeBound bound = DecodeBound::of(
+              reread, routed_weights * weight_bytes, mixer_bytes, mixer_flops_per_token(config, position),
+              reads.measure(int64_t(reread), config.moe.num_experts_per_tok), dram_bandwidth, peak_flops);
           emit(fmt::format("tg{}{}", n, at),
                timed(double(n), [&] { state.copy_from(at_depth); },
                                  [&] {

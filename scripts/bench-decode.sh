@@ -69,11 +69,12 @@ for dtype in bf16 int8; do
 done
 
 echo "## Decode against the cache-aware roofline (median of $rounds repetitions' means)"
-echo "| model | dtype | threads | test | t/s | roofline t/s | fraction | bytes from LLC / DRAM (MB) | LLC / DRAM GB/s |"
-echo "|---|---|---:|---|---:|---:|---:|---|---|"
+echo "| model | dtype | threads | test | t/s | roofline t/s | fraction | re-read MB at GB/s (tier) | routed MB at GB/s (tier) | DRAM GB/s |"
+echo "|---|---|---:|---|---:|---:|---:|---|---|---:|"
 jq -rs '
+  def r1: . * 10 | round / 10;
   map(select(.tag | startswith("roofline")) | select(.test | startswith("tg")))[] |
-  "| \(.tag | ltrimstr("roofline ")) | \(.dtype) | \(.threads) | \(.test) | \(.tokens_per_s | round) | \(.roofline_tokens_per_s | round) | \(.roofline_fraction * 100 | round)% | \(.bytes_from_llc / 1e6 * 10 | round / 10) / \(.bytes_from_dram / 1e6 * 10 | round / 10) | \(.llc_gbs * 10 | round / 10) / \(.dram_gbs * 10 | round / 10) |"
+  "| \(.tag | ltrimstr("roofline ")) | \(.dtype) | \(.threads) | \(.test) | \(.tokens_per_s | round) | \(.roofline_tokens_per_s | round) | \(.roofline_fraction * 100 | round)% | \(.reread_bytes / 1e6 | r1) at \(.reread_gbs | r1) (\(.reread_tier)) | \(.routed_bytes / 1e6 | r1) at \(.routed_gbs | r1) (\(.routed_tier)) | \(.dram_gbs | r1) |"
 ' "$out"
 echo
 echo "## Two threads over one (tg128, depth 0 and 8192)"

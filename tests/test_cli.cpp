@@ -59,7 +59,8 @@ TEST(Cli, InitThenInspectRoundTrips) {
   EXPECT_EQ(Tokenizer::load(out + "4/tokenizer.json").vocab_size(), test::small_tokenizer().vocab_size());
 }
 
-// Decode rows of `bench --model` carry the roofline: bytes from the LLC and DRAM, and the token
+// Decode rows of `bench --model` carry the roofline: the re-read and routed bytes with the rates
+// and memory tiers a plain read of them measured, and the token
 // mixers' FLOPs at the run's mean position, which grow with depth for latent attention (each cached
 // row) but not past a sliding window. nano: KDA, MLA, KDA, SWA (window 8); 2 heads each, KDA head
 // 16, latent rank 32 + rope 8.
@@ -82,6 +83,11 @@ TEST(Cli, BenchBoundsDecodeByBytesAndTheMixersFlops) {
     EXPECT_GT(row["gemm_peak_gflops"].get<double>(), 0.0);
     EXPECT_GT(row["roofline_tokens_per_s"].get<double>(), 0.0);
     EXPECT_TRUE(row.contains("mixers_flop_bound"));
+    EXPECT_GT(row["reread_bytes"].get<double>(), 0.0);
+    EXPECT_GT(row["routed_bytes"].get<double>(), 0.0);  // nano's layers after the first are MoE
+    EXPECT_GT(row["reread_gbs"].get<double>(), 0.0);
+    for (const char* tier : {"reread_tier", "routed_tier"})
+      EXPECT_TRUE(row[tier] == "LLC" || row[tier] == "DRAM") << row.dump();
   }
 }
 
