@@ -130,6 +130,10 @@ TEST(LatentAttention, MatchesDoubleReference) {
       {5, 96, 8, 0, {63, 64, 1}},                 // odd row counts in a tile (bf16 products pair rows)
       {16, 32, 0, 3, {40}},                       // bf16 products, 16 heads in two value blocks
       {8, 32, 24, 0, {70, 5}},                    // row of 28 pair words: a partial step of 8
+      // Rows of a multiple of 32 values take AMX tiles for bf16 products where the CPU has them
+      // (so do the cases above with K = 128, 32 and 64): two head groups, the second partial, and
+      // steps of 64 rows cut by the unit's end.
+      {17, 64, 32, 0, {63, 64, 65, 129, 1}},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check(c, seed++);

@@ -1,5 +1,8 @@
 #include "hyla/kernels/backend.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 namespace hyla {
 
 // The same macros the kernels select their code on (backend.h), so the name cannot claim an
@@ -14,6 +17,9 @@ const char* kernel_backend_name() {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
          " VNNI"
 #endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+         " AMX"
+#endif
 #elif defined(__AVX2__) && defined(__FMA__)
          "AVX2"
 #else
@@ -25,6 +31,17 @@ const char* kernel_backend_name() {
 bool native_bf16_products() {
 #if defined(__AVX512BF16__)
   return true;
+#else
+  return false;
+#endif
+}
+
+bool amx_tiles() {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  constexpr long kRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM (asm/prctl.h)
+  constexpr long kTileData = 18;               // XFEATURE_XTILEDATA
+  static const bool granted = syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  return granted;
 #else
   return false;
 #endif

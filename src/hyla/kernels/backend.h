@@ -32,7 +32,9 @@
 // floats otherwise, and every kernel written on
 // Vec follows. The kernels with instructions of their own test their own macros and fall back to
 // portable code without them: the bf16 dot products (small_gemm, skinny_gemm, attention,
-// latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__.
+// latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__, and the latent-attention
+// decode's tile products __AMX_TILE__ and __AMX_BF16__ (those also need the kernel's leave at run
+// time: amx_tiles).
 
 namespace hyla {
 
@@ -45,5 +47,11 @@ const char* kernel_backend_name();
 // multiply-adds per pair after rounding to bf16: slower than the f32 products and less exact, so
 // the model asks for them only where this is true.
 bool native_bf16_products();
+
+// Whether AMX tile products run here: compiled for AMX-BF16 and granted by the kernel, which a
+// process must ask for its tile state (arch_prctl ARCH_REQ_XCOMP_PERM); asked once. A tile
+// product multiplies 16×32 by 32×16 bf16 in one instruction: on the 2-core Xeon of BENCHMARKS.md,
+// 3.2 TFLOP/s a core, 30× vdpbf16ps's 108 GFLOP/s.
+bool amx_tiles();
 
 }  // namespace hyla

@@ -12,6 +12,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/team.h"
+#include "hyla/kernels/latent_attention_amx.h"
 #include "hyla/kernels/vec.h"
 #include "hyla/kernels/vmath.h"
 
@@ -668,6 +669,13 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
     HYLA_CHECK(c.length >= 0, "latent attention: cache {} has negative length {}", b, c.length);
   }
   const Geometry g(d);
+  // bf16 products run on AMX tiles where the CPU has them (latent_attention_amx.h), else on
+  // vectors; the two take the same units and write the same partial results.
+  const bool tiles = d.bf16_products && latent_amx::usable(g.H, g.R, g.K);
+  const int64_t thread_floats =
+      std::max(int64_t(g.thread_floats()), tiles ? ceil_div(int64_t(latent_amx::thread_bytes(g.H, g.R, g.K, kMaxUnitRows)), 4) : 0);
+  const int64_t query_floats =
+      std::max(int64_t(g.query_floats()), tiles ? int64_t(latent_amx::query_words(g.H, g.K)) : 0);
   workspace.reserve();
   Frame frame(workspace.serial());
   // Each sequence's visible rows in pieces: sequence b's units are [first_unit[b], first_unit[b + 1]).
@@ -692,26 +700,34 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
   }
   first_unit[batch] = units;
   float* const partials = frame.take<float>(units * int64_t(g.partial_floats()));
-  float* const queries = frame.take<float>(batch * int64_t(g.query_floats()));
-  const int64_t ldq = g.H * g.K, query_floats = int64_t(g.query_floats());
+  float* const queries = frame.take<float>(batch * query_floats);
+  const int64_t ldq = g.H * g.K;
 
-  const int64_t query_rows = batch * g.Hp;
-  parallel_for(query_rows, units > 1 ? 1 : query_rows, [&](int thread, int64_t first, int64_t last) {
-    Frame thread_frame(workspace.thread(thread));
-    float* buffer = thread_frame.take<float>(int64_t(g.thread_floats()));
-    for (int64_t bh = first; bh < last; ++bh)
-      pack_query_row(g, d.bf16_products, g.halves(d.bf16_products), q + bh / g.Hp * ldq, bh % g.Hp,
-                     queries + bh / g.Hp * query_floats, buffer);
-  });
+  if (tiles) {
+    for (int64_t b = 0; b < batch; ++b)
+      latent_amx::pack_query(g.H, g.K, g.scale, q + b * ldq, reinterpret_cast<uint32_t*>(queries + b * query_floats));
+  } else {
+    const int64_t query_rows = batch * g.Hp;
+    parallel_for(query_rows, units > 1 ? 1 : query_rows, [&](int thread, int64_t first, int64_t last) {
+      Frame thread_frame(workspace.thread(thread));
+      float* buffer = thread_frame.take<float>(thread_floats);
+      for (int64_t bh = first; bh < last; ++bh)
+        pack_query_row(g, d.bf16_products, g.halves(d.bf16_products), q + bh / g.Hp * ldq, bh % g.Hp,
+                       queries + bh / g.Hp * query_floats, buffer);
+    });
+  }
   parallel_for(units, 1, [&](int thread, int64_t first, int64_t last) {
     Frame thread_frame(workspace.thread(thread));
-    float* buffer = thread_frame.take<float>(int64_t(g.thread_floats()));
+    float* buffer = thread_frame.take<float>(thread_floats);
     for (int64_t u = first; u < last; ++u) {
       const Unit& unit = unit_list[u];
       float* partial = partials + u * int64_t(g.partial_floats());
       const LatentCacheRows& c = caches[unit.seq];
       const float* q_op = queries + unit.seq * query_floats;
-      if (d.bf16_products) run_unit<true>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
+      if (tiles)
+        latent_amx::run_unit(g.H, g.R, g.K, c.rows_bf16, unit.begin, unit.end, reinterpret_cast<const uint32_t*>(q_op),
+                             partial, buffer);
+      else if (d.bf16_products) run_unit<true>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
       else if (bf16_rows) run_unit<false>(g, c.rows_bf16, unit.begin, unit.end, q_op, partial, buffer);
       else run_unit<false>(g, c.rows_f32, unit.begin, unit.end, q_op, partial, buffer);
     }

@@ -1,0 +1,295 @@
+#include "hyla/kernels/latent_attention_amx.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "hyla/core/arith.h"
+#include "hyla/core/error.h"
+#include "hyla/kernels/backend.h"
+#include "hyla/kernels/vec.h"
+
+namespace hyla::latent_amx {
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+
+namespace {
+
+using vec::Vec;
+
+constexpr int64_t kBlockRows = 64;   // cached rows per score pass: four tiles of 16
+constexpr int64_t kStepRows = 32;    // cached rows per value product (a tile's 32 bf16 columns)
+constexpr int64_t kGroupHeads = 16;  // heads per tile column block
+constexpr int64_t kChunk = 32;       // values of a row per score product (a tile row of 64 bytes)
+constexpr int64_t kBlock = 16;       // output values per value tile
+constexpr int kAccumulators = 6;     // value tiles per pass: tiles 0-5, A in 6, B in 7
+
+int64_t groups_of(int64_t heads) { return ceil_div(heads, kGroupHeads); }
+
+// Every tile 16 rows of 64 bytes: f32 accumulators [16 × 16], A and B operands [16 × 32] bf16.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+TileConfig uniform_config() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) c.bytes_per_row[t] = 64, c.rows[t] = 16;
+  return c;
+}
+
+// The scratch's pieces for a unit of up to `rows` cached rows (a multiple of kBlockRows), 64-byte
+// aligned. Everything a unit computes is kept until its next phase: the TMUL unit idles between
+// tile instructions that other work separates (measured here: a 64-row score pass took 175 ns
+// back to back, 440 ns after ~1.5 µs of vector work, 920 ns after ~4 µs), so each phase runs over
+// the whole unit at once.
+struct Scratch {
+  float* scores;      // [groups][rows][16]: scores, then probabilities
+  uint32_t* probs;    // [groups][rows / 32][16 heads][16 pairs]: A tiles of the value products
+  uint32_t* values;   // [rows / 32][R / 16][16 pairs][16]: B tiles, two rows interleaved
+  bf16* staged;       // [kBlockRows][K]: the unit's last rows padded with zeros
+  float* block_out;   // [16][16]: one value tile on its way to the output
+  size_t size;        // bytes from the start
+
+  // At `start` (0 to count the bytes only).
+  Scratch(uintptr_t start, int64_t heads, int64_t latent, int64_t K, int64_t rows) {
+    uintptr_t p = start;
+    const int64_t G = groups_of(heads);
+    auto take = [&](int64_t bytes) {
+      const uintptr_t at = p;
+      p += uintptr_t(round_up(bytes, 64));
+      return at;
+    };
+    scores = reinterpret_cast<float*>(take(G * rows * kGroupHeads * 4));
+    probs = reinterpret_cast<uint32_t*>(take(G * rows / kStepRows * 16 * 16 * 4));
+    values = reinterpret_cast<uint32_t*>(take(rows * latent * 2));
+    staged = reinterpret_cast<bf16*>(take(kBlockRows * K * 2));
+    block_out = reinterpret_cast<float*>(take(16 * 16 * 4));
+    size = size_t(p - start);
+  }
+};
+
+// Softmax of a group's scores [rows][16] over rows [0, n) (lanes are heads): they become
+// exp(s − m) with m their max, rows [n, padded) become 0; writes m and the sum l.
+void softmax_rows(float* scores, int64_t n, int64_t padded, float* m, float* l) {
+  Vec mx = vec::negative_infinity();
+  for (int64_t t = 0; t < n; ++t) mx = vec::max(mx, vec::load(scores + t * 16));
+  // A head that has seen only -inf keeps max -inf; subtracting 0 instead keeps exp at 0, not NaN.
+  const Vec shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, vec::negative_infinity(), _CMP_EQ_OQ), mx, vec::zero());
+  Vec sum = vec::zero();
+  for (int64_t t = 0; t < n; ++t) {
+    const Vec e = vec::exp(vec::load(scores + t * 16) - shift);
+    vec::store(scores + t * 16, e);
+    sum = sum + e;
+  }
+  for (int64_t t = n; t < padded; ++t) vec::store(scores + t * 16, vec::zero());
+  vec::store(m, mx);
+  vec::store(l, sum);
+}
+
+// The A tile of a value product from 32 rows of a group's probabilities [32][16 heads]: row h
+// holds the pairs (p[2i][h], p[2i + 1][h]) for i < 16.
+void transpose_probabilities(const float* p, uint32_t* tile) {
+  // vcvtne2ps2bf16 puts the second row's 16 values above the first's; vpermw interleaves them
+  // into one pair per head.
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(16));
+  alignas(64) uint32_t pairs[16 * 16];  // [i][h]
+  for (int i = 0; i < 16; ++i) {
+    const float* row = p + 2 * i * 16;
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(vec::load(row + 16), vec::load(row));
+    _mm512_store_si512(pairs + i * 16, _mm512_permutexvar_epi16(interleave, halves));
+  }
+  for (int h = 0; h < 16; ++h) _mm512_store_si512(tile + h * 16, _mm512_i32gather_epi32(column, pairs + h, 4));
+}
+
+// Rows ahead that interleave_rows prefetches: a plain copy of the rows out of DRAM went from 14 to
+// 28 GB/s with it here. Past the unit's rows the prefetches touch the cache's next rows or
+// nothing of ours, and never fault.
+constexpr int64_t kPrefetchRows = 32;
+
+// The B tiles of the value product over 32 rows: for 32-value segment j of the rows, block 2j
+// holds vpunpcklwd of rows 2i and 2i + 1 in its row i and block 2j + 1 their vpunpckhwd.
+void interleave_rows(const bf16* rows, int64_t K, int64_t R, uint32_t* tiles) {
+  for (int i = 0; i < 16; ++i) {
+    const bf16* a = rows + 2 * i * K;
+    const bf16* b = a + K;
+    for (int64_t j = 0; j < R / 32; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchRows * K + 32 * j), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchRows * K + 32 * j), _MM_HINT_T0);
+      const __m512i x = _mm512_loadu_si512(a + 32 * j), y = _mm512_loadu_si512(b + 32 * j);
+      _mm512_store_si512(tiles + (2 * j * 16 + i) * 16, _mm512_unpacklo_epi16(x, y));
+      _mm512_store_si512(tiles + ((2 * j + 1) * 16 + i) * 16, _mm512_unpackhi_epi16(x, y));
+    }
+  }
+}
+
+// Undoes vpunpck's order in each 32-value segment of an output row: lanes 4i + j of the low block
+// hold value 8i + j, of the high block 8i + 4 + j.
+void order_segments(float* row, int64_t R) {
+  float tmp[32];
+  for (int64_t c0 = 0; c0 < R; c0 += 32) {
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        tmp[8 * i + j] = row[c0 + 4 * i + j];
+        tmp[8 * i + 4 + j] = row[c0 + 16 + 4 * i + j];
+      }
+    std::copy(tmp, tmp + 32, row + c0);
+  }
+}
+
+// The value accumulators by number: the tile intrinsics name their registers in the instruction
+// text, so a tile number must be a literal.
+void zero_accumulator(int t) {
+  switch (t) {
+    case 0: _tile_zero(0); break;
+    case 1: _tile_zero(1); break;
+    case 2: _tile_zero(2); break;
+    case 3: _tile_zero(3); break;
+    case 4: _tile_zero(4); break;
+    default: _tile_zero(5); break;
+  }
+}
+void accumulate_values(int t) {  // accumulator t += A (tile 6) · B (tile 7)
+  switch (t) {
+    case 0: _tile_dpbf16ps(0, 6, 7); break;
+    case 1: _tile_dpbf16ps(1, 6, 7); break;
+    case 2: _tile_dpbf16ps(2, 6, 7); break;
+    case 3: _tile_dpbf16ps(3, 6, 7); break;
+    case 4: _tile_dpbf16ps(4, 6, 7); break;
+    default: _tile_dpbf16ps(5, 6, 7); break;
+  }
+}
+void store_accumulator(int t, float* out) {  // [16 × 16] f32
+  switch (t) {
+    case 0: _tile_stored(0, out, 64); break;
+    case 1: _tile_stored(1, out, 64); break;
+    case 2: _tile_stored(2, out, 64); break;
+    case 3: _tile_stored(3, out, 64); break;
+    case 4: _tile_stored(4, out, 64); break;
+    default: _tile_stored(5, out, 64); break;
+  }
+}
+
+}  // namespace
+
+bool usable(int64_t heads, int64_t latent, int64_t K) {
+  return heads > 0 && latent % 32 == 0 && K % kChunk == 0 && amx_tiles();
+}
+
+size_t query_words(int64_t heads, int64_t K) { return size_t(groups_of(heads) * (K / kChunk) * 16 * 16); }
+
+void pack_query(int64_t heads, int64_t K, float scale, const float* q, uint32_t* out) {
+  const int64_t G = groups_of(heads), chunks = K / kChunk;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t i = 0; i < 16; ++i)
+        for (int64_t n = 0; n < 16; ++n) {
+          const int64_t h = g * kGroupHeads + n, k = c * kChunk + 2 * i;
+          const float lo = h < heads ? scale * q[h * K + k] : 0.0f, hi = h < heads ? scale * q[h * K + k + 1] : 0.0f;
+          out[((g * chunks + c) * 16 + i) * 16 + n] = uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
+        }
+}
+
+size_t thread_bytes(int64_t heads, int64_t latent, int64_t K, int64_t max_rows) {
+  return Scratch(0, heads, latent, K, round_up(max_rows, kBlockRows)).size + 64;  // + aligning the start
+}
+
+void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_t begin, int64_t end,
+              const uint32_t* query, float* partial, void* scratch) {
+  const int64_t H = heads, R = latent, G = groups_of(H), chunks = K / kChunk, blocks = R / kBlock;
+  const int64_t n = end - begin, padded = round_up(n, kBlockRows), steps = padded / kStepRows;
+  const Scratch s((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63), H, R, K, padded);
+  const bf16* unit = rows + begin * K;
+  const int64_t ld_rows = K * int64_t(sizeof(bf16));
+  // Row t of the unit (t a multiple of 32): the cache's, or in a last 64-row block cut short, the
+  // staged copy of its rows then zeros (nothing past `end` is read).
+  const int64_t whole = n / kBlockRows * kBlockRows;
+  if (whole < n) {
+    std::memcpy(s.staged, unit + whole * K, size_t((n - whole) * K) * sizeof(bf16));
+    std::memset(static_cast<void*>(s.staged + (n - whole) * K), 0, size_t((padded - n) * K) * sizeof(bf16));
+  }
+  const auto rows_at = [&](int64_t t) { return t < whole ? unit + t * K : s.staged + (t - whole) * K; };
+  // The rows are read first by vector loads in order, which stream from memory (a tile load waits
+  // for its 16 rows' lines: from beyond L2 the score products ran at a third of a plain read's
+  // rate); the score products then find them in L2.
+  for (int64_t step = 0; step < steps; ++step)
+    interleave_rows(rows_at(step * kStepRows), K, R, s.values + step * blocks * 256);
+  static const TileConfig config = uniform_config();
+  _tile_loadconfig(&config);
+  for (int64_t g = 0; g < G; ++g) {
+    float* scores = s.scores + g * padded * kGroupHeads;
+    for (int64_t t0 = 0; t0 < padded; t0 += kBlockRows) {
+      const bf16* block = rows_at(t0);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t c = 0; c < chunks; ++c) {
+        _tile_loadd(5, query + (g * chunks + c) * 256, 64);
+        const bf16* chunk = block + c * kChunk;
+        _tile_loadd(4, chunk, ld_rows);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(4, chunk + 16 * K, ld_rows);
+        _tile_dpbf16ps(1, 4, 5);
+        _tile_loadd(4, chunk + 32 * K, ld_rows);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_loadd(4, chunk + 48 * K, ld_rows);
+        _tile_dpbf16ps(3, 4, 5);
+      }
+      _tile_stored(0, scores + t0 * 16, 64);
+      _tile_stored(1, scores + (t0 + 16) * 16, 64);
+      _tile_stored(2, scores + (t0 + 32) * 16, 64);
+      _tile_stored(3, scores + (t0 + 48) * 16, 64);
+    }
+  }
+  alignas(64) float m[kGroupHeads], l[kGroupHeads];
+  for (int64_t g = 0; g < G; ++g) {
+    float* scores = s.scores + g * padded * kGroupHeads;
+    softmax_rows(scores, n, padded, m, l);
+    const int64_t group_heads = std::min(kGroupHeads, H - g * kGroupHeads);
+    std::copy(m, m + group_heads, partial + H * R + g * kGroupHeads);
+    std::copy(l, l + group_heads, partial + H * R + H + g * kGroupHeads);
+    for (int64_t step = 0; step < steps; ++step)
+      transpose_probabilities(scores + step * kStepRows * 16, s.probs + (g * steps + step) * 256);
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t group_heads = std::min(kGroupHeads, H - g * kGroupHeads);
+    for (int64_t b0 = 0; b0 < blocks; b0 += kAccumulators) {
+      const int nb = int(std::min<int64_t>(kAccumulators, blocks - b0));
+      for (int b = 0; b < nb; ++b) zero_accumulator(b);
+      for (int64_t step = 0; step < steps; ++step) {
+        _tile_loadd(6, s.probs + (g * steps + step) * 256, 64);
+        for (int b = 0; b < nb; ++b) {
+          _tile_loadd(7, s.values + (step * blocks + b0 + b) * 256, 64);
+          accumulate_values(b);
+        }
+      }
+      for (int b = 0; b < nb; ++b) {
+        store_accumulator(b, s.block_out);
+        for (int64_t h = 0; h < group_heads; ++h)
+          std::memcpy(partial + (g * kGroupHeads + h) * R + (b0 + b) * kBlock, s.block_out + h * 16, 16 * sizeof(float));
+      }
+    }
+  }
+  _tile_release();
+  for (int64_t h = 0; h < H; ++h) order_segments(partial + h * R, R);
+}
+
+#else  // without AMX, usable() is false and nothing else here is called
+
+bool usable(int64_t, int64_t, int64_t) { return false; }
+size_t query_words(int64_t, int64_t) { return 0; }
+void pack_query(int64_t, int64_t, float, const float*, uint32_t*) { HYLA_ASSERT(false); }
+size_t thread_bytes(int64_t, int64_t, int64_t, int64_t) { return 0; }
+void run_unit(int64_t, int64_t, int64_t, const bf16*, int64_t, int64_t, const uint32_t*, float*, void*) {
+  HYLA_ASSERT(false);
+}
+
+#endif
+
+}  // namespace hyla::latent_amx
