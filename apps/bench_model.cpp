@@ -140,16 +140,9 @@ void bench_model(const ModelBenchArgs& a) {
   const ParamCounts counts = count_parameters(config);
   const int64_t V = config.vocab_size, hidden = config.hidden_size;
   const std::string name = std::filesystem::path(a.model_dir).filename().string();
-  // Weights a decoded token reads: every active parameter except the embedding table, of which it
-  // reads one row; the routed experts apart (DecodeBound).
-  const int64_t routed_slot = int64_t(Component::RoutedExperts);
-  const double routed_weights = double(counts.active[size_t(routed_slot)]);
-  const double routed_pool_weights = double(counts.total[size_t(routed_slot)]);
-  const double reread_weights = double(counts.active_sum() - V * hidden + hidden) - routed_weights;
   int64_t moe_layers = 0;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) moe_layers += config.is_moe_layer(l);
   const int64_t experts = moe_layers > 0 ? config.moe.num_experts : 0;
-  const double expert_weights = experts > 0 ? routed_pool_weights / double(moe_layers * experts) : 0;
   // A `hyla quantize` directory is timed as "int8": its products are int8, the few weights it keeps
   // floating point run bf16, and a weight costs 1 byte plus its block's f32 scale.
   int64_t int8_block = 0;
@@ -159,6 +152,32 @@ void bench_model(const ModelBenchArgs& a) {
   const auto precision_of = [](const std::string& dtype) { return dtype == "f32" ? Precision::F32 : Precision::BF16; };
   const auto bytes_per_weight = [&](const std::string& dtype) {
     return dtype == "f32" ? 4.0 : dtype == "int8" ? 1.0 + 4.0 / double(int8_block) : 2.0;
+  };
+  // The weight bytes a decoded token reads (DecodeBound), each parameter as the ops read it: int8
+  // products at 1 + 4/block bytes a weight, the other matrix products' weights at the products'
+  // width (2 bytes in bf16, 4 in f32), and in f32 whatever stays floating point for its op (the
+  // router, latent attention's kv_b absorbed into the query, norms, AttnRes queries, gates' and
+  // convolutions' small tensors); of the embedding table one row (read as the tied head's matrix
+  // too). The routed experts apart: one expert's bytes (the pool holds E per MoE layer).
+  struct WeightReads {
+    double reread = 0, expert = 0;
+  };
+  const auto weight_reads = [&](Precision precision) {
+    WeightReads w;
+    double routed = 0;
+    for (const auto& p : model->params().params()) {
+      const double n = double(p->numel());
+      const bool product = p->int8_allowed && p->shape.ndim() == 2;
+      double bytes = p->is_int8() ? n * (1.0 + 4.0 / double(p->int8_block))
+                                  : n * (product && precision == Precision::BF16 ? 2.0 : 4.0);
+      if (p->component == Component::Vision) continue;  // images only
+      if (p->name == "model.embed_tokens.weight")
+        bytes = double(hidden) * 4.0 + (config.tie_word_embeddings ? n * (precision == Precision::BF16 ? 2.0 : 4.0) : 0.0);
+      if (p->component == Component::RoutedExperts) routed += bytes;
+      else w.reread += bytes;
+    }
+    w.expert = experts > 0 ? routed / double(moe_layers * experts) : 0;
+    return w;
   };
 
   int64_t max_depth = 0, max_gen = 0, max_prompt = 0;
@@ -267,14 +286,14 @@ void bench_model(const ModelBenchArgs& a) {
   if (a.json) progress.emplace("bench", uint64_t(int64_t(dtypes.size() * thread_settings.size()) * per_setting), "tests");
   for (const std::string& dtype : dtypes) {
     const Precision precision = precision_of(dtype);
-    const double weight_bytes = bytes_per_weight(dtype);
-    const double model_bytes = double(counts.total_sum()) * weight_bytes;
+    const double model_bytes = double(counts.total_sum()) * bytes_per_weight(dtype);
+    const WeightReads weights = weight_reads(precision);
+    const double routed_bytes = weights.expert * double(moe_layers * config.moe.num_experts_per_tok);
     const auto reread_at = [&](double position) {  // a token's re-read bytes, and the mixers' share of them
       const double mixer_bytes = 2.0 * double(probe.fixed_bytes()) + double(probe.bytes_per_token()) * position;
-      return std::pair{reread_weights * weight_bytes + mixer_bytes, mixer_bytes};
+      return std::pair{weights.reread + mixer_bytes, mixer_bytes};
     };
-    const TokenReadBench reads(int64_t(reread_at(double(capacity)).first), moe_layers, experts,
-                               int64_t(expert_weights * weight_bytes));
+    const TokenReadBench reads(int64_t(reread_at(double(capacity)).first), moe_layers, experts, int64_t(weights.expert));
     for (const ThreadConfig& setting : thread_settings) {
       set_thread_config(setting);
       const int64_t threads = setting.threads;
@@ -367,7 +386,7 @@ void bench_model(const ModelBenchArgs& a) {
           const double position = double(depth) + double(n) / 2;
           const auto [reread, mixer_bytes] = reread_at(position);
           const DecodeBound bound = DecodeBound::of(
-              reread, routed_weights * weight_bytes, mixer_bytes, mixer_flops_per_token(config, position),
+              reread, routed_bytes, mixer_bytes, mixer_flops_per_token(config, position),
               reads.measure(int64_t(reread), config.moe.num_experts_per_tok), dram_bandwidth, peak_flops);
           emit(fmt::format("tg{}{}", n, at),
                timed(double(n), [&] { state.copy_from(at_depth); },
