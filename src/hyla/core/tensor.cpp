@@ -101,9 +101,8 @@ Tensor Tensor::to(DType dtype) const {
   return dtype == DType::F32 ? out : f32.to(dtype);
 }
 
-void Tensor::check_dtype(DType expected) const {
-  HYLA_CHECK(expected == dtype_, "tensor holds {} but was read as {}", dtype_name(dtype_),
-             dtype_name(expected));
+void Tensor::fail_dtype(DType expected) const {
+  fail("tensor holds {} but was read as {}", dtype_name(dtype_), dtype_name(expected));
 }
 
 }  // namespace hyla

@@ -7,9 +7,6 @@ namespace {
 
 using vec::Vec;
 
-// Vectorised σ(x) = 1 / (1 + e^{-x}) for one vector.
-inline Vec sigmoid(Vec x) { return vec::broadcast(1.0f) / (vec::broadcast(1.0f) + vec::exp(vec::zero() - x)); }
-
 // tanh(x) = 1 − 2 / (e^{2x} + 1): saturates to ±1 without overflow (e^{2x} = inf gives 1, 0 gives
 // −1); absolute error ~1e-7, which is what the products downstream see (the relative error grows
 // for |x| < 1e-3, where the value itself is that small).

@@ -19,11 +19,13 @@ const float* input_row(const Conv1dShape& s, const float* x, int64_t ld_x, const
   return tails[b] + (s.kernel - 1 + t) * s.channels;  // t in [-(kernel-1), -1]
 }
 
-// w [channels, kernel] transposed to [kernel, channels] for contiguous channel loops.
+// w [channels, kernel] transposed to [kernel, channels] for contiguous channel loops. Written
+// along the channels (strided reads, which the compiler gathers): the other order, a store per
+// value kernel apart, was most of a decoded token's convolution time.
 const float* taps_by_offset(const Conv1dShape& s, const float* w, Frame& frame) {
   float* taps = frame.take<float>(s.kernel * s.channels);
-  for (int64_t c = 0; c < s.channels; ++c)
-    for (int64_t j = 0; j < s.kernel; ++j) taps[j * s.channels + c] = w[c * s.kernel + j];
+  for (int64_t j = 0; j < s.kernel; ++j)
+    for (int64_t c = 0; c < s.channels; ++c) taps[j * s.channels + c] = w[c * s.kernel + j];
   return taps;
 }
 

@@ -25,6 +25,14 @@ void add_column_sums(const float* x, int64_t rows, int64_t cols, int64_t ld, flo
   }
 }
 
+// Calls f(j, mask) for each vector of [begin, end), the last one masked.
+template <typename F>
+void for_each_vector(int64_t begin, int64_t end, F&& f) {
+  int64_t j = begin;
+  for (; j + vec::kLanes <= end; j += vec::kLanes) f(j, vec::kAll);
+  if (j < end) f(j, vec::lane_range(0, end - j));
+}
+
 }  // namespace
 
 void kda_prepare_forward(const KdaPrepareShape& s, const KdaDecayGate& gate, const KdaPrepareInputs& in,
@@ -52,9 +60,13 @@ void kda_prepare_forward(const KdaPrepareShape& s, const KdaDecayGate& gate, con
     float* g = out.g + r * HK;
     for (int64_t h = 0; h < H; ++h) {
       const float a = std::exp(gate.a_log[h]);
-      for (int64_t j = h * K; j < (h + 1) * K; ++j) {
-        const float z = z_in[j] + gate.dt_bias[j];
-        g[j] = gate.lower_bounded ? gate.lower_bound * sigmoid(a * z) : -a * softplus(z);
+      if (gate.lower_bounded) {
+        for_each_vector(h * K, (h + 1) * K, [&](int64_t j, vec::Mask m) {
+          const vec::Vec z = vec::load(z_in + j, m) + vec::load(gate.dt_bias + j, m);
+          vec::store(g + j, vec::broadcast(gate.lower_bound) * sigmoid(vec::broadcast(a) * z), m);
+        });
+      } else {
+        for (int64_t j = h * K; j < (h + 1) * K; ++j) g[j] = -a * softplus(z_in[j] + gate.dt_bias[j]);
       }
     }
     const float* b_in = in.b + r * ld;
@@ -136,7 +148,9 @@ void kda_output_gate_forward(const float* normed, const float* logits, int64_t l
     const float* gate = logits + r * ld_logits;
     const float* n = normed + r * width;
     float* out = gated + r * width;
-    for (int64_t j = 0; j < width; ++j) out[j] = n[j] * sigmoid(gate[j]);
+    for_each_vector(0, width, [&](int64_t j, vec::Mask m) {
+      vec::store(out + j, vec::load(n + j, m) * sigmoid(vec::load(gate + j, m)), m);
+    });
   }
 }
 

@@ -18,7 +18,8 @@ AttnRes::AttnRes(ParamStore& store, const std::string& query_name, const std::st
 void AttnRes::forward(const std::vector<const float*>& sources, int64_t rows, float* out, bool save) {
   const int64_t n = int64_t(sources.size()), d = dim_;
   if (!weights_.defined() || weights_.numel() < rows * n) weights_ = Tensor::empty(DType::F32, {std::max<int64_t>(rows * n, 1)});
-  std::vector<float> c(static_cast<size_t>(d));  // w ⊙ γ: z_n = rstd(V_n) · (V_n · c)
+  std::vector<float>& c = weighted_query_;  // w ⊙ γ: z_n = rstd(V_n) · (V_n · c)
+  c.resize(size_t(d));
   for (int64_t j = 0; j < d; ++j) c[size_t(j)] = query_->v()[j] * norm_->v()[j];
   float* weights = weights_.data<float>();
 #pragma omp parallel for schedule(static) if (worth_parallel(rows * n * d))

@@ -31,6 +31,7 @@ class AttnRes {
   std::vector<const float*> sources_;
   int64_t rows_ = 0;
   Tensor weights_;  // [rows, sources] softmax weights
+  std::vector<float> weighted_query_;  // w ⊙ γ, kept to be reused: a decoded token calls forward 17 times
 };
 
 }  // namespace hyla

@@ -235,10 +235,10 @@ void Model::embed(const ModelInput& in) {
 const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches) {
   const int64_t N = ctx.tokens.rows, d = config_.hidden_size, L = config_.num_hidden_layers;
   const bool attn_res = config_.attn_res.enabled, save = ctx.save_for_backward;
-  auto values = [&](const std::vector<int>& ids) {
-    std::vector<const float*> v;
-    for (int i : ids) v.push_back(stream_[size_t(i)].data<float>());
-    return v;
+  auto values = [&](const std::vector<int>& ids) -> const std::vector<const float*>& {
+    sources_.clear();
+    for (int i : ids) sources_.push_back(stream_[size_t(i)].data<float>());
+    return sources_;
   };
   for (int64_t l = 0; l < L; ++l) {
     DecoderLayer& layer = layers_[size_t(l)];

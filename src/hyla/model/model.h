@@ -180,6 +180,7 @@ class Model {
   std::vector<std::pair<int64_t, int64_t>> patch_grid_;  // (grid row, grid column) of each patch
   Tensor patches_;                   // [patch rows, P·P·C] normalised pixels
   std::vector<LayerCache*> slots_;  // one layer's cache slot per sequence, during a cached forward
+  std::vector<const float*> sources_;  // an AttnRes's stream entries, during a forward
   Workspace workspace_;             // every layer's and kernel's scratch (core/workspace.h)
   ModelTimings timings_;
   std::vector<std::unique_ptr<ExpertExchange>> exchanges_;

@@ -79,7 +79,11 @@ void RoutedExperts::plan(const ExpertDispatch& dispatch, int64_t first, int64_t 
       blocks_.push_back({e, begin + lo, hi - lo});
     }
   }
-  std::stable_sort(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) { return a.size > b.size; });
+  // Largest first, ties in the order built (std::sort with the tie broken by position: a stable
+  // sort would take a buffer from the heap on every forward).
+  std::sort(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) {
+    return a.size != b.size ? a.size > b.size : a.begin < b.begin;
+  });
 }
 
 void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last,
