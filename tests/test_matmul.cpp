@@ -74,6 +74,18 @@ TEST(Gemm, BatchedStrided) {
   }
 }
 
+// f32 batches of a few rows (decode's per-head products) run on the skinny kernels, split by
+// product: x · W for W [K, N] (skinny_gemm_kn, with N past its 128-value passes and a tail) and
+// x · Wᵀ, with strides, alpha and beta.
+TEST(Gemm, BatchedFewRowsOnTheSkinnyKernels) {
+  const Case cases[] = {
+      {Trans::N, Trans::N, 1, 128, 64, 0, 1.0f, 0.0f}, {Trans::N, Trans::N, 3, 150, 20, 2, -1.0f, 0.5f},
+      {Trans::N, Trans::N, 4, 7, 9, 1, 0.5f, 1.0f},    {Trans::N, Trans::T, 1, 64, 128, 1, 1.0f, 0.0f},
+      {Trans::N, Trans::T, 2, 33, 70, 3, 2.0f, 0.25f},
+  };
+  for (const Case& c : cases) check<float>(c, 8);
+}
+
 TEST(Gemm, PrimitivesAreCachedByShape) {
   std::vector<float> A(64 * 64, 1.0f), B(64 * 64, 1.0f), C(64 * 64);
   gemm(Trans::N, Trans::N, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64);

@@ -17,7 +17,8 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
           const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// `batch` independent products; matrix b of A starts at A + b * stride_a (likewise B and C).
+// `batch` independent products; matrix b of A starts at A + b * stride_a (likewise B and C). f32
+// products of a few rows (op(A) = A) run on skinny_gemm or skinny_gemm_kn, split by product.
 void gemm_batched(int64_t batch, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
                   int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c);

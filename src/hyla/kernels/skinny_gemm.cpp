@@ -231,4 +231,34 @@ void skinny_gemm(int64_t M, int64_t N, int64_t K, float alpha, const bf16* x, in
   skinny<Bf16Ops>(M, N, K, alpha, x, ldx, W, ldw, beta, y, ldy);
 }
 
+void skinny_gemm_kn(int64_t M, int64_t N, int64_t K, float alpha, const float* x, int64_t ldx, const float* W,
+                    int64_t ldw, float beta, float* y, int64_t ldy) {
+  HYLA_ASSERT(M >= 0 && M <= kSkinnyMaxRows);
+  constexpr int64_t kVectors = 8;  // output values per pass: 8 accumulators a row of x
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n0 = 0; n0 < N; n0 += kVectors * vec::kLanes) {
+      Vec acc[kVectors];
+      vec::unroll<kVectors>([&](auto j) { acc[j] = vec::zero(); });
+      const int64_t width = std::min(N - n0, kVectors * vec::kLanes);
+      const int64_t whole = width / vec::kLanes;
+      for (int64_t k = 0; k < K; ++k) {
+        const Vec xk = vec::broadcast(x[m * ldx + k]);
+        const float* w = W + k * ldw + n0;
+        vec::unroll<kVectors>([&](auto j) {
+          if (j < whole) acc[j] = vec::fmadd(xk, vec::load(w + j * vec::kLanes), acc[j]);
+          else if (j == whole && whole * vec::kLanes < width)
+            acc[j] = vec::fmadd(xk, vec::load(w + j * vec::kLanes, vec::lane_range(0, width - j * vec::kLanes)), acc[j]);
+        });
+      }
+      float* out = y + m * ldy + n0;
+      vec::unroll<kVectors>([&](auto j) {
+        if (j * vec::kLanes >= width) return;
+        const vec::Mask mask = vec::lane_range(0, std::min<int64_t>(vec::kLanes, width - j * vec::kLanes));
+        Vec v = vec::broadcast(alpha) * acc[j];
+        if (beta != 0.0f) v = vec::fmadd(vec::broadcast(beta), vec::load(out + j * vec::kLanes, mask), v);
+        vec::store(out + j * vec::kLanes, v, mask);
+      });
+    }
+}
+
 }  // namespace hyla

@@ -18,4 +18,10 @@ void skinny_gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* x, i
 void skinny_gemm(int64_t M, int64_t N, int64_t K, float alpha, const bf16* x, int64_t ldx, const bf16* W,
                  int64_t ldw, float beta, float* y, int64_t ldy);
 
+// y = alpha · x · W + beta · y for a few rows of x with W [K, N] row-major (not transposed: decode's
+// per-head absorption of latent attention's kv_b into the query): W's rows are read in order,
+// each scaled by x's value and added into the output rows, on the calling thread.
+void skinny_gemm_kn(int64_t M, int64_t N, int64_t K, float alpha, const float* x, int64_t ldx, const float* W,
+                    int64_t ldw, float beta, float* y, int64_t ldy);
+
 }  // namespace hyla
