@@ -328,7 +328,10 @@ std::vector<Case> causal_conv1d_cases() {
     bool tails;  // a decode cache's previous inputs, else zeros
   };
   const Shape shapes[] = {
-      {37, 4, {1, 5, 40}, false}, {37, 4, {1, 5, 40}, true}, {16, 2, {3}, true}, {130, 4, {300}, false}};
+      {37, 4, {1, 5, 40}, false}, {37, 4, {1, 5, 40}, true}, {16, 2, {3}, true}, {130, 4, {300}, false},
+      // Decode steps (at most 4 rows: the taps read as stored), one with a sequence reading its own
+      // earlier row.
+      {512, 4, {1}, true}, {37, 4, {1, 1, 2}, true}, {37, 4, {1, 2}, false}};
   std::vector<Case> cases;
   uint32_t seed = 700;
   for (const Shape& s : shapes) {
