@@ -59,7 +59,7 @@ bool g_team_in_use = false;
 
 }  // namespace
 
-Team::Team(int threads) {
+Team::Team(int threads) : shares_(size_t(std::max(threads, 1))) {
   HYLA_ASSERT(threads >= 1);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work_loop(i); });
 }
@@ -71,20 +71,33 @@ Team::~Team() {
   for (std::thread& w : workers_) w.join();
 }
 
-void Team::claim_pieces(int thread) {
+void Team::claim_from(int share, int thread) {
+  Share& s = shares_[size_t(share)];
   for (;;) {
-    const int64_t begin = next_.fetch_add(grain_, std::memory_order_relaxed);
-    if (begin >= n_) return;
-    trampoline_(body_, thread, begin, std::min(n_, begin + grain_));
+    const int64_t begin = s.next.fetch_add(grain_, std::memory_order_relaxed);
+    if (begin >= s.end) return;
+    trampoline_(body_, thread, begin, std::min(s.end, begin + grain_));
   }
+}
+
+void Team::claim_pieces(int thread) {
+  claim_from(thread, thread);
+  for (int i = 1; i < allowed_; ++i) claim_from((thread + i) % allowed_, thread);
 }
 
 void Team::run_job(int64_t n, int64_t grain, int threads, void* body, Trampoline trampoline) {
   // The epoch is closed and no worker is active: the job's fields are the caller's to write.
-  body_ = body, trampoline_ = trampoline, n_ = n, grain_ = grain;
+  body_ = body, trampoline_ = trampoline, grain_ = grain;
   allowed_ = std::clamp(threads, 1, size());
   if (allowed_ == 1) return trampoline(body, 0, 0, n);  // the workers stay asleep
-  next_.store(0, std::memory_order_relaxed);
+  // Whole pieces to each thread, the first shares one piece longer when they do not divide evenly.
+  const int64_t pieces = (n + grain - 1) / grain;
+  int64_t first = 0;
+  for (int t = 0; t < allowed_; ++t) {
+    shares_[size_t(t)].next.store(std::min(n, first * grain), std::memory_order_relaxed);
+    first += pieces / allowed_ + (t < pieces % allowed_ ? 1 : 0);
+    shares_[size_t(t)].end = std::min(n, first * grain);
+  }
   const uint32_t open = epoch_.load(std::memory_order_relaxed) + 1;
   epoch_.store(open);  // seq_cst: the workers' load of sleepers_ pairs with this
   if (sleepers_.load() > 0) futex_wake_all(epoch_);

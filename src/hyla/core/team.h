@@ -8,7 +8,10 @@
 // CPU-bound process beside it, decode at 2 threads ran 4x slower than at one. This team waits by
 // spinning for a budget measured in time (kSpinBudget) and then sleeping on a futex, and its work
 // is claimed piece by piece, so a worker that has not arrived yet costs nothing: whoever is
-// running takes its pieces. Only a worker descheduled while it holds a piece is waited for.
+// running takes its pieces. Only a worker descheduled while it holds a piece is waited for. Each
+// thread first claims pieces from its own share of the job (a counter in its own cache line), then
+// from the others' (stealing): one shared counter bounced between the cores at every claim, ~80
+// ns a piece here, a tenth of a decode product's time at eight pieces.
 //
 // What crosses it: a body called as body(thread, begin, end) over pieces of [0, n), thread 0
 // being the caller. The body must not fork again (a parallel_for inside a piece runs inline) and
@@ -53,16 +56,22 @@ class Team {
   void run_job(int64_t n, int64_t grain, int threads, void* body, Trampoline trampoline);
   void work_loop(int index);
   void claim_pieces(int thread);
+  void claim_from(int share, int thread);  // runs pieces of `share`'s range until it is empty
 
   // The job, written by the caller while the epoch is closed (odd) and no worker is active.
   void* body_ = nullptr;
   Trampoline trampoline_ = nullptr;
-  int64_t n_ = 0, grain_ = 0;
+  int64_t grain_ = 0;
   int allowed_ = 1;  // threads the job may use: workers with index ≥ allowed_ stay out
 
   static constexpr uint32_t kFirstEpoch = 1;
   alignas(64) std::atomic<uint32_t> epoch_{kFirstEpoch};  // even: a job is open; odd: closed
-  alignas(64) std::atomic<int64_t> next_{0};       // the next item to claim
+  // Each thread's share of the job's pieces: the next item to claim, and where the share ends.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  std::vector<Share> shares_;  // one per thread, the caller's first
   alignas(64) std::atomic<uint32_t> active_{0};    // workers inside the open job
   alignas(64) std::atomic<uint32_t> sleepers_{0};  // workers asleep on epoch_
   std::atomic<uint32_t> caller_asleep_{0};         // the caller asleep on active_
