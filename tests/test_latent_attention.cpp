@@ -134,6 +134,9 @@ TEST(LatentAttention, MatchesDoubleReference) {
       // (so do the cases above with K = 128, 32 and 64): two head groups, the second partial, and
       // steps of 64 rows cut by the unit's end.
       {17, 64, 32, 0, {63, 64, 65, 129, 1}},
+      {4, 64, 0, 0, {63, 64, 65, 1300}},  // groups of 4 heads (the long-context configs' shape)
+      {3, 64, 0, 0, {100}},               // a padding head in a group of 4
+      {6, 32, 32, 0, {70, 2}},            // groups of 8 with padding heads, rope values in the rows
   };
   uint32_t seed = 1;
   for (const Case& c : cases) check(c, seed++);

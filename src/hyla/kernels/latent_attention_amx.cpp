@@ -17,16 +17,18 @@ namespace {
 
 using vec::Vec;
 
-constexpr int64_t kBlockRows = 64;   // cached rows per score pass: four tiles of 16
-constexpr int64_t kStepRows = 32;    // cached rows per value product (a tile's 32 bf16 columns)
-constexpr int64_t kGroupHeads = 16;  // heads per tile column block
-constexpr int64_t kChunk = 32;       // values of a row per score product (a tile row of 64 bytes)
-constexpr int64_t kBlock = 16;       // output values per value tile
-constexpr int kAccumulators = 6;     // value tiles per pass: tiles 0-5, A in 6, B in 7
+constexpr int64_t kBlockRows = 64;  // cached rows per score pass: four tiles of 16
+constexpr int64_t kStepRows = 32;   // cached rows per value product (a tile's 32 bf16 columns)
+constexpr int64_t kChunk = 32;      // values of a row per score product (a tile row of 64 bytes)
+constexpr int64_t kBlock = 16;      // output values per value tile
+constexpr int kAccumulators = 6;    // value tiles per pass: tiles 0-5, A in 6, B in 7
 
-int64_t groups_of(int64_t heads) { return ceil_div(heads, kGroupHeads); }
+// Heads per group: the score tiles' columns and the value tiles' rows. The narrowest of 4, 8 and
+// 16 that holds the heads (more heads take groups of 16): the softmax and the probabilities'
+// transpose work on whole groups, padding heads included.
+int64_t group_width(int64_t heads) { return heads <= 4 ? 4 : heads <= 8 ? 8 : 16; }
+int64_t groups_of(int64_t heads) { return ceil_div(heads, group_width(heads)); }
 
-// Every tile 16 rows of 64 bytes: f32 accumulators [16 × 16], A and B operands [16 × 32] bf16.
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
@@ -34,9 +36,22 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-TileConfig uniform_config() {
+// Scores: accumulators 0-3 [16 rows × w heads] f32, the cached rows in 4 [16 × 32] bf16, the
+// query in 5 [16 pairs × w heads].
+TileConfig score_config(int64_t w) {
   TileConfig c;
-  for (int t = 0; t < 8; ++t) c.bytes_per_row[t] = 64, c.rows[t] = 16;
+  for (int t = 0; t < 4; ++t) c.rows[t] = 16, c.bytes_per_row[t] = uint16_t(4 * w);
+  c.rows[4] = 16, c.bytes_per_row[4] = 64;
+  c.rows[5] = 16, c.bytes_per_row[5] = uint16_t(4 * w);
+  return c;
+}
+
+// Values: accumulators 0-5 [w heads × 16 values] f32, the probabilities in 6 [w heads × 32 rows]
+// bf16, two interleaved rows' values in 7 [16 pairs × 16 values].
+TileConfig value_config(int64_t w) {
+  TileConfig c;
+  for (int t = 0; t < 7; ++t) c.rows[t] = uint8_t(w), c.bytes_per_row[t] = 64;
+  c.rows[7] = 16, c.bytes_per_row[7] = 64;
   return c;
 }
 
@@ -46,65 +61,86 @@ TileConfig uniform_config() {
 // back to back, 440 ns after ~1.5 µs of vector work, 920 ns after ~4 µs), so each phase runs over
 // the whole unit at once.
 struct Scratch {
-  float* scores;      // [groups][rows][16]: scores, then probabilities
-  uint32_t* probs;    // [groups][rows / 32][16 heads][16 pairs]: A tiles of the value products
+  float* scores;      // [groups][rows][w]: scores, then probabilities
+  uint32_t* probs;    // [groups][rows / 32][w heads][16 pairs]: A tiles of the value products
   uint32_t* values;   // [rows / 32][R / 16][16 pairs][16]: B tiles, two rows interleaved
   bf16* staged;       // [kBlockRows][K]: the unit's last rows padded with zeros
-  float* block_out;   // [16][16]: one value tile on its way to the output
+  float* block_out;   // [w][16]: one value tile on its way to the output
   size_t size;        // bytes from the start
 
   // At `start` (0 to count the bytes only).
   Scratch(uintptr_t start, int64_t heads, int64_t latent, int64_t K, int64_t rows) {
     uintptr_t p = start;
-    const int64_t G = groups_of(heads);
+    const int64_t G = groups_of(heads), w = group_width(heads);
     auto take = [&](int64_t bytes) {
       const uintptr_t at = p;
       p += uintptr_t(round_up(bytes, 64));
       return at;
     };
-    scores = reinterpret_cast<float*>(take(G * rows * kGroupHeads * 4));
-    probs = reinterpret_cast<uint32_t*>(take(G * rows / kStepRows * 16 * 16 * 4));
+    scores = reinterpret_cast<float*>(take(G * rows * w * 4));
+    probs = reinterpret_cast<uint32_t*>(take(G * rows / kStepRows * w * 16 * 4));
     values = reinterpret_cast<uint32_t*>(take(rows * latent * 2));
     staged = reinterpret_cast<bf16*>(take(kBlockRows * K * 2));
-    block_out = reinterpret_cast<float*>(take(16 * 16 * 4));
+    block_out = reinterpret_cast<float*>(take(w * 16 * 4));
     size = size_t(p - start);
   }
 };
 
-// Softmax of a group's scores [rows][16] over rows [0, n) (lanes are heads): they become
-// exp(s − m) with m their max, rows [n, padded) become 0; writes m and the sum l.
-void softmax_rows(float* scores, int64_t n, int64_t padded, float* m, float* l) {
+// Each lane's value folded with the lanes of the same head (lanes w apart): lane j of the result
+// is op over lanes j mod w, j mod w + w, ... (a vector holds 16 / w rows of a group's heads).
+template <typename Op>
+Vec fold_heads(Vec v, int64_t w, Op op) {
+  if (w <= 8) v = op(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // swap the 256-bit halves
+  if (w <= 4) v = op(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // swap the 128-bit quarters in each
+  return v;
+}
+
+// Softmax of a group's scores [rows][w] over rows [0, n) (16 / w rows a vector, lane j head
+// j mod w): they become exp(s − m) with m their head's max, rows [n, padded) become 0; writes m and
+// the sum l of each head to lanes [0, w) of m and l.
+void softmax_rows(float* scores, int64_t w, int64_t n, int64_t padded, float* m, float* l) {
+  const int64_t values = n * w, whole = values / vec::kLanes * vec::kLanes;
+  const vec::Mask tail = vec::lane_range(0, values - whole);
+  const auto max = [](Vec a, Vec b) { return vec::max(a, b); };
   Vec mx = vec::negative_infinity();
-  for (int64_t t = 0; t < n; ++t) mx = vec::max(mx, vec::load(scores + t * 16));
+  for (int64_t i = 0; i < whole; i += vec::kLanes) mx = vec::max(mx, vec::load(scores + i));
+  if (whole < values)
+    mx = vec::max(mx, _mm512_mask_loadu_ps(vec::negative_infinity(), tail, scores + whole));
+  mx = fold_heads(mx, w, max);
   // A head that has seen only -inf keeps max -inf; subtracting 0 instead keeps exp at 0, not NaN.
   const Vec shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, vec::negative_infinity(), _CMP_EQ_OQ), mx, vec::zero());
   Vec sum = vec::zero();
-  for (int64_t t = 0; t < n; ++t) {
-    const Vec e = vec::exp(vec::load(scores + t * 16) - shift);
-    vec::store(scores + t * 16, e);
+  for (int64_t i = 0; i < whole; i += vec::kLanes) {
+    const Vec e = vec::exp(vec::load(scores + i) - shift);
+    vec::store(scores + i, e);
     sum = sum + e;
   }
-  for (int64_t t = n; t < padded; ++t) vec::store(scores + t * 16, vec::zero());
-  vec::store(m, mx);
-  vec::store(l, sum);
+  if (whole < values) {
+    const Vec e = _mm512_maskz_mov_ps(tail, vec::exp(vec::load(scores + whole, tail) - shift));
+    vec::store(scores + whole, e, tail);
+    sum = sum + e;
+  }
+  std::fill(scores + values, scores + padded * w, 0.0f);
+  sum = fold_heads(sum, w, [](Vec a, Vec b) { return a + b; });
+  vec::store(m, mx, vec::lane_range(0, w));
+  vec::store(l, sum, vec::lane_range(0, w));
 }
 
-// The A tile of a value product from 32 rows of a group's probabilities [32][16 heads]: row h
-// holds the pairs (p[2i][h], p[2i + 1][h]) for i < 16.
-void transpose_probabilities(const float* p, uint32_t* tile) {
-  // vcvtne2ps2bf16 puts the second row's 16 values above the first's; vpermw interleaves them
-  // into one pair per head.
+// The A tile of a value product from 32 rows of a group's probabilities [32][w]: row h holds the
+// pairs (p[2i][h], p[2i + 1][h]) for i < 16.
+void transpose_probabilities(const float* p, int64_t w, uint32_t* tile) {
+  // vcvtne2ps2bf16 puts the odd rows' 16 values above the even rows'; vpermw interleaves them into
+  // one pair per row pair.
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
                                               6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(16));
-  alignas(64) uint32_t pairs[16 * 16];  // [i][h]
-  for (int i = 0; i < 16; ++i) {
-    const float* row = p + 2 * i * 16;
-    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(vec::load(row + 16), vec::load(row));
-    _mm512_store_si512(pairs + i * 16, _mm512_permutexvar_epi16(interleave, halves));
+  const __m512i even = _mm512_mullo_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+                                          _mm512_set1_epi32(int(w)));
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(int(w)));
+  for (int64_t h = 0; h < w; ++h) {
+    const Vec lo = _mm512_i32gather_ps(even, p + h, 4), hi = _mm512_i32gather_ps(odd, p + h, 4);
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_store_si512(tile + h * 16, _mm512_permutexvar_epi16(interleave, halves));
   }
-  for (int h = 0; h < 16; ++h) _mm512_store_si512(tile + h * 16, _mm512_i32gather_epi32(column, pairs + h, 4));
 }
 
 // Rows ahead that interleave_rows prefetches: a plain copy of the rows out of DRAM went from 14 to
@@ -181,17 +217,19 @@ bool usable(int64_t heads, int64_t latent, int64_t K) {
   return heads > 0 && latent % 32 == 0 && K % kChunk == 0 && amx_tiles();
 }
 
-size_t query_words(int64_t heads, int64_t K) { return size_t(groups_of(heads) * (K / kChunk) * 16 * 16); }
+size_t query_words(int64_t heads, int64_t K) {
+  return size_t(groups_of(heads) * (K / kChunk) * 16 * group_width(heads));
+}
 
 void pack_query(int64_t heads, int64_t K, float scale, const float* q, uint32_t* out) {
-  const int64_t G = groups_of(heads), chunks = K / kChunk;
+  const int64_t G = groups_of(heads), w = group_width(heads), chunks = K / kChunk;
   for (int64_t g = 0; g < G; ++g)
     for (int64_t c = 0; c < chunks; ++c)
       for (int64_t i = 0; i < 16; ++i)
-        for (int64_t n = 0; n < 16; ++n) {
-          const int64_t h = g * kGroupHeads + n, k = c * kChunk + 2 * i;
+        for (int64_t n = 0; n < w; ++n) {
+          const int64_t h = g * w + n, k = c * kChunk + 2 * i;
           const float lo = h < heads ? scale * q[h * K + k] : 0.0f, hi = h < heads ? scale * q[h * K + k + 1] : 0.0f;
-          out[((g * chunks + c) * 16 + i) * 16 + n] = uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
+          out[((g * chunks + c) * 16 + i) * w + n] = uint32_t(to_bf16(lo).bits) | uint32_t(to_bf16(hi).bits) << 16;
         }
 }
 
@@ -201,11 +239,11 @@ size_t thread_bytes(int64_t heads, int64_t latent, int64_t K, int64_t max_rows) 
 
 void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_t begin, int64_t end,
               const uint32_t* query, float* partial, void* scratch) {
-  const int64_t H = heads, R = latent, G = groups_of(H), chunks = K / kChunk, blocks = R / kBlock;
+  const int64_t H = heads, R = latent, G = groups_of(H), w = group_width(H), chunks = K / kChunk, blocks = R / kBlock;
   const int64_t n = end - begin, padded = round_up(n, kBlockRows), steps = padded / kStepRows;
   const Scratch s((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63), H, R, K, padded);
   const bf16* unit = rows + begin * K;
-  const int64_t ld_rows = K * int64_t(sizeof(bf16));
+  const int64_t ld_rows = K * int64_t(sizeof(bf16)), ld_scores = w * int64_t(sizeof(float));
   // Row t of the unit (t a multiple of 32): the cache's, or in a last 64-row block cut short, the
   // staged copy of its rows then zeros (nothing past `end` is read).
   const int64_t whole = n / kBlockRows * kBlockRows;
@@ -219,10 +257,10 @@ void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_
   // rate); the score products then find them in L2.
   for (int64_t step = 0; step < steps; ++step)
     interleave_rows(rows_at(step * kStepRows), K, R, s.values + step * blocks * 256);
-  static const TileConfig config = uniform_config();
-  _tile_loadconfig(&config);
+  const TileConfig scores_tiles = score_config(w), values_tiles = value_config(w);
+  _tile_loadconfig(&scores_tiles);
   for (int64_t g = 0; g < G; ++g) {
-    float* scores = s.scores + g * padded * kGroupHeads;
+    float* scores = s.scores + g * padded * w;
     for (int64_t t0 = 0; t0 < padded; t0 += kBlockRows) {
       const bf16* block = rows_at(t0);
       _tile_zero(0);
@@ -230,7 +268,7 @@ void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_
       _tile_zero(2);
       _tile_zero(3);
       for (int64_t c = 0; c < chunks; ++c) {
-        _tile_loadd(5, query + (g * chunks + c) * 256, 64);
+        _tile_loadd(5, query + (g * chunks + c) * 16 * w, ld_scores);
         const bf16* chunk = block + c * kChunk;
         _tile_loadd(4, chunk, ld_rows);
         _tile_dpbf16ps(0, 4, 5);
@@ -241,29 +279,30 @@ void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_
         _tile_loadd(4, chunk + 48 * K, ld_rows);
         _tile_dpbf16ps(3, 4, 5);
       }
-      _tile_stored(0, scores + t0 * 16, 64);
-      _tile_stored(1, scores + (t0 + 16) * 16, 64);
-      _tile_stored(2, scores + (t0 + 32) * 16, 64);
-      _tile_stored(3, scores + (t0 + 48) * 16, 64);
+      _tile_stored(0, scores + t0 * w, ld_scores);
+      _tile_stored(1, scores + (t0 + 16) * w, ld_scores);
+      _tile_stored(2, scores + (t0 + 32) * w, ld_scores);
+      _tile_stored(3, scores + (t0 + 48) * w, ld_scores);
     }
   }
-  alignas(64) float m[kGroupHeads], l[kGroupHeads];
+  alignas(64) float m[16], l[16];
   for (int64_t g = 0; g < G; ++g) {
-    float* scores = s.scores + g * padded * kGroupHeads;
-    softmax_rows(scores, n, padded, m, l);
-    const int64_t group_heads = std::min(kGroupHeads, H - g * kGroupHeads);
-    std::copy(m, m + group_heads, partial + H * R + g * kGroupHeads);
-    std::copy(l, l + group_heads, partial + H * R + H + g * kGroupHeads);
+    float* scores = s.scores + g * padded * w;
+    softmax_rows(scores, w, n, padded, m, l);
+    const int64_t group_heads = std::min(w, H - g * w);
+    std::copy(m, m + group_heads, partial + H * R + g * w);
+    std::copy(l, l + group_heads, partial + H * R + H + g * w);
     for (int64_t step = 0; step < steps; ++step)
-      transpose_probabilities(scores + step * kStepRows * 16, s.probs + (g * steps + step) * 256);
+      transpose_probabilities(scores + step * kStepRows * w, w, s.probs + (g * steps + step) * w * 16);
   }
+  _tile_loadconfig(&values_tiles);
   for (int64_t g = 0; g < G; ++g) {
-    const int64_t group_heads = std::min(kGroupHeads, H - g * kGroupHeads);
+    const int64_t group_heads = std::min(w, H - g * w);
     for (int64_t b0 = 0; b0 < blocks; b0 += kAccumulators) {
       const int nb = int(std::min<int64_t>(kAccumulators, blocks - b0));
       for (int b = 0; b < nb; ++b) zero_accumulator(b);
       for (int64_t step = 0; step < steps; ++step) {
-        _tile_loadd(6, s.probs + (g * steps + step) * 256, 64);
+        _tile_loadd(6, s.probs + (g * steps + step) * w * 16, 64);
         for (int b = 0; b < nb; ++b) {
           _tile_loadd(7, s.values + (step * blocks + b0 + b) * 256, 64);
           accumulate_values(b);
@@ -272,7 +311,7 @@ void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_
       for (int b = 0; b < nb; ++b) {
         store_accumulator(b, s.block_out);
         for (int64_t h = 0; h < group_heads; ++h)
-          std::memcpy(partial + (g * kGroupHeads + h) * R + (b0 + b) * kBlock, s.block_out + h * 16, 16 * sizeof(float));
+          std::memcpy(partial + (g * w + h) * R + (b0 + b) * kBlock, s.block_out + h * 16, 16 * sizeof(float));
       }
     }
   }

@@ -3,14 +3,14 @@
 // piece of one sequence's bf16 cache as its vector path takes, the same partial result.
 //
 // Over the unit's rows, in phases that each run over all of them (the TMUL unit slows down when
-// other work separates its instructions), with heads in groups of 16 (a tile's 16 columns;
-// padding heads have a zero query), after one pass that reads the rows in order and interleaves
-// them for the value products:
-//   scores   [rows × 16 heads] = rows · Q : A tiles are the cached rows as they lie (16 rows × 32
+// other work separates its instructions), with heads in groups of w = 4, 8 or 16 (the narrowest
+// that holds them; padding heads have a zero query), after one pass that reads the rows in order
+// and interleaves them for the value products:
+//   scores   [rows × w heads] = rows · Q : A tiles are the cached rows as they lie (16 rows × 32
 //            values each), B tiles the query packed once per call as pairs (pack_query);
-//   softmax  exact over the unit (its max and sum are the partial result's), in f32, one vector
-//            per row (its 16 lanes are the group's heads);
-//   values   o_h = Σ_s p_h,s·c_s : A tiles are the probabilities transposed to [16 heads × 32
+//   softmax  exact over the unit (its max and sum are the partial result's), in f32, 16 / w rows
+//            a vector (lane j is head j mod w);
+//   values   o_h = Σ_s p_h,s·c_s : A tiles are the probabilities transposed to [w heads × 32
 //            rows] bf16, B tiles two rows interleaved value by value (as vpunpck delivers them, so
 //            each 32-value segment of o comes out permuted and is put in order at the end),
 //            accumulated over the unit in six tiles per pass over o's 16-value blocks.
