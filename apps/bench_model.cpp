@@ -172,7 +172,8 @@ void bench_model(const ModelBenchArgs& a) {
                                   : n * (product && precision == Precision::BF16 ? 2.0 : 4.0);
       if (p->component == Component::Vision) continue;  // images only
       if (p->name == "model.embed_tokens.weight")
-        bytes = double(hidden) * 4.0 + (config.tie_word_embeddings ? n * (precision == Precision::BF16 ? 2.0 : 4.0) : 0.0);
+        bytes = double(hidden) * 4.0 +
+                (config.tie_word_embeddings ? n * (precision == Precision::BF16 ? 2.0 : 4.0) : 0.0);
       if (p->component == Component::RoutedExperts) routed += bytes;
       else w.reread += bytes;
     }
@@ -293,7 +294,8 @@ void bench_model(const ModelBenchArgs& a) {
       const double mixer_bytes = 2.0 * double(probe.fixed_bytes()) + double(probe.bytes_per_token()) * position;
       return std::pair{weights.reread + mixer_bytes, mixer_bytes};
     };
-    const TokenReadBench reads(int64_t(reread_at(double(capacity)).first), moe_layers, experts, int64_t(weights.expert));
+    const TokenReadBench reads(int64_t(reread_at(double(capacity)).first), moe_layers, experts,
+                               int64_t(weights.expert));
     for (const ThreadConfig& setting : thread_settings) {
       set_thread_config(setting);
       const int64_t threads = setting.threads;

@@ -131,8 +131,8 @@ TokenReadTime TokenReadBench::measure(int64_t reread, int64_t picked) const {
   const int64_t pool_stride = expert_bytes_ / 4;
   const int64_t reread_read = slice * slices * 4, routed_read = expert * picked * moe_layers_ * 4;
   const double token_bytes = double(reread_read + routed_read);
-  // Enough tokens per pass that a pass reads the expert pool several times over; the same random
-  // picks every pass (k distinct of E per layer: a partial shuffle).
+  // Tokens per pass: enough that a pass reads ~256 MB (at least 16 tokens), each token its own
+  // random picks (k distinct of E per layer: a partial shuffle), the same in every pass.
   const int64_t tokens = std::clamp<int64_t>(int64_t(double(int64_t(1) << 28) / std::max(token_bytes, 1.0)), 16, 256);
   std::vector<int32_t> picks(size_t(tokens * moe_layers_ * picked));
   Rng rng(7);

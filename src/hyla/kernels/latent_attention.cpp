@@ -672,8 +672,8 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
   // bf16 products run on AMX tiles where the CPU has them (latent_attention_amx.h), else on
   // vectors; the two take the same units and write the same partial results.
   const bool tiles = d.bf16_products && latent_amx::usable(g.H, g.R, g.K);
-  const int64_t thread_floats =
-      std::max(int64_t(g.thread_floats()), tiles ? ceil_div(int64_t(latent_amx::thread_bytes(g.H, g.R, g.K, kMaxUnitRows)), 4) : 0);
+  const int64_t tile_floats = tiles ? ceil_div(int64_t(latent_amx::thread_bytes(g.H, g.R, g.K, kMaxUnitRows)), 4) : 0;
+  const int64_t thread_floats = std::max(int64_t(g.thread_floats()), tile_floats);
   const int64_t query_floats =
       std::max(int64_t(g.query_floats()), tiles ? int64_t(latent_amx::query_words(g.H, g.K)) : 0);
   workspace.reserve();

@@ -245,9 +245,10 @@ void skinny_gemm_kn(int64_t M, int64_t N, int64_t K, float alpha, const float* x
         const Vec xk = vec::broadcast(x[m * ldx + k]);
         const float* w = W + k * ldw + n0;
         vec::unroll<kVectors>([&](auto j) {
-          if (j < whole) acc[j] = vec::fmadd(xk, vec::load(w + j * vec::kLanes), acc[j]);
+          const float* at = w + j * vec::kLanes;
+          if (j < whole) acc[j] = vec::fmadd(xk, vec::load(at), acc[j]);
           else if (j == whole && whole * vec::kLanes < width)
-            acc[j] = vec::fmadd(xk, vec::load(w + j * vec::kLanes, vec::lane_range(0, width - j * vec::kLanes)), acc[j]);
+            acc[j] = vec::fmadd(xk, vec::load(at, vec::lane_range(0, width - j * vec::kLanes)), acc[j]);
         });
       }
       float* out = y + m * ldy + n0;
