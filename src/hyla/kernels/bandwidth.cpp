@@ -4,10 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <numeric>
-#include <string>
 
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
@@ -86,24 +83,6 @@ double measure_read_bandwidth_gbs(size_t bytes) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
   return measure_read_bandwidth_gbs({std::span<const std::byte>(static_cast<const std::byte*>(memory.get()), size_t(n) * 4)});
-}
-
-int64_t last_level_cache_bytes() {
-  int best_level = 0;
-  int64_t bytes = 0;
-  for (int index = 0; index < 16; ++index) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
-    std::ifstream level_file(dir + "level"), size_file(dir + "size"), type_file(dir + "type");
-    int level = 0;
-    std::string size, type;
-    if (!(level_file >> level) || !(size_file >> size) || !(type_file >> type)) break;
-    if (type == "Instruction" || level < best_level || size.empty()) continue;
-    char* end = nullptr;
-    const int64_t value = std::strtoll(size.c_str(), &end, 10);
-    const int64_t unit = *end == 'K' ? 1024 : *end == 'M' ? 1024 * 1024 : 1;
-    best_level = level, bytes = value * unit;
-  }
-  return bytes;
 }
 
 TokenReadBench::TokenReadBench(int64_t max_reread, int64_t moe_layers, int64_t experts, int64_t expert_bytes)

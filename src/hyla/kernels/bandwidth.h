@@ -19,9 +19,6 @@ double measure_read_bandwidth_gbs(const std::vector<std::span<const std::byte>>&
 // DRAM figure). A buffer the last-level cache holds is read from there after the warm-up pass.
 double measure_read_bandwidth_gbs(size_t bytes = size_t(512) << 20);
 
-// The last-level cache one core sees (sysfs cache index with the highest level), 0 if unknown.
-int64_t last_level_cache_bytes();
-
 // The least time a decoded token's reads take here and now: the plain read loop above over
 // buffers laid out like the token's bytes, in the token's order. Which cache serves what is not
 // guessed from cache sizes (on a VM the last-level cache that sysfs names is shared with other
