@@ -255,6 +255,13 @@ TEST(Attention, Bf16ProductsForward) {
       Problem(bf16(dims(2, 7, 5, 3)), {70, 33, 1}, {71, 40, 9}),  // odd widths, lengths and starts
       Problem(bf16(dims(2, 192, 128)), {150}, {150}),
       Problem(bf16(dims(2, 32, 24, 50)), {37, 64, 100}, {150, 264, 101}),
+      // Shapes the AMX path takes where the CPU has it (Dqk and Dv multiples of 16): several
+      // 256-key softmax steps, a window with key groups cut short, a long cache and a tiny sequence,
+      // and Dqk 48 (a score product's last 16 values in shorter tiles: the long-context configs).
+      Problem(bf16(dims(4, 64, 64)), {600}, {600}),
+      Problem(bf16(dims(2, 64, 32, 100)), {300, 17}, {300, 40}),
+      Problem(bf16(dims(1, 32, 16)), {64, 3}, {1000, 3}),
+      Problem(bf16(dims(4, 48, 48)), {300, 50}, {300, 400}),
   };
   for (const Problem& p : problems) {
     Workspace ws;

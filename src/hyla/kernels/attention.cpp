@@ -17,6 +17,8 @@
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
 #include "hyla/core/memory.h"
+#include "hyla/kernels/amx_tiles.h"
+#include "hyla/kernels/backend.h"
 #include "hyla/kernels/vec.h"
 
 namespace hyla {
@@ -415,6 +417,7 @@ void convert_keys_values(const AttentionDims& d, int64_t batch, const int64_t* q
       Pair* out = c.k16 + j * c.k_words + h * BF16Pairs::steps(Dq);
       pack_consecutive_pairs(x, Dq, out);
     }
+    if (!c.v2) continue;  // the AMX path takes vt2 instead (build_vt2)
     const int64_t b = std::upper_bound(k_starts, k_starts + batch + 1, j) - k_starts - 1;
     const Sequence s = sequence(b, q_starts, k_starts);
     const int64_t t2 = j - s.k_begin;  // this key's index in its sequence
@@ -508,6 +511,175 @@ void backward_unit(const AttentionDims& d, const Sequence& s, int64_t h, int64_t
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The forward pass on AMX tiles (bf16 products where the CPU has AMX-BF16 and the kernel grants
+// the tile state, Dqk and Dv multiples of 16). The same units, tiles, masks and online
+// softmax as the vector path; the two products run as tile products:
+//   scores  Sᵀ [keys × queries] = K · (scale · Q)ᵀ: A tiles are k16's rows as they lie (16 keys ×
+//           32 values of a head), B tiles the packed query pairs (16 value pairs × 16 queries);
+//   values  Oᵀ [Dv × queries] += Vᵀ · P: A tiles are vt2's rows (16 values × 16 key pairs), B tiles
+//           the probabilities paired by key (16 key pairs × 16 queries).
+// Up to kStepTiles key tiles share one softmax update, so that the tile products run in bursts
+// over 256 keys (the TMUL unit slows down when vector work separates its instructions,
+// latent_attention_amx.h), and each step's Oᵀ is added, rescaled, into the tile's output once.
+#if defined(HYLA_AMX_TILES)
+
+constexpr int64_t kStepTiles = 4;
+
+bool amx_forward(const AttentionDims& d) {
+  return d.bf16_products && d.qk_dim % 16 == 0 && d.v_dim % 16 == 0 && amx_tiles();
+}
+
+// vt2 of one (sequence, head), [Dv][vt2_pairs] pairs: row e holds (v[2t][e], v[2t + 1][e]) for the
+// sequence's keys, zero past them (a value product's last A tile reads up to 16 pairs past a step).
+int64_t vt2_pairs(int64_t kv_len) { return round_up(ceil_div(kv_len, 2), 16); }
+
+size_t vt2_words(const AttentionDims& d, int64_t batch, const int64_t* k_starts) {
+  int64_t words = 0;
+  for (int64_t b = 0; b < batch; ++b) words += d.heads * d.v_dim * vt2_pairs(k_starts[b + 1] - k_starts[b]);
+  return size_t(words);
+}
+
+// Sequence b's vt2 block (its heads one after the other).
+int64_t vt2_offset(const AttentionDims& d, int64_t b, const int64_t* k_starts) {
+  int64_t words = 0;
+  for (int64_t i = 0; i < b; ++i) words += d.heads * d.v_dim * vt2_pairs(k_starts[i + 1] - k_starts[i]);
+  return words;
+}
+
+// Fills vt2 for every (sequence, head); called by every thread of a parallel region.
+void build_vt2(const AttentionDims& d, int64_t batch, const int64_t* k_starts, const float* v, Pair* vt2) {
+  const int64_t H = d.heads, Dv = d.v_dim;
+#pragma omp for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < batch * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H, kv_len = k_starts[b + 1] - k_starts[b], pairs = vt2_pairs(kv_len);
+    Pair* out = vt2 + vt2_offset(d, b, k_starts) + h * Dv * pairs;
+    Pair row[1024];  // one key pair's Dv words (Dv <= 1024: checked by amx_forward's caller)
+    for (int64_t t = 0; t < pairs; ++t) {
+      const int64_t j = 2 * t;
+      if (j < kv_len) {
+        const float* lo = v + ((k_starts[b] + j) * H + h) * Dv;
+        pack_pairs(lo, j + 1 < kv_len ? lo + H * Dv : nullptr, Dv, row);
+      } else {
+        std::fill(row, row + Dv, 0u);
+      }
+      for (int64_t e = 0; e < Dv; ++e) out[e * pairs + t] = row[e];
+    }
+  }
+}
+
+size_t amx_forward_floats(const AttentionDims& d) {
+  const int64_t keys = kStepTiles * kTileK;
+  return size_t(d.qk_dim / 2 * kTileQ + keys * kTileQ + (keys / 2 + 16) * kTileQ + d.v_dim * kTileQ + 16 * kTileQ +
+                3 * kTileQ + 16 * d.qk_dim / 2 + 16);
+}
+
+// Output rows and lse of query tile `qt` of sequence s, head h, on tiles. kv: k16's rows of this
+// (sequence, head); vt: its vt2 block.
+void forward_tile_amx(const AttentionDims& d, const Sequence& s, int64_t h, int64_t qt, const float* q,
+                      const KeysValues<BF16Pairs>& kv, const Pair* vt, float* o, float* lse, float* buffer) {
+  const int64_t H = d.heads, Dq = d.qk_dim, Dv = d.v_dim, ldq = H * Dq, words = Dq / 2;
+  const int64_t i0 = qt * kTileQ, nq = std::min(kTileQ, s.q_len - i0), ld = round_up(nq, kLanes);
+  const int64_t groups = ld / 16, pairs = vt2_pairs(s.kv_len), ld_bytes = ld * int64_t(sizeof(float));
+  const int64_t p0 = s.offset() + i0;  // position of the tile's first query
+  Pair* q_op = reinterpret_cast<Pair*>(buffer);                 // [words × ld] scale · Qᵀ as pairs
+  float* scores = buffer + words * kTileQ;                      // [step keys × ld]
+  Pair* p_op = reinterpret_cast<Pair*>(scores + kStepTiles * kTileK * kTileQ);  // [key pairs × ld]
+  float* out_t = scores + kStepTiles * kTileK * kTileQ + (kStepTiles * kTileK / 2 + 16) * kTileQ;  // Oᵀ [Dv × ld]
+  float* part = out_t + Dv * kTileQ;   // [16 × ld] one value block of a step
+  float* m = part + 16 * kTileQ;
+  float* l = m + kTileQ;
+  float* alpha = l + kTileQ;
+  Pair* staged = reinterpret_cast<Pair*>(alpha + kTileQ);  // [16 × words] a last group of keys, then zeros
+
+  pack_query(q + (s.q_begin + i0) * ldq + h * Dq, ldq, nq, Dq, d.scale, q_op, ld);
+  std::fill(m, m + ld, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + ld, 0.0f);
+  // Tiles 0-3: Sᵀ or Oᵀ blocks [16 × 16] f32; 6 and 7: A [16 × 32] and B [16 pairs × 16] bf16; 4 and
+  // 5: the A and B of a score product's last 16 values when Dqk is an odd multiple of 16.
+  static const amx::TileConfig config = [] {
+    amx::TileConfig c;
+    for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.bytes_per_row[t] = 64;
+    c.bytes_per_row[4] = 32, c.rows[5] = 8;
+    return c;
+  }();
+  _tile_loadconfig(&config);
+  bool first = true;
+  const Range keys = key_tiles(s, p0, p0 + nq - 1, d.window);
+  for (int64_t kt0 = keys.first; kt0 <= keys.last; kt0 += kStepTiles) {
+    const int64_t kt1 = std::min(keys.last + 1, kt0 + kStepTiles), j0 = kt0 * kTileK;
+    const int64_t nk = std::min(kt1 * kTileK, s.kv_len) - j0;
+    // Sᵀ of the step's keys, 16 at a time against every group of 16 queries.
+    for (int64_t j = 0; j < nk; j += 16) {
+      const Pair* rows = kv.k + (j0 + j) * kv.ldk;
+      int64_t ld_rows = kv.ldk;
+      if (nk - j < 16) {  // the sequence's last keys: nothing past them is read
+        for (int64_t r = 0; r < 16; ++r)
+          for (int64_t w = 0; w < words; ++w) staged[r * words + w] = j + r < nk ? rows[r * kv.ldk + w] : 0u;
+        rows = staged, ld_rows = words;
+      }
+      for (int64_t g = 0; g < groups; ++g) amx::zero(int(g));
+      for (int64_t c = 0; c < words / 16; ++c) {
+        _tile_loadd(6, rows + c * 16, ld_rows * int64_t(sizeof(Pair)));
+        for (int64_t g = 0; g < groups; ++g) {
+          _tile_loadd(7, q_op + c * 16 * ld + g * 16, ld_bytes);
+          amx::accumulate(int(g));
+        }
+      }
+      if (words % 16 != 0) {  // the last 16 values: 8 pairs
+        const int64_t c = words / 16;
+        _tile_loadd(4, rows + c * 16, ld_rows * int64_t(sizeof(Pair)));
+        for (int64_t g = 0; g < groups; ++g) {
+          _tile_loadd(5, q_op + c * 16 * ld + g * 16, ld_bytes);
+          amx::accumulate_short(int(g));
+        }
+      }
+      for (int64_t g = 0; g < groups; ++g) amx::store(int(g), scores + j * ld + g * 16, ld_bytes);
+    }
+    for (int64_t kt = kt0; kt < kt1; ++kt) {
+      const int64_t jt = kt * kTileK, n = std::min(kTileK, s.kv_len - jt);
+      if (classify(p0, p0 + nq - 1, jt, jt + n - 1, d.window) == Visibility::Some)
+        mask_tile(scores + (jt - j0) * ld, n, ld, jt, p0, d.window);
+    }
+    softmax_step(scores, nk, ld, m, l, alpha);
+    probability_operand(scores, nk, ld, p_op);
+    const int64_t key_pairs = BF16Pairs::steps(nk), steps = ceil_div(key_pairs, int64_t(16));
+    std::fill(p_op + key_pairs * ld, p_op + steps * 16 * ld, 0u);
+    // Oᵀ += Vᵀ · P, a block of 16 values at a time.
+    for (int64_t e0 = 0; e0 < Dv; e0 += 16) {
+      for (int64_t g = 0; g < groups; ++g) amx::zero(int(g));
+      for (int64_t step = 0; step < steps; ++step) {
+        _tile_loadd(6, vt + e0 * pairs + j0 / 2 + step * 16, pairs * int64_t(sizeof(Pair)));
+        for (int64_t g = 0; g < groups; ++g) {
+          _tile_loadd(7, p_op + step * 16 * ld + g * 16, ld_bytes);
+          amx::accumulate(int(g));
+        }
+      }
+      for (int64_t g = 0; g < groups; ++g) amx::store(int(g), part + g * 16, ld_bytes);
+      for (int64_t r = 0; r < 16; ++r) {
+        float* row = out_t + (e0 + r) * ld;
+        for (int64_t i = 0; i < ld; i += kLanes) {
+          const Vec add = load(part + r * ld + i);
+          store(row + i, first ? add : fmadd(load(alpha + i), load(row + i), add));
+        }
+      }
+    }
+    first = false;
+  }
+  _tile_release();
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t row = (s.q_begin + i0 + i) * H + h;
+    float* out = o + row * Dv;
+    const bool seen = !first && l[i] > 0.0f;  // false only for a query that sees no key
+    const float inv = seen ? 1.0f / l[i] : 0.0f;
+    for (int64_t e = 0; e < Dv; ++e) out[e] = seen ? out_t[e * ld + i] * inv : 0.0f;
+    lse[row] = seen ? m[i] + std::log(l[i]) : -std::numeric_limits<float>::infinity();
+  }
+}
+
+#endif  // HYLA_AMX_TILES
+
+
 void check_arguments(const AttentionDims& d, int64_t batch, const int64_t* q_starts, const int64_t* k_starts) {
   HYLA_CHECK(d.heads > 0 && d.qk_dim > 0 && d.v_dim > 0 && d.window >= 0,
              "attention: need heads, qk_dim, v_dim > 0 and window >= 0, got {}, {}, {}, {}", d.heads, d.qk_dim,
@@ -551,19 +723,41 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
     return std::tie(y.group_cost, x.seq, x.head, y.cost) < std::tie(x.group_cost, y.seq, y.head, x.cost);
   });
   const int64_t keys = k_starts[batch];
+#if defined(HYLA_AMX_TILES)
+  const bool tiles = amx_forward(d) && d.v_dim <= 1024;
+  Pair* vt2 = tiles ? frame.take<Pair>(int64_t(vt2_words(d, batch, k_starts))) : nullptr;
+  const size_t floats = tiles ? amx_forward_floats(d) : forward_floats(d);
+#else
+  const size_t floats = forward_floats(d);
+#endif
   Pair* k16 = d.bf16_products ? frame.take<Pair>(int64_t(bf16_copy_words(d, batch, keys))) : nullptr;
-  const Bf16Copies copies{k16, k16 + keys * d.heads * BF16Pairs::steps(d.qk_dim), d.heads * BF16Pairs::steps(d.qk_dim),
-                          d.heads * d.v_dim};
+  Bf16Copies copies{k16, k16 + keys * d.heads * BF16Pairs::steps(d.qk_dim), d.heads * BF16Pairs::steps(d.qk_dim),
+                    d.heads * d.v_dim};
+#if defined(HYLA_AMX_TILES)
+  if (tiles) copies.v2 = nullptr;
+#endif
 #pragma omp parallel
   {
     if (d.bf16_products) convert_keys_values(d, batch, q_starts, k_starts, k, v, copies);  // ends in a barrier
+#if defined(HYLA_AMX_TILES)
+    if (tiles) build_vt2(d, batch, k_starts, v, vt2);  // ends in a barrier
+#endif
     Frame thread_frame(workspace.thread(omp_get_thread_num()));
-    float* buffer = thread_frame.take<float>(int64_t(forward_floats(d)));
+    float* buffer = thread_frame.take<float>(int64_t(floats));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) {
       const Unit& unit = units[u];
       const Sequence s = sequence(unit.seq, q_starts, k_starts);
       const int64_t h = unit.head;
+#if defined(HYLA_AMX_TILES)
+      if (tiles) {
+        const KeysValues<BF16Pairs> kv{copies.k16 + s.k_begin * copies.k_words + h * BF16Pairs::steps(d.qk_dim),
+                                       copies.k_words, nullptr, 0};
+        const Pair* vt = vt2 + vt2_offset(d, unit.seq, k_starts) + h * d.v_dim * vt2_pairs(s.kv_len);
+        forward_tile_amx(d, s, h, unit.begin, q, kv, vt, o, lse, buffer);
+        continue;
+      }
+#endif
       if (d.bf16_products) {
         const KeysValues<BF16Pairs> kv{copies.k16 + s.k_begin * copies.k_words + h * BF16Pairs::steps(d.qk_dim),
                                        copies.k_words,

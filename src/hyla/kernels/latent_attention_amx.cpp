@@ -6,12 +6,13 @@
 
 #include "hyla/core/arith.h"
 #include "hyla/core/error.h"
+#include "hyla/kernels/amx_tiles.h"
 #include "hyla/kernels/backend.h"
 #include "hyla/kernels/vec.h"
 
 namespace hyla::latent_amx {
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#if defined(HYLA_AMX_TILES)
 
 namespace {
 
@@ -29,12 +30,7 @@ constexpr int kAccumulators = 6;    // value tiles per pass: tiles 0-5, A in 6, 
 int64_t group_width(int64_t heads) { return heads <= 4 ? 4 : heads <= 8 ? 8 : 16; }
 int64_t groups_of(int64_t heads) { return ceil_div(heads, group_width(heads)); }
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
+using amx::TileConfig;
 
 // Scores: accumulators 0-3 [16 rows × w heads] f32, the cached rows in 4 [16 × 32] bf16, the
 // query in 5 [16 pairs × w heads].
@@ -178,39 +174,6 @@ void order_segments(float* row, int64_t R) {
   }
 }
 
-// The value accumulators by number: the tile intrinsics name their registers in the instruction
-// text, so a tile number must be a literal.
-void zero_accumulator(int t) {
-  switch (t) {
-    case 0: _tile_zero(0); break;
-    case 1: _tile_zero(1); break;
-    case 2: _tile_zero(2); break;
-    case 3: _tile_zero(3); break;
-    case 4: _tile_zero(4); break;
-    default: _tile_zero(5); break;
-  }
-}
-void accumulate_values(int t) {  // accumulator t += A (tile 6) · B (tile 7)
-  switch (t) {
-    case 0: _tile_dpbf16ps(0, 6, 7); break;
-    case 1: _tile_dpbf16ps(1, 6, 7); break;
-    case 2: _tile_dpbf16ps(2, 6, 7); break;
-    case 3: _tile_dpbf16ps(3, 6, 7); break;
-    case 4: _tile_dpbf16ps(4, 6, 7); break;
-    default: _tile_dpbf16ps(5, 6, 7); break;
-  }
-}
-void store_accumulator(int t, float* out) {  // [16 × 16] f32
-  switch (t) {
-    case 0: _tile_stored(0, out, 64); break;
-    case 1: _tile_stored(1, out, 64); break;
-    case 2: _tile_stored(2, out, 64); break;
-    case 3: _tile_stored(3, out, 64); break;
-    case 4: _tile_stored(4, out, 64); break;
-    default: _tile_stored(5, out, 64); break;
-  }
-}
-
 }  // namespace
 
 bool usable(int64_t heads, int64_t latent, int64_t K) {
@@ -300,16 +263,16 @@ void run_unit(int64_t heads, int64_t latent, int64_t K, const bf16* rows, int64_
     const int64_t group_heads = std::min(w, H - g * w);
     for (int64_t b0 = 0; b0 < blocks; b0 += kAccumulators) {
       const int nb = int(std::min<int64_t>(kAccumulators, blocks - b0));
-      for (int b = 0; b < nb; ++b) zero_accumulator(b);
+      for (int b = 0; b < nb; ++b) amx::zero(b);
       for (int64_t step = 0; step < steps; ++step) {
         _tile_loadd(6, s.probs + (g * steps + step) * w * 16, 64);
         for (int b = 0; b < nb; ++b) {
           _tile_loadd(7, s.values + (step * blocks + b0 + b) * 256, 64);
-          accumulate_values(b);
+          amx::accumulate(b);
         }
       }
       for (int b = 0; b < nb; ++b) {
-        store_accumulator(b, s.block_out);
+        amx::store(b, s.block_out, 64);
         for (int64_t h = 0; h < group_heads; ++h)
           std::memcpy(partial + (g * w + h) * R + (b0 + b) * kBlock, s.block_out + h * 16, 16 * sizeof(float));
       }
