@@ -186,6 +186,10 @@ void bench_model(const ModelBenchArgs& a) {
   for (int64_t n : a.generations) max_gen = std::max(max_gen, n);
   for (int64_t p : a.prompts) max_prompt = std::max(max_prompt, p);
   const int64_t capacity = max_depth + std::max(max_gen, max_prompt) + 2;
+  // Checked before any prefill: a deep run fails here, not after its depth's minutes of prefill.
+  HYLA_CHECK(max_depth + std::max(max_gen, max_prompt) <= config.max_position_embeddings,
+             "bench: depth {} + {} tokens reach past the model's max_position_embeddings ({})", max_depth,
+             std::max(max_gen, max_prompt), config.max_position_embeddings);
 
   std::vector<int32_t> text;
   if (!a.text_file.empty()) {

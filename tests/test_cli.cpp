@@ -89,6 +89,12 @@ TEST(Cli, BenchBoundsDecodeByBytesAndTheMixersFlops) {
     for (const char* tier : {"reread_tier", "routed_tier"})
       EXPECT_TRUE(row[tier] == "LLC" || row[tier] == "DRAM") << row.dump();
   }
+  // A depth that leaves no room for the tests' tokens fails before any prefill, naming the limit.
+  const int64_t max_positions = ModelConfig::load(model + "/config.json").max_position_embeddings;
+  const auto deep = run_hyla("bench -m " + model + " -p 1 -n 4 -d " + std::to_string(max_positions - 2) + " -r 1");
+  EXPECT_EQ(deep.exit_code, 1) << deep.output;
+  EXPECT_NE(deep.output.find("reach past the model's max_position_embeddings (" + std::to_string(max_positions) + ")"),
+            std::string::npos) << deep.output;
 }
 
 // --dtype is the matmul input dtype wherever it is taken; the weight dtype of init and quantize is
