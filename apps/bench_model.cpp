@@ -185,11 +185,11 @@ void bench_model(const ModelBenchArgs& a) {
   for (int64_t d : a.depths) max_depth = std::max(max_depth, d);
   for (int64_t n : a.generations) max_gen = std::max(max_gen, n);
   for (int64_t p : a.prompts) max_prompt = std::max(max_prompt, p);
-  const int64_t capacity = max_depth + std::max(max_gen, max_prompt) + 2;
+  const int64_t max_new = std::max(max_gen, max_prompt), capacity = max_depth + max_new + 2;
   // Checked before any prefill: a deep run fails here, not after its depth's minutes of prefill.
-  HYLA_CHECK(max_depth + std::max(max_gen, max_prompt) <= config.max_position_embeddings,
-             "bench: depth {} + {} tokens reach past the model's max_position_embeddings ({})", max_depth,
-             std::max(max_gen, max_prompt), config.max_position_embeddings);
+  HYLA_CHECK(max_depth + max_new <= config.max_position_embeddings,
+             "bench: depth {} + {} tokens reach past the model's max_position_embeddings ({})", max_depth, max_new,
+             config.max_position_embeddings);
 
   std::vector<int32_t> text;
   if (!a.text_file.empty()) {
