@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -661,7 +662,9 @@ TEST(Serve, GuardrailsStopWhatTheRuntimeWouldAndSayWhy) {
   json one_failure = failing;
   one_failure.erase(one_failure.end() - 2, one_failure.end());
   const json goes_on = post(s, "/v1/chat/completions", {{"messages", one_failure}, {"tools", sc.tools}, {"max_tokens", 4}});
-  EXPECT_NE(goes_on["choices"][0].value("guardrail", json::object()).value("status", ""), "gave_up");
+  // Sampled (not greedy), so its four tokens may be a cut call, or a reply the threshold replaces.
+  const std::string goes_on_status = goes_on["choices"][0].value("guardrail", json::object()).value("status", "");
+  EXPECT_NE(goes_on_status, "gave_up");
 
   const json hello = {{"messages", sc.hello_messages}, {"temperature", 0}};
   const json abstained = post(s, "/v1/chat/completions", hello);
@@ -690,7 +693,10 @@ TEST(Serve, GuardrailsStopWhatTheRuntimeWouldAndSayWhy) {
   auto metrics = s.client().Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("hyla_guardrail_stops_total{status=\"gave_up\"} 2"), std::string::npos) << metrics->body;
-  EXPECT_NE(metrics->body.find("hyla_guardrail_stops_total{status=\"abstained\"} 2"), std::string::npos);
+  const int abstentions = 2 + (goes_on_status == "abstained");
+  EXPECT_NE(metrics->body.find(fmt::format("hyla_guardrail_stops_total{{status=\"abstained\"}} {}", abstentions)),
+            std::string::npos)
+      << metrics->body;
 }
 
 TEST(Serve, CompletionsEchoLogprobsScoreThePromptLikeTheModel) {
