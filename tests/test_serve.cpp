@@ -3,8 +3,8 @@
 // has memorised two conversations, one of which answers with a tool call.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>

@@ -47,15 +47,35 @@ struct Bf16Ops {
 #endif
 };
 
-// Rows [n0, n1) of y for M rows of x, R weight rows at a time, K unrolled U = 16 / (R·M) times so
-// that up to 16 accumulators are in flight: accumulator (r·M + m)·U + u sums x[m] · W[n + r] over the
-// u-th vector of each step. A group past N re-reads the last row and does not store it. With
-// kPrefetch every weight vector read prefetches the same offset of the next group into L2
-// (Layout below says where that pays). The prefetch past the last group reads nothing the caller
-// owns but faults never.
-template <class Ops, int M, int R, bool kPrefetch>
+// How skinny_rows walks the weights, tuned per microarchitecture at compile time like the
+// instruction set (-march=native; GCC names AMD's Zen cores __znverN__, Zen 5 as znver3 with
+// AVX-512 in GCC 12). Measured with one thread on products of configs/small.json's shapes
+// (BENCHMARKS.md, "Decode products on Zen 5"):
+// - Xeon (Sapphire Rapids class): four rows at a time with the next group prefetched into L2,
+//   1.10x faster than without on a token's products in L3 and DRAM.
+// - Zen 5: the prefetch costs 10-15% in L3 and gains nothing from DRAM, and each row's
+//   reduction and x's reloads take scheduler room that the weight loads need: eight rows at a
+//   time without the prefetch read 1.1-1.3x faster for one row of x.
+template <int M>
+struct Layout {
+#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
+  static constexpr int kRows = M == 1 ? 8 : 4;
+  static constexpr bool kPrefetch = false;
+#else
+  static constexpr int kRows = 4;
+  static constexpr bool kPrefetch = true;
+#endif
+};
+
+// Rows [n0, n1) of y for M rows of x, R = Layout's rows at a time, K unrolled U = 16 / (R·M) times
+// so that up to 16 accumulators are in flight: accumulator (r·M + m)·U + u sums x[m] · W[n + r]
+// over the u-th vector of each step. A group past N re-reads the last row and does not store it.
+// With Layout's prefetch every weight vector read prefetches the same offset of the next group
+// into L2; the prefetch past the last group reads nothing the caller owns but faults never.
+template <class Ops, int M>
 void skinny_rows(int64_t n0, int64_t n1, int64_t N, int64_t K, float alpha, const typename Ops::T* x, int64_t ldx,
                  const typename Ops::T* W, int64_t ldw, float beta, float* y, int64_t ldy) {
+  constexpr int R = Layout<M>::kRows;
   static_assert(R * M <= 16);
   constexpr int U = std::max(1, 16 / (R * M)), W_ = Ops::kWidth, kStep = U * W_;
   const int64_t full = K / kStep * kStep;
@@ -69,7 +89,7 @@ void skinny_rows(int64_t n0, int64_t n1, int64_t N, int64_t K, float alpha, cons
       vec::unroll<M * U>([&](auto i) { xv[i] = Ops::load(x + (i / U) * ldx + k + (i % U) * W_); });
       vec::unroll<R * U>([&](auto i) {
         constexpr int r = i / U, u = i % U;
-        if constexpr (kPrefetch) __builtin_prefetch(rows[r] + R * ldw + k + u * W_, 0, 2);  // into L2
+        if constexpr (Layout<M>::kPrefetch) __builtin_prefetch(rows[r] + R * ldw + k + u * W_, 0, 2);  // into L2
         const auto w = Ops::load(rows[r] + k + u * W_);
         vec::unroll<M>([&](auto m) { acc[(r * M + m) * U + u] = Ops::madd(acc[(r * M + m) * U + u], w, xv[m * U + u]); });
       });
@@ -99,32 +119,6 @@ void skinny_rows(int64_t n0, int64_t n1, int64_t N, int64_t K, float alpha, cons
         out = alpha * sums[r * M + m] + (beta == 0.0f ? 0.0f : beta * out);
       }
   }
-}
-
-// How skinny_rows walks the weights, tuned per microarchitecture at compile time like the
-// instruction set (-march=native; GCC names AMD's Zen cores __znverN__, Zen 5 as znver3 with
-// AVX-512 up to GCC 13). Measured with one thread on products of configs/small.json's shapes
-// (BENCHMARKS.md, "Decode products on Zen 5"):
-// - Xeon (Sapphire Rapids class): four rows at a time with the next group prefetched into L2,
-//   1.10x faster than without on a token's products in L3 and DRAM.
-// - Zen 5: the prefetch costs 10-15% in L3 and gains nothing from DRAM, and each row's
-//   reduction and x's reloads take scheduler room that the weight loads need: eight rows at a
-//   time without the prefetch read 1.1-1.3x faster for one row of x.
-template <int M>
-struct Layout {
-#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
-  static constexpr int kRows = M == 1 ? 8 : 4;
-  static constexpr bool kPrefetch = false;
-#else
-  static constexpr int kRows = 4;
-  static constexpr bool kPrefetch = true;
-#endif
-};
-
-template <class Ops, int M>
-void skinny_rows(int64_t n0, int64_t n1, int64_t N, int64_t K, float alpha, const typename Ops::T* x, int64_t ldx,
-                 const typename Ops::T* W, int64_t ldw, float beta, float* y, int64_t ldy) {
-  skinny_rows<Ops, M, Layout<M>::kRows, Layout<M>::kPrefetch>(n0, n1, N, K, alpha, x, ldx, W, ldw, beta, y, ldy);
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
