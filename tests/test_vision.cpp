@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@
 #include "hyla/io/base64.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
+#include "hyla/train/train_config.h"
 #include "model_test_util.h"
 #include "test_util.h"
 #include "text_fixtures.h"
@@ -37,15 +39,15 @@ Image striped(int64_t h, int64_t w, uint8_t seed) {
   return img;
 }
 
-// Records of 14×14 grey images in two classes (bright or dark), with questions: half of them.
-void write_records(const std::filesystem::path& file, int n, bool questions = true) {
+// Records of side×side grey images in two classes (bright or dark), with questions: half of them.
+void write_records(const std::filesystem::path& file, int n, bool questions = true, int side = 14) {
   ImageRecordWriter writer(file);
   for (int i = 0; i < n; ++i) {
     const int label = i % 2;
-    std::vector<uint8_t> pixels(14 * 14, uint8_t(label ? 230 : 20));
-    pixels[size_t(i % 196)] = 128;
-    if (!questions || i % 4 < 2) writer.add(pixels, 14, 14, 1, label ? "bright" : "dark", label);
-    else writer.add(pixels, 14, 14, 1, label ? "Q: which? A: bright" : "Q: which? A: dark", label, 10);
+    std::vector<uint8_t> pixels(size_t(side * side), uint8_t(label ? 230 : 20));
+    pixels[size_t(i % (side * side))] = 128;
+    if (!questions || i % 4 < 2) writer.add(pixels, side, side, 1, label ? "bright" : "dark", label);
+    else writer.add(pixels, side, side, 1, label ? "Q: which? A: bright" : "Q: which? A: dark", label, 10);
   }
   writer.commit();
 }
@@ -95,6 +97,40 @@ TEST(VisionData, SamplerFillsItsBudgetAndResumesExactly) {
   EXPECT_EQ(sa.ids, sb.ids);
   EXPECT_EQ(sa.targets, sb.targets);
   EXPECT_THROW(ImageRecordSampler({dir.path()}, "val", tok, vision7(), 1), Error);
+}
+
+TEST(VisionData, SamplerDrawsDirectoriesByTheirWeights) {
+  const Tokenizer& tok = test::small_tokenizer();
+  test::TempDir big, small;  // 30 records of 14×14 and 10 of 7×7: by size, a quarter are small
+  for (const auto& [dir, n, side] : {std::tuple{big.path(), 30, 14}, std::tuple{small.path(), 10, 7}}) {
+    write_records(dir / "train.bin", n, true, side);
+    test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
+                                              {"splits", {{"train", {{"file", "train.bin"}, {"records", n}}}}}}.dump());
+  }
+  auto small_share = [&](const std::vector<double>& weights) {
+    ImageRecordSampler sampler({big.path(), small.path()}, "train", tok, vision7(), 3, weights);
+    ImageSequences s;
+    int64_t drawn = 0, small_drawn = 0;
+    while (drawn < 4000) {
+      sampler.next(200, s);
+      for (const Image& image : s.images) small_drawn += image.height == 7, ++drawn;
+    }
+    return double(small_drawn) / double(drawn);
+  };
+  EXPECT_NEAR(small_share({}), 0.25, 0.03);
+  EXPECT_NEAR(small_share({1, 3}), 0.75, 0.03);  // weights of directories, not of records
+  EXPECT_NEAR(small_share({10, 10}), 0.5, 0.03);
+  EXPECT_THROW(ImageRecordSampler({big.path(), small.path()}, "train", tok, vision7(), 3, {1}), Error);
+  EXPECT_THROW(ImageRecordSampler({big.path(), small.path()}, "train", tok, vision7(), 3, {1, 0}), Error);
+
+  nlohmann::json j = {{"curriculum", json::array({{{"seq_len", 256}, {"tokens", 1024}, {"batch_tokens", 512}}})},
+                      {"images", {{"ratio", 2.0}, {"weights", {1, -2}}}}};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "t.json: images.weights (1, -2) must all be positive");
+  j["images"]["weights"] = {1, "x"};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "images.weights must be a list of numbers");
+  j["images"]["weights"] = {2, 0.5};
+  const TrainConfig c = TrainConfig::from_json(j, "t.json");
+  EXPECT_EQ(TrainConfig::from_json(c.to_json(), "again").image_weights, (std::vector<double>{2, 0.5}));
 }
 
 TEST(VisionPrompt, MarkersPlaceImagesAndChatTurnsCarryThem) {

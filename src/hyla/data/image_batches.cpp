@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "hyla/core/error.h"
 #include "hyla/data/image_file.h"
 #include "hyla/data/image_text.h"
@@ -61,7 +63,8 @@ ImageRecordReader open_image_split(const fs::path& dir, const std::string& split
 }
 
 ImageRecordSampler::ImageRecordSampler(const std::vector<fs::path>& dirs, const std::string& split,
-                                       const Tokenizer& tokenizer, const VisionConfig& vision, uint64_t seed)
+                                       const Tokenizer& tokenizer, const VisionConfig& vision, uint64_t seed,
+                                       const std::vector<double>& weights)
     : tokenizer_(tokenizer), vision_(vision), rng_(seed) {
   for (const fs::path& dir : dirs) {
     sets_.push_back(open_image_split(dir, split));
@@ -70,12 +73,30 @@ ImageRecordSampler::ImageRecordSampler(const std::vector<fs::path>& dirs, const 
     total_ += sets_.back().size();
   }
   HYLA_CHECK(!sets_.empty(), "image training needs at least one directory of records");
+  if (weights.empty()) return;
+  HYLA_CHECK(weights.size() == dirs.size(), "images.weights has {} weights for {} image directories", weights.size(),
+             dirs.size());
+  double sum = 0;
+  for (double w : weights) {
+    HYLA_CHECK(std::isfinite(w) && w > 0, "images.weights must be positive, got {}", w);
+    cumulative_weights_.push_back(sum += w);
+  }
+}
+
+int64_t ImageRecordSampler::draw() {
+  if (cumulative_weights_.empty()) return int64_t(rng_.below(total_));
+  const double u = rng_.uniform() * cumulative_weights_.back();
+  size_t set = 0;
+  while (set + 1 < sets_.size() && u >= cumulative_weights_[set]) ++set;
+  uint64_t first = 0;
+  for (size_t s = 0; s < set; ++s) first += sets_[s].size();
+  return int64_t(first + rng_.below(sets_[set].size()));
 }
 
 void ImageRecordSampler::next(int64_t rows, ImageSequences& out) {
   out.clear();
   for (;;) {
-    const int64_t i = pending_ >= 0 ? pending_ : int64_t(rng_.below(total_));
+    const int64_t i = pending_ >= 0 ? pending_ : draw();
     pending_ = -1;
     uint64_t at = uint64_t(i);
     size_t set = 0;

@@ -42,26 +42,31 @@ void append_image_sequence(const ImageRecord& record, const Tokenizer& tokenizer
 // The records of one split of a `hyla data prepare-images` / `prepare-documents` directory.
 ImageRecordReader open_image_split(const std::filesystem::path& dir, const std::string& split);
 
-// Training draws: records uniformly at random over the splits of one or more directories (each
-// record equally likely, so a set weighs by its size; a seeded hyla::Rng whose state round-trips
-// through JSON, for exact resume), as many as a budget of rows holds (at least one).
+// Training draws: records at random over the splits of one or more directories, as many as a
+// budget of rows holds (at least one). With `weights` (one per directory, any positive scale) a
+// directory is drawn by its weight, then a record of it uniformly; without, every record is equally
+// likely, so a set weighs by its size. A seeded hyla::Rng whose state round-trips through JSON,
+// for exact resume.
 class ImageRecordSampler {
  public:
   ImageRecordSampler(const std::vector<std::filesystem::path>& dirs, const std::string& split, const Tokenizer& tokenizer,
-                     const VisionConfig& vision, uint64_t seed);
+                     const VisionConfig& vision, uint64_t seed, const std::vector<double>& weights = {});
   void next(int64_t rows, ImageSequences& out);
   uint64_t size() const { return total_; }
   nlohmann::json state() const;
   void set_state(const nlohmann::json& state);
 
  private:
+  int64_t draw();  // a record's index over all sets
   std::vector<ImageRecordReader> sets_;
   std::vector<std::string> sources_;
   uint64_t total_ = 0;
+  std::vector<double> cumulative_weights_;  // empty: records uniformly
   const Tokenizer& tokenizer_;
   VisionConfig vision_;
   Rng rng_;
-  int64_t pending_ = -1;  // a drawn record that did not fit the last budget: the next batch starts with it
+  // A drawn record (its index over all sets) that did not fit the last budget: the next batch starts with it.
+  int64_t pending_ = -1;
 };
 
 }  // namespace hyla

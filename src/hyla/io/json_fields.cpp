@@ -57,6 +57,17 @@ void JsonFields::read(const std::string& key, std::vector<int64_t>& out) {
   }
 }
 
+void JsonFields::read(const std::string& key, std::vector<double>& out) {
+  const json* v = get(key, &json::is_array, "a list of numbers");
+  if (!v) return;
+  out.clear();
+  for (const json& item : *v) {
+    HYLA_CHECK(item.is_number(), "{}: {} must be a list of numbers, got element {}", source_, path(key),
+               json_excerpt(item));
+    out.push_back(item.get<double>());
+  }
+}
+
 JsonFields JsonFields::object(const std::string& key) {
   const json* v = get(key, &json::is_object, "an object");
   return JsonFields(v ? *v : kEmpty, source_, path(key));

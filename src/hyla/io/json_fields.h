@@ -27,6 +27,7 @@ class JsonFields {
   void read(const std::string& key, std::string& out);
   void read(const std::string& key, std::vector<std::string>& out);
   void read(const std::string& key, std::vector<int64_t>& out);
+  void read(const std::string& key, std::vector<double>& out);
   // Marks keys as known but ignored (bookkeeping keys written by other tools).
   void ignore(const std::string& key) { seen_.insert(key); }
   // A nested object; absent keys give an empty object.

@@ -1,5 +1,7 @@
 #include "hyla/train/train_config.h"
 
+#include <cmath>
+
 #include "hyla/core/error.h"
 #include "hyla/eval/longctx_tasks.h"
 #include "hyla/rl/environment.h"
@@ -79,6 +81,7 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   f.read("max_bad_steps", c.max_bad_steps);
   JsonFields images = f.object("images");
   images.read("ratio", c.image_ratio);
+  images.read("weights", c.image_weights);
   images.finish();
   JsonFields longctx = f.object("longctx");
   longctx.read("ratio", c.longctx_ratio);
@@ -146,6 +149,8 @@ void TrainConfig::validate(const std::string& source) const {
   rule(sample_temperature >= 0, "sample.temperature must be >= 0");
   rule(max_bad_steps >= 1, fmt::format("max_bad_steps ({}) must be >= 1", max_bad_steps));
   rule(image_ratio >= 0 && image_ratio <= 64, fmt::format("images.ratio ({}) must lie in [0, 64]", image_ratio));
+  for (double w : image_weights)
+    rule(std::isfinite(w) && w > 0, fmt::format("images.weights ({}) must all be positive", fmt::join(image_weights, ", ")));
   rule(longctx_ratio >= 0 && longctx_ratio <= 64, fmt::format("longctx.ratio ({}) must lie in [0, 64]", longctx_ratio));
   rule(agent_ratio >= 0 && agent_ratio <= 64, fmt::format("agent.ratio ({}) must lie in [0, 64]", agent_ratio));
   rule(agent_fault_share >= 0 && agent_fault_share <= 1,
@@ -235,7 +240,7 @@ json TrainConfig::to_json() const {
            {{"every", sample_every}, {"tokens", sample_tokens}, {"prompt", sample_prompt},
             {"temperature", sample_temperature}}},
           {"max_bad_steps", max_bad_steps},
-          {"images", {{"ratio", image_ratio}}},
+          {"images", {{"ratio", image_ratio}, {"weights", image_weights}}},
           {"longctx", {{"ratio", longctx_ratio}, {"tasks", longctx_tasks}, {"haystack", longctx_haystack}}},
           {"agent", {{"ratio", agent_ratio}, {"environments", agent_environments}, {"fault_share", agent_fault_share}}},
           {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};

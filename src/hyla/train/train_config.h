@@ -57,6 +57,9 @@ struct TrainConfig {
   // rows per text row, added to the text, which stays as the curriculum says (a text-only twin with
   // the same curriculum sees exactly the same text). 0: text only.
   double image_ratio = 0;
+  // The share of image records drawn from each `--images` directory, in order (normalised; one
+  // weight per directory). Empty: every record equally likely, so a set weighs by its size.
+  std::vector<double> image_weights;
   // Synthetic long-context sequences (eval/longctx_tasks.h: the suite's generators, drawn from a
   // training seed stream the evaluation never uses) join every micro-batch: this many rows per text
   // row, each sample filling the stage's seq_len, loss on its answer only. Haystacks are cut from

@@ -136,6 +136,9 @@ void run_training(const TrainOptions& o) {
   HYLA_CHECK((tc.image_ratio > 0) == !o.images_dirs.empty(),
              "{}: images.ratio {} {}", o.train_config, tc.image_ratio,
              o.images_dirs.empty() ? "needs image records: pass --images DIR" : "is 0, so --images would be unused");
+  HYLA_CHECK(tc.image_weights.empty() || tc.image_weights.size() == o.images_dirs.size(),
+             "{}: images.weights has {} weights but {} --images directories were given (one weight each, in order)",
+             o.train_config, tc.image_weights.size(), o.images_dirs.size());
   HYLA_CHECK(o.images_dirs.empty() || ranks == 1, "hyla train --images does not run under mpirun yet (one process)");
   HYLA_CHECK(tc.agent_ratio == 0 || ranks == 1, "{}: agent demonstrations do not run under mpirun yet (one process)", o.train_config);
   HYLA_CHECK(tc.longctx_ratio == 0 || ranks == 1, "{}: longctx does not run under mpirun yet (one process)", o.train_config);
@@ -287,10 +290,11 @@ void run_training(const TrainOptions& o) {
   ImageSequences image_sequences;
   if (!o.images_dirs.empty()) {
     images.emplace(std::vector<fs::path>(o.images_dirs.begin(), o.images_dirs.end()), "train", tokenizer, config.vision,
-                   tc.seed + 1);
+                   tc.seed + 1, tc.image_weights);
     if (!images_state.is_null()) images->set_state(images_state);
-    fmt::print("images {}: {} training records, {:g} image rows per text row\n", fmt::join(o.images_dirs, ", "),
-               images->size(), tc.image_ratio);
+    fmt::print("images {}: {} training records, {:g} image rows per text row{}\n", fmt::join(o.images_dirs, ", "),
+               images->size(), tc.image_ratio,
+               tc.image_weights.empty() ? "" : fmt::format(", directories weighted {}", fmt::join(tc.image_weights, ":")));
   }
   std::optional<AgentDemoSampler> agent;
   ImageSequences agent_sequences;
