@@ -7,7 +7,7 @@
 # and the KJV validation loss of both models. Saves the model to runs/vision/model and the
 # reports to runs/vision/{fmnist,documents,documents-heldout-font}.html.
 #   bash scripts/vision.sh [BUILD_DIR]
-# Needs jq. About 45 minutes on two cores (docs/vision.md has the measured run).
+# Needs jq. About 40 minutes on two Zen 5 cores (90 or more on the earlier Intel box) (docs/vision.md has the measured run).
 set -euo pipefail
 build=${1:-build}
 hyla="$build/hyla"
@@ -15,8 +15,12 @@ out=runs/vision
 mkdir -p data "$out"
 bash scripts/prepare-kjv.sh "$build"
 [[ -f data/fmnist/meta.json ]] || "$hyla" data prepare-images --dataset fashion-mnist --out data/fmnist
-[[ -f data/documents/meta.json ]] || "$hyla" data prepare-documents --out data/documents --width 56 --height 56 \
-  --train 10000 --heldout-font /usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf
+# An earlier recipe rendered 10,000 training documents: a set of another size is rendered again
+# (the val and test splits do not depend on it).
+if ! jq -e '.splits.train.records == 50000' data/documents/meta.json > /dev/null 2>&1; then
+  "$hyla" data prepare-documents --out data/documents --width 56 --height 56 \
+    --train 50000 --heldout-font /usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf
+fi
 
 start=$(date +%s)
 "$hyla" train --config configs/vision.json --train configs/train-vision.json --data data/kjv \
