@@ -7,7 +7,8 @@
 # and the KJV validation loss of both models. Saves the model to runs/vision/model and the
 # reports to runs/vision/{fmnist,documents,documents-heldout-font}.html.
 #   bash scripts/vision.sh [BUILD_DIR]
-# Needs jq. About 40 minutes on two Zen 5 cores (90 or more on the earlier Intel box) (docs/vision.md has the measured run).
+# Needs jq. About 40 minutes on two Zen 5 cores, 75-95 on the earlier
+# Intel box (docs/vision.md has the measured run).
 set -euo pipefail
 build=${1:-build}
 hyla="$build/hyla"
@@ -17,9 +18,10 @@ bash scripts/prepare-kjv.sh "$build"
 [[ -f data/fmnist/meta.json ]] || "$hyla" data prepare-images --dataset fashion-mnist --out data/fmnist
 # An earlier recipe rendered 10,000 training documents: a set of another size is rendered again
 # (the val and test splits do not depend on it).
-if ! jq -e '.splits.train.records == 50000' data/documents/meta.json > /dev/null 2>&1; then
+train_documents=50000
+if ! jq -e ".splits.train.records == $train_documents" data/documents/meta.json > /dev/null 2>&1; then
   "$hyla" data prepare-documents --out data/documents --width 56 --height 56 \
-    --train 50000 --heldout-font /usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf
+    --train "$train_documents" --heldout-font /usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf
 fi
 
 start=$(date +%s)
