@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "hyla/data/chat_template.h"
+#include "hyla/data/image_augment.h"
 #include "hyla/data/image_batches.h"
 #include "hyla/data/image_file.h"
 #include "hyla/data/image_text.h"
@@ -131,6 +132,87 @@ TEST(VisionData, SamplerDrawsDirectoriesByTheirWeights) {
   j["images"]["weights"] = {2, 0.5};
   const TrainConfig c = TrainConfig::from_json(j, "t.json");
   EXPECT_EQ(TrainConfig::from_json(c.to_json(), "again").image_weights, (std::vector<double>{2, 0.5}));
+}
+
+// The definition, pixel by pixel: result(y, x) = source(y - dy, x - dx) after an optional mirror.
+Image shifted_reference(const Image& src, bool mirror, int64_t dy, int64_t dx) {
+  Image out{src.height, src.width, src.channels, std::vector<uint8_t>(src.pixels.size(), 0)};
+  for (int64_t y = 0; y < src.height; ++y)
+    for (int64_t x = 0; x < src.width; ++x) {
+      const int64_t sy = y - dy, sx0 = x - dx;
+      if (sy < 0 || sy >= src.height || sx0 < 0 || sx0 >= src.width) continue;
+      const int64_t sx = mirror ? src.width - 1 - sx0 : sx0;
+      for (int64_t ch = 0; ch < src.channels; ++ch)
+        out.pixels[size_t((y * src.width + x) * src.channels + ch)] =
+            src.pixels[size_t((sy * src.width + sx) * src.channels + ch)];
+    }
+  return out;
+}
+
+TEST(VisionData, AugmentationMirrorsAndShiftsAsDefined) {
+  Image rgb{5, 6, 3, std::vector<uint8_t>(90)};
+  for (size_t i = 0; i < rgb.pixels.size(); ++i) rgb.pixels[i] = uint8_t(1 + i * 7 % 251);
+  Rng rng(4);
+  Image mirrored = rgb;
+  augment_image({1.0, 0}, rng, mirrored);
+  EXPECT_EQ(mirrored.pixels, shifted_reference(rgb, true, 0, 0).pixels);  // channels move with their pixel
+  Image unchanged = rgb;
+  augment_image({0.0, 0}, rng, unchanged);
+  EXPECT_EQ(unchanged.pixels, rgb.pixels);
+
+  // Every draw is one of the (2·2+1)² translations, each about equally often, mirrored about half the time.
+  const Image grey = striped(9, 11, 3);
+  std::map<std::tuple<bool, int64_t, int64_t>, int> seen;
+  const int draws = 5000;
+  for (int i = 0; i < draws; ++i) {
+    Image img = grey;
+    augment_image({0.5, 2}, rng, img);
+    int matches = 0;
+    for (bool mirror : {false, true})
+      for (int64_t dy = -2; dy <= 2; ++dy)
+        for (int64_t dx = -2; dx <= 2; ++dx)
+          if (img.pixels == shifted_reference(grey, mirror, dy, dx).pixels) ++matches, ++seen[{mirror, dy, dx}];
+    ASSERT_EQ(matches, 1) << "draw " << i;
+    ASSERT_EQ(img.height, grey.height);
+  }
+  ASSERT_EQ(seen.size(), 50u);
+  for (const auto& [key, n] : seen) EXPECT_NEAR(n, draws / 50.0, 40) << std::get<1>(key) << "," << std::get<2>(key);
+}
+
+TEST(VisionData, SamplerAugmentsItsDirectoryAndResumesExactly) {
+  const Tokenizer& tok = test::small_tokenizer();
+  test::TempDir dir;
+  write_records(dir / "train.bin", 30);
+  test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
+                                            {"splits", {{"train", {{"file", "train.bin"}, {"records", 30}}}}}}.dump());
+  ImageRecordSampler plain({dir.path()}, "train", tok, vision7(), 5);
+  ImageRecordSampler a({dir.path()}, "train", tok, vision7(), 5, {}, {{0.5, 3}}),
+      b({dir.path()}, "train", tok, vision7(), 5, {}, {{0.5, 3}});
+  ImageSequences sp, sa, sb;
+  plain.next(100, sp);
+  a.next(100, sa);
+  EXPECT_NE(sa.images.front().pixels, sp.images.front().pixels);  // the same first record, augmented
+  EXPECT_EQ(sa.images.front().height, sp.images.front().height);
+  b.set_state(a.state());
+  a.next(100, sa);
+  b.next(100, sb);
+  EXPECT_EQ(sa.ids, sb.ids);
+  ASSERT_EQ(sa.images.size(), sb.images.size());
+  for (size_t i = 0; i < sa.images.size(); ++i) EXPECT_EQ(sa.images[i].pixels, sb.images[i].pixels);
+  EXPECT_THROW(ImageRecordSampler({dir.path()}, "train", tok, vision7(), 5, {}, {{0.5, 3}, {}}), Error);
+
+  nlohmann::json j = {{"curriculum", json::array({{{"seq_len", 256}, {"tokens", 1024}, {"batch_tokens", 512}}})},
+                      {"images", {{"ratio", 2.0}, {"augment", {{{"flip", 1.5}}}}}}};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "t.json: images.augment[0].flip (1.5) must lie in [0, 1]");
+  j["images"]["augment"] = {{{"flip", 0.5}, {"rotate", 10}}};
+  test::expect_error([&] { TrainConfig::from_json(j, "t.json"); }, "unknown key images.augment[0].rotate");
+  j["images"]["augment"] = {{{"flip", 0.5}, {"shift", 2}}, json::object()};
+  const TrainConfig c = TrainConfig::from_json(j, "t.json");
+  const TrainConfig again = TrainConfig::from_json(c.to_json(), "again");
+  ASSERT_EQ(again.image_augment.size(), 2u);
+  EXPECT_EQ(again.image_augment[0].shift, 2);
+  EXPECT_EQ(again.image_augment[0].flip, 0.5);
+  EXPECT_FALSE(again.image_augment[1].any());
 }
 
 TEST(VisionPrompt, MarkersPlaceImagesAndChatTurnsCarryThem) {

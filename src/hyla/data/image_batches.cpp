@@ -64,8 +64,8 @@ ImageRecordReader open_image_split(const fs::path& dir, const std::string& split
 
 ImageRecordSampler::ImageRecordSampler(const std::vector<fs::path>& dirs, const std::string& split,
                                        const Tokenizer& tokenizer, const VisionConfig& vision, uint64_t seed,
-                                       const std::vector<double>& weights)
-    : tokenizer_(tokenizer), vision_(vision), rng_(seed) {
+                                       const std::vector<double>& weights, const std::vector<ImageAugment>& augments)
+    : augments_(augments), tokenizer_(tokenizer), vision_(vision), rng_(seed) {
   for (const fs::path& dir : dirs) {
     sets_.push_back(open_image_split(dir, split));
     sources_.push_back(fmt::format("{} ({} split)", dir.string(), split));
@@ -73,6 +73,8 @@ ImageRecordSampler::ImageRecordSampler(const std::vector<fs::path>& dirs, const 
     total_ += sets_.back().size();
   }
   HYLA_CHECK(!sets_.empty(), "image training needs at least one directory of records");
+  HYLA_CHECK(augments.empty() || augments.size() == dirs.size(), "images.augment has {} entries for {} image directories",
+             augments.size(), dirs.size());
   if (weights.empty()) return;
   HYLA_CHECK(weights.size() == dirs.size(), "images.weights has {} weights for {} image directories", weights.size(),
              dirs.size());
@@ -103,6 +105,7 @@ void ImageRecordSampler::next(int64_t rows, ImageSequences& out) {
     while (at >= sets_[set].size()) at -= sets_[set++].size();
     const size_t before = out.ids.size();
     append_image_sequence(sets_[set].record(at), tokenizer_, vision_, fmt::format("{} record {}", sources_[set], at), out);
+    if (!augments_.empty() && augments_[set].any()) augment_image(augments_[set], rng_, out.images.back());
     if (out.rows() > rows && out.lengths.size() > 1) {  // over the budget: keep it for the next batch
       out.ids.resize(before);
       out.targets.resize(before);

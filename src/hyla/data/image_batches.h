@@ -11,6 +11,7 @@
 
 #include "hyla/core/image.h"
 #include "hyla/core/random.h"
+#include "hyla/data/image_augment.h"
 #include "hyla/data/image_records.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/model/config.h"
@@ -45,12 +46,14 @@ ImageRecordReader open_image_split(const std::filesystem::path& dir, const std::
 // Training draws: records at random over the splits of one or more directories, as many as a
 // budget of rows holds (at least one). With `weights` (one per directory, any positive scale) a
 // directory is drawn by its weight, then a record of it uniformly; without, every record is equally
-// likely, so a set weighs by its size. A seeded hyla::Rng whose state round-trips through JSON,
-// for exact resume.
+// likely, so a set weighs by its size. With `augments` (one per directory) each drawn image is
+// augmented as its directory's entry says (data/image_augment.h). A seeded hyla::Rng whose state
+// round-trips through JSON, for exact resume.
 class ImageRecordSampler {
  public:
   ImageRecordSampler(const std::vector<std::filesystem::path>& dirs, const std::string& split, const Tokenizer& tokenizer,
-                     const VisionConfig& vision, uint64_t seed, const std::vector<double>& weights = {});
+                     const VisionConfig& vision, uint64_t seed, const std::vector<double>& weights = {},
+                     const std::vector<ImageAugment>& augments = {});
   void next(int64_t rows, ImageSequences& out);
   uint64_t size() const { return total_; }
   nlohmann::json state() const;
@@ -62,6 +65,7 @@ class ImageRecordSampler {
   std::vector<std::string> sources_;
   uint64_t total_ = 0;
   std::vector<double> cumulative_weights_;  // empty: records uniformly
+  std::vector<ImageAugment> augments_;      // empty: none
   const Tokenizer& tokenizer_;
   VisionConfig vision_;
   Rng rng_;

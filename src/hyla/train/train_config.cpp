@@ -82,6 +82,18 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   JsonFields images = f.object("images");
   images.read("ratio", c.image_ratio);
   images.read("weights", c.image_weights);
+  if (images.has("augment")) {
+    const json& entries = images.raw("augment");
+    if (!entries.is_array()) images.fail_rule("images.augment must be a list with one object per --images directory");
+    for (size_t i = 0; i < entries.size(); ++i) {
+      JsonFields entry(entries[i], source, "images.augment[" + std::to_string(i) + "]");
+      ImageAugment augment;
+      entry.read("flip", augment.flip);
+      entry.read("shift", augment.shift);
+      entry.finish();
+      c.image_augment.push_back(augment);
+    }
+  }
   images.finish();
   JsonFields longctx = f.object("longctx");
   longctx.read("ratio", c.longctx_ratio);
@@ -151,6 +163,12 @@ void TrainConfig::validate(const std::string& source) const {
   rule(image_ratio >= 0 && image_ratio <= 64, fmt::format("images.ratio ({}) must lie in [0, 64]", image_ratio));
   for (double w : image_weights)
     rule(std::isfinite(w) && w > 0, fmt::format("images.weights ({}) must all be positive", fmt::join(image_weights, ", ")));
+  for (size_t i = 0; i < image_augment.size(); ++i) {
+    rule(image_augment[i].flip >= 0 && image_augment[i].flip <= 1,
+         fmt::format("images.augment[{}].flip ({}) must lie in [0, 1]", i, image_augment[i].flip));
+    rule(image_augment[i].shift >= 0 && image_augment[i].shift <= 64,
+         fmt::format("images.augment[{}].shift ({}) must lie in [0, 64]", i, image_augment[i].shift));
+  }
   rule(longctx_ratio >= 0 && longctx_ratio <= 64, fmt::format("longctx.ratio ({}) must lie in [0, 64]", longctx_ratio));
   rule(agent_ratio >= 0 && agent_ratio <= 64, fmt::format("agent.ratio ({}) must lie in [0, 64]", agent_ratio));
   rule(agent_fault_share >= 0 && agent_fault_share <= 1,
@@ -221,6 +239,8 @@ json TrainConfig::to_json() const {
     if (s.longctx_ratio != -1) stages.back()["longctx_ratio"] = s.longctx_ratio;
     if (!s.longctx_tasks.empty()) stages.back()["longctx_tasks"] = s.longctx_tasks;
   }
+  json augment_json = json::array();
+  for (const ImageAugment& a : image_augment) augment_json.push_back({{"flip", a.flip}, {"shift", a.shift}});
   return {{"seed", seed},
           {"precision", precision == Precision::BF16 ? "bf16" : "f32"},
           {"optimizer",
@@ -240,7 +260,7 @@ json TrainConfig::to_json() const {
            {{"every", sample_every}, {"tokens", sample_tokens}, {"prompt", sample_prompt},
             {"temperature", sample_temperature}}},
           {"max_bad_steps", max_bad_steps},
-          {"images", {{"ratio", image_ratio}, {"weights", image_weights}}},
+          {"images", {{"ratio", image_ratio}, {"weights", image_weights}, {"augment", augment_json}}},
           {"longctx", {{"ratio", longctx_ratio}, {"tasks", longctx_tasks}, {"haystack", longctx_haystack}}},
           {"agent", {{"ratio", agent_ratio}, {"environments", agent_environments}, {"fault_share", agent_fault_share}}},
           {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hyla/data/image_augment.h"
 #include "hyla/model/context.h"
 
 namespace hyla {
@@ -60,6 +61,9 @@ struct TrainConfig {
   // The share of image records drawn from each `--images` directory, in order (normalised; one
   // weight per directory). Empty: every record equally likely, so a set weighs by its size.
   std::vector<double> image_weights;
+  // Augmentation of each `--images` directory's training images, in order (data/image_augment.h:
+  // "flip" probability, "shift" pixels; {} for none). Empty: no directory is augmented.
+  std::vector<ImageAugment> image_augment;
   // Synthetic long-context sequences (eval/longctx_tasks.h: the suite's generators, drawn from a
   // training seed stream the evaluation never uses) join every micro-batch: this many rows per text
   // row, each sample filling the stage's seq_len, loss on its answer only. Haystacks are cut from

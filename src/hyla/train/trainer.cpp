@@ -139,6 +139,9 @@ void run_training(const TrainOptions& o) {
   HYLA_CHECK(tc.image_weights.empty() || tc.image_weights.size() == o.images_dirs.size(),
              "{}: images.weights has {} weights but {} --images directories were given (one weight each, in order)",
              o.train_config, tc.image_weights.size(), o.images_dirs.size());
+  HYLA_CHECK(tc.image_augment.empty() || tc.image_augment.size() == o.images_dirs.size(),
+             "{}: images.augment has {} entries but {} --images directories were given (one each, in order; {{}} for none)",
+             o.train_config, tc.image_augment.size(), o.images_dirs.size());
   HYLA_CHECK(o.images_dirs.empty() || ranks == 1, "hyla train --images does not run under mpirun yet (one process)");
   HYLA_CHECK(tc.agent_ratio == 0 || ranks == 1, "{}: agent demonstrations do not run under mpirun yet (one process)", o.train_config);
   HYLA_CHECK(tc.longctx_ratio == 0 || ranks == 1, "{}: longctx does not run under mpirun yet (one process)", o.train_config);
@@ -290,11 +293,15 @@ void run_training(const TrainOptions& o) {
   ImageSequences image_sequences;
   if (!o.images_dirs.empty()) {
     images.emplace(std::vector<fs::path>(o.images_dirs.begin(), o.images_dirs.end()), "train", tokenizer, config.vision,
-                   tc.seed + 1, tc.image_weights);
+                   tc.seed + 1, tc.image_weights, tc.image_augment);
     if (!images_state.is_null()) images->set_state(images_state);
     fmt::print("images {}: {} training records, {:g} image rows per text row{}\n", fmt::join(o.images_dirs, ", "),
                images->size(), tc.image_ratio,
                tc.image_weights.empty() ? "" : fmt::format(", directories weighted {}", fmt::join(tc.image_weights, ":")));
+    for (size_t i = 0; i < tc.image_augment.size(); ++i)
+      if (tc.image_augment[i].any())
+        fmt::print("images {}: augmented (mirror with probability {:g}, shifts up to {} pixels)\n", o.images_dirs[i],
+                   tc.image_augment[i].flip, tc.image_augment[i].shift);
   }
   std::optional<AgentDemoSampler> agent;
   ImageSequences agent_sequences;
