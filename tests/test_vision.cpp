@@ -53,6 +53,13 @@ void write_records(const std::filesystem::path& file, int n, bool questions = tr
   writer.commit();
 }
 
+// A prepared image directory with only a train split of n write_records records.
+void write_train_split(const std::filesystem::path& dir, int n, int side = 14) {
+  write_records(dir / "train.bin", n, true, side);
+  test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
+                                            {"splits", {{"train", {{"file", "train.bin"}, {"records", n}}}}}}.dump());
+}
+
 TEST(VisionData, SequencesScoreTheAnswerNotTheImageOrTheQuestion) {
   const Tokenizer& tok = test::small_tokenizer();
   test::TempDir dir;
@@ -84,9 +91,7 @@ TEST(VisionData, SequencesScoreTheAnswerNotTheImageOrTheQuestion) {
 TEST(VisionData, SamplerFillsItsBudgetAndResumesExactly) {
   const Tokenizer& tok = test::small_tokenizer();
   test::TempDir dir;
-  write_records(dir / "train.bin", 30);
-  test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
-                                            {"splits", {{"train", {{"file", "train.bin"}, {"records", 30}}}}}}.dump());
+  write_train_split(dir.path(), 30);
   ImageRecordSampler a({dir.path()}, "train", tok, vision7(), 5), b({dir.path()}, "train", tok, vision7(), 5);
   ImageSequences sa, sb;
   a.next(100, sa);
@@ -103,11 +108,8 @@ TEST(VisionData, SamplerFillsItsBudgetAndResumesExactly) {
 TEST(VisionData, SamplerDrawsDirectoriesByTheirWeights) {
   const Tokenizer& tok = test::small_tokenizer();
   test::TempDir big, small;  // 30 records of 14×14 and 10 of 7×7: by size, a quarter are small
-  for (const auto& [dir, n, side] : {std::tuple{big.path(), 30, 14}, std::tuple{small.path(), 10, 7}}) {
-    write_records(dir / "train.bin", n, true, side);
-    test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
-                                              {"splits", {{"train", {{"file", "train.bin"}, {"records", n}}}}}}.dump());
-  }
+  write_train_split(big.path(), 30, 14);
+  write_train_split(small.path(), 10, 7);
   auto small_share = [&](const std::vector<double>& weights) {
     ImageRecordSampler sampler({big.path(), small.path()}, "train", tok, vision7(), 3, weights);
     ImageSequences s;
@@ -182,9 +184,7 @@ TEST(VisionData, AugmentationMirrorsAndShiftsAsDefined) {
 TEST(VisionData, SamplerAugmentsItsDirectoryAndResumesExactly) {
   const Tokenizer& tok = test::small_tokenizer();
   test::TempDir dir;
-  write_records(dir / "train.bin", 30);
-  test::write_bytes(dir / "meta.json", json{{"format", "hyla-image-records"}, {"version", 2},
-                                            {"splits", {{"train", {{"file", "train.bin"}, {"records", 30}}}}}}.dump());
+  write_train_split(dir.path(), 30);
   ImageRecordSampler plain({dir.path()}, "train", tok, vision7(), 5);
   ImageRecordSampler a({dir.path()}, "train", tok, vision7(), 5, {}, {{0.5, 3}}),
       b({dir.path()}, "train", tok, vision7(), 5, {}, {{0.5, 3}});
