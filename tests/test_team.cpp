@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <thread>
@@ -58,6 +59,36 @@ TEST(Team, ParallelForUsesTheTeamOnlyInsideItsScopeAndNestsInline) {
 }
 
 // A second thread asking for the team while it is in use gets OpenMP, and both finish.
+// Below kParallelGrain operations a row loop runs as one call on this thread, outside any OpenMP
+// region (libgomp's region costs ~1.2 µs even on one thread); above it, in pieces that cover
+// every row once, each worth at least kParallelGrain operations but the last.
+TEST(Team, ParallelRowsForksOnlyWhenTheWorkIsWorthIt) {
+  for (const bool decode_team : {false, true}) {
+    const ForwardThreadsScope scope(2, decode_team);
+    int calls = 0;
+    parallel_rows(31, 512, [&](int64_t begin, int64_t end) {
+      ++calls;
+      EXPECT_EQ(begin, 0);
+      EXPECT_EQ(end, 31);
+      EXPECT_FALSE(omp_in_parallel());
+    });
+    EXPECT_EQ(calls, 1);
+    parallel_rows(0, 512, [&](int64_t, int64_t) { ++calls; });
+    EXPECT_EQ(calls, 1);
+    for (const int64_t row_work : {int64_t(1), int64_t(512), int64_t(3000), kParallelGrain * 2}) {
+      const int64_t rows = 4 * kParallelGrain / row_work + 5;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(rows));
+      std::atomic<int> short_pieces{0};
+      parallel_rows(rows, row_work, [&](int64_t begin, int64_t end) {
+        if ((end - begin) * row_work < kParallelGrain && end != rows) short_pieces.fetch_add(1);
+        for (int64_t r = begin; r < end; ++r) hits[size_t(r)].fetch_add(1);
+      });
+      EXPECT_EQ(short_pieces.load(), 0) << "row_work " << row_work;
+      for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(hits[size_t(r)].load(), 1) << "row_work " << row_work << " row " << r;
+    }
+  }
+}
+
 TEST(Team, ASecondUserFallsBackToOpenMp) {
   std::atomic<int64_t> total{0};
   const auto work = [&] {

@@ -57,7 +57,7 @@ void run_on_passing_thread(const std::function<void()>& fn);
 
 // Whether a loop over `work` simple element operations is worth waking the thread team: a fork
 // and join costs about as much as ~16K such operations, and decoding one token runs hundreds of
-// loops over a single row. Used as `#pragma omp parallel for if (worth_parallel(...))`.
+// loops over a single row. Row loops ask through parallel_rows (core/team.h).
 constexpr int64_t kParallelGrain = int64_t(1) << 14;
 inline bool worth_parallel(int64_t work) { return work >= kParallelGrain; }
 

@@ -1,5 +1,6 @@
 #include "hyla/kernels/activations.h"
 
+#include "hyla/core/team.h"
 #include "hyla/kernels/vmath.h"
 
 namespace hyla {
@@ -79,18 +80,20 @@ void silu_inplace(float* x, int64_t n) {
 }
 
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h) {
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * width > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) forward_row(act, gu + r * 2 * width, gu + r * 2 * width + width, width, h + r * width);
+  parallel_rows(rows, 2 * width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) forward_row(act, gu + r * 2 * width, gu + r * 2 * width + width, width, h + r * width);
+  });
 }
 
 void gated_activation_backward(GatedActivation act, const float* gu, const float* dh, int64_t rows, int64_t width,
                                float* dgu) {
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * width > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* a = gu + r * 2 * width;
-    float* da = dgu + r * 2 * width;
-    backward_row(act, a, a + width, dh + r * width, width, da, da + width);
-  }
+  parallel_rows(rows, 2 * width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* a = gu + r * 2 * width;
+      float* da = dgu + r * 2 * width;
+      backward_row(act, a, a + width, dh + r * width, width, da, da + width);
+    }
+  });
 }
 
 }  // namespace hyla

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "hyla/core/threads.h"
+#include "hyla/core/team.h"
 
 namespace hyla {
 namespace {
@@ -67,18 +67,19 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
   }
   const float* taps = taps_by_offset(s, w, frame);
   for (int64_t b = 0; b < s.batch; ++b) {
-#pragma omp parallel for schedule(static) if (worth_parallel((s.starts[b + 1] - s.starts[b]) * s.channels * s.kernel))
-    for (int64_t r = s.starts[b]; r < s.starts[b + 1]; ++r) {
-      float* out = y + r * ld_y;
-      std::fill(out, out + s.channels, 0.0f);
-      for (int64_t j = 0; j < s.kernel; ++j) {
-        const float* in = input_row(s, x, ld_x, tails, b, r, s.kernel - 1 - j);
-        if (!in) continue;
-        const float* tap = taps + j * s.channels;
+    parallel_rows(s.starts[b + 1] - s.starts[b], s.channels * s.kernel, [&](int64_t begin, int64_t end) {
+      for (int64_t r = s.starts[b] + begin; r < s.starts[b] + end; ++r) {
+        float* out = y + r * ld_y;
+        std::fill(out, out + s.channels, 0.0f);
+        for (int64_t j = 0; j < s.kernel; ++j) {
+          const float* in = input_row(s, x, ld_x, tails, b, r, s.kernel - 1 - j);
+          if (!in) continue;
+          const float* tap = taps + j * s.channels;
 #pragma omp simd
-        for (int64_t c = 0; c < s.channels; ++c) out[c] += tap[c] * in[c];
+          for (int64_t c = 0; c < s.channels; ++c) out[c] += tap[c] * in[c];
+        }
       }
-    }
+    });
   }
 }
 

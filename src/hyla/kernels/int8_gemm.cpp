@@ -450,37 +450,38 @@ void int8_pack(const int8_t* values, const float* scales, int64_t rows, int64_t 
   // A quad is one 32-bit word (4 consecutive values) from each of a panel's 16 rows: a full panel
   // gathers the 16 words with one instruction (expert offload packs an expert on every cache miss,
   // so this runs on the decode path).
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 20))
-  for (int64_t p = 0; p < panel_count(rows); ++p) {
-    const int64_t first = p * kPanelRows;
-    [[maybe_unused]] const bool full = first + kPanelRows <= rows;
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* out = dst + p * panel_bytes(cols, block) + b * bytes;
-      const int8_t* panel = values + first * cols + b * block;
+  parallel_rows(panel_count(rows), kPanelRows * cols, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t first = p * kPanelRows;
+      [[maybe_unused]] const bool full = first + kPanelRows <= rows;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* out = dst + p * panel_bytes(cols, block) + b * bytes;
+        const int8_t* panel = values + first * cols + b * block;
 #if defined(__AVX512F__)
-      if (full && (kPanelRows - 1) * cols < (int64_t(1) << 31)) {  // the gather's offsets are int32 bytes
-        const __m512i words = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                 _mm512_set1_epi32(int32_t(cols / 4)));
-        for (int64_t k = 0; k < quads; ++k) {
-          const __m512i quad = _mm512_i32gather_epi32(words, panel + 4 * k, 4);
-          _mm512_store_si512(out + k * kQuadBytes, _mm512_xor_si512(quad, _mm512_set1_epi32(int32_t(kBias))));
+        if (full && (kPanelRows - 1) * cols < (int64_t(1) << 31)) {  // the gather's offsets are int32 bytes
+          const __m512i words = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                   _mm512_set1_epi32(int32_t(cols / 4)));
+          for (int64_t k = 0; k < quads; ++k) {
+            const __m512i quad = _mm512_i32gather_epi32(words, panel + 4 * k, 4);
+            _mm512_store_si512(out + k * kQuadBytes, _mm512_xor_si512(quad, _mm512_set1_epi32(int32_t(kBias))));
+          }
+          for (int64_t i = 0; i < kPanelRows; ++i) std::memcpy(out + quads * kQuadBytes + 4 * i, &scales[(first + i) * blocks + b], 4);
+          continue;
         }
-        for (int64_t i = 0; i < kPanelRows; ++i) std::memcpy(out + quads * kQuadBytes + 4 * i, &scales[(first + i) * blocks + b], 4);
-        continue;
-      }
 #endif
-      for (int64_t i = 0; i < kPanelRows; ++i) {
-        const int64_t r = first + i;
-        for (int64_t k = 0; k < quads; ++k) {
-          uint32_t word = kBias;
-          if (r < rows) std::memcpy(&word, panel + i * cols + 4 * k, 4), word ^= kBias;
-          std::memcpy(out + k * kQuadBytes + 4 * i, &word, 4);
+        for (int64_t i = 0; i < kPanelRows; ++i) {
+          const int64_t r = first + i;
+          for (int64_t k = 0; k < quads; ++k) {
+            uint32_t word = kBias;
+            if (r < rows) std::memcpy(&word, panel + i * cols + 4 * k, 4), word ^= kBias;
+            std::memcpy(out + k * kQuadBytes + 4 * i, &word, 4);
+          }
+          const float scale = r < rows ? scales[r * blocks + b] : 0.0f;
+          std::memcpy(out + quads * kQuadBytes + 4 * i, &scale, 4);
         }
-        const float scale = r < rows ? scales[r * blocks + b] : 0.0f;
-        std::memcpy(out + quads * kQuadBytes + 4 * i, &scale, 4);
       }
     }
-  }
+  });
 }
 
 int64_t int8_rows_bytes(int64_t rows, int64_t cols, int64_t block) {

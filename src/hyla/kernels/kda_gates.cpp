@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "hyla/core/threads.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/vmath.h"
 
@@ -40,38 +40,39 @@ void kda_prepare_forward(const KdaPrepareShape& s, const KdaDecayGate& gate, con
   const int64_t N = s.rows, H = s.heads, K = s.head_dim, HK = H * K, ld = s.ld_proj;
   const float q_scale = 1.0f / std::sqrt(float(K));
   float* const planes[3] = {out.q, out.k, out.v};
-#pragma omp parallel for schedule(static) if (worth_parallel(N * 3 * HK))
-  for (int64_t r = 0; r < N; ++r) {
-    const float* c = in.conv + r * 3 * HK;
-    for (int which = 0; which < 3; ++which) {
-      float* x = planes[which] + r * HK;
-      std::copy(c + which * HK, c + (which + 1) * HK, x);
-      silu_inplace(x, HK);
-    }
-    for (int64_t h = 0; h < H; ++h)
-      for (int which = 0; which < 2; ++which) {  // q then k
-        float* head = planes[which] + r * HK + h * K;
-        const float inv = 1.0f / std::sqrt(dot(head, head, K) + kL2Eps);
-        out.inv_norm[r * 2 * H + which * H + h] = inv;
-        const float scale = inv * (which == 0 ? q_scale : 1.0f);
-        for (int64_t j = 0; j < K; ++j) head[j] *= scale;
+  parallel_rows(N, 3 * HK, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* c = in.conv + r * 3 * HK;
+      for (int which = 0; which < 3; ++which) {
+        float* x = planes[which] + r * HK;
+        std::copy(c + which * HK, c + (which + 1) * HK, x);
+        silu_inplace(x, HK);
       }
-    const float* z_in = in.f + r * ld;
-    float* g = out.g + r * HK;
-    for (int64_t h = 0; h < H; ++h) {
-      const float a = std::exp(gate.a_log[h]);
-      if (gate.lower_bounded) {
-        for_each_vector(h * K, (h + 1) * K, [&](int64_t j, vec::Mask m) {
-          const vec::Vec z = vec::load(z_in + j, m) + vec::load(gate.dt_bias + j, m);
-          vec::store(g + j, vec::broadcast(gate.lower_bound) * sigmoid(vec::broadcast(a) * z), m);
-        });
-      } else {
-        for (int64_t j = h * K; j < (h + 1) * K; ++j) g[j] = -a * softplus(z_in[j] + gate.dt_bias[j]);
+      for (int64_t h = 0; h < H; ++h)
+        for (int which = 0; which < 2; ++which) {  // q then k
+          float* head = planes[which] + r * HK + h * K;
+          const float inv = 1.0f / std::sqrt(dot(head, head, K) + kL2Eps);
+          out.inv_norm[r * 2 * H + which * H + h] = inv;
+          const float scale = inv * (which == 0 ? q_scale : 1.0f);
+          for (int64_t j = 0; j < K; ++j) head[j] *= scale;
+        }
+      const float* z_in = in.f + r * ld;
+      float* g = out.g + r * HK;
+      for (int64_t h = 0; h < H; ++h) {
+        const float a = std::exp(gate.a_log[h]);
+        if (gate.lower_bounded) {
+          for_each_vector(h * K, (h + 1) * K, [&](int64_t j, vec::Mask m) {
+            const vec::Vec z = vec::load(z_in + j, m) + vec::load(gate.dt_bias + j, m);
+            vec::store(g + j, vec::broadcast(gate.lower_bound) * sigmoid(vec::broadcast(a) * z), m);
+          });
+        } else {
+          for (int64_t j = h * K; j < (h + 1) * K; ++j) g[j] = -a * softplus(z_in[j] + gate.dt_bias[j]);
+        }
       }
+      const float* b_in = in.b + r * ld;
+      for (int64_t h = 0; h < H; ++h) out.beta[r * H + h] = sigmoid(b_in[h]);
     }
-    const float* b_in = in.b + r * ld;
-    for (int64_t h = 0; h < H; ++h) out.beta[r * H + h] = sigmoid(b_in[h]);
-  }
+  });
 }
 
 void kda_prepare_backward(const KdaPrepareShape& s, const KdaDecayGate& gate, const KdaPrepareInputs& in,
@@ -143,15 +144,16 @@ void kda_prepare_backward(const KdaPrepareShape& s, const KdaDecayGate& gate, co
 
 void kda_output_gate_forward(const float* normed, const float* logits, int64_t ld_logits, int64_t rows,
                              int64_t width, float* gated) {
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * width))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = logits + r * ld_logits;
-    const float* n = normed + r * width;
-    float* out = gated + r * width;
-    for_each_vector(0, width, [&](int64_t j, vec::Mask m) {
-      vec::store(out + j, vec::load(n + j, m) * sigmoid(vec::load(gate + j, m)), m);
-    });
-  }
+  parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* gate = logits + r * ld_logits;
+      const float* n = normed + r * width;
+      float* out = gated + r * width;
+      for_each_vector(0, width, [&](int64_t j, vec::Mask m) {
+        vec::store(out + j, vec::load(n + j, m) * sigmoid(vec::load(gate + j, m)), m);
+      });
+    }
+  });
 }
 
 void kda_output_gate_backward(const float* normed, const float* logits, int64_t ld_logits, int64_t rows,

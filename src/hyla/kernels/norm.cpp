@@ -5,22 +5,23 @@
 #include <cmath>
 #include <vector>
 
-#include "hyla/core/threads.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/vmath.h"
 
 namespace hyla {
 
 void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                      int64_t ld_y, float* rstd) {
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * dim))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ld_x;
-    const float inv = 1.0f / std::sqrt(dot(xr, xr, dim) / float(dim) + eps);
-    if (rstd) rstd[r] = inv;
-    float* yr = y + r * ld_y;
+  parallel_rows(rows, dim, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + r * ld_x;
+      const float inv = 1.0f / std::sqrt(dot(xr, xr, dim) / float(dim) + eps);
+      if (rstd) rstd[r] = inv;
+      float* yr = y + r * ld_y;
 #pragma omp simd
-    for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * w[j];
-  }
+      for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * w[j];
+    }
+  });
 }
 
 void rmsnorm_backward(const float* x, int64_t ld_x, const float* w, const float* rstd, const float* dy, int64_t ld_dy,

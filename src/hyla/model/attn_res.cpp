@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "hyla/core/threads.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/vmath.h"
 
 namespace hyla {
@@ -22,27 +22,28 @@ void AttnRes::forward(const std::vector<const float*>& sources, int64_t rows, fl
   c.resize(size_t(d));
   for (int64_t j = 0; j < d; ++j) c[size_t(j)] = query_->v()[j] * norm_->v()[j];
   float* weights = weights_.data<float>();
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * n * d))
-  for (int64_t r = 0; r < rows; ++r) {
-    float* p = weights + r * n;
-    float top = -INFINITY;
-    for (int64_t s = 0; s < n; ++s) {
-      const float* v = sources[size_t(s)] + r * d;
-      const float rstd = 1.0f / std::sqrt(dot(v, v, d) / float(d) + eps_);
-      p[s] = rstd * dot(v, c.data(), d);
-      top = std::max(top, p[s]);
-    }
-    float sum = 0.0f;
-    for (int64_t s = 0; s < n; ++s) sum += p[s] = std::exp(p[s] - top);
-    float* o = out + r * d;
-    std::fill(o, o + d, 0.0f);
-    for (int64_t s = 0; s < n; ++s) {
-      p[s] /= sum;
-      const float* v = sources[size_t(s)] + r * d;
+  parallel_rows(rows, n * d, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* p = weights + r * n;
+      float top = -INFINITY;
+      for (int64_t s = 0; s < n; ++s) {
+        const float* v = sources[size_t(s)] + r * d;
+        const float rstd = 1.0f / std::sqrt(dot(v, v, d) / float(d) + eps_);
+        p[s] = rstd * dot(v, c.data(), d);
+        top = std::max(top, p[s]);
+      }
+      float sum = 0.0f;
+      for (int64_t s = 0; s < n; ++s) sum += p[s] = std::exp(p[s] - top);
+      float* o = out + r * d;
+      std::fill(o, o + d, 0.0f);
+      for (int64_t s = 0; s < n; ++s) {
+        p[s] /= sum;
+        const float* v = sources[size_t(s)] + r * d;
 #pragma omp simd
-      for (int64_t j = 0; j < d; ++j) o[j] += p[s] * v[j];
+        for (int64_t j = 0; j < d; ++j) o[j] += p[s] * v[j];
+      }
     }
-  }
+  });
   if (save) sources_ = sources, rows_ = rows;
 }
 

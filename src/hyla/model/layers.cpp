@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/norm.h"
@@ -21,8 +22,9 @@ bf16* bf16_rows(int slot, const float* x, int64_t rows, int64_t cols, int64_t ld
     capacity[slot] = n;
   }
   bf16* out = static_cast<bf16*>(buffers[slot].get());
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
-  for (int64_t r = 0; r < rows; ++r) convert(x + r * ld, out + r * cols, size_t(cols));
+  parallel_rows(rows, cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) convert(x + r * ld, out + r * cols, size_t(cols));
+  });
   return out;
 }
 

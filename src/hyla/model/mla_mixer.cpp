@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "hyla/core/threads.h"
+#include "hyla/core/team.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/backend.h"
 #include "hyla/kernels/matmul.h"
@@ -64,8 +64,9 @@ float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const 
   input_proj_.forward(u, rows, proj, p);
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * width))
-    for (int64_t r = 0; r < rows; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
+    parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
+    });
   }
   if (rope_dim_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
   return proj;
@@ -78,10 +79,11 @@ float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save
   const float* unrotated = q;
   RopeLayout unrotated_layout{ldq, qk_dim_};
   if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (nope parts only)
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * ldq))
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t h = 0; h < heads_; ++h)
-        std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(nope_dim_) * sizeof(float));
+    parallel_rows(rows, ldq, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t h = 0; h < heads_; ++h)
+          std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(nope_dim_) * sizeof(float));
+    });
     unrotated = proj;
     unrotated_layout = {proj_width_, qk_dim_};
   } else {
@@ -118,15 +120,16 @@ void MlaMixer::up_project(const float* latent, int64_t ld_latent, const float* k
   Frame scratch(workspace_->serial());
   float* kv = scratch.take<float>(rows * heads_ * per_head);
   kv_b_proj_.forward(latent, rows, kv, p, 0.0f, ld_latent);
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * ldk))
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads_; ++h) {
-      const float* src = kv + (r * heads_ + h) * per_head;
-      float* kh = k + r * ldk + h * qk_dim_;
-      std::memcpy(kh, src, size_t(nope_dim_) * sizeof(float));
-      if (rope_dim_) std::memcpy(kh + nope_dim_, k_pe + r * ld_pe, size_t(rope_dim_) * sizeof(float));
-      std::memcpy(v + r * ldv + h * v_dim_, src + nope_dim_, size_t(v_dim_) * sizeof(float));
-    }
+  parallel_rows(rows, ldk, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t h = 0; h < heads_; ++h) {
+        const float* src = kv + (r * heads_ + h) * per_head;
+        float* kh = k + r * ldk + h * qk_dim_;
+        std::memcpy(kh, src, size_t(nope_dim_) * sizeof(float));
+        if (rope_dim_) std::memcpy(kh + nope_dim_, k_pe + r * ld_pe, size_t(rope_dim_) * sizeof(float));
+        std::memcpy(v + r * ldv + h * v_dim_, src + nope_dim_, size_t(v_dim_) * sizeof(float));
+      }
+  });
 }
 
 // y = W_o (o ⊙ σ(g)) (or W_o o without the gate).
@@ -135,12 +138,13 @@ void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
     float* gated = gated_ = a.take<float>(rows * width);
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * width))
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* gate = proj + r * proj_width_ + gate_offset_;
+    parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* gate = proj + r * proj_width_ + gate_offset_;
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j) gated[r * width + j] = o[r * width + j] * gate[j];
-    }
+        for (int64_t j = 0; j < width; ++j) gated[r * width + j] = o[r * width + j] * gate[j];
+      }
+    });
     attended = gated;
   }
   o_proj_.forward(attended, rows, y, p);
@@ -200,18 +204,19 @@ void MlaMixer::backward(const float* dy, float* du) {
   o_proj_.backward_weight(g_proj_.defined() ? gated_ : o, dy, N, p);
   float* dproj = scratch.take<float>(N * proj_width_);
   if (g_proj_.defined()) {
-#pragma omp parallel for schedule(static) if (worth_parallel(N * ldo))
-    for (int64_t r = 0; r < N; ++r) {
-      const float* gate = proj + r * proj_width_ + gate_offset_;
-      float* d_gate = dproj + r * proj_width_ + gate_offset_;
-      float* d_or = d_o + r * ldo;
-      const float* orow = o + r * ldo;
+    parallel_rows(N, ldo, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* gate = proj + r * proj_width_ + gate_offset_;
+        float* d_gate = dproj + r * proj_width_ + gate_offset_;
+        float* d_or = d_o + r * ldo;
+        const float* orow = o + r * ldo;
 #pragma omp simd
-      for (int64_t j = 0; j < ldo; ++j) {
-        d_gate[j] = d_or[j] * orow[j] * gate[j] * (1.0f - gate[j]);
-        d_or[j] *= gate[j];
+        for (int64_t j = 0; j < ldo; ++j) {
+          d_gate[j] = d_or[j] * orow[j] * gate[j] * (1.0f - gate[j]);
+          d_or[j] *= gate[j];
+        }
       }
-    }
+    });
   }
 
   // Attention
@@ -226,18 +231,19 @@ void MlaMixer::backward(const float* dy, float* du) {
   // over heads, rotated back, in proj's k_pe columns.
   float* dkv = scratch.take<float>(N * heads_ * per_head);
   float* dk_pe = dproj + kv_offset_ + kv_lora_rank_;
-#pragma omp parallel for schedule(static) if (worth_parallel(N * ldq))
-  for (int64_t r = 0; r < N; ++r) {
-    float* sum = dk_pe + r * proj_width_;
-    std::fill(sum, sum + rope_dim_, 0.0f);
-    for (int64_t h = 0; h < heads_; ++h) {
-      const float* dkh = dk + r * ldq + h * qk_dim_;
-      float* dst = dkv + (r * heads_ + h) * per_head;
-      std::memcpy(dst, dkh, size_t(nope_dim_) * sizeof(float));
-      std::memcpy(dst + nope_dim_, dv + r * ldo + h * v_dim_, size_t(v_dim_) * sizeof(float));
-      for (int64_t i = 0; i < rope_dim_; ++i) sum[i] += dkh[nope_dim_ + i];
+  parallel_rows(N, ldq, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* sum = dk_pe + r * proj_width_;
+      std::fill(sum, sum + rope_dim_, 0.0f);
+      for (int64_t h = 0; h < heads_; ++h) {
+        const float* dkh = dk + r * ldq + h * qk_dim_;
+        float* dst = dkv + (r * heads_ + h) * per_head;
+        std::memcpy(dst, dkh, size_t(nope_dim_) * sizeof(float));
+        std::memcpy(dst + nope_dim_, dv + r * ldo + h * v_dim_, size_t(v_dim_) * sizeof(float));
+        for (int64_t i = 0; i < rope_dim_; ++i) sum[i] += dkh[nope_dim_ + i];
+      }
     }
-  }
+  });
   if (rope_dim_) rope_backward(rope_, N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
   kv_b_proj_.backward_weight(c_, dkv, N, p);
   float* dc = scratch.take<float>(N * kv_lora_rank_);
@@ -246,11 +252,12 @@ void MlaMixer::backward(const float* dy, float* du) {
 
   // Queries
   if (q_lora_rank_ == 0) {
-#pragma omp parallel for schedule(static) if (worth_parallel(N * ldq))
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t h = 0; h < heads_; ++h)
-        std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
-                    size_t(nope_dim_) * sizeof(float));
+    parallel_rows(N, ldq, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t h = 0; h < heads_; ++h)
+          std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
+                      size_t(nope_dim_) * sizeof(float));
+    });
     if (rope_dim_)
       rope_backward(rope_, N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dproj + nope_dim_,
                     {proj_width_, qk_dim_});
@@ -321,21 +328,22 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
 void MlaMixer::append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe,
                                 std::span<LatentCache* const> caches) {
   const int64_t N = tokens.rows, width = cache_width();
-#pragma omp parallel for schedule(static) if (worth_parallel(N * width))
-  for (int64_t r = 0; r < N; ++r) {
-    const int64_t b = sequence_of(tokens, r);
-    const LatentCache& cache = *caches[size_t(b)];
-    const int64_t row = cache.length + r - tokens.starts[size_t(b)];
-    if (cache.latent_bf16) {
-      bf16* dst = cache.latent_bf16 + row * width;
-      convert(c + r * kv_lora_rank_, dst, size_t(kv_lora_rank_));
-      if (rope_dim_) convert(k_pe + r * rope_dim_, dst + kv_lora_rank_, size_t(rope_dim_));
-    } else {
-      float* dst = cache.latent_f32 + row * width;
-      std::memcpy(dst, c + r * kv_lora_rank_, size_t(kv_lora_rank_) * sizeof(float));
-      if (rope_dim_) std::memcpy(dst + kv_lora_rank_, k_pe + r * rope_dim_, size_t(rope_dim_) * sizeof(float));
+  parallel_rows(N, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = sequence_of(tokens, r);
+      const LatentCache& cache = *caches[size_t(b)];
+      const int64_t row = cache.length + r - tokens.starts[size_t(b)];
+      if (cache.latent_bf16) {
+        bf16* dst = cache.latent_bf16 + row * width;
+        convert(c + r * kv_lora_rank_, dst, size_t(kv_lora_rank_));
+        if (rope_dim_) convert(k_pe + r * rope_dim_, dst + kv_lora_rank_, size_t(rope_dim_));
+      } else {
+        float* dst = cache.latent_f32 + row * width;
+        std::memcpy(dst, c + r * kv_lora_rank_, size_t(kv_lora_rank_) * sizeof(float));
+        if (rope_dim_) std::memcpy(dst + kv_lora_rank_, k_pe + r * rope_dim_, size_t(rope_dim_) * sizeof(float));
+      }
     }
-  }
+  });
 }
 
 // Chunks of several tokens: up-project each sequence's visible cached latents (its new tokens
@@ -358,14 +366,15 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
   const int64_t count = int64_t(sequences.size()), queries = q_starts_.back(), keys = k_starts_.back();
   Frame scratch(workspace_->serial());
   float* latent = scratch.take<float>(keys * width);
-#pragma omp parallel for schedule(static) if (worth_parallel(keys * width))
-  for (int64_t j = 0; j < keys; ++j) {
-    const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
-    const LatentCache& cache = *caches[size_t(sequences[size_t(s)])];
-    const int64_t row = first_key_[size_t(s)] + j - k_starts_[size_t(s)];
-    if (cache.latent_bf16) convert(cache.latent_bf16 + row * width, latent + j * width, size_t(width));
-    else std::memcpy(latent + j * width, cache.latent_f32 + row * width, size_t(width) * sizeof(float));
-  }
+  parallel_rows(keys, width, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
+      const LatentCache& cache = *caches[size_t(sequences[size_t(s)])];
+      const int64_t row = first_key_[size_t(s)] + j - k_starts_[size_t(s)];
+      if (cache.latent_bf16) convert(cache.latent_bf16 + row * width, latent + j * width, size_t(width));
+      else std::memcpy(latent + j * width, cache.latent_f32 + row * width, size_t(width) * sizeof(float));
+    }
+  });
   float* k = scratch.take<float>(keys * ldq);
   float* v = scratch.take<float>(keys * ldo);
   up_project(latent, width, latent + kv_lora_rank_, width, keys, p, k, v);

@@ -22,12 +22,6 @@ namespace {
 // skinny kernels, which fork through parallel_for; above it oneDNN's products run OpenMP threads.
 constexpr int64_t kDecodeTeamRows = kSkinnyMaxRows;
 
-template <typename F>
-void parallel_rows(int64_t rows, int64_t cols, F&& f) {
-#pragma omp parallel for schedule(static) if (worth_parallel(rows * cols))
-  for (int64_t r = 0; r < rows; ++r) f(r);
-}
-
 }  // namespace
 
 Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
@@ -175,7 +169,9 @@ void Model::embed(const ModelInput& in) {
                config_.max_position_embeddings);
   float* x0 = stream_[0].data<float>();
   const float* table = embed_->v();
-  parallel_rows(N, d, [&](int64_t r) { std::memcpy(x0 + r * d, table + int64_t(in.ids[size_t(r)]) * d, size_t(d) * 4); });
+  parallel_rows(N, d, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) std::memcpy(x0 + r * d, table + int64_t(in.ids[size_t(r)]) * d, size_t(d) * 4);
+  });
 
   // Images: each patch row's embedding is W_patch · patch + b + row_embed[r] + col_embed[c].
   patch_rows_.clear();

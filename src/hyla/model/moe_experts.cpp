@@ -102,8 +102,9 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   const bf16* x16 = nullptr;
   if (packed_bf16) {
     bf16* converted = frame.take<bf16>(dispatch.tokens * D);
-#pragma omp parallel for schedule(static) if (worth_parallel(dispatch.tokens * D))
-    for (int64_t t = 0; t < dispatch.tokens; ++t) convert(x + t * D, converted + t * D, size_t(D));
+    parallel_rows(dispatch.tokens, D, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) convert(x + t * D, converted + t * D, size_t(D));
+    });
     x16 = converted;
   }
   parallel_for(int64_t(blocks_.size()), 1, [&](int thread, int64_t first_block, int64_t last_block) {
