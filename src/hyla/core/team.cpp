@@ -192,5 +192,17 @@ void openmp_parallel_for(int64_t n, int64_t grain, void* body, void (*trampoline
   }
 }
 
+void openmp_static_rows(int64_t rows, void* body, void (*trampoline)(void*, int64_t, int64_t)) {
+  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), rows));
+  if (threads <= 1) return trampoline(body, 0, rows);
+#pragma omp parallel num_threads(threads)
+  {
+    const int thread = omp_get_thread_num();
+    const PieceScope piece(thread);
+    const int64_t begin = rows * thread / threads, end = rows * (thread + 1) / threads;
+    trampoline(body, begin, end);
+  }
+}
+
 }  // namespace detail
 }  // namespace hyla

@@ -91,8 +91,9 @@ template <typename Body>
 void parallel_for(int64_t n, int64_t grain, Body&& body);
 
 // Runs body(begin, end) over [0, rows) where a row costs about `row_work` simple element
-// operations: on this thread alone unless worth_parallel(rows × row_work), else through
-// parallel_for in pieces of at least kParallelGrain operations. How a loop over rows forks. Not
+// operations: on this thread alone unless worth_parallel(rows × row_work), else on the decode
+// team in pieces of at least kParallelGrain operations, or on OpenMP's threads in one block
+// each. How a loop over rows forks. Not
 // `#pragma omp parallel for if (...)`: libgomp enters a region even when the clause keeps it on
 // one thread, ~1.2 µs each on the Zen 5 box, and a decoded token crossed ~140-180 such loops
 // (about a tenth of its time), all of it serial.
@@ -122,6 +123,10 @@ int current_team_threads();
 bool inside_piece();    // whether this thread is running a piece of parallel_for
 int piece_thread();     // the thread index of the piece it runs (0 outside pieces)
 void openmp_parallel_for(int64_t n, int64_t grain, void* body, void (*trampoline)(void*, int, int64_t, int64_t));
+// Rows [0, rows) in one block per OpenMP thread, the t-th block to thread t, as
+// `schedule(static)` splits them: a training step's loops over the same rows then find them in
+// the cache of the core that wrote them. Inline inside an OpenMP region.
+void openmp_static_rows(int64_t rows, void* body, void (*trampoline)(void*, int64_t, int64_t));
 class PieceScope {
  public:
   explicit PieceScope(int thread);
@@ -156,9 +161,15 @@ template <typename Body>
 void parallel_rows(int64_t rows, int64_t row_work, Body&& body) {
   if (rows <= 0) return;
   row_work = row_work < 1 ? 1 : row_work;
-  if (!worth_parallel(rows * row_work)) return body(int64_t(0), rows);
-  parallel_for(rows, (kParallelGrain + row_work - 1) / row_work,
-               [&](int, int64_t begin, int64_t end) { body(begin, end); });
+  if (!worth_parallel(rows * row_work) || detail::inside_piece()) return body(int64_t(0), rows);
+  if (detail::current_team()) {
+    parallel_for(rows, (kParallelGrain + row_work - 1) / row_work,
+                 [&](int, int64_t begin, int64_t end) { body(begin, end); });
+    return;
+  }
+  detail::openmp_static_rows(rows, &body, [](void* b, int64_t begin, int64_t end) {
+    (*static_cast<std::remove_reference_t<Body>*>(b))(begin, end);
+  });
 }
 
 }  // namespace hyla
