@@ -93,10 +93,9 @@ void parallel_for(int64_t n, int64_t grain, Body&& body);
 // Runs body(begin, end) over [0, rows) where a row costs about `row_work` simple element
 // operations: on this thread alone unless worth_parallel(rows × row_work), else on the decode
 // team in pieces of at least kParallelGrain operations, or on OpenMP's threads in one block
-// each. How a loop over rows forks. Not
-// `#pragma omp parallel for if (...)`: libgomp enters a region even when the clause keeps it on
-// one thread, ~1.2 µs each on the Zen 5 box, and a decoded token crossed ~140-180 such loops
-// (about a tenth of its time), all of it serial.
+// each. How a loop over rows forks. Not `#pragma omp parallel for if (...)`: libgomp enters a
+// region even when the clause keeps it on one thread, ~1.2 µs each on the Zen 5 box, and a
+// decoded token crossed ~140-180 such loops (about a tenth of its time), all of it serial.
 template <typename Body>
 void parallel_rows(int64_t rows, int64_t row_work, Body&& body);
 

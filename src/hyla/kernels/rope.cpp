@@ -34,6 +34,7 @@ void rotate(const float* table, int64_t rows, int64_t heads, int64_t dim, const 
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table) {
   const int64_t pairs = dim / 2;
   const double log_theta = std::log(theta);
+  // A pair's exponential, cosine and sine weigh about four simple operations.
   parallel_rows(rows, 4 * pairs, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const double position = double(positions[r]);
