@@ -116,7 +116,7 @@ void BM_ComputeExpert(benchmark::State& state) {
     const Int8Rows xq = int8_rows_view(rows.data(), 1, kIn, kBlock);
     quantize_int8_rows(x.data(), kIn, xq, 0, 1);
     int8_matmul_rows(xq, {m.data(), 2}, gu.data(), 2 * kWidth, 0.0f);
-    gated_activation_forward(GatedActivation::Swiglu, gu.data(), 1, kWidth, h.data());
+    gated_activation_forward(GatedActivation{}, gu.data(), 1, kWidth, h.data());
     const Int8Rows hq = int8_rows_view(rows.data(), 1, kWidth, kBlock);
     quantize_int8_rows(h.data(), kWidth, hq, 0, 1);
     int8_matmul_rows(hq, {&m[2], 1}, y.data(), kIn, 0.0f);
@@ -189,7 +189,7 @@ void BM_DirectExpert(benchmark::State& state) {
     quantize_int8_rows(x.data(), kIn, xq, 0, 1);
     Product(xq, e.values[0].data(), e.scales[0].data(), kWidth, kIn, gu.data());
     Product(xq, e.values[1].data(), e.scales[1].data(), kWidth, kIn, gu.data() + kWidth);
-    gated_activation_forward(GatedActivation::Swiglu, gu.data(), 1, kWidth, h.data());
+    gated_activation_forward(GatedActivation{}, gu.data(), 1, kWidth, h.data());
     const Int8Rows hq = int8_rows_view(rows.data(), 1, kWidth, kBlock);
     quantize_int8_rows(h.data(), kWidth, hq, 0, 1);
     Product(hq, e.values[2].data(), e.scales[2].data(), kIn, kWidth, y.data());

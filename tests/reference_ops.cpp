@@ -62,9 +62,10 @@ void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < width; ++j) {
       const double a = gu[r * 2 * width + j], b = gu[r * 2 * width + width + j];
-      const double gated = act == GatedActivation::Swiglu
+      const double beta = act.situ_beta, lambda = act.situ_linear_beta;
+      const double gated = act.kind == GatedActivation::Kind::Swiglu
                                ? a * sigmoid(a) * b
-                               : 4.0 * std::tanh(a / 4.0) * sigmoid(a) * (25.0 * std::tanh(b / 25.0));
+                               : beta * std::tanh(a / beta) * sigmoid(a) * (lambda > 0 ? lambda * std::tanh(b / lambda) : b);
       h[r * width + j] = float(gated);
     }
 }

@@ -50,8 +50,10 @@ std::vector<double> reference_mla(const ModelConfig& cfg, LayerType type, const 
     kv[size_t(r)] = matvec(w.at("kv_b_proj.weight"), H * (Dn + Dv), R, c.data());
     k_pe[size_t(r)].assign(kva.begin() + R, kva.end());
     const int64_t pos = tokens.positions[size_t(r)];
-    rotate(k_pe[size_t(r)].data(), pos);
-    for (int64_t h = 0; h < H; ++h) rotate(&q[size_t(r)][size_t(h * qk + Dn)], pos);
+    if (m.rope) {
+      rotate(k_pe[size_t(r)].data(), pos);
+      for (int64_t h = 0; h < H; ++h) rotate(&q[size_t(r)][size_t(h * qk + Dn)], pos);
+    }
     if (m.output_gate) {
       gate[size_t(r)] = matvec(w.at("g_proj.weight"), H * Dv, d, ur);
       for (double& g : gate[size_t(r)]) g = 1.0 / (1.0 + std::exp(-g));
@@ -92,9 +94,10 @@ std::vector<double> reference_mla(const ModelConfig& cfg, LayerType type, const 
 
 double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-double gate_ref(Activation act, double a, double b) {
+double gate_ref(const MoeConfig& m, Activation act, double a, double b) {
   if (act == Activation::Swiglu) return a * sigmoid_ref(a) * b;
-  return 4.0 * std::tanh(a / 4.0) * sigmoid_ref(a) * (25.0 * std::tanh(b / 25.0));
+  const double beta = m.situ_beta, lambda = m.situ_linear_beta;
+  return beta * std::tanh(a / beta) * sigmoid_ref(a) * (lambda > 0 ? lambda * std::tanh(b / lambda) : b);
 }
 
 // Row r of a row-major [rows, cols] matrix times x.
@@ -106,12 +109,12 @@ double row_dot(const std::vector<double>& w, int64_t r, int64_t cols, const doub
 
 // out += scale · W_down[:, lo:hi] act(W_gate[lo:hi] x, W_up[lo:hi] x) for an MLP `hidden` wide.
 void add_mlp(const SpecWeights& P, const std::string& prefix, int64_t in, int64_t hidden, int64_t lo, int64_t hi,
-             Activation act, const double* x, double scale, double* out) {
+             const MoeConfig& m, Activation act, const double* x, double scale, double* out) {
   const auto& gate = P.at(prefix + "gate_proj.weight");
   const auto& up = P.at(prefix + "up_proj.weight");
   const auto& down = P.at(prefix + "down_proj.weight");
   for (int64_t j = lo; j < hi; ++j) {
-    const double h = gate_ref(act, row_dot(gate, j, in, x), row_dot(up, j, in, x));
+    const double h = gate_ref(m, act, row_dot(gate, j, in, x), row_dot(up, j, in, x));
     for (int64_t i = 0; i < in; ++i) out[i] += scale * down[size_t(i * hidden + j)] * h;
   }
 }
@@ -151,12 +154,18 @@ MoeReference reference_moe(const ModelConfig& c, const SpecWeights& P, const std
     for (int64_t i = 0; i < k; ++i) {
       const int e = order[i];
       ref.selected.push_back(e);
-      add_mlp(P, "mlp.experts." + std::to_string(e) + ".", width, w, 0, w, m.activation, x.data(),
+      add_mlp(P, "mlp.experts." + std::to_string(e) + ".", width, w, 0, w, m, m.activation, x.data(),
               s[e] / z * m.routed_scaling_factor, mt.data());
     }
-    for (int64_t sh = 0; sh < m.num_shared_experts; ++sh)  // SharedExpert_sh: its slice of the stored matrices
-      add_mlp(P, "mlp.shared_experts.", width, m.num_shared_experts * w, sh * w, (sh + 1) * w, Activation::Swiglu,
-              x.data(), 1.0, mt.data());
+    // SharedExpert_sh: its slice of the stored matrices, on x_e into m, or (shared_full_width with a
+    // latent) on u into y after lat_up.
+    const bool after_up = m.shared_full_width && ell > 0;
+    auto add_shared = [&](const double* input, int64_t in, double* out) {
+      for (int64_t sh = 0; sh < m.num_shared_experts; ++sh)
+        add_mlp(P, "mlp.shared_experts.", in, m.num_shared_experts * w, sh * w, (sh + 1) * w, m, m.shared_activation,
+                input, 1.0, out);
+    };
+    if (!after_up) add_shared(x.data(), width, mt.data());
     double* yt = ref.y.data() + t * d;
     if (ell == 0) {
       std::copy(mt.begin(), mt.end(), yt);
@@ -168,6 +177,7 @@ MoeReference reference_moe(const ModelConfig& c, const SpecWeights& P, const std
       for (int64_t i = 0; i < ell; ++i) normed[i] = mt[i] * rstd * P.at("mlp.lat_norm.weight")[i];
       for (int64_t i = 0; i < d; ++i) yt[i] = row_dot(P.at("mlp.lat_up.weight"), i, ell, normed.data());
     }
+    if (after_up) add_shared(ut, d, yt);
   }
   if (m.balancing == Balancing::AuxLoss) {
     std::vector<double> f(static_cast<size_t>(E), 0.0), p(static_cast<size_t>(E), 0.0);
@@ -186,8 +196,8 @@ std::vector<double> reference_dense(const ModelConfig& c, const SpecWeights& P, 
   const int64_t d = c.hidden_size;
   std::vector<double> y(static_cast<size_t>(n * d), 0.0);
   for (int64_t t = 0; t < n; ++t)
-    add_mlp(P, "mlp.", d, c.moe.intermediate_size, 0, c.moe.intermediate_size, Activation::Swiglu, u.data() + t * d,
-            1.0, y.data() + t * d);
+    add_mlp(P, "mlp.", d, c.moe.intermediate_size, 0, c.moe.intermediate_size, c.moe, c.moe.dense_activation,
+            u.data() + t * d, 1.0, y.data() + t * d);
   return y;
 }
 
@@ -223,7 +233,13 @@ std::vector<double> reference_kda(const ModelConfig& c, const SpecWeights& w, co
   Doubles q = conv_silu("q_conv1d.weight", linear("q_proj", u, d, HK));
   Doubles k = conv_silu("k_conv1d.weight", linear("k_proj", u, d, HK));
   const Doubles v = conv_silu("v_conv1d.weight", linear("v_proj", u, d, HK));
-  const Doubles f = linear("f_proj", u, d, HK), gl = linear("g_proj", u, d, HK), bl = linear("b_proj", u, d, H);
+  // A gate's logits: W u, or W_b (W_a u) through `rank`.
+  auto gate_logits = [&](const std::string& name, int64_t rank) {
+    return rank == 0 ? linear(name + "_proj", u, d, HK)
+                     : linear(name + "_b_proj", linear(name + "_a_proj", u, d, rank), rank, HK);
+  };
+  const Doubles f = gate_logits("f", c.kda.gate_rank), gl = gate_logits("g", c.kda.output_gate_rank);
+  const Doubles bl = linear("b_proj", u, d, H);
   for (int64_t r = 0; r < N; ++r)
     for (int64_t h = 0; h < H; ++h)
       for (Doubles* x : {&q, &k}) {

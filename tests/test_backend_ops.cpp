@@ -274,12 +274,18 @@ std::vector<Case> rmsnorm_cases() {
 std::vector<Case> gated_activation_cases() {
   std::vector<Case> cases;
   uint32_t seed = 500;
-  for (const GatedActivation act : {GatedActivation::Swiglu, GatedActivation::Situ})
+  using Kind = GatedActivation::Kind;
+  // SiTU at SPEC's default β = 4, λ = 25, at a smaller β, and with the up branch unbounded (λ = 0).
+  for (const GatedActivation act : {GatedActivation{Kind::Swiglu}, GatedActivation{Kind::Situ},
+                                    GatedActivation{Kind::Situ, 2.0f, 0.0f}, GatedActivation{Kind::Situ, 3.0f, 6.0f}})
     for (const auto& [rows, width] : kRowShapes) {
-      // σ 4: the logits reach the curved and saturated parts of tanh(a/4) and σ(a).
+      // σ 4: the logits reach the curved and saturated parts of tanh(a/β) and σ(a).
       const std::vector<float> gu = normal(rows * 2 * width, ++seed, 4.0f);
-      cases.push_back({fmt::format("{} rows={} width={}", act == GatedActivation::Swiglu ? "swiglu" : "situ", rows,
-                                   width),
+      cases.push_back({fmt::format("{} rows={} width={}",
+                                   act.kind == Kind::Swiglu
+                                       ? std::string("swiglu")
+                                       : fmt::format("situ(beta={}, linear_beta={})", act.situ_beta, act.situ_linear_beta),
+                                   rows, width),
                        "f32", kF32Elementwise, [=](Backend backend) {
                          std::vector<float> h(size_t(rows * width), kUnwritten);
                          CALL_OP(backend, gated_activation_forward, act, gu.data(), rows, width, h.data());

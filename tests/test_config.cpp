@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "hyla/core/error.h"
+#include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/config.h"
 #include "test_util.h"
@@ -45,6 +48,91 @@ TEST(Config, HfBookkeepingKeysAreIgnored) {
   j["transformers_version"] = "4.50";
   j["_name_or_path"] = "x";
   EXPECT_NO_THROW(ModelConfig::from_json(j));
+}
+
+// The Kimi K3 / Kimi Linear options (SPEC §3–§5): read, written back, and validated by name.
+TEST(Config, KimiOptionsRoundTripAndAreValidated) {
+  const ModelConfig k3 = ModelConfig::load((test::source_dir() / "configs/kimi-k3.json").string());
+  EXPECT_EQ(k3.kda.gate_rank, 128);
+  EXPECT_EQ(k3.kda.output_gate_rank, 0);
+  EXPECT_FALSE(k3.mla.rope);
+  EXPECT_EQ(k3.moe.dense_activation, Activation::Situ);
+  EXPECT_EQ(k3.moe.shared_activation, Activation::Situ);
+  EXPECT_EQ(k3.moe.situ_beta, 4.0);
+  EXPECT_EQ(k3.moe.situ_linear_beta, 25.0);
+  EXPECT_TRUE(k3.moe.shared_full_width);
+  EXPECT_EQ(ModelConfig::from_json(k3.to_json()).to_json(), k3.to_json());
+  for (const char* tiny : {"configs/kimi-k3-tiny.json", "configs/kimi-linear-tiny.json"})
+    EXPECT_NO_THROW(ModelConfig::load((test::source_dir() / tiny).string())) << tiny;
+
+  json j = small_json();
+  j["kda"]["gate_rank"] = -1;
+  expect_error(j, "kda.gate_rank (-1) must be >= 0");
+  j = small_json();
+  j["kda"]["output_gate_rank"] = -2;
+  expect_error(j, "kda.output_gate_rank (-2) must be >= 0");
+  j = small_json();
+  j["moe"]["situ_beta"] = 0.0;
+  expect_error(j, "moe.situ_beta (0) must be > 0");
+  j = small_json();
+  j["moe"]["dense_activation"] = "gelu";
+  expect_error(j, "moe.dense_activation must be one of swiglu, situ");
+  j = small_json();
+  j["mla"]["rope"] = "no";
+  expect_error(j, "mla.rope");
+}
+
+// A released config.json (Kimi K3's, its text model under text_config) reads as configs/kimi-k3.json.
+TEST(Config, HfKimiK3ConfigIsTheReleasedShape) {
+  const ModelConfig hf = ModelConfig::load((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
+  const ModelConfig ours = ModelConfig::load((test::source_dir() / "configs/kimi-k3.json").string());
+  EXPECT_EQ(hf.to_json(), ours.to_json());
+}
+
+TEST(Config, HfKimiLinearConfigHasBothGatesLowRankAndNoAttnRes) {
+  const ModelConfig c =
+      ModelConfig::load((test::source_dir() / "tests/data/kimi-linear-48b-a3b-hf-config.json").string());
+  EXPECT_EQ(c.layer_types[3], LayerType::Mla);
+  EXPECT_EQ(c.layer_types[26], LayerType::Mla);
+  EXPECT_EQ(c.layer_types[25], LayerType::Kda);
+  EXPECT_EQ(c.kda.gate, KdaGate::Softplus);
+  EXPECT_EQ(c.kda.gate_rank, 128);
+  EXPECT_EQ(c.kda.output_gate_rank, 128);
+  EXPECT_FALSE(c.mla.rope);
+  EXPECT_FALSE(c.mla.output_gate);
+  EXPECT_EQ(c.mla.q_lora_rank, 0);  // null in the file
+  EXPECT_EQ(c.moe.activation, Activation::Swiglu);
+  EXPECT_FALSE(c.attn_res.enabled);
+}
+
+TEST(Config, HfConfigErrorsNameTheFileAndKey) {
+  json j = parse_json_file((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
+  auto expect_hf_error = [](const json& config, const std::string& what) {
+    const std::string path = (std::filesystem::temp_directory_path() / "hyla-hf-config-test.json").string();
+    write_file_atomic(path, config.dump());
+    try {
+      ModelConfig::load(path);
+      FAIL() << "no error; expected: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  json bad = j;
+  bad["model_type"] = "llama";
+  expect_hf_error(bad, "model_type \"llama\" is not an architecture hyla reads");
+  bad = j;
+  bad["text_config"]["num_expert_group"] = 8;
+  expect_hf_error(bad, "text_config.num_expert_group > 1");
+  bad = j;
+  bad["text_config"]["linear_attn_config"]["full_attn_layers"].push_back(94);
+  expect_hf_error(bad, "text_config.linear_attn_config.full_attn_layers holds 94");
+  bad = j;
+  bad["text_config"].erase("kv_lora_rank");
+  expect_hf_error(bad, "text_config.kv_lora_rank is required");
+  bad = j;
+  bad["text_config"]["hidden_act"] = "gelu";
+  expect_hf_error(bad, "text_config.hidden_act is \"gelu\"");
 }
 
 TEST(Config, ErrorsNameTheKeyAndRule) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <array>
+#include <functional>
 #include <map>
 
 #include "hyla/model/kda_mixer.h"
@@ -43,8 +44,8 @@ double max_relative(const std::vector<float>& a, const Doubles& b) {
   return diff / scale;
 }
 
-void check_gate(KdaGate gate) {
-  MixerSetup s(test::nano_config([&](nlohmann::json& j) { j["kda"]["gate"] = gate == KdaGate::LowerBound ? "lower_bound" : "softplus"; }));
+void check_mixer(const std::function<void(nlohmann::json&)>& edit) {
+  MixerSetup s(test::nano_config(edit));
   const std::vector<int64_t> lengths = {7, 19};
   const TokenBatch tokens = TokenBatch::packed(lengths);
   const int64_t N = tokens.rows, d = s.config.hidden_size;
@@ -88,11 +89,27 @@ void check_gate(KdaGate gate) {
   }
 }
 
-TEST(KdaMixer, LowerBoundGateMatchesReferenceAndFiniteDifferences) { check_gate(KdaGate::LowerBound); }
-TEST(KdaMixer, SoftplusGateMatchesReferenceAndFiniteDifferences) { check_gate(KdaGate::Softplus); }
+TEST(KdaMixer, LowerBoundGateMatchesReferenceAndFiniteDifferences) {
+  check_mixer([](nlohmann::json& j) { j["kda"]["gate"] = "lower_bound"; });
+}
+TEST(KdaMixer, SoftplusGateMatchesReferenceAndFiniteDifferences) {
+  check_mixer([](nlohmann::json& j) { j["kda"]["gate"] = "softplus"; });
+}
+// Kimi K3: the decay logits through rank 16 (f_a_proj, f_b_proj), the lower-bounded gate.
+TEST(KdaMixer, LowRankDecayGateMatchesReferenceAndFiniteDifferences) {
+  check_mixer([](nlohmann::json& j) { j["kda"]["gate_rank"] = 16; });
+}
+// Kimi Linear: both gates low rank (ranks differ, so a swapped width would fail), softplus.
+TEST(KdaMixer, LowRankDecayAndOutputGatesMatchReferenceAndFiniteDifferences) {
+  check_mixer([](nlohmann::json& j) {
+    j["kda"]["gate"] = "softplus";
+    j["kda"]["gate_rank"] = 16;
+    j["kda"]["output_gate_rank"] = 5;
+  });
+}
 
-TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) {
-  MixerSetup s(test::nano_config());
+void check_cached(const ModelConfig& config) {
+  MixerSetup s(config);
   const int64_t d = s.config.hidden_size, T = 40;
   const std::vector<int64_t> lengths = {T, 25};
   const TokenBatch full = TokenBatch::packed(lengths);
@@ -141,6 +158,14 @@ TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) {
     scale = std::max(scale, double(std::fabs(y_full[i])));
   }
   EXPECT_LT(diff / scale, 1e-5);
+}
+
+TEST(KdaMixer, CachedPrefillThenDecodeEqualsFullForward) { check_cached(test::nano_config()); }
+TEST(KdaMixer, LowRankGatesCachedPrefillThenDecodeEqualsFullForward) {
+  check_cached(test::nano_config([](nlohmann::json& j) {
+    j["kda"]["gate_rank"] = 16;
+    j["kda"]["output_gate_rank"] = 5;
+  }));
 }
 
 }  // namespace

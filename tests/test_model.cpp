@@ -59,6 +59,28 @@ const std::vector<std::pair<std::string, std::function<void(json&)>>> kVariants 
        j["moe"]["activation"] = "situ";
        j["moe"]["num_shared_experts"] = 2;
      }},
+    {"Kimi K3: low-rank decay gate, unrotated q_pe/k_pe, SiTU everywhere, full-width shared experts after lat_up",
+     [](json& j) {
+       j["kda"]["gate_rank"] = 16;
+       j["mla"]["rope"] = false;
+       j["mla"]["q_lora_rank"] = 24;
+       j["moe"]["latent_dim"] = 48;
+       j["moe"]["activation"] = "situ";
+       j["moe"]["dense_activation"] = "situ";
+       j["moe"]["shared_activation"] = "situ";
+       j["moe"]["situ_beta"] = 2.0;
+       j["moe"]["situ_linear_beta"] = 3.0;
+       j["moe"]["shared_full_width"] = true;
+     }},
+    {"Kimi Linear: softplus, low-rank decay and output gates, no MLA gate, unrotated, pre-norm",
+     [](json& j) {
+       j["kda"]["gate"] = "softplus";
+       j["kda"]["gate_rank"] = 16;
+       j["kda"]["output_gate_rank"] = 16;
+       j["mla"]["rope"] = false;
+       j["mla"]["output_gate"] = false;
+       j["attn_res"]["enabled"] = false;
+     }},
 };
 
 TEST(Model, LogitsMatchTheSpecReference) {

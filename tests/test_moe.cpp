@@ -221,6 +221,45 @@ TEST(Moe, LatentEverythingSituAuxLoss) {
             24, 0.5f, "latent router + latent dim/situ/aux_loss");
 }
 
+// Kimi K3's FFN (SPEC §5): SiTU everywhere at β, λ of the config, shared experts on u at full
+// width added after lat_up; and the dense layer on SiTU.
+TEST(Moe, K3SharedExpertsAfterTheLatentUpProjection) {
+  check_moe(tiny_config([](json& j) {
+              j["moe"]["latent_dim"] = 8;
+              j["moe"]["num_shared_experts"] = 2;
+              j["moe"]["shared_full_width"] = true;
+              j["moe"]["activation"] = "situ";
+              j["moe"]["shared_activation"] = "situ";
+              j["moe"]["situ_beta"] = 2.0;
+              j["moe"]["situ_linear_beta"] = 3.0;
+            }),
+            24, 1.0f, "latent dim 8/situ/2 full-width shared after lat_up");
+}
+
+TEST(Moe, SituWithAnUnboundedUpBranch) {
+  check_moe(tiny_config([](json& j) {
+              j["moe"]["activation"] = "situ";
+              j["moe"]["shared_activation"] = "situ";
+              j["moe"]["situ_beta"] = 1.5;
+              j["moe"]["situ_linear_beta"] = 0.0;
+            }),
+            24, 1.0f, "situ beta 1.5, linear_beta 0 (up unbounded)");
+}
+
+TEST(Ffn, DenseSituMatchesReferenceAndDifferences) {
+  Layered<DenseFfn> s(tiny_config([](json& j) {
+    j["moe"]["dense_activation"] = "situ";
+    j["moe"]["situ_beta"] = 2.5;
+    j["moe"]["situ_linear_beta"] = 4.0;
+  }));
+  check_layer(
+      s,
+      [&](const Params& P, const std::vector<double>& u) {
+        return std::make_pair(test::reference_dense(s.config, test::SpecWeights{&P, ""}, u, 20), 0.0);
+      },
+      20, 1.0f, "dense situ");
+}
+
 // The aux_loss term alone (no output gradient): its gradient through P into the router and u.
 TEST(Moe, AuxLossGradientAlone) {
   check_moe(tiny_config([](json& j) {
@@ -291,9 +330,9 @@ TEST(Moe, AllExpertsSelectedIsTheDenseMixture) {
     for (int64_t e = 0; e < E; ++e) s_t[e] = test::sigmoid_ref(test::row_dot(P.at("mlp.gate.weight"), e, d, ut.data()));
     const double total = std::accumulate(s_t.begin(), s_t.end(), 0.0);
     for (int64_t e = 0; e < E; ++e)
-      test::add_mlp({&P, ""}, "mlp.experts." + std::to_string(e) + ".", d, w, 0, w, Activation::Swiglu, ut.data(),
+      test::add_mlp({&P, ""}, "mlp.experts." + std::to_string(e) + ".", d, w, 0, w, config.moe, Activation::Swiglu, ut.data(),
               s_t[e] / total * config.moe.routed_scaling_factor, want.data() + t * d);
-    test::add_mlp({&P, ""}, "mlp.shared_experts.", d, w, 0, w, Activation::Swiglu, ut.data(), 1.0, want.data() + t * d);
+    test::add_mlp({&P, ""}, "mlp.shared_experts.", d, w, 0, w, config.moe, Activation::Swiglu, ut.data(), 1.0, want.data() + t * d);
   }
   expect_close(y, want, 1e-5, "k = E");
 }

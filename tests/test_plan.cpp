@@ -52,15 +52,13 @@ TEST(PlanParams, DeepSeekV3Within2PercentOfPublic) {
   expect_counts_match_model(c);
 }
 
-// Kimi-Linear's KDA layers project f and g through rank-K bottlenecks (f_a_proj [K, d], f_b_proj
-// [H·K, K], likewise g); SPEC §3 has full-rank f_proj and g_proj [H·K, d]. Everything else has
-// the same shapes, so the released model is our count less that difference, exactly.
-TEST(PlanParams, KimiLinearIsTheReleasedModelPlusFullRankGates) {
+// Kimi-Linear's KDA layers project f and g through rank-K bottlenecks (kda.gate_rank and
+// output_gate_rank = K: f_a_proj [K, d], f_b_proj [H·K, K], likewise g): the count is the released
+// model's tensors, exactly.
+TEST(PlanParams, KimiLinearIsTheReleasedModel) {
   const ModelConfig c = load("tests/data/kimi-linear-48b-a3b.json");
   const ParamCounts n = count_parameters(c);
   const int64_t d = 2304, H = 32, K = 128, HK = H * K, V = 163840, kda_layers = 20, mla_layers = 7;
-  const int64_t gate_difference = kda_layers * 2 * (HK * d - (K * d + HK * K));
-  EXPECT_EQ(gate_difference, 344719360);
 
   // The released model's tensors, from its modeling code.
   const int64_t kda = 4 * HK * d + 2 * (K * d + HK * K) + H * d + 3 * HK * 4 + H + HK + K;
@@ -68,12 +66,27 @@ TEST(PlanParams, KimiLinearIsTheReleasedModelPlusFullRankGates) {
   const int64_t expert = 3 * d * 1024, router = 256 * d + 256;
   const int64_t shared =
       kda_layers * kda + mla_layers * mla + 3 * d * 9216 + 26 * (expert + router) + d * 55 + 2 * V * d;
-  const int64_t released_total = shared + 26 * 256 * expert, released_active = shared + 26 * 8 * expert;
-  EXPECT_EQ(n.total_sum() - gate_difference, released_total);
-  EXPECT_EQ(n.active_sum() - gate_difference, released_active);
+  EXPECT_EQ(n.total_sum(), shared + 26 * 256 * expert);
+  EXPECT_EQ(n.active_sum(), shared + 26 * 8 * expert);
   // llama.cpp reports 49.12 B parameters for the released checkpoint.
-  EXPECT_LT(relative_error(double(released_total), 49.12e9), 0.001) << released_total;
-  EXPECT_LT(relative_error(double(n.total_sum()), 49.12e9), 0.02) << n.total_sum();
+  EXPECT_LT(relative_error(double(n.total_sum()), 49.12e9), 0.001) << n.total_sum();
+  expect_counts_match_model(c);
+}
+
+// Kimi K3 as released (configs/kimi-k3.json): 2.8T total. Routed experts in the 3584-wide latent
+// space; shared experts at full width on u (moe.shared_full_width); one dense SiTU layer; the
+// decay gate through rank 128, the output gate full rank.
+TEST(PlanParams, KimiK3IsAbout2_8T) {
+  const ModelConfig c = load("configs/kimi-k3.json");
+  const ParamCounts n = count_parameters(c);
+  const int64_t d = 7168, HK = 96 * 128, moe_layers = 92;
+  EXPECT_EQ(n.total[int(Component::RoutedExperts)], moe_layers * 896 * 3 * 3584 * 3072LL);
+  EXPECT_EQ(n.active[int(Component::RoutedExperts)], moe_layers * 16 * 3 * 3584 * 3072LL);
+  EXPECT_EQ(n.total[int(Component::SharedExperts)], moe_layers * 2 * 3 * d * 3072LL);
+  EXPECT_EQ(n.total[int(Component::DenseFfn)], 3 * d * 33792LL);
+  const int64_t kda = 5LL * HK * d + (128 * d + HK * 128) + 96 * d + 3 * HK * 4 + 96 + HK + 128;
+  EXPECT_EQ(n.total[int(Component::Kda)], 69 * kda);
+  EXPECT_LT(relative_error(double(n.total_sum()), 2.8e12), 0.03) << n.total_sum();
   expect_counts_match_model(c);
 }
 

@@ -32,6 +32,19 @@ TEST(PlanCli, JsonHasTheDocumentedNumbers) {
   EXPECT_EQ(j["params_by_component"]["routed_experts"]["total"].get<int64_t>(), 2752335839232);
 }
 
+// `hyla plan` reads a released Hugging Face config.json as it is: Kimi K3's gives the totals of
+// configs/kimi-k3.json (docs/plan.md).
+TEST(PlanCli, ReadsAnHfConfigJson) {
+  const auto hf = run_hyla("plan --config " + (test::source_dir() / "tests/data/kimi-k3-hf-config.json").string() +
+                           " --json");
+  ASSERT_EQ(hf.exit_code, 0) << hf.output;
+  const auto ours = run_hyla("plan --config " + config_path("kimi-k3.json") + " --json");
+  ASSERT_EQ(ours.exit_code, 0) << ours.output;
+  EXPECT_EQ(json::parse(hf.output)["params_total"].get<int64_t>(), 2779484476000);
+  EXPECT_EQ(json::parse(hf.output)["params_total"], json::parse(ours.output)["params_total"]);
+  EXPECT_EQ(json::parse(hf.output)["params_active"], json::parse(ours.output)["params_active"]);
+}
+
 // The communication section appears with any of its options, and only then.
 TEST(PlanCli, CommunicationOnRequest) {
   const std::string small = "plan --config " + config_path("small.json");

@@ -33,15 +33,27 @@ void for_each_vector(int64_t n, F f) {
   if (j < n) f(j, vec::lane_range(0, n - j));
 }
 
+// SiTU's constants as vectors: β and 1/β, λ and 1/λ; `bounded` is false when λ ≤ 0 (b passes as is).
+struct SituConstants {
+  Vec beta, inv_beta, lambda, inv_lambda;
+  bool bounded;
+  explicit SituConstants(const GatedActivation& act)
+      : beta(vec::broadcast(act.situ_beta)),
+        inv_beta(vec::broadcast(1.0f / act.situ_beta)),
+        lambda(vec::broadcast(act.situ_linear_beta)),
+        inv_lambda(vec::broadcast(act.situ_linear_beta > 0.0f ? 1.0f / act.situ_linear_beta : 0.0f)),
+        bounded(act.situ_linear_beta > 0.0f) {}
+};
+
 // One row: h = act(a, b).
 void forward_row(GatedActivation act, const float* a, const float* b, int64_t width, float* h) {
-  const Vec quarter = vec::broadcast(0.25f), four = vec::broadcast(4.0f);
-  const Vec inv25 = vec::broadcast(0.04f), twenty_five = vec::broadcast(25.0f);
+  const SituConstants c(act);
+  const bool swiglu = act.kind == GatedActivation::Kind::Swiglu;
   for_each_vector(width, [&](int64_t j, vec::Mask m) {
     const Vec va = vec::load(a + j, m), vb = vec::load(b + j, m);
     const Vec s = sigmoid(va);
-    const Vec out = act == GatedActivation::Swiglu ? va * s * vb
-                                                   : four * tanh(va * quarter) * s * (twenty_five * tanh(vb * inv25));
+    const Vec out = swiglu ? va * s * vb
+                           : c.beta * tanh(va * c.inv_beta) * s * (c.bounded ? c.lambda * tanh(vb * c.inv_lambda) : vb);
     vec::store(h + j, out, m);
   });
 }
@@ -49,20 +61,23 @@ void forward_row(GatedActivation act, const float* a, const float* b, int64_t wi
 // One row: (da, db) from dh.
 void backward_row(GatedActivation act, const float* a, const float* b, const float* dh, int64_t width, float* da,
                   float* db) {
-  const Vec one = vec::broadcast(1.0f), quarter = vec::broadcast(0.25f), four = vec::broadcast(4.0f);
-  const Vec inv25 = vec::broadcast(0.04f), twenty_five = vec::broadcast(25.0f);
+  const Vec one = vec::broadcast(1.0f);
+  const SituConstants c(act);
+  const bool swiglu = act.kind == GatedActivation::Kind::Swiglu;
   for_each_vector(width, [&](int64_t j, vec::Mask m) {
     const Vec va = vec::load(a + j, m), vb = vec::load(b + j, m), g = vec::load(dh + j, m);
     const Vec s = sigmoid(va);
-    if (act == GatedActivation::Swiglu) {
+    if (swiglu) {
       // d silu(a)/da = σ(a)(1 + a(1 − σ(a)))
       vec::store(da + j, g * vb * s * vec::fmadd(va, one - s, one), m);
       vec::store(db + j, g * va * s, m);
     } else {
-      const Vec ta = tanh(va * quarter), tb = tanh(vb * inv25);
-      const Vec f = four * ta * s;
+      // f = β·tanh(a/β)·σ(a): f' = (1 − tanh²(a/β))·σ(a) + f·(1 − σ(a))
+      const Vec ta = tanh(va * c.inv_beta);
+      const Vec f = c.beta * ta * s;
       const Vec f_prime = (one - ta * ta) * s + f * (one - s);
-      const Vec gb = twenty_five * tb, gb_prime = one - tb * tb;
+      const Vec tb = c.bounded ? tanh(vb * c.inv_lambda) : vec::zero();
+      const Vec gb = c.bounded ? c.lambda * tb : vb, gb_prime = one - tb * tb;
       vec::store(da + j, g * f_prime * gb, m);
       vec::store(db + j, g * f * gb_prime, m);
     }

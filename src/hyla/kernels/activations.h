@@ -4,9 +4,15 @@
 
 namespace hyla {
 
-enum class GatedActivation : uint8_t {
-  Swiglu,  // silu(a) ⊙ b
-  Situ,    // [4·tanh(a/4) ⊙ σ(a)] ⊙ [25·tanh(b/25)]
+// The gate of a gated MLP, act(a, b) elementwise.
+struct GatedActivation {
+  enum class Kind : uint8_t {
+    Swiglu,  // silu(a) ⊙ b
+    Situ,    // [β·tanh(a/β) ⊙ σ(a)] ⊙ [λ·tanh(b/λ)]   (λ ≤ 0: ⊙ b)
+  };
+  Kind kind = Kind::Swiglu;
+  float situ_beta = 4.0f;          // β
+  float situ_linear_beta = 25.0f;  // λ
 };
 
 // gu: [rows, 2·width] holding [a | b] per row (the fused gate+up projection); h: [rows, width].

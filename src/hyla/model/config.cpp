@@ -5,6 +5,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
+#include "hyla/model/hf_config.h"
 
 namespace hyla {
 using json = nlohmann::json;
@@ -86,6 +87,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.kda.gate = parse_enum(gate, kGates, kda, "gate");
   kda.read("gate_lower_bound", c.kda.gate_lower_bound);
   kda.read("chunk_size", c.kda.chunk_size);
+  kda.read("gate_rank", c.kda.gate_rank);
+  kda.read("output_gate_rank", c.kda.output_gate_rank);
   kda.finish();
 
   JsonFields mla = f.object("mla");
@@ -98,6 +101,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   mla.read("rope_theta", c.mla.rope_theta);
   mla.read("output_gate", c.mla.output_gate);
   mla.read("sliding_window", c.mla.sliding_window);
+  mla.read("rope", c.mla.rope);
   mla.finish();
 
   JsonFields moe = f.object("moe");
@@ -110,9 +114,18 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   moe.read("router_latent_dim", c.moe.router_latent_dim);
   moe.read("latent_dim", c.moe.latent_dim);
   moe.read("routed_scaling_factor", c.moe.routed_scaling_factor);
-  std::string activation = to_string(c.moe.activation), balancing = to_string(c.moe.balancing);
-  moe.read("activation", activation);
-  c.moe.activation = parse_enum(activation, kActivations, moe, "activation");
+  auto read_activation = [&](const char* key, Activation& value) {
+    std::string name = to_string(value);
+    moe.read(key, name);
+    value = parse_enum(name, kActivations, moe, key);
+  };
+  read_activation("activation", c.moe.activation);
+  read_activation("dense_activation", c.moe.dense_activation);
+  read_activation("shared_activation", c.moe.shared_activation);
+  moe.read("situ_beta", c.moe.situ_beta);
+  moe.read("situ_linear_beta", c.moe.situ_linear_beta);
+  moe.read("shared_full_width", c.moe.shared_full_width);
+  std::string balancing = to_string(c.moe.balancing);
   moe.read("balancing", balancing);
   c.moe.balancing = parse_enum(balancing, kBalancing, moe, "balancing");
   moe.read("bias_update_speed", c.moe.bias_update_speed);
@@ -136,7 +149,10 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   return c;
 }
 
-ModelConfig ModelConfig::load(const std::string& path) { return from_json(parse_json_file(path), path); }
+ModelConfig ModelConfig::load(const std::string& path) {
+  const json j = parse_json_file(path);
+  return is_hf_config(j) ? config_from_hf(j, path) : from_json(j, path);
+}
 
 void ModelConfig::validate(const std::string& source) const {
   auto rule = [&](bool ok, const std::string& message) { HYLA_CHECK(ok, "{}: {}", source, message); };
@@ -157,6 +173,8 @@ void ModelConfig::validate(const std::string& source) const {
   if (kda.gate == KdaGate::LowerBound)
     rule(kda.gate_lower_bound >= -5.0 && kda.gate_lower_bound < 0.0,
          fmt::format("kda.gate_lower_bound ({}) must lie in [-5, 0) for the lower_bound gate", kda.gate_lower_bound));
+  non_negative(kda.gate_rank, "kda.gate_rank");
+  non_negative(kda.output_gate_rank, "kda.output_gate_rank");
   rule(kda.chunk_size > 0 && kda.chunk_size % 16 == 0 && kda.chunk_size <= 256,
        fmt::format("kda.chunk_size ({}) must be a multiple of 16 (the sub-chunk) between 16 and 256", kda.chunk_size));
 
@@ -193,6 +211,7 @@ void ModelConfig::validate(const std::string& source) const {
   non_negative(moe.latent_dim, "moe.latent_dim");
   rule(moe.routed_scaling_factor > 0, fmt::format("moe.routed_scaling_factor ({}) must be > 0", moe.routed_scaling_factor));
   rule(moe.bias_update_speed >= 0, fmt::format("moe.bias_update_speed ({}) must be >= 0", moe.bias_update_speed));
+  rule(moe.situ_beta > 0, fmt::format("moe.situ_beta ({}) must be > 0", moe.situ_beta));
   rule(moe.aux_loss_coef >= 0, fmt::format("moe.aux_loss_coef ({}) must be >= 0", moe.aux_loss_coef));
 
   positive(attn_res.block_size, "attn_res.block_size");
@@ -216,18 +235,22 @@ json ModelConfig::to_json() const {
       {"max_position_embeddings", max_position_embeddings},
       {"kda",
        {{"num_heads", kda.num_heads}, {"head_dim", kda.head_dim}, {"conv_kernel", kda.conv_kernel},
-        {"gate", to_string(kda.gate)}, {"gate_lower_bound", kda.gate_lower_bound}, {"chunk_size", kda.chunk_size}}},
+        {"gate", to_string(kda.gate)}, {"gate_lower_bound", kda.gate_lower_bound}, {"chunk_size", kda.chunk_size},
+        {"gate_rank", kda.gate_rank}, {"output_gate_rank", kda.output_gate_rank}}},
       {"mla",
        {{"num_heads", mla.num_heads}, {"q_lora_rank", mla.q_lora_rank}, {"kv_lora_rank", mla.kv_lora_rank},
         {"qk_nope_head_dim", mla.qk_nope_head_dim}, {"qk_rope_head_dim", mla.qk_rope_head_dim},
         {"v_head_dim", mla.v_head_dim}, {"rope_theta", mla.rope_theta}, {"output_gate", mla.output_gate},
-        {"sliding_window", mla.sliding_window}}},
+        {"sliding_window", mla.sliding_window}, {"rope", mla.rope}}},
       {"moe",
        {{"num_experts", moe.num_experts}, {"num_experts_per_tok", moe.num_experts_per_tok},
         {"num_shared_experts", moe.num_shared_experts}, {"moe_intermediate_size", moe.moe_intermediate_size},
         {"first_k_dense_replace", moe.first_k_dense_replace}, {"intermediate_size", moe.intermediate_size},
         {"router_latent_dim", moe.router_latent_dim}, {"latent_dim", moe.latent_dim},
         {"routed_scaling_factor", moe.routed_scaling_factor}, {"activation", to_string(moe.activation)},
+        {"dense_activation", to_string(moe.dense_activation)}, {"shared_activation", to_string(moe.shared_activation)},
+        {"situ_beta", moe.situ_beta}, {"situ_linear_beta", moe.situ_linear_beta},
+        {"shared_full_width", moe.shared_full_width},
         {"balancing", to_string(moe.balancing)}, {"bias_update_speed", moe.bias_update_speed},
         {"aux_loss_coef", moe.aux_loss_coef}}},
       {"attn_res", {{"enabled", attn_res.enabled}, {"block_size", attn_res.block_size}}},

@@ -20,6 +20,8 @@ struct KdaConfig {
   KdaGate gate = KdaGate::LowerBound;
   double gate_lower_bound = -5.0;
   int64_t chunk_size = 64;
+  int64_t gate_rank = 0;         // > 0: decay logits f_b(f_a u) through this rank (f_a_proj, f_b_proj)
+  int64_t output_gate_rank = 0;  // > 0: output gate logits g_b(g_a u) through this rank (g_a_proj, g_b_proj)
 };
 
 struct MlaConfig {
@@ -32,6 +34,7 @@ struct MlaConfig {
   double rope_theta = 10000.0;
   bool output_gate = true;
   int64_t sliding_window = 0;
+  bool rope = true;  // false: q_pe and k_pe (qk_rope_head_dim > 0) enter the scores unrotated
 };
 
 struct MoeConfig {
@@ -44,7 +47,12 @@ struct MoeConfig {
   int64_t router_latent_dim = 0;
   int64_t latent_dim = 0;
   double routed_scaling_factor = 2.5;
-  Activation activation = Activation::Swiglu;
+  Activation activation = Activation::Swiglu;         // routed experts
+  Activation dense_activation = Activation::Swiglu;   // the dense FFN layers
+  Activation shared_activation = Activation::Swiglu;  // the shared experts
+  double situ_beta = 4.0;                             // situ: β·tanh(a/β)·σ(a)
+  double situ_linear_beta = 25.0;                     // situ: ⊙ λ·tanh(b/λ) (λ ≤ 0: ⊙ b)
+  bool shared_full_width = false;  // shared experts on u at width d, added after lat_up (not on x_e)
   Balancing balancing = Balancing::Quantile;
   double bias_update_speed = 0.001;
   double aux_loss_coef = 0.0;

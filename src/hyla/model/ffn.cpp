@@ -4,7 +4,8 @@
 namespace hyla {
 
 DenseFfn::DenseFfn(ParamStore& store, const std::string& prefix, const ModelConfig& config)
-    : mlp_(store, prefix, config.hidden_size, config.moe.intermediate_size, Component::DenseFfn), dense_(mlp_) {}
+    : mlp_(store, prefix, config.hidden_size, config.moe.intermediate_size, Component::DenseFfn),
+      dense_(mlp_, gated_activation(config.moe.dense_activation, config.moe)) {}
 
 void DenseFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
   dense_.forward(u, ctx.tokens.rows, y, ctx.precision, ctx.save_for_backward, ctx.workspace);
@@ -23,9 +24,9 @@ MoeFfn::MoeFfn(ParamStore& store, const std::string& prefix, const ModelConfig& 
   }
   experts_ = RoutedExperts(store, prefix, config, width);
   if (m.num_shared_experts > 0) {
-    shared_ = GatedMlp(store, prefix + "shared_experts.", width, m.num_shared_experts * m.moe_intermediate_size,
-                       Component::SharedExperts);
-    shared_mlp_ = DenseGatedMlp(shared_);
+    shared_ = GatedMlp(store, prefix + "shared_experts.", shared_after_up() ? d : width,
+                       m.num_shared_experts * m.moe_intermediate_size, Component::SharedExperts);
+    shared_mlp_ = DenseGatedMlp(shared_, gated_activation(m.shared_activation, config.moe));
   }
 }
 
@@ -33,7 +34,7 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
   const MoeConfig& m = config_.moe;
   const int64_t n = ctx.tokens.rows, k = m.num_experts_per_tok, latent = m.latent_dim;
   const int64_t width = latent > 0 ? latent : config_.hidden_size, w = m.moe_intermediate_size;
-  const bool save = ctx.save_for_backward, shared = m.num_shared_experts > 0;
+  const bool save = ctx.save_for_backward, shared = m.num_shared_experts > 0 && !shared_after_up();
   ForwardState& state = save ? saved_ : work_;
   LayerActivations activations(kept_, ctx.workspace, save);
 
@@ -76,6 +77,7 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
     lat_up_.forward(normed, n, y, ctx.precision);
     state.m_norm = normed;
   }
+  if (shared_after_up()) shared_mlp_.forward(u, n, y, ctx.precision, save, ctx.workspace, /*beta=*/1.0f);
   if (save) saved_u_ = u, saved_precision_ = ctx.precision, saved_loss_scale_ = ctx.loss_scale, workspace_ = &ctx.workspace;
 }
 
@@ -86,7 +88,7 @@ void MoeFfn::backward(const float* dy, float* du) {
   const int64_t n = state.routing.tokens, k = m.num_experts_per_tok, latent = m.latent_dim;
   const int64_t width = latent > 0 ? latent : config_.hidden_size;
   const Precision p = saved_precision_;
-  const bool shared = m.num_shared_experts > 0;
+  const bool shared = m.num_shared_experts > 0 && !shared_after_up();
   Frame scratch(workspace_->serial());
 
   const float* dm = dy;     // dL/dm
@@ -116,6 +118,7 @@ void MoeFfn::backward(const float* dy, float* du) {
     lat_down_.backward_input(dx, n, du, p);
     lat_down_.backward_weight(saved_u_, dx, n, p);
   }
+  if (shared_after_up()) shared_mlp_.backward(dy, du, /*beta=*/1.0f);
 
   // The router: through the routing weights' normalisation (and the aux_loss term) into s.
   float* d_weights = scratch.take<float>(n * k);

@@ -22,7 +22,8 @@ namespace hyla {
 class DenseFfn {
  public:
   DenseFfn(ParamStore& store, const std::string& prefix, const ModelConfig& config);
-  // y = W_down(silu(W_gate u) ⊙ W_up u), u and y [N, d]; u must stay valid until backward when saving.
+  // y = W_down(act(W_gate u, W_up u)), act = moe.dense_activation; u and y [N, d]; u must stay valid
+  // until backward when saving.
   void forward(const float* u, float* y, const ForwardContext& ctx);
   // du = dL/du (overwritten); adds the parameter gradients.
   void backward(const float* dy, float* du);
@@ -74,6 +75,12 @@ class MoeFfn {
     const float* x_latent = nullptr;  // [N, ℓ] expert input W_lat_down u (ℓ > 0)
     const float* m_norm = nullptr;    // [N, ℓ] RMSNorm_{lat_norm}(m) (ℓ > 0)
   };
+
+  // The shared experts read u at width d and add to y after lat_up (moe.shared_full_width with a
+  // latent); else they read the experts' input x_e and add to m.
+  bool shared_after_up() const {
+    return config_.moe.num_shared_experts > 0 && config_.moe.shared_full_width && config_.moe.latent_dim > 0;
+  }
 
   const ModelConfig& config_;
   Router router_;

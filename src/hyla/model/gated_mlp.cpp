@@ -1,7 +1,5 @@
 #include "hyla/model/gated_mlp.h"
 
-#include "hyla/kernels/activations.h"
-
 namespace hyla {
 
 GatedMlp::GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int64_t hidden, Component component)
@@ -10,7 +8,13 @@ GatedMlp::GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int
       down_proj(store, prefix + "down_proj", hidden, in, component, Init::NormalOutput),
       gate_up(Linear::fuse({&gate_proj, &up_proj})) {}
 
-DenseGatedMlp::DenseGatedMlp(const GatedMlp& mlp) : gate_up_(mlp.gate_up), down_(mlp.down_proj) {}
+GatedActivation gated_activation(Activation kind, const MoeConfig& moe) {
+  return {kind == Activation::Situ ? GatedActivation::Kind::Situ : GatedActivation::Kind::Swiglu, float(moe.situ_beta),
+          float(moe.situ_linear_beta)};
+}
+
+DenseGatedMlp::DenseGatedMlp(const GatedMlp& mlp, GatedActivation activation)
+    : gate_up_(mlp.gate_up), down_(mlp.down_proj), activation_(activation) {}
 
 void DenseGatedMlp::forward(const float* x, int64_t n, float* y, Precision precision, bool save, Workspace& workspace,
                             float beta) {
@@ -20,7 +24,7 @@ void DenseGatedMlp::forward(const float* x, int64_t n, float* y, Precision preci
   float* h = activations.take<float>(n * w);
   if (save) saved_x_ = x, saved_gu_ = gu, saved_h_ = h, saved_rows_ = n, saved_precision_ = precision, workspace_ = &workspace;
   gate_up_.forward(x, n, gu, precision);
-  gated_activation_forward(GatedActivation::Swiglu, gu, n, w, h);
+  gated_activation_forward(activation_, gu, n, w, h);
   down_.forward(h, n, y, precision, beta);
 }
 
@@ -33,7 +37,7 @@ void DenseGatedMlp::backward(const float* dy, float* dx, float beta) {
   float* dgu = scratch.take<float>(n * 2 * w);
   down_.backward_input(dy, n, dh, p);
   down_.backward_weight(saved_h_, dy, n, p);
-  gated_activation_backward(GatedActivation::Swiglu, saved_gu_, dh, n, w, dgu);
+  gated_activation_backward(activation_, saved_gu_, dh, n, w, dgu);
   gate_up_.backward_input(dgu, n, dx, p, beta);
   gate_up_.backward_weight(saved_x_, dgu, n, p);
 }

@@ -3,6 +3,8 @@
 // (the dense FFN and the shared experts; the routed experts run per expert in moe_experts.h).
 #include <string>
 
+#include "hyla/kernels/activations.h"
+#include "hyla/model/config.h"
 #include "hyla/model/layer_buffer.h"
 #include "hyla/model/layers.h"
 
@@ -16,13 +18,16 @@ struct GatedMlp {
   GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int64_t hidden, Component component);
 };
 
-// A GatedMlp with swiglu applied to every row (the dense FFN, the shared experts): [gate; up] x
-// as one GEMM, then down.
+// The gate the config names, with its SiTU constants (moe.situ_beta, moe.situ_linear_beta).
+GatedActivation gated_activation(Activation kind, const MoeConfig& moe);
+
+// A GatedMlp applied to every row (the dense FFN, the shared experts): [gate; up] x as one GEMM,
+// the activation, then down.
 class DenseGatedMlp {
  public:
   DenseGatedMlp() = default;
-  explicit DenseGatedMlp(const GatedMlp& mlp);
-  // y = W_down(silu(W_gate x) ⊙ W_up x) + beta·y for n rows; when saving, x must stay valid until
+  DenseGatedMlp(const GatedMlp& mlp, GatedActivation activation);
+  // y = W_down(act(W_gate x, W_up x)) + beta·y for n rows; when saving, x must stay valid until
   // backward, and so must `workspace`, whose scratch the backward uses.
   void forward(const float* x, int64_t n, float* y, Precision precision, bool save, Workspace& workspace,
                float beta = 0.0f);
@@ -31,6 +36,7 @@ class DenseGatedMlp {
 
  private:
   Linear gate_up_, down_;
+  GatedActivation activation_;
   // The last saving forward's input, pre-activations [n, 2w] and activations [n, w] (in kept_).
   const float* saved_x_ = nullptr;
   const float *saved_gu_ = nullptr, *saved_h_ = nullptr;

@@ -1,6 +1,7 @@
 #include "hyla/model/kda_mixer.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "hyla/kernels/conv1d.h"
 #include "hyla/kernels/norm.h"
@@ -17,10 +18,18 @@ KdaMixer::KdaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   q_proj_ = Linear(store, prefix + "q_proj", d, HK, c);
   k_proj_ = Linear(store, prefix + "k_proj", d, HK, c);
   v_proj_ = Linear(store, prefix + "v_proj", d, HK, c);
-  f_proj_ = Linear(store, prefix + "f_proj", d, HK, c);
-  g_proj_ = Linear(store, prefix + "g_proj", d, HK, c);
+  const int64_t f_rank = config.kda.gate_rank, g_rank = config.kda.output_gate_rank;
+  f_proj_ = f_rank ? Linear(store, prefix + "f_a_proj", d, f_rank, c) : Linear(store, prefix + "f_proj", d, HK, c);
+  g_proj_ = g_rank ? Linear(store, prefix + "g_a_proj", d, g_rank, c) : Linear(store, prefix + "g_proj", d, HK, c);
   b_proj_ = Linear(store, prefix + "b_proj", d, heads_, c);
   in_proj_ = Linear::fuse({&q_proj_, &k_proj_, &v_proj_, &f_proj_, &g_proj_, &b_proj_});
+  if (f_rank) f_b_proj_ = Linear(store, prefix + "f_b_proj", f_rank, HK, c);
+  if (g_rank) g_b_proj_ = Linear(store, prefix + "g_b_proj", g_rank, HK, c);
+  const int64_t f_first = 3 * HK, g_first = f_first + f_proj_.out();
+  b_col_ = g_first + g_proj_.out();
+  proj_width_ = in_proj_.out();
+  f_col_ = f_rank ? std::exchange(proj_width_, proj_width_ + HK) : f_first;
+  g_col_ = g_rank ? std::exchange(proj_width_, proj_width_ + HK) : g_first;
   o_proj_ = Linear(store, prefix + "o_proj", HK, d, c, Init::NormalOutput);
   const Shape conv{HK, 1, config.kda.conv_kernel};
   q_conv_ = &store.add(prefix + "q_conv1d.weight", conv, Init::ConvUniform, c);
@@ -41,17 +50,14 @@ KdaOptions KdaMixer::kernel_options(bool backward, Precision p) const {
   return o;
 }
 
-KdaPrepareShape KdaMixer::prepare_shape() const { return {rows_, heads_, head_dim_, in_proj_.out()}; }
+KdaPrepareShape KdaMixer::prepare_shape() const { return {rows_, heads_, head_dim_, proj_width_}; }
 
 KdaDecayGate KdaMixer::decay_gate() const {
   return {config_.kda.gate == KdaGate::LowerBound, gate_lower_bound_, a_log_->value.data<float>(),
           dt_bias_->value.data<float>()};
 }
 
-// f and b are columns of the fused projection rows [q k v f g b].
-KdaPrepareInputs KdaMixer::prepare_inputs() const {
-  return {conv_, proj_ + 3 * width_, proj_ + 5 * width_};
-}
+KdaPrepareInputs KdaMixer::prepare_inputs() const { return {conv_, proj_ + f_col_, proj_ + b_col_}; }
 
 KdaPrepared KdaMixer::prepared() {
   return {plane(0), plane(1), plane(2), inv_norm_, decay_, beta_};
@@ -61,7 +67,7 @@ KdaPrepared KdaMixer::prepared() {
 // sequence, q k v), activations, L2 norms, decays and β for the rows of ctx.tokens.
 void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, const float* const* conv_tails,
                                    LayerActivations& a) {
-  const int64_t N = ctx.tokens.rows, HK = width_, H = heads_, P = in_proj_.out();
+  const int64_t N = ctx.tokens.rows, HK = width_, H = heads_, P = proj_width_;
   rows_ = N;
   u_ = u;
   proj_ = a.take<float>(N * P);
@@ -70,7 +76,9 @@ void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, co
   inv_norm_ = a.take<float>(N * 2 * H);
   decay_ = a.take<float>(N * HK);
   beta_ = a.take<float>(N * H);
-  in_proj_.forward(u, N, proj_, ctx.precision);
+  in_proj_.forward(u, N, proj_, ctx.precision, 0.0f, -1, P);
+  if (f_b_proj_.defined()) f_b_proj_.forward(proj_ + 3 * HK, N, proj_ + f_col_, ctx.precision, 0.0f, P, P);
+  if (g_b_proj_.defined()) g_b_proj_.forward(proj_ + 3 * HK + f_proj_.out(), N, proj_ + g_col_, ctx.precision, 0.0f, P, P);
 
   const Conv1dShape conv{HK, config_.kda.conv_kernel, ctx.tokens.batch(), ctx.tokens.starts.data()};
   const Param* weights[3] = {q_conv_, k_conv_, v_conv_};
@@ -86,13 +94,13 @@ void KdaMixer::project_and_prepare(const float* u, const ForwardContext& ctx, co
 
 // y = o_proj(RMSNorm(o) per head ⊙ σ(gate)).
 void KdaMixer::output(float* y, const ForwardContext& ctx, bool save, LayerActivations& a) {
-  const int64_t N = rows_, HK = width_, H = heads_, K = head_dim_, P = in_proj_.out();
+  const int64_t N = rows_, HK = width_, H = heads_, K = head_dim_, P = proj_width_;
   normed_ = a.take<float>(N * HK);
   gated_ = a.take<float>(N * HK);
   rstd_ = a.take<float>(N * H);
   rmsnorm_forward(o_, K, o_norm_.weight().value.data<float>(), N * H, K, float(config_.rms_norm_eps),
                   normed_, K, save ? rstd_ : nullptr);
-  kda_output_gate_forward(normed_, proj_ + 4 * HK, P, N, HK, gated_);
+  kda_output_gate_forward(normed_, proj_ + g_col_, P, N, HK, gated_);
   o_proj_.forward(gated_, N, y, ctx.precision);
 }
 
@@ -125,7 +133,7 @@ void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
   std::vector<float*> tail(static_cast<size_t>(B));
   for (int which = 0; which < 3; ++which) {
     for (int64_t b = 0; b < B; ++b) tail[size_t(b)] = tails[size_t(b)] + which * (conv.kernel - 1) * width_;
-    causal_conv1d_update_tails(conv, proj_ + which * width_, in_proj_.out(), tail.data(), ctx.workspace);
+    causal_conv1d_update_tails(conv, proj_ + which * width_, proj_width_, tail.data(), ctx.workspace);
   }
   o_ = a.take<float>(rows_ * width_);
   const KdaShape shape{heads_, head_dim_, head_dim_};
@@ -145,7 +153,7 @@ void KdaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
 void KdaMixer::backward(const float* dy, float* du) {
   HYLA_ASSERT(tokens_ && u_);
   const TokenBatch& tokens = *tokens_;
-  const int64_t N = rows_, HK = width_, H = heads_, K = head_dim_, P = in_proj_.out();
+  const int64_t N = rows_, HK = width_, H = heads_, K = head_dim_, P = proj_width_;
   const Precision p = precision_;
   Frame scratch(workspace_->serial());
   float* dproj = scratch.take<float>(N * P);
@@ -154,8 +162,8 @@ void KdaMixer::backward(const float* dy, float* du) {
   // y = o_proj(gated), gated = normed ⊙ σ(gate).
   o_proj_.backward_input(dy, N, dgated, p);
   o_proj_.backward_weight(gated_, dy, N, p);
-  kda_output_gate_backward(normed_, proj_ + 4 * HK, P, N, HK, dgated, dgated,
-                           dproj + 4 * HK);  // dgated now holds d(normed)
+  kda_output_gate_backward(normed_, proj_ + g_col_, P, N, HK, dgated, dgated,
+                           dproj + g_col_);  // dgated now holds d(normed)
   // normed = RMSNorm_{o_norm}(o) per head: do overwrites dgated in place.
   rmsnorm_backward(o_, K, o_norm_.weight().value.data<float>(), rstd_, dgated, K, N * H,
                    K, dgated, K, /*accumulate_dx=*/false, o_norm_.weight().g(), *workspace_);
@@ -173,7 +181,7 @@ void KdaMixer::backward(const float* dy, float* du) {
 
   // The activations, L2 norms and gates: d(conv output) into the q k v columns of dproj.
   kda_prepare_backward(prepare_shape(), decay_gate(), prepare_inputs(), prepared(), {dq, dk, dv, dg, dbeta},
-                       {dproj, dproj + 3 * HK, dproj + 5 * HK, a_log_->g(), dt_bias_->g()});
+                       {dproj, dproj + f_col_, dproj + b_col_, a_log_->g(), dt_bias_->g()});
   // Convs: d(conv output) sits in the q k v columns of dproj; replace it by d(conv input).
   const Conv1dShape conv{HK, config_.kda.conv_kernel, tokens.batch(), tokens.starts.data()};
   Param* weights[3] = {q_conv_, k_conv_, v_conv_};
@@ -184,8 +192,18 @@ void KdaMixer::backward(const float* dy, float* du) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N; ++r) std::copy(dconv_in + r * HK, dconv_in + (r + 1) * HK, dproj + r * P + which * HK);
   }
-  in_proj_.backward_input(dproj, N, du, p);
-  in_proj_.backward_weight(u_, dproj, N, p);
+  // Low-rank gates: the lifted logits' gradients back through f_b / g_b into the f_a / g_a columns.
+  const int64_t f_first = 3 * HK, g_first = f_first + f_proj_.out();
+  if (f_b_proj_.defined()) {
+    f_b_proj_.backward_weight(proj_ + f_first, dproj + f_col_, N, p, P, P);
+    f_b_proj_.backward_input(dproj + f_col_, N, dproj + f_first, p, 0.0f, P, P);
+  }
+  if (g_b_proj_.defined()) {
+    g_b_proj_.backward_weight(proj_ + g_first, dproj + g_col_, N, p, P, P);
+    g_b_proj_.backward_input(dproj + g_col_, N, dproj + g_first, p, 0.0f, P, P);
+  }
+  in_proj_.backward_input(dproj, N, du, p, 0.0f, P);
+  in_proj_.backward_weight(u_, dproj, N, p, -1, P);
 }
 
 }  // namespace hyla

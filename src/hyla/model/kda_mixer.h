@@ -46,9 +46,15 @@ class KdaMixer {
   const ModelConfig& config_;
   int64_t heads_, head_dim_, width_;  // width_ = H·K
   float gate_lower_bound_;
-  // Registered in this order so that [q k v f g b] is one [5 H K + H, d] matrix.
-  Linear q_proj_, k_proj_, v_proj_, f_proj_, g_proj_, b_proj_, o_proj_;
+  // Registered in this order so that [q k v f g b] is one matrix. f and g are the decay and output
+  // gates' projections of u: f_proj / g_proj [HK, d], or, with kda.gate_rank / output_gate_rank,
+  // f_a_proj / g_a_proj [rank, d] whose outputs f_b_proj / g_b_proj [HK, rank] lift to HK logits.
+  Linear q_proj_, k_proj_, v_proj_, f_proj_, g_proj_, b_proj_, f_b_proj_, g_b_proj_, o_proj_;
   Linear in_proj_;  // the fused view
+  // Columns of a projection row (proj_, and dproj in backward): in_proj_'s outputs [q k v f g b],
+  // then the lifted decay and output gate logits of the low-rank gates. The kernels read q k v,
+  // the decay logits (f_col_), the output gate logits (g_col_) and b (b_col_) at this one stride.
+  int64_t proj_width_, f_col_, g_col_, b_col_;
   Param *q_conv_, *k_conv_, *v_conv_, *a_log_, *dt_bias_;
   RmsNorm o_norm_;
 
@@ -56,7 +62,7 @@ class KdaMixer {
   // in the workspace and gone after the call.
   int64_t rows_ = 0;
   const float* u_ = nullptr;
-  float* proj_ = nullptr;      // [N, 5HK + H]: q k v (pre-conv), f, g (output gate logits), b
+  float* proj_ = nullptr;      // [N, proj_width_]: q k v (pre-conv), f, g, b, lifted logits (low rank)
   float* conv_ = nullptr;      // [N, 3HK]: conv outputs of q k v, before silu
   float* qkv_ = nullptr;       // three [N, HK] planes q, k, v: silu(conv), q and k L2-normalised (q scaled)
   float* inv_norm_ = nullptr;  // [N, 2H]: 1/sqrt(Σx² + 1e-6) of q and k per head

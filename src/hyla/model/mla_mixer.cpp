@@ -48,6 +48,7 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   kv_lora_rank_ = m.kv_lora_rank;
   q_lora_rank_ = m.q_lora_rank;
   qk_dim_ = qk;
+  rotate_ = rope_dim_ > 0 && m.rope;
   kv_offset_ = q_input->out();
   gate_offset_ = kv_offset_ + kv_lora_rank_ + rope_dim_;
   proj_width_ = input_proj_.out();
@@ -68,21 +69,22 @@ float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const 
       for (int64_t r = begin; r < end; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
     });
   }
-  if (rope_dim_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
+  if (rotate_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
   return proj;
 }
 
-// q in the attention layout [rows, H, Dn + Dr], q_pe rotated.
+// q in the attention layout [rows, H, Dn + Dr], q_pe rotated (when rotate_).
 float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save, LayerActivations& a) {
   const int64_t ldq = heads_ * qk_dim_;
   float* q = q_ = a.take<float>(rows * ldq);
   const float* unrotated = q;
   RopeLayout unrotated_layout{ldq, qk_dim_};
-  if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (nope parts only)
+  if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (q_pe too when not rotated)
+    const int64_t copied = rotate_ ? nope_dim_ : qk_dim_;
     parallel_rows(rows, ldq, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
         for (int64_t h = 0; h < heads_; ++h)
-          std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(nope_dim_) * sizeof(float));
+          std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(copied) * sizeof(float));
     });
     unrotated = proj;
     unrotated_layout = {proj_width_, qk_dim_};
@@ -91,7 +93,7 @@ float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save
     q_a_norm_.forward(proj, rows, q_a, save, proj_width_, q_lora_rank_);
     q_b_proj_.forward(q_a, rows, q, p);
   }
-  if (rope_dim_)
+  if (rotate_)
     rope_forward(rope_, rows, heads_, rope_dim_, unrotated + nope_dim_, unrotated_layout, q + nope_dim_,
                  {ldq, qk_dim_});
   return q;
@@ -104,10 +106,16 @@ float* MlaMixer::latents(const float* proj, int64_t rows, bool save, LayerActiva
   return c;
 }
 
-// The shared k_pe, rotated, [rows, Dr]; nullptr when Dr = 0.
+// The shared k_pe, rotated (when rotate_), [rows, Dr]; nullptr when Dr = 0.
 float* MlaMixer::rotated_key_pe(const float* proj, int64_t rows, LayerActivations& a) {
   if (!rope_dim_) return nullptr;
   float* k_pe = a.take<float>(rows * rope_dim_);
+  if (!rotate_) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(k_pe + r * rope_dim_, proj + r * proj_width_ + kv_offset_ + kv_lora_rank_,
+                  size_t(rope_dim_) * sizeof(float));
+    return k_pe;
+  }
   rope_forward(rope_, rows, 1, rope_dim_, proj + kv_offset_ + kv_lora_rank_, {proj_width_, 0}, k_pe,
                {rope_dim_, 0});
   return k_pe;
@@ -228,7 +236,7 @@ void MlaMixer::backward(const float* dy, float* du) {
                      *workspace_);
 
   // Keys and values: per head back into W_kvb's row layout; the shared k_pe's gradient is the sum
-  // over heads, rotated back, in proj's k_pe columns.
+  // over heads, rotated back (when rotated), in proj's k_pe columns.
   float* dkv = scratch.take<float>(N * heads_ * per_head);
   float* dk_pe = dproj + kv_offset_ + kv_lora_rank_;
   parallel_rows(N, ldq, [&](int64_t begin, int64_t end) {
@@ -244,7 +252,7 @@ void MlaMixer::backward(const float* dy, float* du) {
       }
     }
   });
-  if (rope_dim_) rope_backward(rope_, N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
+  if (rotate_) rope_backward(rope_, N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
   kv_b_proj_.backward_weight(c_, dkv, N, p);
   float* dc = scratch.take<float>(N * kv_lora_rank_);
   kv_b_proj_.backward_input(dkv, N, dc, p);
@@ -252,17 +260,18 @@ void MlaMixer::backward(const float* dy, float* du) {
 
   // Queries
   if (q_lora_rank_ == 0) {
+    const int64_t copied = rotate_ ? nope_dim_ : qk_dim_;
     parallel_rows(N, ldq, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
         for (int64_t h = 0; h < heads_; ++h)
           std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
-                      size_t(nope_dim_) * sizeof(float));
+                      size_t(copied) * sizeof(float));
     });
-    if (rope_dim_)
+    if (rotate_)
       rope_backward(rope_, N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dproj + nope_dim_,
                     {proj_width_, qk_dim_});
   } else {
-    if (rope_dim_)
+    if (rotate_)
       rope_backward(rope_, N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dq + nope_dim_,
                     {ldq, qk_dim_});
     q_b_proj_.backward_weight(q_a_, dq, N, p);

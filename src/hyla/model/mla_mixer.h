@@ -30,7 +30,7 @@ class MlaMixer {
   // u [N, d] (the RMSNorm'd sublayer input; it must stay valid until backward when saving) → y [N, d].
   // Without caches (training, full sequences): causal within each packed sequence
   // (ctx.tokens.starts); "swa" layers see the last mla.sliding_window positions (the current one
-  // included). RoPE (qk_rope_head_dim > 0) uses ctx.tokens.positions. Under Precision::BF16 the
+  // included). RoPE (qk_rope_head_dim > 0 and mla.rope) uses ctx.tokens.positions. Under Precision::BF16 the
   // projections run on bf16 inputs; the attention products do too, except when saving for
   // backward: the backward recomputes probabilities in f32 from the saved log-sum-exp, which must
   // come from the same f32 products (see docs/kernels-attention.md).
@@ -49,7 +49,7 @@ class MlaMixer {
   void backward(const float* dy, float* du);
 
   // Values per cached token: kv_lora_rank (the normalised latent c), then qk_rope_head_dim (k_pe,
-  // already rotated).
+  // already rotated, or as projected when mla.rope is false).
   int64_t cache_width() const { return kv_lora_rank_ + rope_dim_; }
 
  private:
@@ -80,6 +80,7 @@ class MlaMixer {
 
   int64_t heads_, nope_dim_, rope_dim_, v_dim_, kv_lora_rank_, q_lora_rank_;
   int64_t qk_dim_;      // nope_dim_ + rope_dim_
+  bool rotate_;         // rope_dim_ > 0 and mla.rope: q_pe and k_pe are rotated by position
   int64_t proj_width_;  // columns of input_proj_: [q or q_a | c | k_pe | g]
   int64_t kv_offset_, gate_offset_;
   int64_t window_;
@@ -94,7 +95,7 @@ class MlaMixer {
   // The last forward's activations (N: the batch's rows), in kept_ when it saved for backward,
   // else in the workspace and gone after the call:
   float* proj_ = nullptr;   // N × proj_width_ (the gate columns hold σ(W_g u))
-  float* rope_ = nullptr;   // N × Dr: cos | sin of each row's angles
+  float* rope_ = nullptr;   // N × Dr: cos | sin of each row's angles (rotate_ only)
   float* q_a_ = nullptr;    // N × q_lora_rank (normalised)
   float *q_ = nullptr, *k_ = nullptr;  // N × H·(Dn + Dr), attention layout
   float* v_ = nullptr;      // N × H·Dv

@@ -37,7 +37,7 @@ void gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n, 
 }  // namespace
 
 RoutedExperts::RoutedExperts(ParamStore& store, const std::string& prefix, const ModelConfig& config, int64_t in)
-    : activation_(config.moe.activation == Activation::Situ ? GatedActivation::Situ : GatedActivation::Swiglu),
+    : activation_(gated_activation(config.moe.activation, config.moe)),
       in_(in),
       width_(config.moe.moe_intermediate_size) {
   experts_.reserve(size_t(config.moe.num_experts));

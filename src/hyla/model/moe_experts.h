@@ -88,7 +88,7 @@ class RoutedExperts {
                     void* workspace) const;
 
   std::vector<GatedMlp> experts_;
-  GatedActivation activation_ = GatedActivation::Swiglu;
+  GatedActivation activation_;
   int64_t in_ = 0, width_ = 0;
   int64_t pack_bytes_ = 0;  // the bf16 products' packing space per thread
   std::vector<Block> blocks_;

@@ -34,7 +34,9 @@ ParamCounts count_parameters(const ModelConfig& c) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     if (c.layer_types[size_t(l)] == LayerType::Kda) {
       const int64_t H = c.kda.num_heads, K = c.kda.head_dim, HK = H * K;
-      add_all(Component::Kda, 5 * HK * d      // q k v f g projections
+      // A gate's logits from d: one [HK, d] matrix, or [rank, d] then [HK, rank].
+      auto gate = [&](int64_t rank) { return rank == 0 ? HK * d : rank * d + HK * rank; };
+      add_all(Component::Kda, 3 * HK * d + gate(c.kda.gate_rank) + gate(c.kda.output_gate_rank)  // q k v f g
                                   + d * HK     // o_proj
                                   + H * d      // b_proj
                                   + 3 * HK * c.kda.conv_kernel + H + HK + K);  // convs, A_log, dt_bias, o_norm
@@ -56,7 +58,8 @@ ParamCounts count_parameters(const ModelConfig& c) {
     const int64_t width = m.latent_dim > 0 ? m.latent_dim : d;
     const int64_t expert = 3 * width * m.moe_intermediate_size;
     add(Component::RoutedExperts, E * expert, m.num_experts_per_tok * expert);
-    add_all(Component::SharedExperts, m.num_shared_experts * expert);
+    add_all(Component::SharedExperts,
+            m.num_shared_experts * 3 * (m.shared_full_width ? d : width) * m.moe_intermediate_size);
     if (m.latent_dim > 0) add_all(Component::MoeLatent, 2 * d * m.latent_dim + m.latent_dim);
   }
   return n;
