@@ -10,7 +10,9 @@
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/model/config.h"
+#include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/param_count.h"
 
 namespace hyla::cli {
@@ -71,8 +73,10 @@ void print_config(const ModelConfig& c) {
 }
 
 void inspect(const fs::path& dir) {
-  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
-  const ModelWeights weights(dir);
+  const ModelFiles files = open_model_files(dir);
+  const ModelConfig& config = files.config;
+  const ModelWeights& weights = *files.weights;
+  if (files.gguf) fmt::print("llama.cpp GGUF, architecture {}, read as hyla's tensors:\n", kimi_gguf_arch(config));
   print_config(config);
 
   fmt::print("\n{:<60} {:>5} {:>18} {:>12}\n", "tensor", "dtype", "shape", "bytes");
@@ -88,7 +92,7 @@ void inspect(const fs::path& dir) {
     total_elements += uint64_t(e.shape.numel());
     per_dtype[e.dtype] += e.shape.numel();
   }
-  fmt::print("\n{} tensors in {} file(s), {} elements, {}\n", weights.names().size(), weights.files().size(),
+  fmt::print("\n{} tensors in {} file(s), {} elements, {}\n", weights.names().size(), weights.file_count(),
              total_elements, human_bytes(double(total_bytes)));
   HYLA_CHECK(non_finite.empty(), "{}: NaN or infinite weights in {}", dir.string(), fmt::join(non_finite, ", "));
 
@@ -111,7 +115,9 @@ void inspect(const fs::path& dir) {
   fmt::print("{:<18} {:>16} {:>16}   ({} total, {} active)\n", "sum", counts.total_sum(), counts.active_sum(),
              human_count(double(counts.total_sum())), human_count(double(counts.active_sum())));
   const fs::path tokenizer_path = dir / "tokenizer.json";
-  if (fs::exists(tokenizer_path)) {
+  if (files.gguf) {
+    fmt::print("tokenizer: not read from GGUF files (commands run on token ids, e.g. hyla logits --tokens)\n");
+  } else if (fs::exists(tokenizer_path)) {
     const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: {} tokens, more than the config's vocab_size {}",
                tokenizer_path.string(), tokenizer.vocab_size(), config.vocab_size);
@@ -125,9 +131,9 @@ void inspect(const fs::path& dir) {
 }  // namespace
 
 void add_inspect(CLI::App& app) {
-  auto* cmd = app.add_subcommand("inspect", "Validate a model directory and print its config, tensors and parameter counts");
+  auto* cmd = app.add_subcommand("inspect", "Validate a model directory or GGUF file and print its config, tensors and parameter counts");
   static std::string dir;
-  cmd->add_option("dir", dir, "Model directory (config.json + model.safetensors)")->required();
+  cmd->add_option("dir", dir, "Model directory (config.json + model.safetensors) or GGUF file")->required();
   cmd->callback([] { inspect(dir); });
 }
 

@@ -24,6 +24,7 @@ void add_chat(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);
 void add_quantize(CLI::App& app);
+void add_convert(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_images(CLI::App& eval);   // `hyla eval images`, beside eval's own perplexity
 void add_eval_longctx(CLI::App& eval);  // `hyla eval longctx`

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   hyla::cli::add_tokenizer(app);
   hyla::cli::add_data(app);
   hyla::cli::add_quantize(app);
+  hyla::cli::add_convert(app);
   hyla::cli::add_eval(app);
   add_threads_everywhere(app);
   // Under mpirun an error on one process ends every process of the job (none waits forever for

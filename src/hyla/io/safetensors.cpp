@@ -185,37 +185,60 @@ ModelWeights::ModelWeights(const fs::path& dir) {
                    "{}: tensor '{}' is not listed for this shard in {}", f.path().string(), e.name,
                    index_path.filename().string());
   }
-  for (size_t i = 0; i < files_.size(); ++i)
+  for (size_t i = 0; i < files_.size(); ++i) {
+    file_names_.push_back(files_[i].path().string());
     for (const SafetensorsEntry& e : files_[i].header().tensors) {
-      const bool inserted = where_.emplace(e.name, std::make_pair(i, &e)).second;
+      const bool inserted = items_.emplace(e.name, Item{e, i, {}}).second;
       HYLA_CHECK(inserted, "{}: tensor '{}' appears in more than one shard", files_[i].path().string(), e.name);
     }
+  }
+}
+
+void ModelWeights::add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read) {
+  HYLA_ASSERT(files_.empty());
+  if (file_names_.empty() || file_names_.back() != file) file_names_.push_back(std::move(file));
+  std::string name = entry.name;
+  const bool inserted = items_.emplace(name, Item{std::move(entry), file_names_.size() - 1, std::move(read)}).second;
+  HYLA_CHECK(inserted, "{}: tensor '{}' given twice", file_names_.back(), name);
 }
 
 std::vector<std::string> ModelWeights::names() const {
   std::vector<std::string> out;
-  for (const auto& [name, _] : where_) out.push_back(name);
+  for (const auto& [name, _] : items_) out.push_back(name);
   return out;
 }
 
-bool ModelWeights::contains(std::string_view name) const { return where_.find(name) != where_.end(); }
+bool ModelWeights::contains(std::string_view name) const { return items_.find(name) != items_.end(); }
 
-const SafetensorsEntry& ModelWeights::entry(std::string_view name) const {
-  auto it = where_.find(name);
-  HYLA_CHECK(it != where_.end(), "model weights have no tensor named '{}'", name);
-  return *it->second.second;
+const ModelWeights::Item& ModelWeights::item(std::string_view name) const {
+  auto it = items_.find(name);
+  HYLA_CHECK(it != items_.end(), "model weights have no tensor named '{}'", name);
+  return it->second;
 }
+
+const SafetensorsEntry& ModelWeights::entry(std::string_view name) const { return item(name).entry; }
 
 Tensor ModelWeights::get(std::string_view name) const {
-  auto it = where_.find(name);
-  HYLA_CHECK(it != where_.end(), "model weights have no tensor named '{}'", name);
-  return files_[it->second.first].get(name);
+  const Item& i = item(name);
+  if (!i.read) return files_[i.file].get(name);
+  Tensor t = i.read();
+  HYLA_ASSERT(t.dtype() == i.entry.dtype && t.shape() == i.entry.shape);
+  return t;
 }
 
-const SafetensorsFile& ModelWeights::file_of(std::string_view name) const {
-  auto it = where_.find(name);
-  HYLA_CHECK(it != where_.end(), "model weights have no tensor named '{}'", name);
-  return files_[it->second.first];
+const std::string& ModelWeights::file_of(std::string_view name) const { return file_names_[item(name).file]; }
+
+const std::map<std::string, std::string>& ModelWeights::metadata_of(std::string_view name) const {
+  static const std::map<std::string, std::string> none;
+  const Item& i = item(name);
+  return i.read ? none : files_[i.file].header().metadata;
+}
+
+size_t ModelWeights::file_count() const { return file_names_.size(); }
+
+void ModelWeights::drop_cached_pages() const {
+  for (const SafetensorsFile& f : files_) f.drop_cached_pages();
+  for (const auto& m : mapped_) m->drop_cached_pages();
 }
 
 void save_safetensors(const fs::path& path, const NamedTensors& tensors,
@@ -247,6 +270,36 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
   file.write(&length, 8);
   file.write(text);
   for (const auto* t : order) file.write(t->second.raw(), t->second.nbytes());
+  file.commit();
+}
+
+void save_safetensors(const fs::path& path, const ModelWeights& weights, DType dtype) {
+  HYLA_ASSERT(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16);
+  const std::vector<std::string> names = weights.names();
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const std::string& name : names) {
+    const SafetensorsEntry& e = weights.entry(name);
+    const uint64_t bytes = uint64_t(e.shape.numel()) * dtype_size(dtype);
+    header[name] = {{"dtype", std::string(dtype_name(dtype))},
+                    {"shape", std::vector<int64_t>(e.shape.begin(), e.shape.end())},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t length = text.size();
+  AtomicFile file(path);
+  file.write(&length, 8);
+  file.write(text);
+  for (const std::string& name : names) {
+    Tensor t = weights.get(name);
+    HYLA_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+               "{}: tensor '{}' is {}; only floating-point weights are written", weights.file_of(name), name,
+               dtype_name(t.dtype()));
+    if (t.dtype() != dtype) t = t.to(dtype);
+    file.write(t.raw(), t.nbytes());
+  }
   file.commit();
 }
 

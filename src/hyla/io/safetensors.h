@@ -4,6 +4,7 @@
 // names the file and the problem.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,22 +52,44 @@ class SafetensorsFile {
   std::map<std::string, size_t, std::less<>> index_;
 };
 
-// The weights of a model directory: model.safetensors, or the shards that
-// model.safetensors.index.json names (each tensor in exactly one shard).
+// The weights of a model: a model directory's model.safetensors, or the shards that
+// model.safetensors.index.json names (each tensor in exactly one shard); or tensors another format
+// provides (a GGUF file, model/kimi_gguf.h), each read, and converted where needed, on demand.
 class ModelWeights {
  public:
   explicit ModelWeights(const std::filesystem::path& dir);
+  // For tensors from another format, added with add().
+  ModelWeights() = default;
+  // A tensor `read` produces on demand, with the dtype and shape it will have; `entry.end -
+  // entry.begin` its stored bytes; `file` names its source in messages.
+  void add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read);
   std::vector<std::string> names() const;  // sorted
   bool contains(std::string_view name) const;
   const SafetensorsEntry& entry(std::string_view name) const;
   Tensor get(std::string_view name) const;
-  // The file that holds a tensor (its __metadata__, its path for messages).
-  const SafetensorsFile& file_of(std::string_view name) const;
+  // The file that holds a tensor (for messages), and that file's safetensors __metadata__ (empty
+  // for other formats).
+  const std::string& file_of(std::string_view name) const;
+  const std::map<std::string, std::string>& metadata_of(std::string_view name) const;
+  size_t file_count() const;
+  // The safetensors files (none when the tensors come from another format).
   const std::vector<SafetensorsFile>& files() const { return files_; }
+  // Drops the files' pages from the page cache (a cold-cache benchmark; MappedFile's).
+  void drop_cached_pages() const;
+  // A memory map whose pages drop_cached_pages() also drops.
+  void keep_mapped(std::shared_ptr<const MappedFile> file) { mapped_.push_back(std::move(file)); }
 
  private:
+  struct Item {
+    SafetensorsEntry entry;
+    size_t file = 0;                  // index into files_, or into file_names_ for added tensors
+    std::function<Tensor()> read;     // added tensors only
+  };
+  const Item& item(std::string_view name) const;
   std::vector<SafetensorsFile> files_;
-  std::map<std::string, std::pair<size_t, const SafetensorsEntry*>, std::less<>> where_;
+  std::vector<std::string> file_names_;
+  std::vector<std::shared_ptr<const MappedFile>> mapped_;
+  std::map<std::string, Item, std::less<>> items_;
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -75,6 +98,10 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // every tensor starts aligned to its element size.
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// Writes one safetensors file atomically from `weights`, reading and converting one tensor at a
+// time to `dtype` (F32, BF16 or F16), so that memory holds one tensor whatever the model's size.
+void save_safetensors(const std::filesystem::path& path, const ModelWeights& weights, DType dtype);
 
 // Writes `dir`/model.safetensors, or, when the tensors exceed `max_shard_bytes`, shards
 // model-0000i-of-0000n.safetensors plus model.safetensors.index.json.

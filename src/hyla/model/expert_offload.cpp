@@ -181,7 +181,7 @@ ExpertOffload::~ExpertOffload() {
 
 void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
   for (const Source& s : layer.sources[size_t(e)])
-    check_int8_scales(s.scales.data<float>(), s.scales.numel(), weights_->file_of(s.name).path().string(), s.name);
+    check_int8_scales(s.scales.data<float>(), s.scales.numel(), weights_->file_of(s.name), s.name);
 }
 
 void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
@@ -453,7 +453,7 @@ void ExpertOffload::evict_all(bool drop_page_cache) {
     layer->uses_since_halving = 0;
   }
   if (drop_page_cache)
-    for (const SafetensorsFile& file : weights_->files()) file.drop_cached_pages();
+    weights_->drop_cached_pages();
 }
 
 }  // namespace hyla

@@ -10,6 +10,7 @@
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/cross_entropy.h"
+#include "hyla/model/model_files.h"
 #include "hyla/kernels/residual.h"
 #include "hyla/kernels/skinny_gemm.h"
 
@@ -110,9 +111,8 @@ void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) co
 }
 
 std::unique_ptr<Model> Model::load(const fs::path& dir, const ModelLoadOptions& options) {
-  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+  const auto [config, weights, gguf] = open_model_files(dir);
   auto model = std::make_unique<Model>(config, /*allocate=*/false);
-  const auto weights = std::make_shared<const ModelWeights>(dir);
   model->params_.plan_storage(*weights, dir.string());
   HYLA_ASSERT(!(options.holds && options.offload_experts));
   if (options.holds) model->params_.hold_only(options.holds);

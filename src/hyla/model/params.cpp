@@ -48,8 +48,7 @@ void ParamStore::plan_storage(const ModelWeights& weights, const std::string& so
     }
     HYLA_CHECK(p->int8_allowed, "{}: tensor '{}' is I8, but only matrix-product weights may be int8; it must be F32, BF16 or F16",
                source, p->name);
-    const int64_t block = int8_block_from_metadata(weights.file_of(p->name).header().metadata,
-                                                   weights.file_of(p->name).path().string());
+    const int64_t block = int8_block_from_metadata(weights.metadata_of(p->name), weights.file_of(p->name));
     const int64_t out = p->shape[0], in = p->shape[1];
     HYLA_CHECK(in % block == 0, "{}: int8 tensor '{}' has {} input features, not a multiple of the block {}", source,
                p->name, in, block);

@@ -1,0 +1,57 @@
+// `hyla convert`: a hyla model directory to a llama.cpp GGUF file (kimi-k3 or kimi-linear), and a
+// GGUF file back to a model directory, one tensor at a time (model/kimi_gguf.h).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "commands.h"
+#include "hyla/io/file.h"
+#include "hyla/io/gguf.h"
+#include "hyla/io/safetensors.h"
+#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/model_files.h"
+
+namespace hyla::cli {
+namespace fs = std::filesystem;
+
+void add_convert(CLI::App& app) {
+  auto* cmd = app.add_subcommand("convert", "Convert between a hyla model directory and a llama.cpp kimi-k3 / kimi-linear GGUF");
+  static std::string in, out, to, from, type = "bf16", weight_dtype = "f32";
+  static bool force = false;
+  cmd->add_option("-m,--model", in, "Model directory or GGUF file")->required();
+  cmd->add_option("--out", out, "Output GGUF file (--to gguf) or model directory (--to hyla)")->required();
+  cmd->add_option("--to", to, "Output format (default: the other one)")->check(CLI::IsMember({"gguf", "hyla"}));
+  cmd->add_option("--from", from, "Input format, checked (default: detected)")->check(CLI::IsMember({"gguf", "hyla"}));
+  cmd->add_option("--type", type, "GGUF matrix type: f32, f16, bf16 or q8_0 (norms, biases, convs, router: f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+  cmd->add_option("--weight-dtype", weight_dtype, "Model directory weights: f32, bf16 or f16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
+  cmd->callback([] {
+    const bool gguf_in = is_gguf_file(in);
+    const std::string detected = gguf_in ? "gguf" : "hyla";
+    HYLA_CHECK(from.empty() || from == detected, "convert: --from {} but {} is a {}", from, in,
+               gguf_in ? "GGUF file" : "model directory");
+    const std::string target = to.empty() ? (gguf_in ? "hyla" : "gguf") : to;
+    const ModelFiles files = open_model_files(in);
+    const ModelConfig& config = files.config;
+    const ModelWeights& weights = *files.weights;
+    if (target == "gguf") {
+      HYLA_CHECK(force || !fs::exists(out) || is_gguf_file(out),
+                 "convert: {} exists and is not a GGUF file; give --force to replace it", out);
+      const std::string arch = save_kimi_gguf(out, config, weights, {.matrices = ggml_type_from_name(type)});
+      fmt::print("wrote {}: llama.cpp {} GGUF, matrices {}\n", out, arch, type);
+      return;
+    }
+    check_replaceable_output(out, "config.json", {in}, force);
+    const DType dtype = weight_dtype == "bf16" ? DType::BF16 : weight_dtype == "f16" ? DType::F16 : DType::F32;
+    AtomicDirectory dir(out);
+    write_file_atomic(dir.temp() / "config.json", config.to_json().dump(2) + "\n");
+    save_safetensors(dir.temp() / "model.safetensors", weights, dtype);
+    dir.commit();
+    fmt::print("wrote {}: {} tensors, {} weights\n", out, weights.names().size(), weight_dtype);
+  });
+}
+
+}  // namespace hyla::cli

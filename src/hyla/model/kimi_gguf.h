@@ -1,0 +1,46 @@
+#pragma once
+// hyla's SPEC model and llama.cpp's `kimi-k3` and `kimi-linear` GGUF files, both ways: the
+// metadata keys, the tensor names, and the transforms llama.cpp's converter applies
+// (docs/kimi-llamacpp.md §3–4):
+//   A_log                  ↔ ssm_a = −exp(A_log)
+//   kv_b_proj              ↔ attn_k_b (per head, transposed) and attn_v_b
+//   experts.{i}.*_proj     ↔ ffn_{gate,up,down}_exps, stacked along the slowest dimension
+//   *_res_query, *_res_norm ↔ *_res_score = query ⊙ norm weight (read back as the score with a
+//                            norm of ones: the same function)
+//   lat_norm               ↔ ffn_routed_norm (optional in llama.cpp: ones when absent)
+// What a GGUF cannot express (a config llama.cpp's graphs do not run) is an error naming the
+// option; so is a GGUF that SPEC cannot express.
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "hyla/io/gguf.h"
+#include "hyla/io/safetensors.h"
+#include "hyla/model/config.h"
+
+namespace hyla {
+
+// Whether `path` is a file that starts with the GGUF magic.
+bool is_gguf_file(const std::filesystem::path& path);
+
+// "kimi-k3" or "kimi-linear": the llama.cpp graph that runs `config` (an error when none does).
+std::string kimi_gguf_arch(const ModelConfig& config);
+
+ModelConfig config_from_gguf(const GgufFile& gguf);
+
+// Every parameter of `config`'s model, read on demand from `gguf`: a view of the mapped file where
+// the tensor is stored as F32, F16 or BF16 in hyla's layout, else an f32 copy (Q8_0 and MXFP4
+// dequantised exactly, A_log, kv_b_proj and stacked experts rebuilt).
+ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config);
+
+struct GgufExportOptions {
+  GgmlType matrices = GgmlType::F32;  // matrix-product weights; norms, biases, convs and the router stay F32
+  std::string name = "hyla";          // general.name
+};
+
+// Writes `config` and `weights` (a hyla model's tensors, any float dtype) as a llama.cpp GGUF,
+// atomically and one tensor at a time. Returns the architecture written.
+std::string save_kimi_gguf(const std::filesystem::path& path, const ModelConfig& config, const ModelWeights& weights,
+                           const GgufExportOptions& options);
+
+}  // namespace hyla

@@ -1,0 +1,21 @@
+#pragma once
+// Where a model's config and weights come from: a model directory (config.json and safetensors,
+// SPEC §8) or a llama.cpp kimi-k3 / kimi-linear GGUF file (model/kimi_gguf.h). Every command that
+// loads a model goes through here, so each format is recognised in one place.
+#include <filesystem>
+#include <memory>
+
+#include "hyla/io/safetensors.h"
+#include "hyla/model/config.h"
+
+namespace hyla {
+
+struct ModelFiles {
+  ModelConfig config;
+  std::shared_ptr<const ModelWeights> weights;
+  bool gguf = false;
+};
+
+ModelFiles open_model_files(const std::filesystem::path& path);
+
+}  // namespace hyla

@@ -1,0 +1,280 @@
+// GGUF: the container (metadata of every type, tensors of every type hyla reads, bad files), the
+// block codecs against plain arithmetic, and Kimi K3 / Kimi Linear models written as llama.cpp GGUF
+// and read back with the same logits (model/kimi_gguf.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "hyla/core/half.h"
+#include "hyla/io/gguf.h"
+#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/model.h"
+#include "model_test_util.h"
+#include "test_util.h"
+
+namespace hyla {
+namespace {
+
+using test::TempDir;
+namespace fs = std::filesystem;
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A file with one tensor per type hyla reads and metadata of every value type.
+void write_sample(const fs::path& path, const std::vector<float>& values) {
+  GgufMetadata meta;
+  meta["general.architecture"] = GgufValue::string("test");
+  meta["a.u32"] = GgufValue::u32(7);
+  meta["a.f32"] = GgufValue::f32(0.5f);
+  meta["a.bool"] = GgufValue::boolean(true);
+  meta["a.array"] = GgufValue::array(GgufValueType::I32, {0, -1, 2});
+  meta["a.strings"] = GgufValue::array(GgufValueType::String, {"x", "yz"});
+  meta["a.u8"] = {GgufValueType::U8, GgufValueType::U32, 200};
+  meta["a.i64"] = {GgufValueType::I64, GgufValueType::U32, -5};
+  meta["a.f64"] = {GgufValueType::F64, GgufValueType::U32, 0.25};
+  std::vector<GgufTensor> tensors;
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
+    tensors.push_back({"t." + ggml_type_name(uint32_t(t)), {64, 2}, uint32_t(t), 0, 0});
+  GgufWriter writer(path, meta, tensors);
+  for (const GgufTensor& t : writer.tensors()) {
+    std::vector<uint8_t> bytes(t.bytes);
+    f32_to_ggml(GgmlType(t.type), values.data(), bytes.data(), 128);
+    writer.write(bytes.data(), 10);  // in two parts
+    writer.write(bytes.data() + 10, bytes.size() - 10);
+  }
+  writer.commit();
+}
+
+TEST(Gguf, WritesAndReadsEveryTypeAndValue) {
+  TempDir dir;
+  const std::vector<float> values = test::normal_floats(128, 1);
+  write_sample(dir / "a.gguf", values);
+  const GgufFile g(dir / "a.gguf");
+  EXPECT_EQ(g.string("general.architecture"), "test");
+  EXPECT_EQ(g.integer("a.u32"), 7);
+  EXPECT_EQ(g.number("a.f32"), 0.5);
+  EXPECT_TRUE(g.boolean("a.bool"));
+  EXPECT_EQ(g.integers("a.array"), (std::vector<int64_t>{0, -1, 2}));
+  EXPECT_EQ(g.integer("a.u8"), 200);
+  EXPECT_EQ(g.integer("a.i64"), -5);
+  EXPECT_EQ(g.number("a.f64"), 0.25);
+  EXPECT_EQ(g.metadata().at("a.strings").value, nlohmann::json({"x", "yz"}));
+  ASSERT_EQ(g.tensors().size(), 4u);
+  for (const GgufTensor& t : g.tensors()) {
+    EXPECT_EQ(t.shape(), (Shape{2, 64})) << t.name;
+    EXPECT_EQ(t.offset % kGgufAlignment, 0u);
+    const Tensor x = g.to_f32(t);
+    for (int64_t i = 0; i < 128; ++i) {
+      const float v = values[size_t(i)];
+      float expected = v;
+      if (t.type == uint32_t(GgmlType::F16)) expected = to_f32(to_f16(v));
+      if (t.type == uint32_t(GgmlType::BF16)) expected = to_f32(to_bf16(v));
+      if (t.type == uint32_t(GgmlType::Q8_0)) {  // within half a step of the block's scale
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(values[size_t(i / 32 * 32 + j)]));
+        // half a step, plus the f16 rounding of the step times 127
+        EXPECT_NEAR(x.data<float>()[i], v, amax / 127 * 0.6 + 1e-6) << t.name << " " << i;
+        continue;
+      }
+      EXPECT_EQ(x.data<float>()[i], expected) << t.name << " " << i;
+    }
+  }
+  EXPECT_THROW(g.integer("a.missing"), Error);
+  test::expect_error([&] { g.integer("a.f32"); }, "'a.f32'");
+}
+
+TEST(Gguf, Q8_0MatchesGgmlReference) {
+  // ggml's quantize_row_q8_0_ref: d = amax / 127 stored as f16, q = round(x / d) with d in f32.
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[size_t(j)] = float(j - 10) * 0.37f;
+  uint8_t block[34];
+  quantize_q8_0(x.data(), block, 32);
+  f16 d;
+  std::memcpy(&d, block, 2);
+  const float scale = 21 * 0.37f / 127;
+  EXPECT_EQ(d.bits, to_f16(scale).bits);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(int8_t(block[2 + j]), int8_t(std::round(x[size_t(j)] / scale))) << j;
+  std::vector<float> back(32);
+  dequantize_q8_0(block, back.data(), 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(back[size_t(j)], float(int8_t(block[2 + j])) * to_f32(d));
+}
+
+TEST(Gguf, Mxfp4DecodesE2M1WithE8M0Scale) {
+  // One block: scale byte 127 (2^0), code j in the low nibble of byte j, code 15 − j in the high one.
+  uint8_t block[17];
+  block[0] = 127;
+  for (int j = 0; j < 16; ++j) block[1 + j] = uint8_t(j | ((15 - j) << 4));
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  std::vector<float> out(32);
+  dequantize_mxfp4(block, out.data(), 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[size_t(j)], e2m1[j]) << j;
+    EXPECT_EQ(out[size_t(16 + j)], e2m1[15 - j]) << j;
+  }
+  block[0] = 130;  // 2^3
+  dequantize_mxfp4(block, out.data(), 32);
+  EXPECT_EQ(out[7], 48.0f);
+}
+
+TEST(Gguf, BadFilesNameTheProblem) {
+  TempDir dir;
+  write_sample(dir / "good.gguf", test::normal_floats(128, 2));
+  const std::string good = read_all(dir / "good.gguf");
+  auto expect_bad = [&](const std::string& bytes, const std::string& what) {
+    test::write_bytes(dir / "bad.gguf", bytes);
+    test::expect_error([&] { GgufFile g(dir / "bad.gguf"); }, what);
+    test::expect_error([&] { GgufFile g(dir / "bad.gguf"); }, "bad.gguf");
+  };
+  expect_bad("GGUF", "truncated");
+  expect_bad("GGML" + good.substr(4), "not a GGUF file");
+  expect_bad(good.substr(0, 100), "truncated");
+  expect_bad(good.substr(0, good.size() - kGgufAlignment), "truncated: tensor 't.Q8_0'");
+  std::string v2 = good;
+  v2[4] = 2;
+  expect_bad(v2, "version 2");
+  // Tensor t.F32's type field (after its name, dimension count and two dimensions) set to Q4_K.
+  std::string q4 = good;
+  const size_t name = q4.find("t.F32");
+  const uint32_t q4_k = 12;
+  std::memcpy(q4.data() + name + 5 + 4 + 16, &q4_k, 4);
+  expect_bad(q4, "tensor 't.F32' is Q4_K");
+  std::string misaligned = good;
+  const uint64_t offset = 3;
+  std::memcpy(misaligned.data() + name + 5 + 4 + 16 + 4, &offset, 8);
+  expect_bad(misaligned, "not a multiple of the alignment");
+  test::expect_error([] { ggml_type_from_name("q4_k"); }, "'q4_k'");
+}
+
+// Logits of `model` over a fixed sequence.
+Tensor logits_of(Model& model) {
+  ModelInput in;
+  for (int i = 0; i < 40; ++i) in.ids.push_back(int32_t((i * 37 + 11) % model.config().vocab_size));
+  in.tokens = TokenBatch::uniform(1, int64_t(in.ids.size()));
+  return model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+}
+
+double max_abs_difference(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  return m;
+}
+
+// A tiny Kimi-shaped model with random weights everywhere (AttnRes queries, norms, biases), saved.
+ModelConfig save_random(const std::string& config_file, const fs::path& dir) {
+  const ModelConfig config = ModelConfig::load((test::source_dir() / config_file).string());
+  Model model(config);
+  model.initialize(1);
+  test::randomize_params(model.params(), 5);
+  model.save(dir, DType::F32);
+  return config;
+}
+
+TEST(KimiGguf, RoundTripKeepsTheLogits) {
+  for (const auto& [file, arch] : {std::pair{"configs/kimi-k3-tiny.json", "kimi-k3"},
+                                   std::pair{"configs/kimi-linear-tiny.json", "kimi-linear"}}) {
+    TempDir dir;
+    const ModelConfig config = save_random(file, dir / "model");
+    EXPECT_EQ(kimi_gguf_arch(config), arch);
+    const auto original = Model::load(dir / "model");
+    const Tensor want = logits_of(*original);
+    EXPECT_EQ(save_kimi_gguf(dir / "m.gguf", config, ModelWeights(dir / "model"), {}), arch);
+    ASSERT_TRUE(is_gguf_file(dir / "m.gguf"));
+    const auto gguf = std::make_shared<const GgufFile>(dir / "m.gguf");
+    EXPECT_EQ(gguf->string("general.architecture"), arch);
+    // The config the GGUF carries is the one written (up to what GGUF does not store: training settings).
+    const ModelConfig read = config_from_gguf(*gguf);
+    nlohmann::json a = config.to_json(), b = read.to_json();
+    for (auto* j : {&a, &b}) {
+      (*j)["kda"].erase("chunk_size");
+      (*j).erase("initializer_range");
+      for (const char* k : {"balancing", "bias_update_speed", "aux_loss_coef"}) (*j)["moe"].erase(k);
+      (*j)["rms_norm_eps"] = float((*j)["rms_norm_eps"].get<double>());
+      (*j)["moe"]["routed_scaling_factor"] = float((*j)["moe"]["routed_scaling_factor"].get<double>());
+    }
+    EXPECT_EQ(a.dump(1), b.dump(1)) << arch;
+    // A_log and the AttnRes scores go through −exp and a product: logits agree to rounding.
+    const auto loaded = Model::load(dir / "m.gguf");
+    EXPECT_LT(max_abs_difference(logits_of(*loaded), want), 1e-5) << arch;
+
+    // bf16 and Q8_0 matrices hold the weights rounded as those types round them; the rest stays f32.
+    for (GgmlType type : {GgmlType::BF16, GgmlType::Q8_0}) {
+      save_kimi_gguf(dir / "q.gguf", config, ModelWeights(dir / "model"), {.matrices = type});
+      const GgufFile q(dir / "q.gguf");
+      EXPECT_EQ(q.tensor("blk.0.attn_output.weight").type, uint32_t(type));
+      EXPECT_EQ(q.tensor("blk.0.attn_norm.weight").type, uint32_t(GgmlType::F32));
+      const auto rounded = Model::load(dir / "q.gguf");
+      for (const char* name : {"model.layers.1.self_attn.q_proj.weight", "model.layers.2.mlp.experts.3.down_proj.weight",
+                               "model.layers.0.post_attention_layernorm.weight"}) {
+        const Param& a = original->params().get(name);
+        const Param& b = rounded->params().get(name);
+        const bool matrix = a.shape.ndim() == 2;
+        for (int64_t i = 0; i < a.numel(); ++i) {
+          const float x = a.value.data<float>()[i], y = b.value.data<float>()[i];
+          if (!matrix) {
+            ASSERT_EQ(y, x) << name;
+          } else if (type == GgmlType::BF16) {
+            ASSERT_EQ(y, to_f32(to_bf16(x))) << name << " " << i;
+          } else {
+            const int64_t row = a.shape[1], first = i / 32 * 32;
+            ASSERT_EQ(row % 32, 0);
+            float amax = 0;
+            for (int64_t j = first; j < first + 32; ++j) amax = std::max(amax, std::fabs(a.value.data<float>()[j]));
+            ASSERT_NEAR(y, x, amax / 127 * 0.6 + 1e-7) << name << " " << i;
+          }
+        }
+      }
+    }
+
+    // GGUF back to a model directory: the same tensors, the same logits.
+    const test::CommandResult r = test::run_hyla(fmt::format("convert -m {} --out {}", (dir / "m.gguf").string(),
+                                                            (dir / "back").string()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(max_abs_difference(logits_of(*Model::load(dir / "back")), logits_of(*loaded)), 0) << arch;
+  }
+}
+
+TEST(KimiGguf, ConfigsLlamaCppCannotRunAreErrors) {
+  const ModelConfig k3 = ModelConfig::load((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  auto expect_refused = [&](const std::function<void(ModelConfig&)>& edit, const std::string& what) {
+    ModelConfig c = k3;
+    edit(c);
+    test::expect_error([&] { kimi_gguf_arch(c); }, what);
+  };
+  expect_refused([](ModelConfig& c) { c.layer_types[3] = LayerType::Swa; }, "sliding-window");
+  expect_refused([](ModelConfig& c) { c.mla.num_heads = 4; }, "kda.num_heads must equal mla.num_heads");
+  expect_refused([](ModelConfig& c) { c.kda.gate_rank = 8; }, "kda.gate_rank");
+  expect_refused([](ModelConfig& c) { c.mla.rope = true; }, "mla.rope");
+  expect_refused([](ModelConfig& c) { c.moe.dense_activation = Activation::Swiglu; }, "SiTU");
+  expect_refused([](ModelConfig& c) { c.moe.router_latent_dim = 8; }, "router_latent_dim");
+  expect_refused([](ModelConfig& c) { c.kda.output_gate_rank = 8; }, "kimi-k3's KDA output gate is full rank");
+  const ModelConfig nano = test::nano_config();
+  EXPECT_THROW(kimi_gguf_arch(nano), Error);
+}
+
+TEST(KimiGguf, WrongOrMissingTensorsNameThemselves) {
+  TempDir dir;
+  const ModelConfig config = save_random("configs/kimi-linear-tiny.json", dir / "model");
+  const ModelWeights weights(dir / "model");
+  save_kimi_gguf(dir / "m.gguf", config, weights, {});
+  // Another architecture's config against this file.
+  ModelConfig other = config;
+  other.moe.num_experts = 8;
+  const auto gguf = std::make_shared<const GgufFile>(dir / "m.gguf");
+  test::expect_error([&] { weights_from_gguf(gguf, other); }, "blk.1.ffn_gate_inp.weight");
+  // A truncated file.
+  const std::string bytes = read_all(dir / "m.gguf");
+  test::write_bytes(dir / "cut.gguf", bytes.substr(0, bytes.size() / 2));
+  test::expect_error([&] { Model::load(dir / "cut.gguf"); }, "cut.gguf: truncated");
+  // An architecture hyla does not read.
+  GgufWriter w(dir / "llama.gguf", {{"general.architecture", GgufValue::string("llama")}}, {});
+  w.commit();
+  test::expect_error([&] { Model::load(dir / "llama.gguf"); }, "architecture 'llama'");
+}
+
+}  // namespace
+}  // namespace hyla
