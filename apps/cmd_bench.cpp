@@ -192,7 +192,7 @@ void add_bench(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks: `bench --model DIR` (inference, like llama-bench), `bench kda`, `bench train`");
   bench->require_subcommand(0, 1);
   static ModelBenchArgs model_args;
-  bench->add_option("-m,--model", model_args.model_dir, "Model directory to time prefill and decode of")->check(CLI::ExistingDirectory);
+  bench->add_option("-m,--model", model_args.model_dir, "Model directory or GGUF file to time prefill and decode of")->check(CLI::ExistingPath);
   bench->add_option("-p,--n-prompt", model_args.prompts, "Prompt lengths (ppN), comma separated")->delimiter(',');
   bench->add_option("-n,--n-gen", model_args.generations, "Generated tokens (tgN), comma separated")->delimiter(',');
   bench->add_option("-d,--n-depth", model_args.depths, "Tokens already in the context, comma separated")->delimiter(',');

@@ -48,7 +48,10 @@ void add_convert(CLI::App& app) {
     const DType dtype = weight_dtype == "bf16" ? DType::BF16 : weight_dtype == "f16" ? DType::F16 : DType::F32;
     AtomicDirectory dir(out);
     write_file_atomic(dir.temp() / "config.json", config.to_json().dump(2) + "\n");
-    save_safetensors(dir.temp() / "model.safetensors", weights, dtype);
+    std::map<std::string, std::string> metadata;  // int8 tensors (Q8_0 kept as int8) carry their block
+    for (const std::string& name : weights.names())
+      if (weights.entry(name).dtype == DType::I8) metadata = weights.metadata_of(name);
+    save_safetensors(dir.temp() / "model.safetensors", weights, dtype, metadata);
     dir.commit();
     fmt::print("wrote {}: {} tensors, {} weights\n", out, weights.names().size(), weight_dtype);
   });

@@ -31,7 +31,7 @@ void add_eval(CLI::App& app) {
   add_eval_agent(*cmd);
   // Not marked required: `hyla eval images` and `eval longctx` take their own; without a subcommand
   // both are checked below.
-  cmd->add_option("-m,--model", model_dir, "Model directory");
+  cmd->add_option("-m,--model", model_dir, "Model directory or GGUF file");
   cmd->add_option("--data", data_dir, "Prepared token directory (hyla data prepare)");
   cmd->add_option("--split", split, "Split listed in the directory's meta.json");
   cmd->add_option("--dtype", dtype,

@@ -19,7 +19,7 @@ namespace hyla::cli {
 void add_logits(CLI::App& app) {
   auto* cmd = app.add_subcommand("logits", "Write the logits [T, V] of a sequence to a safetensors file (key 'logits')");
   static std::string model_dir, tokens_json, text, out, dtype = "f32";
-  cmd->add_option("-m,--model", model_dir, "Model directory")->required();
+  cmd->add_option("-m,--model", model_dir, "Model directory or GGUF file")->required();
   auto* tokens_opt = cmd->add_option("--tokens", tokens_json, "Token ids as a JSON list, e.g. '[1, 2, 3]'");
   auto* text_opt = cmd->add_option("--text", text, "Text, encoded with the model directory's tokenizer.json");
   tokens_opt->excludes(text_opt);

@@ -12,7 +12,7 @@ void add_quantize(CLI::App& app) {
   static std::string in, out, weight_dtype = "int8";
   static QuantizeOptions o;
   static bool force = false;
-  cmd->add_option("-m,--model", in, "Model directory (F32, BF16 or F16 weights)")->required();
+  cmd->add_option("-m,--model", in, "Model directory (F32, BF16 or F16 weights) or GGUF file")->required();
   cmd->add_option("--out", out, "Output directory (replaced atomically: only a model directory, unless --force)")->required();
   cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->add_option("--weight-dtype", weight_dtype, "Weight format")->check(CLI::IsMember({"int8"}));

@@ -20,8 +20,8 @@ void add_train(CLI::App& app) {
   auto* resume = cmd->add_flag("--resume", o.resume, "Continue from the run directory's newest checkpoint");
   cmd->add_option("--init", o.init_dir,
                   "Start from this model directory's weights (its config must equal --config): fine-tuning, e.g. the SFT "
-                  "stage of docs/agent.md")
-      ->check(CLI::ExistingDirectory)
+                  "stage of docs/agent.md; a GGUF file too)")
+      ->check(CLI::ExistingPath)
       ->excludes(resume);
   cmd->add_flag("--overwrite", o.overwrite, "Start a new run in a run directory that holds checkpoints (deleting them)")
       ->excludes(resume);

@@ -26,10 +26,12 @@
 #   of each other, would move a row by far more and fail the max: none happens in these models.)
 #   The models use rms_norm_eps = 1e-6 because llama.cpp adds rms_norm_eps inside the q/k L2 norm
 #   where SPEC adds 1e-6 (docs/kimi-llamacpp.md); the row "eps 1e-5" shows that difference alone.
-# - bf16, Q8_0, MXFP4: hyla multiplies the stored (rounded) weights exactly in f32, llama.cpp rounds
-#   the activations too (to bf16, or to 8-bit blocks for Q8_0 and MXFP4). That rounding moves the
-#   logits by about what rounding the weights moved them, so the median |Δ| between the engines must
-#   stay within 2x the median |Δ| the file's rounding causes (hyla f32 -> hyla on the file).
+# - bf16, Q8_0, MXFP4: both engines round differently around the stored weights. hyla multiplies bf16
+#   and MXFP4 weights exactly in f32 and runs Q8_0 as its int8 (activations rounded to 8-bit blocks
+#   of its own); llama.cpp rounds activations to bf16, or to its 8-bit blocks for Q8_0 and MXFP4.
+#   Those roundings move the logits by about what rounding the weights moved them, so the median
+#   |Δ| between the engines must stay within 2x the median |Δ| the file causes in hyla (hyla's f32
+#   directory -> hyla on the file).
 set -euo pipefail
 build=$(cd "$1" && pwd) llama=$(cd "$2" && pwd)
 work=${3:-$(mktemp -d)}
@@ -127,15 +129,23 @@ for arch in kimi-k3 kimi-linear; do
   compare "$arch f32 hyla-dir->hyla-gguf" "$m-dir.st" "$m-gguf.st" f32
   compare "$arch f32 hyla->llama.cpp" "$m-dir.st" "$m-llama.st" f32
 
-  # MXFP4 experts (llama-quantize MXFP4_MOE: experts MXFP4, the other matrices Q8_0), and the same
-  # file dequantised by llama-quantize to F32: hyla reads MXFP4 and Q8_0 exactly.
-  "$quantize" "$m-f32.gguf" "$m-mxfp4.gguf" MXFP4_MOE >/dev/null 2>&1
+  # MXFP4 experts, the rest F32 (llama-quantize MXFP4_MOE with every other tensor kept F32), and the
+  # same file dequantised by llama-quantize to F32: hyla reads MXFP4 exactly, so the f32 bound holds.
+  # Then llama-quantize's own MXFP4_MOE mixture (experts MXFP4, other matrices Q8_0, which hyla runs
+  # as int8 with block 32), both engines on the one file.
+  keep_f32=(--output-tensor-type f32 --token-embedding-type f32)
+  for pattern in attn ssm 'ffn_gate\.' 'ffn_up\.' 'ffn_down\.' shexp routed; do keep_f32+=(--tensor-type "$pattern=f32"); done
+  "$quantize" "${keep_f32[@]}" "$m-f32.gguf" "$m-mxfp4.gguf" MXFP4_MOE >/dev/null 2>&1
   "$quantize" --allow-requantize "$m-mxfp4.gguf" "$m-mxfp4-f32.gguf" F32 >/dev/null 2>&1
+  "$quantize" "$m-f32.gguf" "$m-mxfp4-moe.gguf" MXFP4_MOE >/dev/null 2>&1
   hyla_logits "$m-mxfp4.gguf" "$m-mxfp4-hyla.st"
   llama_logits "$m-mxfp4-f32.gguf" "$m-mxfp4-f32-llama.st"
   llama_logits "$m-mxfp4.gguf" "$m-mxfp4-llama.st"
-  compare "$arch f32(mxfp4 dequantised) hyla->llama.cpp" "$m-mxfp4-hyla.st" "$m-mxfp4-f32-llama.st" f32
-  compare "$arch mxfp4-moe hyla->llama.cpp" "$m-mxfp4-hyla.st" "$m-mxfp4-llama.st" quantized "$m-dir.st" "$m-mxfp4-hyla.st"
+  compare "$arch f32(mxfp4 experts dequantised) hyla->llama.cpp" "$m-mxfp4-hyla.st" "$m-mxfp4-f32-llama.st" f32
+  compare "$arch mxfp4 experts hyla->llama.cpp" "$m-mxfp4-hyla.st" "$m-mxfp4-llama.st" quantized "$m-dir.st" "$m-mxfp4-hyla.st"
+  hyla_logits "$m-mxfp4-moe.gguf" "$m-mxfp4-moe-hyla.st"
+  llama_logits "$m-mxfp4-moe.gguf" "$m-mxfp4-moe-llama.st"
+  compare "$arch mxfp4_moe hyla->llama.cpp" "$m-mxfp4-moe-hyla.st" "$m-mxfp4-moe-llama.st" quantized "$m-dir.st" "$m-mxfp4-moe-hyla.st"
   for type in bf16 q8_0; do
     "$hyla" convert -m "$m" --out "$m-$type.gguf" --type "$type" >/dev/null
     hyla_logits "$m-$type.gguf" "$m-$type-hyla.st"

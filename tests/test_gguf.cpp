@@ -207,14 +207,29 @@ TEST(KimiGguf, RoundTripKeepsTheLogits) {
       const GgufFile q(dir / "q.gguf");
       EXPECT_EQ(q.tensor("blk.0.attn_output.weight").type, uint32_t(type));
       EXPECT_EQ(q.tensor("blk.0.attn_norm.weight").type, uint32_t(GgmlType::F32));
+      // Q8_0 matrices stay int8 (codes and f16 scales as hyla's int8 with block 32); f_b_proj, whose
+      // rows of 16 are not whole Q8_0 blocks, was written F32 and stays float.
       const auto rounded = Model::load(dir / "q.gguf");
+      const ModelWeights stored = weights_from_gguf(std::make_shared<const GgufFile>(dir / "q.gguf"), config);
+      const bool int8 = type == GgmlType::Q8_0;
+      EXPECT_EQ(rounded->params().get("model.layers.2.mlp.experts.3.down_proj.weight").is_int8(), int8);
+      EXPECT_EQ(rounded->params().get("model.layers.1.mlp.shared_experts.up_proj.weight").is_int8(), int8);
+      EXPECT_EQ(rounded->params().get("model.layers.1.self_attn.q_proj.weight").is_int8(), int8);
+      EXPECT_FALSE(rounded->params().get("model.layers.1.self_attn.f_b_proj.weight").is_int8());
       for (const char* name : {"model.layers.1.self_attn.q_proj.weight", "model.layers.2.mlp.experts.3.down_proj.weight",
                                "model.layers.0.post_attention_layernorm.weight"}) {
         const Param& a = original->params().get(name);
-        const Param& b = rounded->params().get(name);
         const bool matrix = a.shape.ndim() == 2;
+        Tensor b = stored.get(name);
+        if (b.dtype() == DType::I8) {  // decode the codes with their scales
+          const Tensor scales = stored.get(std::string(name) + ".scale");
+          Tensor f = Tensor::empty(DType::F32, b.shape());
+          for (int64_t i = 0; i < b.numel(); ++i) f.data<float>()[i] = float(b.data<int8_t>()[i]) * scales.data<float>()[i / 32];
+          b = f;
+        }
+        b = b.dtype() == DType::F32 ? b : b.to(DType::F32);
         for (int64_t i = 0; i < a.numel(); ++i) {
-          const float x = a.value.data<float>()[i], y = b.value.data<float>()[i];
+          const float x = a.value.data<float>()[i], y = b.data<float>()[i];
           if (!matrix) {
             ASSERT_EQ(y, x) << name;
           } else if (type == GgmlType::BF16) {

@@ -9,6 +9,7 @@
 #include "hyla/dist/expert_parallel.h"
 #include "hyla/dist/processes.h"
 #include "hyla/model/ffn.h"
+#include "hyla/model/model_files.h"
 
 namespace hyla {
 namespace {
@@ -53,7 +54,7 @@ std::unique_ptr<Model> load_model_across_processes(const std::filesystem::path& 
   HYLA_CHECK(!options.offload_experts && !options.holds,
              "--expert-memory does not combine with several processes: the experts are already split over {}",
              world.size());
-  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+  const ModelConfig config = open_model_files(dir).config;
   HYLA_CHECK(config.moe.num_experts >= world.size(), "{}: {} routed experts cannot be split over {} processes",
              dir.string(), config.moe.num_experts, world.size());
   auto model = Model::load(dir, {.holds = share_of(config, 0, world.size())});
@@ -74,7 +75,7 @@ bool serve_experts_to_rank0(const std::filesystem::path& dir) {
     });
     return false;
   }
-  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+  const ModelConfig config = open_model_files(dir).config;
   const auto model = Model::load(dir, {.holds = share_of(config, world.rank(), world.size())});
   const std::vector<MoeFfn*> layers = model->moe_layers();
   std::vector<std::unique_ptr<ExpertParallelExchange>> exchanges;

@@ -194,11 +194,13 @@ ModelWeights::ModelWeights(const fs::path& dir) {
   }
 }
 
-void ModelWeights::add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read) {
+void ModelWeights::add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read,
+                       std::shared_ptr<const std::map<std::string, std::string>> metadata) {
   HYLA_ASSERT(files_.empty());
   if (file_names_.empty() || file_names_.back() != file) file_names_.push_back(std::move(file));
   std::string name = entry.name;
-  const bool inserted = items_.emplace(name, Item{std::move(entry), file_names_.size() - 1, std::move(read)}).second;
+  const bool inserted =
+      items_.emplace(name, Item{std::move(entry), file_names_.size() - 1, std::move(read), std::move(metadata)}).second;
   HYLA_CHECK(inserted, "{}: tensor '{}' given twice", file_names_.back(), name);
 }
 
@@ -231,7 +233,8 @@ const std::string& ModelWeights::file_of(std::string_view name) const { return f
 const std::map<std::string, std::string>& ModelWeights::metadata_of(std::string_view name) const {
   static const std::map<std::string, std::string> none;
   const Item& i = item(name);
-  return i.read ? none : files_[i.file].header().metadata;
+  if (!i.read) return files_[i.file].header().metadata;
+  return i.metadata ? *i.metadata : none;
 }
 
 size_t ModelWeights::file_count() const { return file_names_.size(); }
@@ -273,15 +276,27 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
   file.commit();
 }
 
-void save_safetensors(const fs::path& path, const ModelWeights& weights, DType dtype) {
+void save_safetensors(const fs::path& path, const ModelWeights& weights, DType dtype,
+                      const std::map<std::string, std::string>& metadata) {
   HYLA_ASSERT(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16);
-  const std::vector<std::string> names = weights.names();
+  // Largest elements first, so that every tensor starts aligned to its element size.
+  std::vector<std::pair<std::string, DType>> order;
+  for (const std::string& name : weights.names()) {
+    const DType stored = weights.entry(name).dtype;
+    const bool keep = stored != DType::F32 && stored != DType::BF16 && stored != DType::F16;
+    const bool scale = name.ends_with(".scale") && weights.contains(name.substr(0, name.size() - 6)) &&
+                       weights.entry(name.substr(0, name.size() - 6)).dtype == DType::I8;
+    order.emplace_back(name, keep || scale ? stored : dtype);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return dtype_size(a.second) > dtype_size(b.second); });
   json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const std::string& name : names) {
+  for (const auto& [name, out] : order) {
     const SafetensorsEntry& e = weights.entry(name);
-    const uint64_t bytes = uint64_t(e.shape.numel()) * dtype_size(dtype);
-    header[name] = {{"dtype", std::string(dtype_name(dtype))},
+    const uint64_t bytes = uint64_t(e.shape.numel()) * dtype_size(out);
+    header[name] = {{"dtype", std::string(dtype_name(out))},
                     {"shape", std::vector<int64_t>(e.shape.begin(), e.shape.end())},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -292,12 +307,9 @@ void save_safetensors(const fs::path& path, const ModelWeights& weights, DType d
   AtomicFile file(path);
   file.write(&length, 8);
   file.write(text);
-  for (const std::string& name : names) {
+  for (const auto& [name, out] : order) {
     Tensor t = weights.get(name);
-    HYLA_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
-               "{}: tensor '{}' is {}; only floating-point weights are written", weights.file_of(name), name,
-               dtype_name(t.dtype()));
-    if (t.dtype() != dtype) t = t.to(dtype);
+    if (t.dtype() != out) t = t.to(out);
     file.write(t.raw(), t.nbytes());
   }
   file.commit();

@@ -62,7 +62,9 @@ class ModelWeights {
   ModelWeights() = default;
   // A tensor `read` produces on demand, with the dtype and shape it will have; `entry.end -
   // entry.begin` its stored bytes; `file` names its source in messages.
-  void add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read);
+  // `metadata` plays the part of a safetensors file's __metadata__ (e.g. int8 tensors' block).
+  void add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read,
+           std::shared_ptr<const std::map<std::string, std::string>> metadata = nullptr);
   std::vector<std::string> names() const;  // sorted
   bool contains(std::string_view name) const;
   const SafetensorsEntry& entry(std::string_view name) const;
@@ -84,6 +86,7 @@ class ModelWeights {
     SafetensorsEntry entry;
     size_t file = 0;                  // index into files_, or into file_names_ for added tensors
     std::function<Tensor()> read;     // added tensors only
+    std::shared_ptr<const std::map<std::string, std::string>> metadata;  // added tensors only
   };
   const Item& item(std::string_view name) const;
   std::vector<SafetensorsFile> files_;
@@ -99,9 +102,11 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Writes one safetensors file atomically from `weights`, reading and converting one tensor at a
-// time to `dtype` (F32, BF16 or F16), so that memory holds one tensor whatever the model's size.
-void save_safetensors(const std::filesystem::path& path, const ModelWeights& weights, DType dtype);
+// Writes one safetensors file atomically from `weights`, reading one tensor at a time, so that
+// memory holds one tensor whatever the model's size. Floating-point tensors are converted to
+// `dtype` (F32, BF16 or F16) except the F32 scales of I8 tensors; I8 tensors are written as they are.
+void save_safetensors(const std::filesystem::path& path, const ModelWeights& weights, DType dtype,
+                      const std::map<std::string, std::string>& metadata = {});
 
 // Writes `dir`/model.safetensors, or, when the tensors exceed `max_shard_bytes`, shards
 // model-0000i-of-0000n.safetensors plus model.safetensors.index.json.

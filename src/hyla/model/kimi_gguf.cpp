@@ -9,6 +9,8 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
+#include "hyla/model/int8_weights.h"
+#include "hyla/model/model.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -165,6 +167,48 @@ Tensor slice(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape&
     return Tensor::view(dtype, shape, const_cast<uint8_t*>(p), g.mapped());
   Tensor out = Tensor::empty(DType::F32, shape);
   ggml_to_f32(type, p, out.data<float>(), shape.numel());
+  return out;
+}
+
+// The int8 codes and f32 scales of Q8_0 rows (hyla's int8 layout with block 32: the same numbers).
+Tensor q8_0_codes(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape& shape) {
+  const uint8_t* p = g.data(t) + ggml_bytes(GgmlType::Q8_0, first);
+  Tensor out = Tensor::empty(DType::I8, shape);
+  for (int64_t b = 0; b < shape.numel() / 32; ++b) std::memcpy(out.data<int8_t>() + b * 32, p + b * 34 + 2, 32);
+  return out;
+}
+
+Tensor q8_0_scales(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape& shape) {
+  const uint8_t* p = g.data(t) + ggml_bytes(GgmlType::Q8_0, first);
+  Tensor out = Tensor::empty(DType::F32, shape);
+  for (int64_t b = 0; b < shape.numel(); ++b) {
+    f16 d;
+    std::memcpy(&d, p + b * 34, 2);
+    out.data<float>()[b] = to_f32(d);
+  }
+  return out;
+}
+
+// The matrix-product weights that can stay Q8_0 as hyla int8 (block 32): stored as Q8_0, allowed
+// int8 by the model, and every part of the matrix product they belong to alike.
+std::set<std::string> int8_from_q8_0(const GgufFile& g, const ModelConfig& config, const std::vector<Mapping>& maps) {
+  std::set<std::string> q8;
+  for (const Mapping& m : maps) {
+    const GgufTensor* t = g.find(m.gguf);
+    if (t && GgmlType(t->type) == GgmlType::Q8_0 && (m.link == Link::Same || m.link == Link::Experts))
+      q8.insert(m.hyla.begin(), m.hyla.end());
+  }
+  Model layout(config, /*allocate=*/false);
+  const auto& params = layout.params().params();
+  std::set<std::string> out;
+  for (size_t i = 0; i < params.size();) {
+    size_t end = i + 1;
+    while (end < params.size() && params[end - 1]->fused_with_next) ++end;
+    bool ok = true;
+    for (size_t j = i; j < end; ++j) ok &= params[j]->int8_allowed && q8.count(params[j]->name) > 0;
+    for (size_t j = i; ok && j < end; ++j) out.insert(params[j]->name);
+    i = end;
+  }
   return out;
 }
 
@@ -332,11 +376,22 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
              g.string("general.architecture"), arch);
   ModelWeights w;
   w.keep_mapped(g.mapped());
+  const std::vector<Mapping> maps = mappings(config, arch);
+  const std::set<std::string> int8 = int8_from_q8_0(g, config, maps);
+  const auto int8_meta = std::make_shared<const std::map<std::string, std::string>>(int8_metadata(32));
+  // A Q8_0 matrix kept as int8: its codes and, beside them, its scales.
+  auto add_int8 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
+    const Shape scales{shape[0], shape[1] / 32};
+    w.add({name, DType::I8, shape, 0, uint64_t(shape.numel())}, source,
+          [gguf, t, first, shape] { return q8_0_codes(*gguf, *t, first, shape); }, int8_meta);
+    w.add({int8_scale_name(name), DType::F32, scales, 0, uint64_t(scales.numel()) * 2}, source,
+          [gguf, t, first, scales] { return q8_0_scales(*gguf, *t, first, scales); }, int8_meta);
+  };
   std::set<std::string> used;
   auto entry = [](const std::string& name, DType dtype, Shape shape, uint64_t bytes) {
     return SafetensorsEntry{name, dtype, shape, 0, bytes};
   };
-  for (const Mapping& m : mappings(config, arch)) {
+  for (const Mapping& m : maps) {
     const GgufTensor* t = g.find(m.gguf);
     if (!t && m.gguf.ends_with("ffn_routed_norm.weight")) {  // optional in llama.cpp: a norm of ones
       const Shape shape{m.ne[0]};
@@ -361,6 +416,10 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         std::vector<int64_t> ne = m.ne;
         if (ne.size() == 4) ne.pop_back();  // the convs: {kernel, 1, H·K, 1} is hyla's [H·K, 1, kernel]
         const Shape shape(ne.rbegin(), ne.rend());
+        if (int8.count(m.hyla[0])) {
+          add_int8(m.hyla[0], t, 0, shape);
+          break;
+        }
         const DType dtype = float_dtype(t->type) == DType::I8 ? DType::F32 : float_dtype(t->type);
         w.add(entry(m.hyla[0], dtype, shape, t->bytes), source, [file, tp, shape] { return slice(*file, *tp, 0, shape); });
         break;
@@ -384,7 +443,8 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         const Shape shape{m.ne[1], m.ne[0]};
         const DType dtype = float_dtype(t->type) == DType::I8 ? DType::F32 : float_dtype(t->type);
         for (size_t e = 0; e < m.hyla.size(); ++e)
-          w.add(entry(m.hyla[e], dtype, shape, t->bytes / m.hyla.size()), source,
+          if (int8.count(m.hyla[e])) add_int8(m.hyla[e], t, int64_t(e) * per, shape);
+          else w.add(entry(m.hyla[e], dtype, shape, t->bytes / m.hyla.size()), source,
                 [file, tp, shape, first = int64_t(e) * per] { return slice(*file, *tp, first, shape); });
         break;
       }
@@ -496,6 +556,9 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
     writer.write(bytes.data(), bytes.size());
   };
   auto read_f32 = [&](const std::string& name) {
+    HYLA_CHECK(weights.entry(name).dtype != DType::I8,
+               "{}: tensor '{}' is int8; a GGUF is written from floating-point weights (the model before hyla quantize)",
+               weights.file_of(name), name);
     const Tensor t = weights.get(name);
     return t.dtype() == DType::F32 ? t : t.to(DType::F32);
   };

@@ -29,8 +29,9 @@ std::string kimi_gguf_arch(const ModelConfig& config);
 ModelConfig config_from_gguf(const GgufFile& gguf);
 
 // Every parameter of `config`'s model, read on demand from `gguf`: a view of the mapped file where
-// the tensor is stored as F32, F16 or BF16 in hyla's layout, else an f32 copy (Q8_0 and MXFP4
-// dequantised exactly, A_log, kv_b_proj and stacked experts rebuilt).
+// the tensor is stored as F32, F16 or BF16 in hyla's layout; Q8_0 matrix-product weights as hyla
+// int8 with block 32 (the same codes and scales) where every part of their matrix product is Q8_0;
+// else an f32 copy (Q8_0 and MXFP4 dequantised exactly, A_log and kv_b_proj rebuilt).
 ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config);
 
 struct GgufExportOptions {

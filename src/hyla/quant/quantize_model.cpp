@@ -8,6 +8,7 @@
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/model/model.h"
+#include "hyla/model/model_files.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -33,10 +34,11 @@ QuantizeSummary quantize_model(const fs::path& in, const fs::path& out, const Qu
   HYLA_CHECK(int8_block_supported(options.block), "quantize: --block {} is not one of 16, 32, 64, 128, 256",
              options.block);
   HYLA_CHECK(!fs::exists(out) || !fs::equivalent(in, out), "quantize: --out {} is the input directory", out.string());
-  const ModelConfig config = ModelConfig::load((in / "config.json").string());
+  const ModelFiles files = open_model_files(in);
+  const ModelConfig& config = files.config;
   Model layout(config, /*allocate=*/false);
   ParamStore& params = layout.params();
-  const ModelWeights weights(in);
+  const ModelWeights& weights = *files.weights;
   params.plan_storage(weights, in.string());
   HYLA_CHECK(!params.has_int8(), "{}: already has int8 weights", in.string());
 
@@ -72,11 +74,15 @@ QuantizeSummary quantize_model(const fs::path& in, const fs::path& out, const Qu
 
   progress.finish();
   AtomicDirectory dir(out);
-  for (const fs::directory_entry& e : fs::directory_iterator(in)) {
-    if (!e.is_regular_file() || is_weights_file(e.path())) continue;
-    std::error_code ec;
-    fs::copy_file(e.path(), dir.temp() / e.path().filename(), ec);
-    HYLA_CHECK(!ec, "{}: cannot copy into {}: {}", e.path().string(), out.string(), ec.message());
+  if (files.gguf) {  // a GGUF file holds the config: write it out
+    write_file_atomic(dir.temp() / "config.json", config.to_json().dump(2) + "\n");
+  } else {
+    for (const fs::directory_entry& e : fs::directory_iterator(in)) {
+      if (!e.is_regular_file() || is_weights_file(e.path())) continue;
+      std::error_code ec;
+      fs::copy_file(e.path(), dir.temp() / e.path().filename(), ec);
+      HYLA_CHECK(!ec, "{}: cannot copy into {}: {}", e.path().string(), out.string(), ec.message());
+    }
   }
   save_model_weights(dir.temp(), tensors, uint64_t(4) << 30, int8_metadata(options.block));
   dir.commit();
