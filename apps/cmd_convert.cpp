@@ -1,5 +1,6 @@
-// `hyla convert`: a hyla model directory to a llama.cpp GGUF file (kimi-k3 or kimi-linear), and a
-// GGUF file back to a model directory, one tensor at a time (model/kimi_gguf.h).
+// `hyla convert`: a hyla model directory or a Hugging Face Kimi K3 / Kimi Linear checkpoint to a
+// llama.cpp GGUF file (kimi-k3 or kimi-linear), and any of them to a hyla model directory, one
+// tensor at a time (model/model_files.h).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -16,25 +17,25 @@ namespace hyla::cli {
 namespace fs = std::filesystem;
 
 void add_convert(CLI::App& app) {
-  auto* cmd = app.add_subcommand("convert", "Convert between a hyla model directory and a llama.cpp kimi-k3 / kimi-linear GGUF");
+  auto* cmd = app.add_subcommand("convert", "Convert between hyla model directories, llama.cpp kimi-k3 / kimi-linear GGUF and Kimi HF checkpoints");
   static std::string in, out, to, from, type = "bf16", weight_dtype = "f32";
   static bool force = false;
-  cmd->add_option("-m,--model", in, "Model directory or GGUF file")->required();
+  cmd->add_option("-m,--model", in, "Model directory, GGUF file, or Hugging Face Kimi K3 / Kimi Linear checkpoint")->required();
   cmd->add_option("--out", out, "Output GGUF file (--to gguf) or model directory (--to hyla)")->required();
   cmd->add_option("--to", to, "Output format (default: the other one)")->check(CLI::IsMember({"gguf", "hyla"}));
-  cmd->add_option("--from", from, "Input format, checked (default: detected)")->check(CLI::IsMember({"gguf", "hyla"}));
+  cmd->add_option("--from", from, "Input format, checked (default: detected)")->check(CLI::IsMember({"gguf", "hyla", "hf"}));
   cmd->add_option("--type", type, "GGUF matrix type: f32, f16, bf16 or q8_0 (norms, biases, convs, router: f32)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->add_option("--weight-dtype", weight_dtype, "Model directory weights: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->callback([] {
-    const bool gguf_in = is_gguf_file(in);
-    const std::string detected = gguf_in ? "gguf" : "hyla";
-    HYLA_CHECK(from.empty() || from == detected, "convert: --from {} but {} is a {}", from, in,
-               gguf_in ? "GGUF file" : "model directory");
-    const std::string target = to.empty() ? (gguf_in ? "hyla" : "gguf") : to;
     const ModelFiles files = open_model_files(in);
+    const bool gguf_in = files.format == ModelFiles::Format::Gguf;
+    const std::string detected = gguf_in ? "gguf" : files.format == ModelFiles::Format::HuggingFace ? "hf" : "hyla";
+    HYLA_CHECK(from.empty() || from == detected, "convert: --from {} but {} is {}", from, in,
+               detected == "gguf" ? "a GGUF file" : detected == "hf" ? "a Hugging Face checkpoint" : "a hyla model directory");
+    const std::string target = to.empty() ? (gguf_in ? "hyla" : "gguf") : to;
     const ModelConfig& config = files.config;
     const ModelWeights& weights = *files.weights;
     if (target == "gguf") {

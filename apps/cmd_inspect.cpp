@@ -76,7 +76,9 @@ void inspect(const fs::path& dir) {
   const ModelFiles files = open_model_files(dir);
   const ModelConfig& config = files.config;
   const ModelWeights& weights = *files.weights;
-  if (files.gguf) fmt::print("llama.cpp GGUF, architecture {}, read as hyla's tensors:\n", kimi_gguf_arch(config));
+  if (files.format == ModelFiles::Format::Gguf)
+    fmt::print("llama.cpp GGUF, architecture {}, read as hyla's tensors:\n", kimi_gguf_arch(config));
+  if (files.format == ModelFiles::Format::HuggingFace) fmt::print("Hugging Face checkpoint, read as hyla's tensors:\n");
   print_config(config);
 
   fmt::print("\n{:<60} {:>5} {:>18} {:>12}\n", "tensor", "dtype", "shape", "bytes");
@@ -115,8 +117,8 @@ void inspect(const fs::path& dir) {
   fmt::print("{:<18} {:>16} {:>16}   ({} total, {} active)\n", "sum", counts.total_sum(), counts.active_sum(),
              human_count(double(counts.total_sum())), human_count(double(counts.active_sum())));
   const fs::path tokenizer_path = dir / "tokenizer.json";
-  if (files.gguf) {
-    fmt::print("tokenizer: not read from GGUF files (commands run on token ids, e.g. hyla logits --tokens)\n");
+  if (files.format != ModelFiles::Format::Hyla) {
+    fmt::print("tokenizer: not read from GGUF files or checkpoints yet (commands run on token ids, e.g. hyla logits --tokens)\n");
   } else if (fs::exists(tokenizer_path)) {
     const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: {} tokens, more than the config's vocab_size {}",

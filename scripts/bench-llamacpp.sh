@@ -1,67 +1,59 @@
 #!/usr/bin/env bash
-# hyla against llama.cpp's `kimi-linear` graph at the shape of configs/small.json (issue 21):
-# prefill (pp512), decode (tg128) and decode at depth 8192 (tg64 @ d8192), one and all threads,
-# bf16 and int8 (hyla's int8 against llama.cpp's Q8_0), in interleaved rounds so that every ratio
-# compares runs minutes apart. Both models have random weights: speed does not depend on them.
+# hyla against llama.cpp's `kimi-k3` graph on the same GGUF files (issue 48): prefill (pp512) and
+# decode (tg128), one and all threads, in interleaved rounds so that every ratio compares runs
+# minutes apart. The model is configs/kimi-k3-small.json (Kimi K3's structure at configs/small.json's
+# size: KDA with the low-rank decay gate, NoPE MLA with Dr = 64 and its output gate, latent MoE with
+# SiTU and full-width shared experts, attention residuals), random weights (speed does not depend on
+# them), written by `hyla convert` as:
+#   bf16    every matrix bf16 (norms, convs, router F32)
+#   q8_0    every matrix Q8_0 (hyla runs them as its int8 with block 32)
+#   mxfp4   llama-quantize MXFP4_MOE of the bf16 file: routed experts MXFP4, other matrices Q8_0
+#           (hyla reads MXFP4 into f32 and multiplies in bf16 until it keeps MXFP4 packed)
 #
 #   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]
 #
 # BUILD holds hyla; LLAMA_CPP is a llama.cpp source tree with build/bin/llama-bench and
-# build/bin/llama-quantize built (CPU backend) and its gguf-py, which with numpy (Debian
-# python3-numpy) writes the GGUF (scripts/kimi-linear-gguf.py: what llama.cpp's converter would
-# emit for a Kimi-Linear config of this shape). BENCHMARKS.md says what cannot be matched.
+# build/bin/llama-quantize built for the CPU (scripts/check-llamacpp.sh says how).
 set -euo pipefail
 build=$1 llama=$2 rounds=${3:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${WORK:-$(mktemp -d)}
-python=${PYTHON:-python3}
 mkdir -p "$work"
 cores=$(nproc)
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; work in $work" >&2
 
-[[ -f "$work/kimi-bf16.gguf" ]] ||
-  PYTHONPATH="$llama/gguf-py" "$python" "$repo/scripts/kimi-linear-gguf.py" "$work/kimi-bf16.gguf" >&2
-[[ -f "$work/kimi-q8_0.gguf" ]] ||
-  "$llama/build/bin/llama-quantize" "$work/kimi-bf16.gguf" "$work/kimi-q8_0.gguf" Q8_0 >/dev/null 2>&1
-[[ -f "$work/small-bf16/model.safetensors" ]] ||
-  "$build/hyla" init --config "$repo/configs/small.json" --out "$work/small-bf16" --weight-dtype bf16 >/dev/null
-[[ -f "$work/small-int8/model.safetensors" ]] ||
-  "$build/hyla" quantize --model "$work/small-bf16" --out "$work/small-int8" >/dev/null
+[[ -f "$work/k3/model.safetensors" ]] ||
+  "$build/hyla" init --config "$repo/configs/kimi-k3-small.json" --out "$work/k3" --force >/dev/null
+[[ -f "$work/k3-bf16.gguf" ]] || "$build/hyla" convert -m "$work/k3" --out "$work/k3-bf16.gguf" --type bf16 >/dev/null
+[[ -f "$work/k3-q8_0.gguf" ]] || "$build/hyla" convert -m "$work/k3" --out "$work/k3-q8_0.gguf" --type q8_0 >/dev/null
+[[ -f "$work/k3-mxfp4.gguf" ]] ||
+  "$llama/build/bin/llama-quantize" "$work/k3-bf16.gguf" "$work/k3-mxfp4.gguf" MXFP4_MOE >/dev/null 2>&1
 
 # Rows as {engine, dtype, test, threads, tokens_per_s, round}; tests named as llama-bench names them.
-hyla_rows() {  # round dtype model hyla-bench-args...
-  local round=$1 dtype=$2 model=$3
-  shift 3
-  "$build/hyla" bench --model "$model" "$@" -t 1,"$cores" --json 2>/dev/null |
-    jq -c --arg dtype "$dtype" --argjson round "$round" '.[] | select(.tokens_per_s != null) |
+hyla_rows() {  # round dtype gguf
+  "$build/hyla" bench --model "$3" -p 512 -n 128 -r 3 -t 1,"$cores" --json 2>/dev/null |
+    jq -c --arg dtype "$2" --argjson round "$1" '.[] | select(.tokens_per_s != null) |
       {engine: "hyla", dtype: $dtype, test, threads, tokens_per_s, roofline_fraction, round: $round}'
 }
-llama_rows() {  # round dtype gguf llama-bench-args...
-  local round=$1 dtype=$2 gguf=$3
-  shift 3
-  "$llama/build/bin/llama-bench" -m "$gguf" "$@" -t 1,"$cores" -o jsonl 2>/dev/null |
-    jq -c --arg dtype "$dtype" --argjson round "$round" '
-      {engine: "llama.cpp", dtype: $dtype,
-       test: (if .n_prompt > 0 then "pp\(.n_prompt)" else "tg\(.n_gen)" end
-              + (if .n_depth > 0 then " @ d\(.n_depth)" else "" end)),
+llama_rows() {  # round dtype gguf
+  "$llama/build/bin/llama-bench" -m "$3" -p 512 -n 128 -r 3 -t 1,"$cores" -o jsonl 2>/dev/null |
+    jq -c --arg dtype "$2" --argjson round "$1" '
+      {engine: "llama.cpp", dtype: $dtype, test: (if .n_prompt > 0 then "pp\(.n_prompt)" else "tg\(.n_gen)" end),
        threads: .n_threads, tokens_per_s: .avg_ts, round: $round}'
 }
 
 out="$work/rows.jsonl"
 : >"$out"
 for ((r = 1; r <= rounds; ++r)); do
-  for dtype in bf16 int8; do
+  for dtype in bf16 q8_0 mxfp4; do
     echo "round $r/$rounds: $dtype" >&2
-    gguf="$work/kimi-$([[ $dtype == int8 ]] && echo q8_0 || echo bf16).gguf"
-    hyla_rows "$r" "$dtype" "$work/small-$dtype" -p 512 -n 128 -r 3 >>"$out"
-    llama_rows "$r" "$dtype" "$gguf" -p 512 -n 128 -r 3 >>"$out"
-    hyla_rows "$r" "$dtype" "$work/small-$dtype" -p 1 -n 64 -d 8192 -r 2 | jq -c 'select(.test | startswith("tg"))' >>"$out"
-    llama_rows "$r" "$dtype" "$gguf" -p 0 -n 64 -d 8192 -r 2 >>"$out"
+    hyla_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"
+    llama_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"
   done
 done
 
-echo "## hyla ÷ llama.cpp kimi-linear, configs/small.json shape ($rounds interleaved rounds; medians)"
-echo "| test | dtype (llama.cpp) | threads | hyla t/s | hyla % of its decode bound | llama.cpp t/s | hyla ÷ llama.cpp (median of rounds) |"
+echo "## hyla ÷ llama.cpp, kimi-k3 graph, configs/kimi-k3-small.json, the same GGUF ($rounds interleaved rounds; medians)"
+echo "| test | file | threads | hyla t/s | hyla % of its decode bound | llama.cpp t/s | hyla ÷ llama.cpp (median of rounds) |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 jq -rs '
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
@@ -69,5 +61,5 @@ jq -rs '
   ($g | map(select(.engine == "hyla")) | map({key: (.round | tostring), value: .tokens_per_s}) | from_entries) as $h |
   ($g | map(select(.engine == "llama.cpp")) | map({key: (.round | tostring), value: .tokens_per_s}) | from_entries) as $l |
   ($g | map(select(.engine == "hyla" and .roofline_fraction != null).roofline_fraction)) as $f |
-  "| \($g[0].test) | \($g[0].dtype)\(if $g[0].dtype == "int8" then " (Q8_0)" else "" end) | \($g[0].threads) | \($h | [.[]] | median | round) | \(if ($f | length) > 0 then "\($f | median * 100 | round)%" else "" end) | \($l | [.[]] | median | round) | \([$h | keys[] | select($l[.] != null) | $h[.] / $l[.]] | median * 100 | round / 100) |"
+  "| \($g[0].test) | \($g[0].dtype) | \($g[0].threads) | \($h | [.[]] | median | round) | \(if ($f | length) > 0 then "\($f | median * 100 | round)%" else "" end) | \($l | [.[]] | median | round) | \([$h | keys[] | select($l[.] != null) | $h[.] / $l[.]] | median * 100 | round / 100) |"
 ' "$out"

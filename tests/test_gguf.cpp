@@ -9,6 +9,7 @@
 
 #include "hyla/core/half.h"
 #include "hyla/io/gguf.h"
+#include "hyla/io/json_fields.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model.h"
 #include "model_test_util.h"
@@ -289,6 +290,90 @@ TEST(KimiGguf, WrongOrMissingTensorsNameThemselves) {
   GgufWriter w(dir / "llama.gguf", {{"general.architecture", GgufValue::string("llama")}}, {});
   w.commit();
   test::expect_error([&] { Model::load(dir / "llama.gguf"); }, "architecture 'llama'");
+}
+
+
+// The released config.json files shrunk to the tiny configs' shapes.
+nlohmann::json tiny_hf_config(bool k3) {
+  nlohmann::json j = parse_json_file((test::source_dir() / (k3 ? "tests/data/kimi-k3-hf-config.json"
+                                                                : "tests/data/kimi-linear-48b-a3b-hf-config.json"))
+                                         .string());
+  nlohmann::json& t = k3 ? j["text_config"] : j;
+  t.update({{"vocab_size", 512}, {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 8},
+            {"num_attention_heads", 2}, {"num_key_value_heads", 2}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 16},
+            {"qk_rope_head_dim", 8}, {"v_head_dim", 16}, {"moe_intermediate_size", 32}, {"num_experts", 16},
+            {"max_position_embeddings", 65536}});
+  t[k3 ? "num_experts_per_token" : "num_experts_per_token"] = 4;
+  if (k3) t.update({{"q_lora_rank", 32}, {"routed_expert_hidden_size", 32}, {"attn_res_block_size", 2}});
+  t["linear_attn_config"].update({{"full_attn_layers", {4, 8}}, {"kda_layers", {1, 2, 3, 5, 6, 7}}, {"num_heads", 2},
+                                  {"head_dim", 16}});
+  return j;
+}
+
+// hyla's tensors renamed and reshaped as the released checkpoints store them.
+std::string hf_name(const std::string& name) {
+  std::string n = name;
+  auto swap = [&](const std::string& from, const std::string& to) {
+    const size_t at = n.find(from);
+    if (at != std::string::npos) n.replace(at, from.size(), to);
+  };
+  swap(".mlp.gate.", ".block_sparse_moe.gate.");
+  swap(".mlp.shared_experts.", ".block_sparse_moe.shared_experts.");
+  swap(".mlp.lat_down.", ".block_sparse_moe.routed_expert_down_proj.");
+  swap(".mlp.lat_up.", ".block_sparse_moe.routed_expert_up_proj.");
+  swap(".mlp.lat_norm.", ".block_sparse_moe.routed_expert_norm.");
+  if (n.find(".mlp.experts.") != std::string::npos) {
+    swap(".mlp.experts.", ".block_sparse_moe.experts.");
+    swap(".gate_proj.", ".w1."), swap(".down_proj.", ".w2."), swap(".up_proj.", ".w3.");
+  }
+  swap(".attn_res_query", ".self_attention_res_proj.weight");
+  swap(".attn_res_norm.", ".self_attention_res_norm.");
+  swap(".mlp_res_query", ".mlp_res_proj.weight");
+  swap("model.out_res_query", "model.output_attn_res_proj.weight");
+  swap("model.out_res_norm.", "model.output_attn_res_norm.");
+  return n;
+}
+
+TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
+  for (const bool k3 : {true, false}) {
+    TempDir dir;
+    const nlohmann::json hf = tiny_hf_config(k3);
+    test::write_bytes(dir / "config.json", hf.dump(1));
+    const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+    const ModelConfig tiny =
+        ModelConfig::load((test::source_dir() / (k3 ? "configs/kimi-k3-tiny.json" : "configs/kimi-linear-tiny.json")).string());
+    nlohmann::json a = config.to_json(), b = tiny.to_json();
+    a["kda"].erase("chunk_size"), b["kda"].erase("chunk_size");
+    EXPECT_EQ(a.dump(1), b.dump(1)) << k3;
+    Model model(config);
+    model.initialize(2);
+    test::randomize_params(model.params(), 9);
+    NamedTensors tensors;
+    for (const auto& p : model.params().params()) {
+      Tensor v = p->value;
+      const std::string n = hf_name(p->name);
+      if (n.ends_with("A_log")) v = v.reshape(k3 ? Shape{p->shape[0]} : Shape{1, 1, p->shape[0], 1});
+      if (n.ends_with("conv1d.weight")) v = v.reshape(Shape{p->shape[0], p->shape[2]});
+      if (n.ends_with("res_proj.weight")) v = v.reshape(Shape{1, p->shape[0]});
+      tensors.emplace_back((k3 ? "language_model." : "") + n, v.to(DType::BF16));
+    }
+    if (k3) tensors.emplace_back("vision_tower.patch_embed.weight", Tensor::zeros(DType::BF16, {4, 4}));
+    save_model_weights(dir.path(), tensors, /*max_shard_bytes=*/200000);
+    ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+    const auto loaded = Model::load(dir.path());
+    Model rounded(config);  // the original weights rounded as the checkpoint stores them
+    for (const auto& p : model.params().params()) {
+      const Tensor r = p->value.to(DType::BF16).to(DType::F32);
+      std::memcpy(rounded.params().get(p->name).v(), r.data<float>(), r.nbytes());
+    }
+    rounded.params().refresh_bf16();
+    EXPECT_EQ(max_abs_difference(logits_of(*loaded), logits_of(rounded)), 0) << k3;
+
+    // A tensor of a shape the config does not have, and an MXFP4-packed expert, name themselves.
+    tensors.emplace_back("model.layers.1.block_sparse_moe.experts.0.w1.weight_packed", Tensor::zeros(DType::I8, {32, 32}));
+    save_model_weights(dir.path(), tensors);
+    test::expect_error([&] { Model::load(dir.path()); }, "experts.0.w1.weight_packed");
+  }
 }
 
 }  // namespace

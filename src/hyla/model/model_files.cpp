@@ -1,6 +1,9 @@
 #include "hyla/model/model_files.h"
 
+#include "hyla/io/json_fields.h"
+#include "hyla/model/hf_config.h"
 #include "hyla/model/kimi_gguf.h"
+#include "hyla/model/kimi_hf.h"
 
 namespace hyla {
 
@@ -9,9 +12,15 @@ ModelFiles open_model_files(const std::filesystem::path& path) {
     const auto gguf = std::make_shared<const GgufFile>(path);
     ModelConfig config = config_from_gguf(*gguf);
     auto weights = std::make_shared<const ModelWeights>(weights_from_gguf(gguf, config));
-    return {std::move(config), std::move(weights), true};
+    return {std::move(config), std::move(weights), ModelFiles::Format::Gguf};
   }
-  return {ModelConfig::load((path / "config.json").string()), std::make_shared<const ModelWeights>(path), false};
+  const std::string config_path = (path / "config.json").string();
+  ModelConfig config = ModelConfig::load(config_path);
+  auto weights = std::make_shared<const ModelWeights>(path);
+  const nlohmann::json j = parse_json_file(config_path);
+  if (!is_hf_config(j)) return {std::move(config), std::move(weights), ModelFiles::Format::Hyla};
+  return {std::move(config), std::make_shared<const ModelWeights>(weights_from_hf(weights, config)),
+          ModelFiles::Format::HuggingFace};
 }
 
 }  // namespace hyla

@@ -1,7 +1,8 @@
 #pragma once
 // Where a model's config and weights come from: a model directory (config.json and safetensors,
-// SPEC §8) or a llama.cpp kimi-k3 / kimi-linear GGUF file (model/kimi_gguf.h). Every command that
-// loads a model goes through here, so each format is recognised in one place.
+// SPEC §8), a llama.cpp kimi-k3 / kimi-linear GGUF file (model/kimi_gguf.h), or a Hugging Face
+// Kimi K3 / Kimi Linear checkpoint directory (model/kimi_hf.h). Every command that loads a model
+// goes through here, so each format is recognised in one place.
 #include <filesystem>
 #include <memory>
 
@@ -13,7 +14,7 @@ namespace hyla {
 struct ModelFiles {
   ModelConfig config;
   std::shared_ptr<const ModelWeights> weights;
-  bool gguf = false;
+  enum class Format { Hyla, Gguf, HuggingFace } format = Format::Hyla;
 };
 
 ModelFiles open_model_files(const std::filesystem::path& path);

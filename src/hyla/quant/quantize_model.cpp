@@ -74,7 +74,7 @@ QuantizeSummary quantize_model(const fs::path& in, const fs::path& out, const Qu
 
   progress.finish();
   AtomicDirectory dir(out);
-  if (files.gguf) {  // a GGUF file holds the config: write it out
+  if (files.format != ModelFiles::Format::Hyla) {  // hyla's config.json, from the GGUF or the HF config
     write_file_atomic(dir.temp() / "config.json", config.to_json().dump(2) + "\n");
   } else {
     for (const fs::directory_entry& e : fs::directory_iterator(in)) {
