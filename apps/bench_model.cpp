@@ -23,6 +23,7 @@
 #include "hyla/core/progress.h"
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/sequence_state.h"
@@ -193,7 +194,7 @@ void bench_model(const ModelBenchArgs& a) {
 
   std::vector<int32_t> text;
   if (!a.text_file.empty()) {
-    const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(a.model_dir) / "tokenizer.json");
+    const Tokenizer tokenizer = load_model_tokenizer(a.model_dir);
     text = tokenizer.encode(read_file(a.text_file));
     HYLA_CHECK(text.size() >= 2, "bench: --text {} encodes to fewer than 2 tokens", a.text_file);
   }
@@ -208,7 +209,7 @@ void bench_model(const ModelBenchArgs& a) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (a.ttft_prefix > 0) {
-    const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(a.model_dir) / "tokenizer.json");
+    const Tokenizer tokenizer = load_model_tokenizer(a.model_dir);
     // Requests go through the scheduler, which refuses control tokens out of place (an image pad
     // without its image): ordinary tokens only.
     const auto ordinary_ids = [&](int64_t n, uint64_t seed) {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/infer/engine.h"
 #include "hyla/rl/agent.h"
 
@@ -72,7 +73,7 @@ void add_agent(CLI::App& app) {
     FaultConfig faults;
     faults.share = fault_share;
     const std::filesystem::path dir(model_dir);
-    const Tokenizer tokenizer = Tokenizer::load(tokenizer_file.empty() ? dir / "tokenizer.json" : std::filesystem::path(tokenizer_file));
+    const Tokenizer tokenizer = tokenizer_file.empty() ? load_model_tokenizer(dir) : Tokenizer::load(tokenizer_file);
     std::vector<AgentSession> sessions;
     sessions.emplace_back(*env, parse_split(split), task, faults, limits, tokenizer);
     if (expert) {

@@ -20,6 +20,7 @@
 #include "hyla/data/image_file.h"
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/dist/expert_serving.h"
 #include "hyla/infer/engine.h"
@@ -89,7 +90,7 @@ void add_chat(CLI::App& app) {
   cmd->callback([] {
     if (serve_experts_to_rank0(model_dir)) return;
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
-    const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
+    const Tokenizer tokenizer = load_model_tokenizer(model_dir);
     EngineOptions options;
     options.max_sequences = 1;
     options.context = context;

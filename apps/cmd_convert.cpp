@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/io/file.h"
 #include "hyla/io/gguf.h"
 #include "hyla/io/safetensors.h"
@@ -53,6 +54,9 @@ void add_convert(CLI::App& app) {
     for (const std::string& name : weights.names())
       if (weights.entry(name).dtype == DType::I8) metadata = weights.metadata_of(name);
     save_safetensors(dir.temp() / "model.safetensors", weights, dtype, metadata);
+    // The tokenizer travels as tokenizer.json (a Kimi checkpoint's tiktoken.model converted).
+    if (!gguf_in && (fs::exists(fs::path(in) / "tokenizer.json") || fs::exists(fs::path(in) / "tiktoken.model")))
+      load_model_tokenizer(in).save(dir.temp() / "tokenizer.json");
     dir.commit();
     fmt::print("wrote {}: {} tensors, {} weights\n", out, weights.names().size(), weight_dtype);
   });

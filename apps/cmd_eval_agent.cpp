@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/eval/agent_eval.h"
 #include "hyla/io/file.h"
 #include "hyla/rl/agent_report.h"
@@ -50,7 +51,7 @@ void add_eval_agent(CLI::App& eval) {
                      {"environments", environments}, {"limits", limits.to_json()}, {"models", ojson::array()}};
     for (size_t i = 0; i < model_dirs.size(); ++i) {
       auto model = Model::load(model_dirs[i]);
-      const Tokenizer tokenizer = Tokenizer::load(fs::path(model_dirs[i]) / "tokenizer.json");
+      const Tokenizer tokenizer = load_model_tokenizer(model_dirs[i]);
       AgentEvalOptions o;
       o.environments = environments;
       o.split = parse_split(split);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/data/image_batches.h"
 #include "hyla/eval/image_report.h"
 #include "hyla/eval/perplexity.h"
@@ -44,7 +45,7 @@ void add_eval_images(CLI::App& eval) {
   cmd->callback([] {
     HYLA_CHECK(twin_dir.empty() || !text_data.empty(), "--twin needs --text-data (the text both models are measured on)");
     auto model = Model::load(model_dir);
-    const Tokenizer tokenizer = Tokenizer::load(fs::path(model_dir) / "tokenizer.json");
+    const Tokenizer tokenizer = load_model_tokenizer(model_dir);
     const ojson meta = parse_json_file((fs::path(images_dir) / "meta.json").string());
     std::vector<std::string> label_names;
     for (const char* key : {"classes", "question_types"})

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/core/byte_size.h"
 #include "hyla/eval/interval.h"
 #include "hyla/eval/longctx_eval.h"
@@ -99,7 +100,7 @@ void add_eval_longctx(CLI::App& eval) {
     const std::string haystack = read_file(haystack_file);
     if (!train_text_file.empty()) o.train_text = read_file(train_text_file);
     const Tokenizer tokenizer =
-        Tokenizer::load(tokenizer_file.empty() ? fs::path(model_dir) / "tokenizer.json" : fs::path(tokenizer_file));
+        tokenizer_file.empty() ? load_model_tokenizer(model_dir) : Tokenizer::load(tokenizer_file);
     std::unique_ptr<Model> model;
     if (!model_dir.empty()) model = Model::load(model_dir);
     LongCtxResult result = evaluate_longctx(model.get(), tokenizer, haystack, haystack_file, o);

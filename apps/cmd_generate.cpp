@@ -13,6 +13,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/image_file.h"
 #include "hyla/data/image_text.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/data/utf8.h"
 #include "hyla/dist/expert_serving.h"
@@ -62,7 +63,7 @@ void add_generate(CLI::App& app) {
     else if (!json_schema.empty()) request.grammar = json_schema_grammar(parse_json(json_schema, "--json-schema"), "--json-schema");
     if (serve_experts_to_rank0(model_dir)) return;
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
-    const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
+    const Tokenizer tokenizer = load_model_tokenizer(model_dir);
     for (const std::string& file : image_files)
       request.images.push_back(to_model_image(read_image_file(file), model->config().vision, file));
     request.prompt = request.images.empty()

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
+#include "hyla/data/tiktoken.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/dist/expert_serving.h"
 #include "hyla/io/json_fields.h"
@@ -32,7 +33,7 @@ void add_logits(CLI::App& app) {
     const auto model = load_model_across_processes(model_dir, {});
     ModelInput in;
     if (!text.empty()) {
-      const Tokenizer tokenizer = Tokenizer::load(std::filesystem::path(model_dir) / "tokenizer.json");
+      const Tokenizer tokenizer = load_model_tokenizer(model_dir);
       in.ids = tokenizer.encode(text, /*allow_special=*/true);
     } else {
       const nlohmann::json ids = parse_json(tokens_json, "--tokens");

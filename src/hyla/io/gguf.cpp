@@ -205,22 +205,9 @@ void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n) {
 void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
-    case GgmlType::F16: {
-      for (int64_t i = 0; i < n; ++i) {
-        f16 h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = to_f32(h);
-      }
-      return;
-    }
-    case GgmlType::BF16: {
-      for (int64_t i = 0; i < n; ++i) {
-        bf16 h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = to_f32(h);
-      }
-      return;
-    }
+    // GGUF data is aligned to 32 bytes and every slice hyla takes starts on a whole element.
+    case GgmlType::F16: return convert(reinterpret_cast<const f16*>(src), dst, size_t(n));
+    case GgmlType::BF16: return convert(reinterpret_cast<const bf16*>(src), dst, size_t(n));
     case GgmlType::Q8_0: return dequantize_q8_0(src, dst, n);
     case GgmlType::MXFP4: return dequantize_mxfp4(src, dst, n);
   }
@@ -229,18 +216,8 @@ void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
 void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
-    case GgmlType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        const f16 h = to_f16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        const bf16 h = to_bf16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
+    case GgmlType::F16: return convert(src, reinterpret_cast<f16*>(dst), size_t(n));
+    case GgmlType::BF16: return convert(src, reinterpret_cast<bf16*>(dst), size_t(n));
     case GgmlType::Q8_0: return quantize_q8_0(src, dst, n);
     case GgmlType::MXFP4: break;
   }

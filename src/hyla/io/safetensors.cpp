@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -244,26 +245,30 @@ void ModelWeights::drop_cached_pages() const {
   for (const auto& m : mapped_) m->drop_cached_pages();
 }
 
-void save_safetensors(const fs::path& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  std::vector<const std::pair<std::string, Tensor>*> order;
-  std::set<std::string> names;
-  for (const auto& t : tensors) {
-    HYLA_CHECK(names.insert(t.first).second, "{}: tensor '{}' given twice", path.string(), t.first);
-    HYLA_CHECK(t.first != "__metadata__", "{}: '__metadata__' is reserved", path.string());
-    order.push_back(&t);
-  }
-  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    return dtype_size(a->second.dtype()) > dtype_size(b->second.dtype());
-  });
+namespace {
+
+struct PlannedTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  size_t source;  // the caller's index
+};
+
+// Lays `tensors` out largest element first (so each starts aligned to its element size), writes the
+// header, then each tensor's bytes as `write_data` gives them, and renames the file into place.
+void write_safetensors(const fs::path& path, std::vector<PlannedTensor> tensors,
+                       const std::map<std::string, std::string>& metadata,
+                       const std::function<void(const PlannedTensor&, AtomicFile&)>& write_data) {
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const auto& a, const auto& b) { return dtype_size(a.dtype) > dtype_size(b.dtype); });
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto* t : order) {
-    const uint64_t bytes = t->second.nbytes();
-    header[t->first] = {{"dtype", std::string(dtype_name(t->second.dtype()))},
-                        {"shape", std::vector<int64_t>(t->second.shape().begin(), t->second.shape().end())},
-                        {"data_offsets", {offset, offset + bytes}}};
+  for (const PlannedTensor& t : tensors) {
+    const uint64_t bytes = uint64_t(t.shape.numel()) * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                      {"shape", std::vector<int64_t>(t.shape.begin(), t.shape.end())},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -272,47 +277,43 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
   AtomicFile file(path);
   file.write(&length, 8);
   file.write(text);
-  for (const auto* t : order) file.write(t->second.raw(), t->second.nbytes());
+  for (const PlannedTensor& t : tensors) write_data(t, file);
   file.commit();
+}
+
+}  // namespace
+
+void save_safetensors(const fs::path& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<PlannedTensor> planned;
+  std::set<std::string> names;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    HYLA_CHECK(names.insert(name).second, "{}: tensor '{}' given twice", path.string(), name);
+    HYLA_CHECK(name != "__metadata__", "{}: '__metadata__' is reserved", path.string());
+    planned.push_back({name, t.dtype(), t.shape(), i});
+  }
+  write_safetensors(path, std::move(planned), metadata, [&](const PlannedTensor& p, AtomicFile& file) {
+    file.write(tensors[p.source].second.raw(), tensors[p.source].second.nbytes());
+  });
 }
 
 void save_safetensors(const fs::path& path, const ModelWeights& weights, DType dtype,
                       const std::map<std::string, std::string>& metadata) {
   HYLA_ASSERT(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16);
-  // Largest elements first, so that every tensor starts aligned to its element size.
-  std::vector<std::pair<std::string, DType>> order;
+  std::vector<PlannedTensor> planned;
   for (const std::string& name : weights.names()) {
-    const DType stored = weights.entry(name).dtype;
-    const bool keep = stored != DType::F32 && stored != DType::BF16 && stored != DType::F16;
-    const bool scale = name.ends_with(".scale") && weights.contains(name.substr(0, name.size() - 6)) &&
-                       weights.entry(name.substr(0, name.size() - 6)).dtype == DType::I8;
-    order.emplace_back(name, keep || scale ? stored : dtype);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return dtype_size(a.second) > dtype_size(b.second); });
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (const auto& [name, out] : order) {
     const SafetensorsEntry& e = weights.entry(name);
-    const uint64_t bytes = uint64_t(e.shape.numel()) * dtype_size(out);
-    header[name] = {{"dtype", std::string(dtype_name(out))},
-                    {"shape", std::vector<int64_t>(e.shape.begin(), e.shape.end())},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    const bool floating = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
+    const std::string base = name.ends_with(".scale") ? name.substr(0, name.size() - 6) : "";
+    const bool int8_scale = !base.empty() && weights.contains(base) && weights.entry(base).dtype == DType::I8;
+    planned.push_back({name, floating && !int8_scale ? dtype : e.dtype, e.shape, 0});
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const uint64_t length = text.size();
-  AtomicFile file(path);
-  file.write(&length, 8);
-  file.write(text);
-  for (const auto& [name, out] : order) {
-    Tensor t = weights.get(name);
-    if (t.dtype() != out) t = t.to(out);
+  write_safetensors(path, std::move(planned), metadata, [&](const PlannedTensor& p, AtomicFile& file) {
+    Tensor t = weights.get(p.name);
+    if (t.dtype() != p.dtype) t = t.to(p.dtype);
     file.write(t.raw(), t.nbytes());
-  }
-  file.commit();
+  });
 }
 
 void save_model_weights(const fs::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
