@@ -23,7 +23,7 @@
 #include "hyla/core/progress.h"
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/infer/sequence_state.h"

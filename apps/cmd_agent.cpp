@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "commands.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/rl/agent.h"
 

@@ -20,7 +20,7 @@
 #include "hyla/data/image_file.h"
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/dist/expert_serving.h"
 #include "hyla/infer/engine.h"

@@ -7,7 +7,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/gguf_vocab.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/io/file.h"
 #include "hyla/io/gguf.h"
 #include "hyla/io/safetensors.h"
@@ -39,11 +40,17 @@ void add_convert(CLI::App& app) {
     const std::string target = to.empty() ? (gguf_in ? "hyla" : "gguf") : to;
     const ModelConfig& config = files.config;
     const ModelWeights& weights = *files.weights;
+    const fs::path src(in);
+    const bool has_tokenizer = gguf_in ? tokenizer_from_gguf(GgufFile(src)).has_value()
+                                       : fs::exists(src / "tokenizer.json") || fs::exists(src / "tiktoken.model");
     if (target == "gguf") {
       HYLA_CHECK(force || !fs::exists(out) || is_gguf_file(out),
                  "convert: {} exists and is not a GGUF file; give --force to replace it", out);
-      const std::string arch = save_kimi_gguf(out, config, weights, {.matrices = ggml_type_from_name(type)});
-      fmt::print("wrote {}: llama.cpp {} GGUF, matrices {}\n", out, arch, type);
+      GgufExportOptions options{.matrices = ggml_type_from_name(type)};
+      if (has_tokenizer) add_gguf_tokenizer(load_model_tokenizer(in), config.vocab_size, options.tokenizer);
+      const std::string arch = save_kimi_gguf(out, config, weights, options);
+      fmt::print("wrote {}: llama.cpp {} GGUF, matrices {}, {}\n", out, arch, type,
+                 has_tokenizer ? "with the vocabulary" : "no vocabulary (token ids only)");
       return;
     }
     check_replaceable_output(out, "config.json", {in}, force);
@@ -54,9 +61,8 @@ void add_convert(CLI::App& app) {
     for (const std::string& name : weights.names())
       if (weights.entry(name).dtype == DType::I8) metadata = weights.metadata_of(name);
     save_safetensors(dir.temp() / "model.safetensors", weights, dtype, metadata);
-    // The tokenizer travels as tokenizer.json (a Kimi checkpoint's tiktoken.model converted).
-    if (!gguf_in && (fs::exists(fs::path(in) / "tokenizer.json") || fs::exists(fs::path(in) / "tiktoken.model")))
-      load_model_tokenizer(in).save(dir.temp() / "tokenizer.json");
+    // The tokenizer travels as tokenizer.json (a checkpoint's tiktoken.model or a GGUF's vocabulary converted).
+    if (has_tokenizer) load_model_tokenizer(in).save(dir.temp() / "tokenizer.json");
     dir.commit();
     fmt::print("wrote {}: {} tensors, {} weights\n", out, weights.names().size(), weight_dtype);
   });

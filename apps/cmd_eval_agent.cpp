@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "commands.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/eval/agent_eval.h"
 #include "hyla/io/file.h"
 #include "hyla/rl/agent_report.h"

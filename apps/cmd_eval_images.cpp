@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "commands.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/image_batches.h"
 #include "hyla/eval/image_report.h"
 #include "hyla/eval/perplexity.h"

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "commands.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/core/byte_size.h"
 #include "hyla/eval/interval.h"
 #include "hyla/eval/longctx_eval.h"

@@ -13,7 +13,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/image_file.h"
 #include "hyla/data/image_text.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/data/utf8.h"
 #include "hyla/dist/expert_serving.h"

@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "hyla/core/error.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/dist/expert_serving.h"
 #include "hyla/io/json_fields.h"

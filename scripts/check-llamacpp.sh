@@ -13,7 +13,7 @@
 #   git clone package/llama/gitRelease.bundle llama.cpp && cd llama.cpp &&
 #   cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
 #     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF &&
-#   cmake --build build -j2 --target llama llama-quantize
+#   cmake --build build -j2 --target llama llama-quantize llama-tokenize
 # Needs g++ and python3 with numpy (Debian python3-numpy; python3-torch and python3-tqdm for the rows
 # that run llama.cpp's own converter). Prints one line per comparison and
 # exits non-zero when a comparison that must pass fails (or the deliberate error passes).
@@ -327,6 +327,20 @@ tokens=$("$python" -c "import random; random.seed(49); print(','.join(str(random
 hyla_logits "$t/model" "$t-hyla.st"
 llama_logits "$t.gguf" "$t-llama.st"
 compare "kimi-k3 f32 hyla-trained->llama.cpp" "$t-hyla.st" "$t-llama.st" f32
+
+# The trained model's vocabulary travels in the GGUF (tokenizer.ggml.*, pre "qwen2"): llama.cpp's
+# tokenizer must give hyla's ids.
+printf 'And God said, Let there be light: and there was light.\n\n  In the beginning 1234567 世界 🚀 "quoted" it'"'"'s\t\tend' >"$work/text.txt"
+"$hyla" tokenizer encode --tokenizer "$t/model/tokenizer.json" --input "$work/text.txt" --out "$work/ids.json" >/dev/null
+hyla_ids=$("$python" -c "import json; print(','.join(map(str, json.load(open('$work/ids.json')))))")
+llama_ids=$("$llama/build/bin/llama-tokenize" -m "$t.gguf" -f "$work/text.txt" --ids --no-bos --log-disable 2>/dev/null |
+  tail -1 | tr -d '[] ')
+if [[ "$hyla_ids" == "$llama_ids" ]]; then
+  echo "ok    kimi-k3 vocabulary hyla->llama.cpp tokenize: the same $(tr ',' '\n' <<<"$hyla_ids" | wc -l) ids"
+else
+  echo "FAIL  kimi-k3 vocabulary hyla->llama.cpp tokenize: hyla [$hyla_ids], llama.cpp [$llama_ids]"
+  echo "vocabulary" >>"$work/failed"
+fi
 
 if [[ -f "$work/failed" ]]; then
   echo "failed: $(paste -sd, "$work/failed")" >&2

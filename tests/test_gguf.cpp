@@ -9,11 +9,16 @@
 
 #include "hyla/core/half.h"
 #include "hyla/io/gguf.h"
+#include "hyla/data/gguf_vocab.h"
+#include "hyla/data/model_tokenizer.h"
+#include "hyla/data/tiktoken.h"
+#include "hyla/io/base64.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model.h"
 #include "model_test_util.h"
 #include "test_util.h"
+#include "text_fixtures.h"
 
 namespace hyla {
 namespace {
@@ -374,6 +379,70 @@ TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
     save_model_weights(dir.path(), tensors);
     test::expect_error([&] { Model::load(dir.path()); }, "experts.0.w1.weight_packed");
   }
+}
+
+
+// A vocabulary written as llama.cpp's GGUF metadata reads back as the same tokenizer: hyla's own
+// (pre "qwen2") and a tiktoken one (pre "kimi-k2"), padded to the model's rows.
+TEST(GgufVocab, TokenizersRoundTrip) {
+  std::string ranks;
+  for (int b = 0; b < 256; ++b) ranks += base64_encode(std::string(1, char(b))) + " " + std::to_string(b) + "\n";
+  int rank = 256;
+  for (const char* t : {"th", "he", "the", " t", "in", "ing"}) ranks += base64_encode(t) + " " + std::to_string(rank++) + "\n";
+  TokenizerSpec kimi_spec = tokenizer_spec_from_tiktoken(ranks, kKimiPattern, "kimi");
+  kimi_spec.added_tokens.push_back({rank, "<|im_end|>"});
+  const Tokenizer kimi(std::move(kimi_spec), "kimi");
+  const std::string text = test::sample_text(3, 2) + " 世界 the thing <|endoftext|><|im_end|>\n\n  123456";
+  for (const Tokenizer* tok : {&test::small_tokenizer(), &kimi}) {
+    TempDir dir;
+    GgufMetadata meta{{"general.architecture", GgufValue::string("kimi-k3")}};
+    add_gguf_tokenizer(*tok, tok->vocab_size() + 7, meta);
+    GgufWriter(dir / "v.gguf", meta, {}).commit();
+    const GgufFile g(dir / "v.gguf");
+    EXPECT_EQ(g.integers("tokenizer.ggml.token_type").size(), size_t(tok->vocab_size() + 7));
+    const std::optional<Tokenizer> back = tokenizer_from_gguf(g);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(back->vocab_size(), tok->vocab_size());
+    EXPECT_EQ(back->encode(text, true), tok->encode(text, true));
+    EXPECT_EQ(back->decode(back->encode(text, true)), text);
+    EXPECT_EQ(load_model_tokenizer(dir / "v.gguf").encode(text, true), tok->encode(text, true));
+  }
+}
+
+TEST(GgufVocab, VocabulariesHylaCannotReadNameThemselves) {
+  TempDir dir;
+  auto write = [&](GgufMetadata meta) {
+    meta["general.architecture"] = GgufValue::string("kimi-k3");
+    GgufWriter(dir / "v.gguf", meta, {}).commit();
+    return GgufFile(dir / "v.gguf");
+  };
+  EXPECT_FALSE(tokenizer_from_gguf(write({{"tokenizer.ggml.model", GgufValue::string("none")}})).has_value());
+  test::expect_error([&] { tokenizer_from_gguf(write({{"tokenizer.ggml.model", GgufValue::string("llama")}})); },
+                     "tokenizer.ggml.model 'llama'");
+  test::expect_error(
+      [&] {
+        tokenizer_from_gguf(write({{"tokenizer.ggml.model", GgufValue::string("gpt2")},
+                                   {"tokenizer.ggml.pre", GgufValue::string("deepseek-llm")},
+                                   {"tokenizer.ggml.tokens", GgufValue::array(GgufValueType::String, {"a"})}}));
+      },
+      "tokenizer.ggml.pre 'deepseek-llm'");
+  test::expect_error([&] { load_model_tokenizer(dir / "v.gguf"); }, "v.gguf");
+}
+
+TEST(GgufVocab, ConvertCarriesTheTokenizer) {
+  TempDir dir;
+  save_random("configs/kimi-linear-tiny.json", dir / "model");
+  test::small_tokenizer().save(dir / "model" / "tokenizer.json");
+  const std::string m = (dir / "model").string(), gguf = (dir / "m.gguf").string(), back = (dir / "back").string();
+  test::CommandResult r = test::run_hyla(fmt::format("convert -m {} --out {}", m, gguf));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("with the vocabulary"), std::string::npos) << r.output;
+  r = test::run_hyla(fmt::format("convert -m {} --out {}", gguf, back));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string text = "the light and the dark";
+  EXPECT_EQ(Tokenizer::load(dir / "back" / "tokenizer.json").encode(text), test::small_tokenizer().encode(text));
+  r = test::run_hyla(fmt::format("logits -m {} --text '{}' --out {}", gguf, text, (dir / "l.safetensors").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/pre_tokenizer.h"
 #include "hyla/data/regex.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tiktoken.h"
 #include "hyla/io/base64.h"
 #include "test_util.h"

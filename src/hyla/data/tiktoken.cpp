@@ -116,10 +116,4 @@ Tokenizer load_kimi_tokenizer(const fs::path& dir) {
   return Tokenizer(std::move(spec), ranks_path.string());
 }
 
-Tokenizer load_model_tokenizer(const fs::path& path) {
-  const fs::path json = path / "tokenizer.json";
-  if (fs::exists(json) || !fs::exists(path / "tiktoken.model")) return Tokenizer::load(json);
-  return load_kimi_tokenizer(path);
-}
-
 }  // namespace hyla

@@ -30,7 +30,4 @@ TokenizerSpec tokenizer_spec_from_tiktoken(std::string_view ranks, std::string_v
 // after the ranks named <|reserved_token_{id}|> as tokenization_kimi.py names them.
 Tokenizer load_kimi_tokenizer(const std::filesystem::path& dir);
 
-// The tokenizer of a model: `path`/tokenizer.json, else a Kimi checkpoint's tiktoken.model.
-Tokenizer load_model_tokenizer(const std::filesystem::path& path);
-
 }  // namespace hyla

@@ -538,8 +538,9 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
     f32("activation.situ_beta", moe.situ_beta);
     f32("activation.situ_linear_beta", moe.situ_linear_beta);
   }
-  // No vocabulary: llama.cpp then keeps vocab_size dummy tokens and runs on token ids.
+  // Without a vocabulary llama.cpp keeps vocab_size dummy tokens and runs on token ids.
   meta["tokenizer.ggml.model"] = GgufValue::string("none");
+  for (const auto& [k, v] : options.tokenizer) meta[k] = v;
 
   const std::vector<Mapping> maps = mappings(c, arch);
   std::vector<GgufTensor> tensors;

@@ -37,6 +37,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
 struct GgufExportOptions {
   GgmlType matrices = GgmlType::F32;  // matrix-product weights; norms, biases, convs and the router stay F32
   std::string name = "hyla";          // general.name
+  GgufMetadata tokenizer;             // tokenizer.ggml.* (data/gguf_vocab.h); none: token ids only
 };
 
 // Writes `config` and `weights` (a hyla model's tensors, any float dtype) as a llama.cpp GGUF,

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "hyla/core/error.h"
-#include "hyla/data/tiktoken.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/model.h"
@@ -367,7 +367,8 @@ int Server::bind() {
 void Server::load() {
   impl_->model = load_model_for_engine(options_.model_dir, options_.load);
   options_.limits.vision = impl_->model->config().vision;  // before ready_: no request reads limits until then
-  HYLA_CHECK(std::filesystem::exists(options_.model_dir / "tokenizer.json") ||
+  HYLA_CHECK(std::filesystem::is_regular_file(options_.model_dir) ||
+                 std::filesystem::exists(options_.model_dir / "tokenizer.json") ||
                  std::filesystem::exists(options_.model_dir / "tiktoken.model"),
              "serve: {} has no tokenizer.json (or a Kimi checkpoint's tiktoken.model)", options_.model_dir.string());
   impl_->tokenizer = std::make_unique<Tokenizer>(load_model_tokenizer(options_.model_dir));
