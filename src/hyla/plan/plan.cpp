@@ -97,7 +97,7 @@ Plan make_plan(const ModelConfig& config, const PlanOptions& options) {
   p.matmul_params = matmul_parameters(config, p.params);
   p.weight_bytes = double(p.params.total_sum()) * o.weights.bytes_per_value;
   p.active_weight_bytes = double(p.params.active_sum()) * o.weights.bytes_per_value;
-  p.sequence = sequence_state(config, o.context, o.kv.bytes_per_value);
+  p.sequence = sequence_memory(config, o.context, o.kv.bytes_per_value);
   p.flops = token_flops(config, p.params, o.context);
 
   p.deployment.usable_bytes_per_gpu = kUsableMemoryFraction * o.gpu.memory_bytes;

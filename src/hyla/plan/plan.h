@@ -11,7 +11,7 @@
 #include "hyla/plan/formats.h"
 #include "hyla/plan/gpus.h"
 #include "hyla/plan/offload.h"
-#include "hyla/plan/sequence_state.h"
+#include "hyla/plan/sequence_memory.h"
 
 namespace hyla {
 
@@ -96,7 +96,7 @@ struct Plan {
   int64_t matmul_params = 0;
   double weight_bytes = 0;         // every parameter, all experts resident
   double active_weight_bytes = 0;  // the parameters one token uses
-  SequenceState sequence;
+  SequenceMemory sequence;
   TokenFlops flops;  // at the context
   Deployment deployment;
   double prefill_flops = 0;    // a whole prompt of `context` tokens

@@ -47,7 +47,7 @@ void parameters(std::string& out, const Plan& p) {
 
 void memory(std::string& out, const Plan& p) {
   const ModelConfig& c = p.config;
-  const SequenceState& s = p.sequence;
+  const SequenceMemory& s = p.sequence;
   const LayerMix mix = layer_mix(c);
   out += "\nmemory\n";
   line(out, "weights, all experts resident", si(p.weight_bytes, "B"),

@@ -1,4 +1,4 @@
-#include "hyla/plan/sequence_state.h"
+#include "hyla/plan/sequence_memory.h"
 
 #include <algorithm>
 
@@ -6,10 +6,10 @@
 
 namespace hyla {
 
-SequenceState sequence_state(const ModelConfig& c, int64_t context, double cache_bytes_per_value) {
+SequenceMemory sequence_memory(const ModelConfig& c, int64_t context, double cache_bytes_per_value) {
   const LayerMix mix = layer_mix(c);
   const MlaConfig& m = c.mla;
-  SequenceState s;
+  SequenceMemory s;
   s.latent_values_per_token = m.kv_lora_rank + m.qk_rope_head_dim;
   const int64_t swa_tokens = std::min(context, m.sliding_window);
   const double cached_tokens = double(mix.mla) * double(context) + double(mix.swa) * double(swa_tokens);

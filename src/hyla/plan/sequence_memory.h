@@ -8,7 +8,7 @@
 
 namespace hyla {
 
-struct SequenceState {
+struct SequenceMemory {
   int64_t latent_values_per_token = 0;    // kv_lora_rank + qk_rope_head_dim, per attention layer
   double latent_cache_bytes = 0;          // swa layers keep at most the window
   double kda_state_bytes = 0;             // H·K·V f32 per KDA layer
@@ -22,6 +22,6 @@ struct SequenceState {
 };
 
 // `cache_bytes_per_value`: the latent (and comparison MHA) cache format; KDA states stay f32.
-SequenceState sequence_state(const ModelConfig& config, int64_t context, double cache_bytes_per_value);
+SequenceMemory sequence_memory(const ModelConfig& config, int64_t context, double cache_bytes_per_value);
 
 }  // namespace hyla
