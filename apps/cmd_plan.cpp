@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/config.h"
 #include "hyla/plan/plan.h"
 #include "hyla/plan/plan_report.h"
@@ -15,7 +16,9 @@ void add_plan(CLI::App& app) {
   static std::string config_path, weights = "bf16", kv = "bf16", gpu = "h200-141g";
   static PlanOptions options;
   static bool as_json = false;
-  cmd->add_option("--config", config_path, "Model config.json")->required();
+  cmd->add_option("--config", config_path,
+                  "Model config.json (hyla's or a Hugging Face one), model directory, or GGUF file")
+      ->required();
   cmd->add_option("--context", options.context, "Tokens per sequence (default: max_position_embeddings)");
   cmd->add_option("--weights", weights, "Weight format: bf16, fp8, int8, int4")->capture_default_str();
   cmd->add_option("--kv", kv, "Latent cache format: bf16, fp8")->capture_default_str();
@@ -57,7 +60,7 @@ void add_plan(CLI::App& app) {
   };
   cmd->add_flag("--json", as_json, "Print one JSON object");
   cmd->callback([comm_options] {
-    const ModelConfig config = ModelConfig::load(config_path);
+    const ModelConfig config = model_config_of(config_path);
     options.weights = parse_weight_format(weights);
     options.kv = parse_cache_format(kv);
     options.gpu = parse_gpu(gpu);

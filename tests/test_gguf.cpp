@@ -443,6 +443,12 @@ TEST(GgufVocab, ConvertCarriesTheTokenizer) {
   EXPECT_EQ(Tokenizer::load(dir / "back" / "tokenizer.json").encode(text), test::small_tokenizer().encode(text));
   r = test::run_hyla(fmt::format("logits -m {} --text '{}' --out {}", gguf, text, (dir / "l.safetensors").string()));
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // `hyla plan` reads the config a GGUF carries: the same parameters and memory as the directory's
+  // (compute differs only by kda.chunk_size, a setting of hyla's that GGUF does not carry).
+  const test::CommandResult from_gguf = test::run_hyla("plan --config " + gguf), from_dir = test::run_hyla("plan --config " + m);
+  ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.output;
+  const auto upto_compute = [](const std::string& s) { return s.substr(0, s.find("compute per token")); };
+  EXPECT_EQ(upto_compute(from_gguf.output), upto_compute(from_dir.output));
 }
 
 }  // namespace

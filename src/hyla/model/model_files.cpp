@@ -23,4 +23,10 @@ ModelFiles open_model_files(const std::filesystem::path& path) {
           ModelFiles::Format::HuggingFace};
 }
 
+ModelConfig model_config_of(const std::filesystem::path& path) {
+  if (is_gguf_file(path)) return config_from_gguf(GgufFile(path));
+  if (std::filesystem::is_directory(path)) return ModelConfig::load((path / "config.json").string());
+  return ModelConfig::load(path.string());
+}
+
 }  // namespace hyla

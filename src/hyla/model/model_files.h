@@ -19,4 +19,7 @@ struct ModelFiles {
 
 ModelFiles open_model_files(const std::filesystem::path& path);
 
+// Only the config: of a config.json file, a model or checkpoint directory, or a GGUF file.
+ModelConfig model_config_of(const std::filesystem::path& path);
+
 }  // namespace hyla
