@@ -40,17 +40,15 @@ void add_convert(CLI::App& app) {
     const std::string target = to.empty() ? (gguf_in ? "hyla" : "gguf") : to;
     const ModelConfig& config = files.config;
     const ModelWeights& weights = *files.weights;
-    const fs::path src(in);
-    const bool has_tokenizer = gguf_in ? tokenizer_from_gguf(GgufFile(src)).has_value()
-                                       : fs::exists(src / "tokenizer.json") || fs::exists(src / "tiktoken.model");
+    const std::optional<Tokenizer> tokenizer = find_model_tokenizer(in);
     if (target == "gguf") {
       HYLA_CHECK(force || !fs::exists(out) || is_gguf_file(out),
                  "convert: {} exists and is not a GGUF file; give --force to replace it", out);
       GgufExportOptions options{.matrices = ggml_type_from_name(type)};
-      if (has_tokenizer) add_gguf_tokenizer(load_model_tokenizer(in), config.vocab_size, options.tokenizer);
+      if (tokenizer) add_gguf_tokenizer(*tokenizer, config.vocab_size, options.tokenizer);
       const std::string arch = save_kimi_gguf(out, config, weights, options);
       fmt::print("wrote {}: llama.cpp {} GGUF, matrices {}, {}\n", out, arch, type,
-                 has_tokenizer ? "with the vocabulary" : "no vocabulary (token ids only)");
+                 tokenizer ? "with the vocabulary" : "no vocabulary (token ids only)");
       return;
     }
     check_replaceable_output(out, "config.json", {in}, force);
@@ -62,7 +60,7 @@ void add_convert(CLI::App& app) {
       if (weights.entry(name).dtype == DType::I8) metadata = weights.metadata_of(name);
     save_safetensors(dir.temp() / "model.safetensors", weights, dtype, metadata);
     // The tokenizer travels as tokenizer.json (a checkpoint's tiktoken.model or a GGUF's vocabulary converted).
-    if (has_tokenizer) load_model_tokenizer(in).save(dir.temp() / "tokenizer.json");
+    if (tokenizer) tokenizer->save(dir.temp() / "tokenizer.json");
     dir.commit();
     fmt::print("wrote {}: {} tensors, {} weights\n", out, weights.names().size(), weight_dtype);
   });

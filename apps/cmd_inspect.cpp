@@ -7,7 +7,6 @@
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
-#include "hyla/data/gguf_vocab.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
@@ -119,14 +118,12 @@ void inspect(const fs::path& dir) {
   fmt::print("{:<18} {:>16} {:>16}   ({} total, {} active)\n", "sum", counts.total_sum(), counts.active_sum(),
              human_count(double(counts.total_sum())), human_count(double(counts.active_sum())));
   const fs::path tokenizer_path = dir / "tokenizer.json";
-  const bool gguf = files.format == ModelFiles::Format::Gguf;
-  if (gguf && !tokenizer_from_gguf(GgufFile(dir))) {
+  if (const std::optional<Tokenizer> tokenizer = find_model_tokenizer(dir)) {
+    HYLA_CHECK(tokenizer->vocab_size() <= config.vocab_size, "{}: {} tokens, more than the config's vocab_size {}",
+               dir.string(), tokenizer->vocab_size(), config.vocab_size);
+    fmt::print("tokenizer: {} tokens\n", tokenizer->vocab_size());
+  } else if (files.format == ModelFiles::Format::Gguf) {
     fmt::print("tokenizer: none in the GGUF file (commands run on token ids, e.g. hyla logits --tokens)\n");
-  } else if (gguf || fs::exists(tokenizer_path) || fs::exists(dir / "tiktoken.model")) {
-    const Tokenizer tokenizer = load_model_tokenizer(dir);
-    HYLA_CHECK(tokenizer.vocab_size() <= config.vocab_size, "{}: {} tokens, more than the config's vocab_size {}",
-               tokenizer_path.string(), tokenizer.vocab_size(), config.vocab_size);
-    fmt::print("tokenizer: {} tokens\n", tokenizer.vocab_size());
   } else {
     fmt::print("tokenizer: none (generate, chat and serve need {})\n", tokenizer_path.string());
   }

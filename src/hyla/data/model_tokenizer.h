@@ -2,11 +2,15 @@
 // The tokenizer of a model, wherever it keeps it: a model directory's tokenizer.json, a Kimi
 // checkpoint's tiktoken.model (data/tiktoken.h), or a GGUF file's vocabulary (data/gguf_vocab.h).
 #include <filesystem>
+#include <optional>
 
 #include "hyla/data/tokenizer.h"
 
 namespace hyla {
 
+// nullopt when the model has none (no tokenizer file; a GGUF without a vocabulary).
+std::optional<Tokenizer> find_model_tokenizer(const std::filesystem::path& path);
+// The same, an error naming what is missing when there is none.
 Tokenizer load_model_tokenizer(const std::filesystem::path& path);
 
 }  // namespace hyla

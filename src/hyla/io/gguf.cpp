@@ -388,7 +388,8 @@ GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::
     HYLA_CHECK(names.insert(t.name).second, "{}: tensor '{}' given twice", source_, t.name);
     HYLA_CHECK(ggml_type_supported(t.type), "{}: tensor '{}': hyla does not write {}", source_, t.name,
                ggml_type_name(t.type));
-    HYLA_CHECK(!t.ne.empty() && t.ne.size() <= kMaxDims && t.ne[0] % ggml_block_values(GgmlType(t.type)) == 0,
+    HYLA_CHECK(!t.ne.empty() && t.ne.size() <= kMaxDims && std::ranges::all_of(t.ne, [](int64_t n) { return n >= 1; }) &&
+                   t.ne[0] % ggml_block_values(GgmlType(t.type)) == 0,
                "{}: tensor '{}' of {} dimensions, first {}, cannot be stored as {}", source_, t.name, t.ne.size(),
                t.ne.empty() ? 0 : t.ne[0], ggml_type_name(t.type));
     put_string(header, t.name);
@@ -402,7 +403,6 @@ GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::
   }
   header.append(align_up(header.size(), kGgufAlignment) - header.size(), '\0');
   file_.write(header);
-  if (!tensors_.empty() && tensors_[0].bytes == 0) finish_tensor();
 }
 
 void GgufWriter::write(const void* data, size_t bytes) {

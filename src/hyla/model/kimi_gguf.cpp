@@ -149,21 +149,23 @@ std::vector<int64_t> without_trailing_ones(std::vector<int64_t> ne) {
 
 std::string key(const std::string& arch, const std::string& name) { return arch + "." + name; }
 
-DType float_dtype(uint32_t type) {
+// The dtype a tensor of `type` is read as: its own for F32, F16 and BF16 (a view of the file), else
+// f32 (dequantised).
+DType read_dtype(uint32_t type) {
   switch (GgmlType(type)) {
-    case GgmlType::F32: return DType::F32;
     case GgmlType::F16: return DType::F16;
     case GgmlType::BF16: return DType::BF16;
-    default: return DType::I8;  // not a float dtype ParamStore reads: converted to f32
+    default: return DType::F32;
   }
 }
 
-// Bytes [offset, offset + n values) of `t` as f32 (a view when stored as F32, F16 or BF16 and `view` allows).
+// Values [first, first + shape.numel()) of `t`, as read_dtype(t.type) says.
 Tensor slice(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape& shape) {
   const GgmlType type = GgmlType(t.type);
   const uint8_t* p = g.data(t) + ggml_bytes(type, first);
-  const DType dtype = float_dtype(t.type);
-  if (dtype != DType::I8 && reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) == 0)
+  const bool stored_as_read = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
+  const DType dtype = read_dtype(t.type);
+  if (stored_as_read && reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) == 0)
     return Tensor::view(dtype, shape, const_cast<uint8_t*>(p), g.mapped());
   Tensor out = Tensor::empty(DType::F32, shape);
   ggml_to_f32(type, p, out.data<float>(), shape.numel());
@@ -171,6 +173,12 @@ Tensor slice(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape&
 }
 
 // The int8 codes and f32 scales of Q8_0 rows (hyla's int8 layout with block 32: the same numbers).
+Tensor ones(const Shape& shape) {
+  Tensor t = Tensor::empty(DType::F32, shape);
+  std::fill_n(t.data<float>(), shape.numel(), 1.0f);
+  return t;
+}
+
 Tensor q8_0_codes(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape& shape) {
   const uint8_t* p = g.data(t) + ggml_bytes(GgmlType::Q8_0, first);
   Tensor out = Tensor::empty(DType::I8, shape);
@@ -395,11 +403,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
     const GgufTensor* t = g.find(m.gguf);
     if (!t && m.gguf.ends_with("ffn_routed_norm.weight")) {  // optional in llama.cpp: a norm of ones
       const Shape shape{m.ne[0]};
-      w.add(entry(m.hyla[0], DType::F32, shape, 0), source, [shape] {
-        Tensor ones = Tensor::empty(DType::F32, shape);
-        std::fill_n(ones.data<float>(), shape.numel(), 1.0f);
-        return ones;
-      });
+      w.add(entry(m.hyla[0], DType::F32, shape, 0), source, [shape] { return ones(shape); });
       continue;
     }
     HYLA_CHECK(t, "{}: missing tensor '{}' (for '{}')", source, m.gguf, m.hyla[0]);
@@ -408,8 +412,6 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
     HYLA_CHECK(without_trailing_ones(t->ne) == without_trailing_ones(m.ne) || alternate_a,
                "{}: tensor '{}' has ne [{}] but the config needs [{}]", source, m.gguf, fmt::join(t->ne, ", "),
                fmt::join(m.ne, ", "));
-    const GgufTensor* tp = t;
-    const std::shared_ptr<const GgufFile> file = gguf;
     switch (m.link) {
       case Link::Same: {
         if (config.tie_word_embeddings && m.gguf == "output.weight") break;
@@ -420,14 +422,14 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
           add_int8(m.hyla[0], t, 0, shape);
           break;
         }
-        const DType dtype = float_dtype(t->type) == DType::I8 ? DType::F32 : float_dtype(t->type);
-        w.add(entry(m.hyla[0], dtype, shape, t->bytes), source, [file, tp, shape] { return slice(*file, *tp, 0, shape); });
+        const DType dtype = read_dtype(t->type);
+        w.add(entry(m.hyla[0], dtype, shape, t->bytes), source, [gguf, t, shape] { return slice(*gguf, *t, 0, shape); });
         break;
       }
       case Link::NegExp: {
         const Shape shape{config.kda.num_heads};
-        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes), source, [file, tp, shape, source, name = m.gguf] {
-          Tensor a = file->to_f32(*tp), out = Tensor::empty(DType::F32, shape);
+        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes), source, [gguf, t, shape, source, name = m.gguf] {
+          Tensor a = gguf->to_f32(*t), out = Tensor::empty(DType::F32, shape);
           for (int64_t h = 0; h < shape[0]; ++h) {
             const float x = a.data<float>()[h];
             HYLA_CHECK(x < 0 && std::isfinite(x), "{}: tensor '{}' holds {} at head {}; −exp(A_log) is negative", source,
@@ -441,11 +443,11 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
       case Link::Experts: {
         const int64_t per = m.ne[0] * m.ne[1];
         const Shape shape{m.ne[1], m.ne[0]};
-        const DType dtype = float_dtype(t->type) == DType::I8 ? DType::F32 : float_dtype(t->type);
+        const DType dtype = read_dtype(t->type);
         for (size_t e = 0; e < m.hyla.size(); ++e)
           if (int8.count(m.hyla[e])) add_int8(m.hyla[e], t, int64_t(e) * per, shape);
           else w.add(entry(m.hyla[e], dtype, shape, t->bytes / m.hyla.size()), source,
-                [file, tp, shape, first = int64_t(e) * per] { return slice(*file, *tp, first, shape); });
+                [gguf, t, shape, first = int64_t(e) * per] { return slice(*gguf, *t, first, shape); });
         break;
       }
       case Link::KeyB: {  // kv_b_proj from attn_k_b and attn_v_b together
@@ -455,8 +457,8 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         const GgufTensor* vt = g.find(vname);
         HYLA_CHECK(vt, "{}: missing tensor '{}' (for '{}')", source, vname, m.hyla[0]);
         const Shape shape{H * (Dn + Dv), c};
-        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes + vt->bytes), source, [file, tp, vt, shape, H, Dn, Dv, c] {
-          const Tensor kb = file->to_f32(*tp), vb = file->to_f32(*vt);  // [H, c, Dn], [H, Dv, c]
+        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes + vt->bytes), source, [gguf, t, vt, shape, H, Dn, Dv, c] {
+          const Tensor kb = gguf->to_f32(*t), vb = gguf->to_f32(*vt);  // [H, c, Dn], [H, Dv, c]
           Tensor out = Tensor::empty(DType::F32, shape);
           float* o = out.data<float>();
           for (int64_t h = 0; h < H; ++h) {
@@ -471,12 +473,8 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
       case Link::ValueB: break;  // read with attn_k_b
       case Link::Score: {
         const Shape shape{config.hidden_size};
-        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes), source, [file, tp] { return file->to_f32(*tp); });
-        w.add(entry(m.hyla[1], DType::F32, shape, 0), source, [shape] {
-          Tensor ones = Tensor::empty(DType::F32, shape);
-          std::fill_n(ones.data<float>(), shape.numel(), 1.0f);
-          return ones;
-        });
+        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes), source, [gguf, t] { return gguf->to_f32(*t); });
+        w.add(entry(m.hyla[1], DType::F32, shape, 0), source, [shape] { return ones(shape); });
         break;
       }
     }

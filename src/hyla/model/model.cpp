@@ -111,8 +111,9 @@ void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) co
 }
 
 std::unique_ptr<Model> Model::load(const fs::path& dir, const ModelLoadOptions& options) {
-  const auto [config, weights, gguf] = open_model_files(dir);
-  auto model = std::make_unique<Model>(config, /*allocate=*/false);
+  const ModelFiles files = open_model_files(dir);
+  const std::shared_ptr<const ModelWeights>& weights = files.weights;
+  auto model = std::make_unique<Model>(files.config, /*allocate=*/false);
   model->params_.plan_storage(*weights, dir.string());
   HYLA_ASSERT(!(options.holds && options.offload_experts));
   if (options.holds) model->params_.hold_only(options.holds);
