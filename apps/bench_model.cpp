@@ -155,8 +155,8 @@ void bench_model(const ModelBenchArgs& a) {
     return dtype == "f32" ? 4.0 : dtype == "int8" ? 1.0 + 4.0 / double(int8_block) : 2.0;
   };
   // The weight bytes a decoded token reads (DecodeBound), each parameter as the ops read it: int8
-  // products at 1 + 4/block bytes a weight, the other matrix products' weights at the products'
-  // width (2 bytes in bf16, 4 in f32), and in f32 whatever stays floating point for its op (the
+  // products at 1 + 4/block bytes a weight, MXFP4 experts at 0.5 + 1/32, the other matrix
+  // products' weights at the products' width (2 bytes in bf16, 4 in f32), and in f32 whatever stays floating point for its op (the
   // router, latent attention's kv_b absorbed into the query, norms, AttnRes queries, gates' and
   // convolutions' small tensors); of the embedding table one row (read as the tied head's matrix
   // too). The routed experts apart: one expert's bytes (the pool holds E per MoE layer).
@@ -169,8 +169,9 @@ void bench_model(const ModelBenchArgs& a) {
     for (const auto& p : model->params().params()) {
       const double n = double(p->numel());
       const bool product = p->int8_allowed && p->shape.ndim() == 2;
-      double bytes = p->is_int8() ? n * (1.0 + 4.0 / double(p->int8_block))
-                                  : n * (product && precision == Precision::BF16 ? 2.0 : 4.0);
+      double bytes = p->is_int8()    ? n * (1.0 + 4.0 / double(p->int8_block))
+                     : p->is_mxfp4() ? n * (0.5 + 1.0 / 32.0)
+                                     : n * (product && precision == Precision::BF16 ? 2.0 : 4.0);
       if (p->component == Component::Vision) continue;  // images only
       if (p->name == "model.embed_tokens.weight")
         bytes = double(hidden) * 4.0 +

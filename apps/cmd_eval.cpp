@@ -1,5 +1,9 @@
 // `hyla eval`: validation loss and perplexity of a model directory over a whole split.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "hyla/eval/perplexity.h"
@@ -8,15 +12,19 @@ namespace hyla::cli {
 
 namespace {
 
-// "int8 (block 32) for 212 of 226 weight matrices" or "floating point".
+// "int8 (block 32) for 212 of 226 weight matrices", "MXFP4 for 96 of 226 …" or "floating point".
 std::string weight_storage(const ParamStore& params) {
-  int64_t int8 = 0, matrices = 0, block = 0;
+  int64_t int8 = 0, mxfp4 = 0, matrices = 0, block = 0;
   for (const auto& p : params.params()) {
     matrices += p->int8_allowed;
     if (p->is_int8()) ++int8, block = p->int8_block;
+    mxfp4 += p->is_mxfp4();
   }
-  if (int8 == 0) return "floating point";
-  return fmt::format("int8 (block {}) for {} of {} matrix-product weights", block, int8, matrices);
+  std::vector<std::string> parts;
+  if (int8) parts.push_back(fmt::format("int8 (block {}) for {}", block, int8));
+  if (mxfp4) parts.push_back(fmt::format("MXFP4 for {}", mxfp4));
+  if (parts.empty()) return "floating point";
+  return fmt::format("{} of {} matrix-product weights", fmt::join(parts, " and "), matrices);
 }
 
 }  // namespace

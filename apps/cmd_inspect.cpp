@@ -103,12 +103,17 @@ void inspect(const fs::path& dir) {
   // scales, docs/quantization.md).
   Model expected(config, /*allocate=*/false);
   expected.params().plan_storage(weights, dir.string());
-  int64_t int8_tensors = 0, int8_elements = 0, block = 0;
-  for (const auto& p : expected.params().params())
+  int64_t int8_tensors = 0, int8_elements = 0, block = 0, mxfp4_tensors = 0, mxfp4_elements = 0;
+  for (const auto& p : expected.params().params()) {
     if (p->is_int8()) ++int8_tensors, int8_elements += p->numel(), block = p->int8_block;
+    if (p->is_mxfp4()) ++mxfp4_tensors, mxfp4_elements += p->numel();
+  }
   if (int8_tensors)
     fmt::print("int8: {} matrix-product weights ({} elements) with one F32 scale per {} inputs\n", int8_tensors,
                int8_elements, block);
+  if (mxfp4_tensors)
+    fmt::print("mxfp4: {} routed-expert matrices ({} elements), E2M1 codes with one E8M0 scale per 32 inputs\n",
+               mxfp4_tensors, mxfp4_elements);
 
   const ParamCounts counts = count_parameters(config);
   fmt::print("\n{:<18} {:>16} {:>16}\n", "component", "total", "active/token");

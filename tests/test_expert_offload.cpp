@@ -149,10 +149,10 @@ TEST(ExpertOffload, LruEvictsTheOldestUseAndFrequencyTheLeastUsed) {
     for (const int e : needs) {
       dispatch.load.assign(size_t(E), 0);
       dispatch.load[size_t(e)] = 1;
-      offload.run(0, dispatch, 0, E, [&](int64_t first, int64_t last, std::span<const Int8ExpertWeights> weights) {
+      offload.run(0, dispatch, 0, E, [&](int64_t first, int64_t last, std::span<const PackedExpertWeights> weights) {
         EXPECT_EQ(first, e);
         EXPECT_EQ(last, e + 1);
-        EXPECT_NE(weights[size_t(e)].gate.data, nullptr);
+        EXPECT_NE(std::get<Int8ExpertWeights>(weights[size_t(e)]).gate.data, nullptr);
       });
     }
     return offload.stats().layers[0].hits;

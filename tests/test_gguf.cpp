@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "hyla/core/half.h"
 #include "hyla/io/gguf.h"
@@ -14,7 +15,9 @@
 #include "hyla/data/tiktoken.h"
 #include "hyla/io/base64.h"
 #include "hyla/io/json_fields.h"
+#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/kimi_gguf.h"
+#include "hyla/model/mxfp4_weights.h"
 #include "hyla/model/model.h"
 #include "model_test_util.h"
 #include "test_util.h"
@@ -125,6 +128,24 @@ TEST(Gguf, Mxfp4DecodesE2M1WithE8M0Scale) {
   block[0] = 130;  // 2^3
   dequantize_mxfp4(block, out.data(), 32);
   EXPECT_EQ(out[7], 48.0f);
+}
+
+TEST(Gguf, Mxfp4BlocksAndCodesConvertLosslessly) {
+  // ggml's blocks → codes two a byte in order → blocks: the same bytes, and the same values.
+  std::mt19937 rng(4);
+  std::vector<uint8_t> blocks(17 * 6);
+  for (uint8_t& b : blocks) b = uint8_t(rng());
+  for (int b = 0; b < 6; ++b) blocks[size_t(17 * b)] = uint8_t(100 + 7 * b);
+  std::vector<uint8_t> codes(16 * 6), scales(6), back(blocks.size());
+  mxfp4_blocks_to_codes(blocks.data(), 32 * 6, codes.data(), scales.data());
+  mxfp4_codes_to_blocks(codes.data(), scales.data(), 32 * 6, back.data());
+  EXPECT_EQ(back, blocks);
+  std::vector<float> values(32 * 6);
+  dequantize_mxfp4(blocks.data(), values.data(), 32 * 6);
+  for (int i = 0; i < 32 * 6; ++i) {
+    const uint8_t byte = codes[size_t(i / 2)];
+    ASSERT_EQ(values[size_t(i)], mxfp4_value(i % 2 ? byte >> 4 : byte & 15, scales[size_t(i / 32)])) << i;
+  }
 }
 
 TEST(Gguf, BadFilesNameTheProblem) {
@@ -374,13 +395,105 @@ TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
     rounded.params().refresh_bf16();
     EXPECT_EQ(max_abs_difference(logits_of(*loaded), logits_of(rounded)), 0) << k3;
 
-    // A tensor of a shape the config does not have, and an MXFP4-packed expert, name themselves.
-    tensors.emplace_back("model.layers.1.block_sparse_moe.experts.0.w1.weight_packed", Tensor::zeros(DType::I8, {32, 32}));
+    // An expert given twice (as w1.weight and as compressed-tensors' w1.weight_packed) names both.
+    tensors.emplace_back("model.layers.1.block_sparse_moe.experts.0.w1.weight_packed", Tensor::zeros(DType::U8, {32, 32}));
     save_model_weights(dir.path(), tensors);
     test::expect_error([&] { Model::load(dir.path()); }, "experts.0.w1.weight_packed");
   }
 }
 
+
+// Rewrites the dtype of every tensor of a safetensors file whose name ends with `suffix`.
+void retype_safetensors(const fs::path& file, const std::string& suffix, const std::string& dtype) {
+  const std::string bytes = read_all(file);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  for (auto& [name, entry] : header.items())
+    if (name.ends_with(suffix)) entry["dtype"] = dtype;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t m = text.size();
+  std::string out(reinterpret_cast<const char*>(&m), 8);
+  out += text;
+  out += bytes.substr(8 + n);
+  test::write_bytes(file, out);
+}
+
+// K3's release: routed experts as compressed-tensors MXFP4 (weight_packed U8, weight_scale
+// F8_E8M0), the rest bf16. hyla keeps the experts MXFP4 (the f32 logits are those of the float
+// model holding their values), and convert writes them to GGUF as ggml MXFP4, bit for bit.
+TEST(KimiHf, CompressedTensorsMxfp4ExpertsStayMxfp4) {
+  TempDir dir;
+  const nlohmann::json hf = tiny_hf_config(true);
+  test::write_bytes(dir / "config.json", hf.dump(1));
+  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+  Model model(config);
+  model.initialize(2);
+  test::randomize_params(model.params(), 9);
+  NamedTensors tensors;
+  for (const auto& p : model.params().params()) {
+    std::string n = "language_model." + hf_name(p->name);
+    if (p->component == Component::RoutedExperts) {
+      const int64_t rows = p->shape[0], cols = p->shape[1];
+      Tensor codes = Tensor::empty(DType::U8, {rows, cols / 2}), scales = Tensor::empty(DType::U8, {rows, cols / 32});
+      quantize_mxfp4_weights(p->v(), rows, cols, codes.data<uint8_t>(), scales.data<uint8_t>());
+      for (int64_t i = 0; i < p->numel(); ++i) {  // the float model now holds the experts' MXFP4 values
+        const uint8_t byte = codes.data<uint8_t>()[i / 2];
+        p->v()[i] = mxfp4_value(i % 2 ? byte >> 4 : byte & 15, scales.data<uint8_t>()[i / 32]);
+      }
+      n.erase(n.size() - std::string("weight").size());
+      tensors.emplace_back(n + "weight_packed", codes);
+      tensors.emplace_back(n + "weight_scale", scales);
+      continue;
+    }
+    const Tensor r = p->value.to(DType::BF16);
+    std::memcpy(p->v(), r.to(DType::F32).data<float>(), size_t(p->numel()) * 4);
+    Tensor v = r;
+    if (n.ends_with("A_log")) v = v.reshape(Shape{p->shape[0]});
+    if (n.ends_with("conv1d.weight")) v = v.reshape(Shape{p->shape[0], p->shape[2]});
+    if (n.ends_with("res_proj.weight")) v = v.reshape(Shape{1, p->shape[0]});
+    tensors.emplace_back(n, v);
+  }
+  model.params().refresh_bf16();
+  save_model_weights(dir.path(), tensors, uint64_t(1) << 40);
+  retype_safetensors(dir / "model.safetensors", ".weight_scale", "F8_E8M0");
+  const auto loaded = Model::load(dir.path());
+  EXPECT_TRUE(loaded->params().get("model.layers.1.mlp.experts.5.up_proj.weight").is_mxfp4());
+  const Tensor want = logits_of(model);
+  // The yardstick for f32 rounding: how far one ulp up in every expert weight moves these logits
+  // (random weights amplify it: ~1e-4 of their scale, where the reordered sums land too).
+  Model nudged(config);
+  for (const auto& p : model.params().params()) {
+    float* dst = nudged.params().get(p->name).v();
+    for (int64_t i = 0; i < p->numel(); ++i)
+      dst[i] = p->component == Component::RoutedExperts ? std::nextafter(p->v()[i], 1e30f) : p->v()[i];
+  }
+  nudged.params().refresh_bf16();
+  const double ulp = max_abs_difference(logits_of(nudged), want);
+  ASSERT_GT(ulp, 0);
+  EXPECT_LT(max_abs_difference(logits_of(*loaded), want), 2 * ulp);
+
+  const test::CommandResult r = test::run_hyla(fmt::format("convert -m {} --out {} --to gguf --type bf16",
+                                                          dir.path().string(), (dir / "k3.gguf").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const GgufFile g(dir / "k3.gguf");
+  EXPECT_EQ(g.tensor("blk.1.ffn_up_exps.weight").type, uint32_t(GgmlType::MXFP4));
+  EXPECT_EQ(g.tensor("blk.1.attn_output.weight").type, uint32_t(GgmlType::BF16));
+  EXPECT_EQ(g.integer("general.file_type"), 38);
+  const auto from_gguf = Model::load(dir / "k3.gguf");
+  EXPECT_TRUE(from_gguf->params().get("model.layers.1.mlp.experts.5.up_proj.weight").is_mxfp4());
+  EXPECT_LT(max_abs_difference(logits_of(*from_gguf), want), 2 * ulp);
+  // And back to a hyla directory: the experts' bytes as they were.
+  const test::CommandResult back = test::run_hyla(
+      fmt::format("convert -m {} --out {}", (dir / "k3.gguf").string(), (dir / "back").string()));
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const ModelWeights original(dir.path()), returned(dir / "back");
+  const Tensor a = original.get("language_model.model.layers.3.block_sparse_moe.experts.2.w2.weight_packed"),
+               b = returned.get("model.layers.3.mlp.experts.2.down_proj.weight");
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
 
 // A vocabulary written as llama.cpp's GGUF metadata reads back as the same tokenizer: hyla's own
 // (pre "qwen2") and a tiktoken one (pre "kimi-k2"), padded to the model's rows.

@@ -266,7 +266,7 @@ TEST(Int8Model, LogitsStayCloseToTheFloatModel) {
   make_pair(pair, config, 7);
   const auto f32 = Model::load(pair.f32());
   const auto int8 = Model::load(pair.int8());
-  EXPECT_TRUE(int8->params().has_int8());
+  EXPECT_TRUE(int8->params().has_quantized());
   EXPECT_TRUE(int8->params().get("lm_head.weight").is_int8());
   EXPECT_FALSE(int8->params().get("model.layers.1.self_attn.kv_b_proj.weight").is_int8());
   EXPECT_FALSE(int8->params().get("model.layers.1.mlp.gate.weight").is_int8());
@@ -367,7 +367,7 @@ TEST(Int8Model, MalformedDirectoriesFailWithOneLineErrors) {
        },
        "kv_b_proj.weight' is I8, but only matrix-product weights may be int8", pair.int8()},
       {[&](NamedTensors& t, auto&) { t.emplace_back(norm + ".scale", Tensor::zeros(DType::F32, {64})); },
-       "tensor '" + norm + ".scale' is not a parameter of this config (it would scale '" + norm + "', which is not I8)",
+       "tensor '" + norm + ".scale' is not a parameter of this config (it would scale '" + norm + "', which is neither I8 nor MXFP4)",
        pair.int8()},
       {[&](NamedTensors&, auto& m) { m.clear(); }, "holds I8 tensors but its __metadata__ lacks \"quantization\": \"int8\"",
        pair.int8()},
@@ -387,7 +387,7 @@ TEST(Int8Model, MalformedDirectoriesFailWithOneLineErrors) {
          std::erase_if(t, [&](auto& e) { return e.first == k + ".scale"; });
          tensor_named(t, k) = Tensor::zeros(DType::F32, {32, 64});
        },
-       "tensors '" + q + "' and 'model.layers.0.self_attn.k_proj.weight' form one matrix product and must be stored "
+       "tensors '" + q + "' and 'model.layers.0.self_attn.k_proj.weight' run in one kernel and must be stored "
        "alike, but one is I8 and the other floating point",
        pair.int8()},
   };

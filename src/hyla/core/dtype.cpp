@@ -6,9 +6,10 @@
 namespace hyla {
 
 namespace {
-constexpr std::array<std::pair<DType, std::string_view>, 6> kNames{{
+constexpr std::array<std::pair<DType, std::string_view>, 7> kNames{{
     {DType::F32, "F32"}, {DType::BF16, "BF16"}, {DType::F16, "F16"},
     {DType::I8, "I8"},   {DType::I32, "I32"},   {DType::I64, "I64"},
+    {DType::U8, "U8"},
 }};
 }  // namespace
 

@@ -6,7 +6,7 @@
 
 namespace hyla {
 
-enum class DType : uint8_t { F32, BF16, F16, I8, I32, I64 };
+enum class DType : uint8_t { F32, BF16, F16, I8, I32, I64, U8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -16,6 +16,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::I8: return 1;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::U8: return 1;
   }
   return 0;
 }

@@ -44,6 +44,7 @@ template <> constexpr DType dtype_of<f16>() { return DType::F16; }
 template <> constexpr DType dtype_of<int8_t>() { return DType::I8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
 
 class Tensor {
  public:

@@ -202,6 +202,28 @@ void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
+void mxfp4_blocks_to_codes(const uint8_t* blocks, int64_t n, uint8_t* codes, uint8_t* scales) {
+  for (int64_t b = 0; b < n / 32; ++b, blocks += 17, codes += 16) {
+    scales[b] = blocks[0];
+    const uint8_t* qs = blocks + 1;
+    for (int j = 0; j < 8; ++j) {
+      codes[j] = uint8_t((qs[2 * j] & 15) | (qs[2 * j + 1] & 15) << 4);
+      codes[8 + j] = uint8_t((qs[2 * j] >> 4) | (qs[2 * j + 1] >> 4) << 4);
+    }
+  }
+}
+
+void mxfp4_codes_to_blocks(const uint8_t* codes, const uint8_t* scales, int64_t n, uint8_t* blocks) {
+  for (int64_t b = 0; b < n / 32; ++b, blocks += 17, codes += 16) {
+    blocks[0] = scales[b];
+    uint8_t* qs = blocks + 1;
+    for (int j = 0; j < 8; ++j) {
+      qs[2 * j] = uint8_t((codes[j] & 15) | (codes[8 + j] & 15) << 4);
+      qs[2 * j + 1] = uint8_t((codes[j] >> 4) | (codes[8 + j] >> 4) << 4);
+    }
+  }
+}
+
 void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;

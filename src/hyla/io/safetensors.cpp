@@ -72,8 +72,9 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_
     HYLA_CHECK(value.contains("dtype") && value["dtype"].is_string(), "{}: tensor '{}' has no string dtype",
                source, name);
     const std::string dtype_text = value["dtype"].get<std::string>();
-    const auto dtype = dtype_from_name(dtype_text);
-    HYLA_CHECK(dtype.has_value(), "{}: tensor '{}' has unknown dtype '{}' (hyla reads F32, BF16, F16, I8, I32, I64)",
+    // F8_E8M0 (power-of-two exponents: compressed-tensors' MXFP4 scales) is read as its bytes.
+    const auto dtype = dtype_text == "F8_E8M0" ? std::optional<DType>(DType::U8) : dtype_from_name(dtype_text);
+    HYLA_CHECK(dtype.has_value(), "{}: tensor '{}' has unknown dtype '{}' (hyla reads F32, BF16, F16, I8, U8, F8_E8M0, I32, I64)",
                source, name, dtype_text);
     HYLA_CHECK(value.contains("shape") && value["shape"].is_array(), "{}: tensor '{}' has no shape array", source,
                name);

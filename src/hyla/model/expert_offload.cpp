@@ -8,13 +8,16 @@
 #include <chrono>
 #include <cmath>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/byte_size.h"
 #include "hyla/core/clock.h"
 #include "hyla/core/error.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/ffn.h"
 #include "hyla/model/int8_weights.h"
+#include "hyla/model/mxfp4_weights.h"
 #include "hyla/model/router.h"
 
 namespace hyla {
@@ -86,7 +89,7 @@ struct ExpertOffload::Layer {
   int64_t index = 0;  // among the MoE layers
   const Router* router = nullptr;
   std::vector<std::array<Source, 3>> sources;  // [E] gate, up, down in the files
-  std::vector<Int8ExpertWeights> weights;      // [E] the resident experts' packed weights
+  std::vector<PackedExpertWeights> weights;    // [E] the resident experts' packed weights
 
   std::vector<int32_t> slot_expert;        // [slots] the expert in the slot, -1: empty
   std::vector<uint8_t> slot_loading;       // being packed (by a miss or a prefetch)
@@ -114,7 +117,7 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
   experts_ = first.experts();
   k_ = layers[0]->router().k();
   const int64_t in = first.in(), width = first.width();
-  int64_t block = 0;
+  int64_t block = -1;  // the experts' int8 block, 0 for MXFP4
   for (size_t l = 0; l < layers.size(); ++l) {
     auto layer = std::make_unique<Layer>();
     layer->index = int64_t(l);
@@ -125,20 +128,27 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
       const Linear* parts[3] = {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj};
       for (int m = 0; m < 3; ++m) {
         const Param& p = parts[m]->param();
-        HYLA_CHECK(p.is_int8(),
-                   "{}: --expert-memory reads int8 experts from the model's files, but '{}' is {}; quantize the model "
-                   "first (hyla quantize --model DIR --out DIR)",
+        HYLA_CHECK(p.is_quantized(),
+                   "{}: --expert-memory reads int8 or MXFP4 experts from the model's files, but '{}' is {}; quantize "
+                   "the model first (hyla quantize --model DIR --out DIR [--experts mxfp4])",
                    source, p.name, dtype_name(weights_->entry(p.name).dtype));
+        HYLA_CHECK(block < 0 || block == p.int8_block,
+                   "{}: --expert-memory needs every routed expert stored alike, but '{}' is {} and an earlier one is not",
+                   source, p.name, p.is_mxfp4() ? "MXFP4" : fmt::format("int8 with block {}", p.int8_block));
         HYLA_ASSERT(!p.held);
         block = p.int8_block;
-        layer->sources[size_t(e)][size_t(m)] = {weights_->get(p.name), weights_->get(int8_scale_name(p.name)),
-                                                p.int8_block, p.name};
+        const std::string scale = p.is_mxfp4() ? mxfp4_scale_name(p.name) : int8_scale_name(p.name);
+        layer->sources[size_t(e)][size_t(m)] = {weights_->get(p.name), weights_->get(scale),
+                                                p.shape[0], p.shape[1], p.int8_block, p.name};
       }
     }
     layers_.push_back(std::move(layer));
   }
-  gate_bytes_ = int8_packed_bytes(width, in, block);
-  down_bytes_ = int8_packed_bytes(in, width, block);
+  const auto packed_bytes = [&](int64_t rows, int64_t cols) {
+    return round_up(block > 0 ? int8_packed_bytes(rows, cols, block) : mxfp4_packed_bytes(rows, cols), 64);
+  };
+  gate_bytes_ = packed_bytes(width, in);
+  down_bytes_ = packed_bytes(in, width);
   expert_bytes_ = 2 * gate_bytes_ + down_bytes_;
   const int64_t total = expert_bytes_ * experts_ * int64_t(layers_.size());
   const int64_t budget = options_.memory.resolve(total);
@@ -180,22 +190,30 @@ ExpertOffload::~ExpertOffload() {
 }
 
 void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
-  for (const Source& s : layer.sources[size_t(e)])
-    check_int8_scales(s.scales.data<float>(), s.scales.numel(), weights_->file_of(s.name), s.name);
+  for (const Source& s : layer.sources[size_t(e)]) {
+    if (s.block > 0) check_int8_scales(s.scales.data<float>(), s.scales.numel(), weights_->file_of(s.name), s.name);
+    else check_mxfp4_scales(s.scales.data<uint8_t>(), s.scales.numel(), weights_->file_of(s.name), s.name);
+  }
 }
 
 void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
   uint8_t* dst = static_cast<uint8_t*>(slot_memory_.raw()) + (layer.index * slots_ + slot) * expert_bytes_;
-  Int8PackedMatrix packed[3];
+  Int8PackedMatrix int8[3];
+  Mxfp4PackedMatrix mxfp4[3];
   int64_t offset = 0;
   for (int m = 0; m < 3; ++m) {
     const Source& s = layer.sources[size_t(e)][size_t(m)];
-    const int64_t rows = s.values.shape()[0], cols = s.values.shape()[1];
-    int8_pack(s.values.data<int8_t>(), s.scales.data<float>(), rows, cols, s.block, dst + offset);
-    packed[m] = {dst + offset, rows, cols, s.block};
+    if (s.block > 0) {
+      int8_pack(s.values.data<int8_t>(), s.scales.data<float>(), s.rows, s.cols, s.block, dst + offset);
+      int8[m] = {dst + offset, s.rows, s.cols, s.block};
+    } else {
+      mxfp4_pack(s.values.data<uint8_t>(), s.scales.data<uint8_t>(), s.rows, s.cols, dst + offset);
+      mxfp4[m] = {dst + offset, s.rows, s.cols};
+    }
     offset += m < 2 ? gate_bytes_ : down_bytes_;
   }
-  layer.weights[size_t(e)] = {packed[0], packed[1], packed[2]};
+  if (layer.sources[size_t(e)][0].block > 0) layer.weights[size_t(e)] = Int8ExpertWeights{int8[0], int8[1], int8[2]};
+  else layer.weights[size_t(e)] = Mxfp4ExpertWeights{mxfp4[0], mxfp4[1], mxfp4[2]};
 }
 
 int64_t ExpertOffload::victim(Layer& layer) const {

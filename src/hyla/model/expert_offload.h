@@ -1,6 +1,6 @@
 #pragma once
 // Serving a model whose routed experts do not fit in memory (docs/offload.md). The routed experts'
-// int8 weights stay in the model's files, memory-mapped (the page cache keeps what the OS can), and
+// int8 or MXFP4 weights stay in the model's files, memory-mapped (the page cache keeps what the OS can), and
 // every MoE layer keeps a resident cache of packed experts in a fixed number of slots; everything
 // else of the model is loaded as usual. Before a layer's expert compute, the experts its tokens
 // chose are made resident: a hit uses its slot; a miss packs the expert from the mapped file into
@@ -9,7 +9,7 @@
 //
 // What crosses the seam (MoeFfn ↔ ExpertOffload): the layer's dispatch (which experts have
 // slots) and its FFN input rows (for the next layer's prediction) go in; the packed weights of
-// the experts being computed come out (Int8ExpertWeights, valid until the compute returns). The
+// the experts being computed come out (PackedExpertWeights, valid until the compute returns). The
 // dispatch, routing, combine and results never change: an offloaded model computes the very
 // logits of the resident one.
 #include <atomic>
@@ -81,7 +81,8 @@ struct ExpertOffloadStats {
 
 class ExpertOffload {
  public:
-  // `layers`: the model's MoE layers in depth order, whose routed experts are int8 in the files of
+  // `layers`: the model's MoE layers in depth order, whose routed experts are int8 or MXFP4 (all
+  // alike) in the files of
   // `weights` (a model loaded without them: ParamStore::hold_only). Fails, naming the figure, when
   // the memory cannot hold each layer's num_experts_per_tok experts.
   ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const ModelWeights> weights,
@@ -93,7 +94,7 @@ class ExpertOffload {
   // The weights of layer `layer`'s experts [first, last) with load > 0, in groups of at most
   // slots_per_layer(): `compute(group_first, group_last, weights)` for each group, `weights`
   // indexed by expert id and valid for the group's experts during the call.
-  using Compute = std::function<void(int64_t first, int64_t last, std::span<const Int8ExpertWeights> weights)>;
+  using Compute = std::function<void(int64_t first, int64_t last, std::span<const PackedExpertWeights> weights)>;
   void run(int layer, const ExpertDispatch& dispatch, int64_t first, int64_t last, const Compute& compute);
   // From layer `layer`'s FFN input u [n, d] (before its experts run): queues the prefetch of the
   // experts the next MoE layer's router picks from u.
@@ -115,9 +116,9 @@ class ExpertOffload {
   const ExpertOffloadOptions& options() const { return options_; }
 
  private:
-  struct Source {  // one int8 matrix in the mapped files: views (a copy where the file misaligns a tensor)
-    Tensor values, scales;  // [rows, cols] and [rows, cols / block]
-    int64_t block = 0;
+  struct Source {  // one matrix in the mapped files: views (a copy where the file misaligns a tensor)
+    Tensor values, scales;  // int8: [rows, cols] and [rows, cols / block]; MXFP4: [rows, cols / 2] and [rows, cols / 32]
+    int64_t rows = 0, cols = 0, block = 0;  // block 0: MXFP4
     std::string name;
   };
   struct Layer;
@@ -128,7 +129,8 @@ class ExpertOffload {
     std::vector<int32_t> experts;
   };
 
-  // Fails naming the tensor unless expert e's scales in the files are finite and >= 0.
+  // Fails naming the tensor unless expert e's scales in the files are valid (int8: finite and
+  // >= 0; MXFP4: not NaN).
   void check_scales(const Layer& layer, int64_t e) const;
   // Packs expert e from the files into the layer's `slot` and points its weights there.
   void pack(Layer& layer, int64_t e, int64_t slot);

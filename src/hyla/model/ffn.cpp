@@ -65,7 +65,7 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
       return;
     }
     offload_->run(offload_index_, state.dispatch, first, last,
-                  [&](int64_t group_first, int64_t group_last, std::span<const Int8ExpertWeights> weights) {
+                  [&](int64_t group_first, int64_t group_last, std::span<const PackedExpertWeights> weights) {
                     experts_.forward(x, state.dispatch, group_first, group_last, ctx.precision, state.experts,
                                      slot_out, ctx.workspace, weights);
                   });

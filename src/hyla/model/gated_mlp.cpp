@@ -6,7 +6,10 @@ GatedMlp::GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int
     : gate_proj(store, prefix + "gate_proj", in, hidden, component),
       up_proj(store, prefix + "up_proj", in, hidden, component),
       down_proj(store, prefix + "down_proj", hidden, in, component, Init::NormalOutput),
-      gate_up(Linear::fuse({&gate_proj, &up_proj})) {}
+      gate_up(Linear::fuse({&gate_proj, &up_proj})) {
+  // A routed expert's three matrices run in one quantised kernel (moe_experts.h).
+  if (component == Component::RoutedExperts) store.get(up_proj.param().name).stored_like_next = true;
+}
 
 GatedActivation gated_activation(Activation kind, const MoeConfig& moe) {
   return {kind == Activation::Situ ? GatedActivation::Kind::Situ : GatedActivation::Kind::Swiglu, float(moe.situ_beta),

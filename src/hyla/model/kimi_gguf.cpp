@@ -10,6 +10,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
 #include "hyla/model/int8_weights.h"
+#include "hyla/model/mxfp4_weights.h"
 #include "hyla/model/model.h"
 
 namespace fs = std::filesystem;
@@ -197,27 +198,38 @@ Tensor q8_0_scales(const GgufFile& g, const GgufTensor& t, int64_t first, const 
   return out;
 }
 
-// The matrix-product weights that can stay Q8_0 as hyla int8 (block 32): stored as Q8_0, allowed
-// int8 by the model, and every part of the matrix product they belong to alike.
-std::set<std::string> int8_from_q8_0(const GgufFile& g, const ModelConfig& config, const std::vector<Mapping>& maps) {
-  std::set<std::string> q8;
+// The weights that keep the file's `type` as a hyla format (Q8_0 as int8 with block 32, MXFP4 as
+// MXFP4): stored as `type`, allowed it by the model (`allowed`), and every weight that runs in the
+// same kernel alike (Param::stored_like_next).
+std::set<std::string> kept_as(const GgufFile& g, const ModelConfig& config, const std::vector<Mapping>& maps,
+                              GgmlType type, bool (*allowed)(const Param&)) {
+  std::set<std::string> stored;
   for (const Mapping& m : maps) {
     const GgufTensor* t = g.find(m.gguf);
-    if (t && GgmlType(t->type) == GgmlType::Q8_0 && (m.link == Link::Same || m.link == Link::Experts))
-      q8.insert(m.hyla.begin(), m.hyla.end());
+    if (t && GgmlType(t->type) == type && (m.link == Link::Same || m.link == Link::Experts))
+      stored.insert(m.hyla.begin(), m.hyla.end());
   }
   Model layout(config, /*allocate=*/false);
   const auto& params = layout.params().params();
   std::set<std::string> out;
   for (size_t i = 0; i < params.size();) {
     size_t end = i + 1;
-    while (end < params.size() && params[end - 1]->fused_with_next) ++end;
+    while (end < params.size() && params[end - 1]->stored_like_next) ++end;
     bool ok = true;
-    for (size_t j = i; j < end; ++j) ok &= params[j]->int8_allowed && q8.count(params[j]->name) > 0;
+    for (size_t j = i; j < end; ++j) ok &= allowed(*params[j]) && stored.count(params[j]->name) > 0;
     for (size_t j = i; ok && j < end; ++j) out.insert(params[j]->name);
     i = end;
   }
   return out;
+}
+
+// The E2M1 codes [rows, cols / 2] and E8M0 scales [rows, cols / 32] of MXFP4 rows (mxfp4_weights.h).
+Tensor mxfp4_part(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape& shape, bool scales) {
+  const int64_t rows = shape[0], cols = shape[1];
+  Tensor codes = Tensor::empty(DType::U8, {rows, cols / 2}), scale = Tensor::empty(DType::U8, {rows, cols / 32});
+  mxfp4_blocks_to_codes(g.data(t) + ggml_bytes(GgmlType::MXFP4, first), rows * cols, codes.data<uint8_t>(),
+                        scale.data<uint8_t>());
+  return scales ? scale : codes;
 }
 
 }  // namespace
@@ -385,7 +397,10 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   ModelWeights w;
   w.keep_mapped(g.mapped());
   const std::vector<Mapping> maps = mappings(config, arch);
-  const std::set<std::string> int8 = int8_from_q8_0(g, config, maps);
+  const std::set<std::string> int8 =
+      kept_as(g, config, maps, GgmlType::Q8_0, [](const Param& p) { return p.int8_allowed; });
+  const std::set<std::string> mxfp4 =
+      kept_as(g, config, maps, GgmlType::MXFP4, [](const Param& p) { return p.mxfp4_allowed(); });
   const auto int8_meta = std::make_shared<const std::map<std::string, std::string>>(int8_metadata(32));
   // A Q8_0 matrix kept as int8: its codes and, beside them, its scales.
   auto add_int8 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
@@ -394,6 +409,14 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
           [gguf, t, first, shape] { return q8_0_codes(*gguf, *t, first, shape); }, int8_meta);
     w.add({int8_scale_name(name), DType::F32, scales, 0, uint64_t(scales.numel()) * 2}, source,
           [gguf, t, first, scales] { return q8_0_scales(*gguf, *t, first, scales); }, int8_meta);
+  };
+  // An MXFP4 expert matrix kept as MXFP4: its codes and scales.
+  auto add_mxfp4 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
+    const Shape codes{shape[0], shape[1] / 2}, scales{shape[0], shape[1] / 32};
+    w.add({name, DType::U8, codes, 0, uint64_t(codes.numel())}, source,
+          [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/false); });
+    w.add({mxfp4_scale_name(name), DType::U8, scales, 0, uint64_t(scales.numel())}, source,
+          [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/true); });
   };
   std::set<std::string> used;
   auto entry = [](const std::string& name, DType dtype, Shape shape, uint64_t bytes) {
@@ -446,6 +469,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         const DType dtype = read_dtype(t->type);
         for (size_t e = 0; e < m.hyla.size(); ++e)
           if (int8.count(m.hyla[e])) add_int8(m.hyla[e], t, int64_t(e) * per, shape);
+          else if (mxfp4.count(m.hyla[e])) add_mxfp4(m.hyla[e], t, int64_t(e) * per, shape);
           else w.add(entry(m.hyla[e], dtype, shape, t->bytes / m.hyla.size()), source,
                 [gguf, t, shape, first = int64_t(e) * per] { return slice(*gguf, *t, first, shape); });
         break;
@@ -489,7 +513,9 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
                            const GgufExportOptions& options) {
   const std::string arch = kimi_gguf_arch(c);
   const bool k3 = arch == "kimi-k3";
-  HYLA_CHECK(options.matrices != GgmlType::MXFP4, "{}: MXFP4 is written only from MXFP4 experts", path.string());
+  HYLA_CHECK(options.matrices != GgmlType::MXFP4,
+             "{}: MXFP4 is written only from MXFP4 experts (hyla quantize --experts mxfp4), which keep it whatever "
+             "the type of the other matrices", path.string());
   GgufMetadata meta;
   auto u32 = [&](const std::string& name, int64_t v) { meta[key(arch, name)] = GgufValue::u32(uint32_t(v)); };
   auto f32 = [&](const std::string& name, double v) { meta[key(arch, name)] = GgufValue::f32(float(v)); };
@@ -542,11 +568,19 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
 
   const std::vector<Mapping> maps = mappings(c, arch);
   std::vector<GgufTensor> tensors;
+  // MXFP4 experts stay MXFP4 (only bits move): the expert tensors of a layer take their format.
+  const auto is_mxfp4 = [&](const Mapping& mp) {
+    return mp.link == Link::Experts && weights.entry(mp.hyla[0]).dtype == DType::U8;
+  };
+  bool any_mxfp4 = false;
   for (const Mapping& mp : maps) {
     GgmlType type = mp.matrix ? options.matrices : GgmlType::F32;
     if (mp.ne[0] % ggml_block_values(type) != 0) type = GgmlType::F32;  // Q8_0 needs rows of whole blocks
+    if (is_mxfp4(mp)) type = GgmlType::MXFP4, any_mxfp4 = true;
     tensors.push_back({mp.gguf, mp.ne, uint32_t(type), 0, 0});
   }
+  // llama.cpp's LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38) names a file whose experts are MXFP4.
+  if (any_mxfp4) meta["general.file_type"] = GgufValue::u32(38);
   GgufWriter writer(path, meta, tensors);
   std::vector<uint8_t> bytes;
   auto write_f32 = [&](const GgufTensor& t, const float* data, int64_t n) {
@@ -555,9 +589,10 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
     writer.write(bytes.data(), bytes.size());
   };
   auto read_f32 = [&](const std::string& name) {
-    HYLA_CHECK(weights.entry(name).dtype != DType::I8,
-               "{}: tensor '{}' is int8; a GGUF is written from floating-point weights (the model before hyla quantize)",
-               weights.file_of(name), name);
+    HYLA_CHECK(weights.entry(name).dtype != DType::I8 && weights.entry(name).dtype != DType::U8,
+               "{}: tensor '{}' is {}; a GGUF is written from floating-point weights (the model before hyla quantize; "
+               "MXFP4 experts are the exception, all of a layer's)",
+               weights.file_of(name), name, weights.entry(name).dtype == DType::I8 ? "int8" : "MXFP4");
     const Tensor t = weights.get(name);
     return t.dtype() == DType::F32 ? t : t.to(DType::F32);
   };
@@ -580,6 +615,16 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
       }
       case Link::Experts:
         for (const std::string& name : mp.hyla) {
+          if (GgmlType(t.type) == GgmlType::MXFP4) {
+            HYLA_CHECK(weights.entry(name).dtype == DType::U8, "{}: tensor '{}' is {}, but the other experts of '{}' are MXFP4",
+                       weights.file_of(name), name, dtype_name(weights.entry(name).dtype), t.name);
+            const Tensor codes = weights.get(name), scales = weights.get(mxfp4_scale_name(name));
+            const int64_t n = codes.numel() * 2;
+            bytes.resize(ggml_bytes(GgmlType::MXFP4, n));
+            mxfp4_codes_to_blocks(codes.data<uint8_t>(), scales.data<uint8_t>(), n, bytes.data());
+            writer.write(bytes.data(), bytes.size());
+            continue;
+          }
           const Tensor x = read_f32(name);
           write_f32(t, x.data<float>(), x.numel());
         }

@@ -1,6 +1,7 @@
 #include "hyla/model/kimi_hf.h"
 
 #include <charconv>
+#include <map>
 #include <optional>
 
 #include "hyla/core/error.h"
@@ -58,12 +59,14 @@ std::optional<Target> target_of(std::string name, const ModelConfig& c, const st
     if (t == "routed_expert_up_proj.weight") return Target{p + "mlp.lat_up.weight"};
     if (t == "routed_expert_norm.weight") return Target{p + "mlp.lat_norm.weight"};
     if (t.starts_with("experts.")) {
-      HYLA_CHECK(!t.ends_with(".weight_packed") && !t.ends_with(".weight_scale"),
-                 "{}: tensor '{}' is a compressed-tensors MXFP4 expert, which hyla does not read from checkpoints "
-                 "yet; convert it with llama.cpp's convert_hf_to_gguf.py and give hyla the GGUF",
-                 source, name);
+      // compressed-tensors MXFP4 ("mxfp4-pack-quantized") experts are hyla's MXFP4 format as they
+      // are: weight_packed the codes, weight_scale the E8M0 scales (mxfp4_weights.h).
       for (auto [from, to] : {std::pair{".w1.weight", ".gate_proj.weight"}, std::pair{".w2.weight", ".down_proj.weight"},
-                              std::pair{".w3.weight", ".up_proj.weight"}})
+                              std::pair{".w3.weight", ".up_proj.weight"}, std::pair{".w1.weight_packed", ".gate_proj.weight"},
+                              std::pair{".w2.weight_packed", ".down_proj.weight"}, std::pair{".w3.weight_packed", ".up_proj.weight"},
+                              std::pair{".w1.weight_scale", ".gate_proj.weight.scale"},
+                              std::pair{".w2.weight_scale", ".down_proj.weight.scale"},
+                              std::pair{".w3.weight_scale", ".up_proj.weight.scale"}})
         if (replace_suffix(t, from, to)) return Target{p + "mlp." + t};
     }
     fail("{}: tensor '{}' is not part of a Kimi MoE block hyla reads", source, name);
@@ -75,11 +78,14 @@ std::optional<Target> target_of(std::string name, const ModelConfig& c, const st
 
 ModelWeights weights_from_hf(std::shared_ptr<const ModelWeights> checkpoint, const ModelConfig& config) {
   ModelWeights out;
+  std::map<std::string, std::string> source_of;  // hyla's name → the checkpoint's
   for (const std::string& name : checkpoint->names()) {
     const std::optional<Target> t = target_of(name, config, checkpoint->file_of(name));
     if (!t) continue;
     SafetensorsEntry e = checkpoint->entry(name);
     const std::string file = checkpoint->file_of(name);
+    const auto [given, fresh] = source_of.emplace(t->name, name);
+    HYLA_CHECK(fresh, "{}: tensors '{}' and '{}' are both hyla's '{}'", file, given->second, name, t->name);
     if (t->a_log) {
       const int64_t H = t->shape->numel();
       HYLA_CHECK(e.shape.numel() >= H, "{}: tensor '{}' has {} values, fewer than the {} heads", file, name,

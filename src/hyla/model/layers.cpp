@@ -59,6 +59,7 @@ Linear Linear::fuse(std::initializer_list<const Linear*> parts) {
     }
     HYLA_ASSERT(p->in_ == fused.in_);
     fused.parts_.back()->fused_with_next = true;
+    fused.parts_.back()->stored_like_next = true;
     fused.parts_.insert(fused.parts_.end(), p->parts_.begin(), p->parts_.end());
     fused.out_ += p->out_;
   }

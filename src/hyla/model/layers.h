@@ -38,6 +38,8 @@ class Linear {
   // Stored as int8 (loaded from a `hyla quantize` directory): the forward runs on int8 products
   // under every Precision, and there is no backward.
   bool int8() const { return defined() && parts_[0]->is_int8(); }
+  // Stored as MXFP4 (a routed expert's matrix): only RoutedExperts multiplies it.
+  bool mxfp4() const { return defined() && parts_[0]->is_mxfp4(); }
 
   // y[n, out] = x[n, in] Wᵀ + beta·y (rows of x and y ld_x / ld_y apart).
   void forward(const float* x, int64_t n, float* y, Precision p, float beta = 0.0f, int64_t ld_x = -1,

@@ -371,8 +371,8 @@ LossResult Model::head_loss(const float* normed, const ModelInput& in, Precision
 void Model::check_input(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches) const {
   const int64_t B = in.tokens.batch();
   if (options.backward) {
-    HYLA_CHECK(!params_.has_int8(), "model: int8 weights (from hyla quantize) serve inference only; train the "
-                                    "floating-point model");
+    HYLA_CHECK(!params_.has_quantized(), "model: int8 or MXFP4 weights serve inference only; train the "
+                                         "floating-point model");
     HYLA_ASSERT(!in.targets.empty() && caches.empty());
   }
   if (options.outputs == Outputs::Rows)
@@ -460,7 +460,7 @@ void Model::set_gradient_hook(std::function<void(int64_t)> hook) {
   head_offset_ = params_.numel();
   int64_t last_layer = -1;
   for (const auto& p : all) {
-    if (!p->held || p->is_int8()) continue;
+    if (!p->held || p->is_quantized()) continue;
     const int64_t offset = p->v() - params_.values();
     int64_t layer = L;  // after the layers
     if (p->name.rfind("model.layers.", 0) == 0) layer = std::stoll(p->name.substr(13));

@@ -9,6 +9,7 @@
 #include "hyla/core/team.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
 #include "hyla/kernels/vmath.h"
@@ -88,7 +89,7 @@ void RoutedExperts::plan(const ExpertDispatch& dispatch, int64_t first, int64_t 
 
 void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last,
                             Precision precision, ExpertActivations saved, float* out, Workspace& workspace,
-                            std::span<const Int8ExpertWeights> int8_weights) {
+                            std::span<const PackedExpertWeights> packed) {
   const int64_t D = in_, w = width_;
   plan(dispatch, first, last, /*whole_experts=*/false);
   workspace.reserve();
@@ -96,9 +97,9 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   // bf16: input rows converted once, then gathered as the kernel's packed left operand; the
   // weights' bf16 copies, transposed as 32-bit words, are its packed right operand. (Odd widths
   // have no bf16 pairs along the reduced dimension: those take the packing products.)
-  const bool all_int8 = std::all_of(experts_.begin() + first, experts_.begin() + last,
-                                    [](const GatedMlp& e) { return e.gate_up.int8(); });
-  const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0 && !all_int8;
+  const bool all_quantized = std::all_of(experts_.begin() + first, experts_.begin() + last,
+                                         [](const GatedMlp& e) { return e.gate_up.int8() || e.gate_up.mxfp4(); });
+  const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0 && !all_quantized;
   const bf16* x16 = nullptr;
   if (packed_bf16) {
     bf16* converted = frame.take<bf16>(dispatch.tokens * D);
@@ -118,12 +119,19 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     float* gu = saved.gu ? saved.gu + blk.begin * 2 * w : buf.gu;
     float* h = saved.h ? saved.h + blk.begin * w : buf.h;
     float* y = out + blk.begin * D;
-    if (expert.gate_up.int8()) {
+    if (expert.gate_up.int8() || expert.gate_up.mxfp4()) {
       gather_rows(x, D, tokens, n, buf.rows);
-      const Int8ExpertWeights stored{expert.gate_proj.param().int8, expert.up_proj.param().int8,
-                                     expert.down_proj.param().int8};
-      forward_int8(int8_weights.empty() ? stored : int8_weights[size_t(blk.expert)], buf.rows, n, gu, h, y,
-                   buf.int8_rows);
+      const PackedExpertWeights weights =
+          !packed.empty() ? packed[size_t(blk.expert)]
+          : expert.gate_up.int8()
+              ? PackedExpertWeights(Int8ExpertWeights{expert.gate_proj.param().int8, expert.up_proj.param().int8,
+                                                      expert.down_proj.param().int8})
+              : PackedExpertWeights(Mxfp4ExpertWeights{expert.gate_proj.param().mxfp4, expert.up_proj.param().mxfp4,
+                                                       expert.down_proj.param().mxfp4});
+      if (const auto* int8 = std::get_if<Int8ExpertWeights>(&weights))
+        forward_int8(*int8, buf.rows, n, gu, h, y, buf.int8_rows);
+      else
+        forward_mxfp4(std::get<Mxfp4ExpertWeights>(weights), buf.rows, n, gu, h, y);
     } else if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
       // Decode-sized blocks: the expert's weights are read once, in their stored layout.
       if (packed_bf16) {
@@ -181,6 +189,15 @@ void RoutedExperts::forward_int8(const Int8ExpertWeights& expert, const float* r
   const Int8Rows hq = int8_rows_view(workspace, n, w, down.block);
   quantize_int8_rows(h, w, hq, 0, n);
   int8_matmul_rows(hq, {&down, 1}, y, D, 0.0f);  // H W_downᵀ
+}
+
+void RoutedExperts::forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,
+                                  float* y) const {
+  const int64_t D = in_, w = width_;
+  const Mxfp4PackedMatrix gate_up[2] = {expert.gate, expert.up};
+  mxfp4_matmul_rows(rows, n, D, gate_up, gu, 2 * w, 0.0f);  // X [W_gate; W_up]ᵀ
+  gated_activation_forward(activation_, gu, n, w, h);
+  mxfp4_matmul_rows(h, n, w, {&expert.down, 1}, y, D, 0.0f);  // H W_downᵀ
 }
 
 void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first,

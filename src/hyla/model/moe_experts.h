@@ -9,15 +9,18 @@
 // (kernels/small_gemm.h), tokens as rows. The forward transposes the expert's weights into the
 // kernel's right-operand layout per block (for bf16, 32-bit word transposes of the bf16 copies);
 // the backward uses them as stored. BENCHMARKS.md "MoE layer" has the alternatives measured.
-// Experts loaded as int8 run the single-threaded int8 products (kernels/int8_gemm.h) on their
-// packed weights instead, whatever the precision.
+// Experts loaded as int8 or MXFP4 run the single-threaded int8 or MXFP4 products
+// (kernels/int8_gemm.h, kernels/mxfp4_gemm.h) on their packed weights instead, whatever the
+// precision (MXFP4 products keep the activations f32, so the f32 path uses the weights exactly).
 #include <cstdint>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/gated_mlp.h"
 #include "hyla/core/workspace.h"
 #include "hyla/model/moe_dispatch.h"
@@ -35,6 +38,12 @@ struct ExpertActivations {
 struct Int8ExpertWeights {
   Int8PackedMatrix gate, up, down;
 };
+// An MXFP4 expert's packed weights (mxfp4_gemm.h), the same three matrices.
+struct Mxfp4ExpertWeights {
+  Mxfp4PackedMatrix gate, up, down;
+};
+// A quantised expert's packed weights, in the format the model's files store its experts.
+using PackedExpertWeights = std::variant<Int8ExpertWeights, Mxfp4ExpertWeights>;
 
 class RoutedExperts {
  public:
@@ -50,12 +59,12 @@ class RoutedExperts {
   const GatedMlp& expert(int64_t e) const { return experts_[size_t(e)]; }
 
   // For the experts in [first, last): out slot rows [slots, in] = E_e(x[slot_token[j]]), unweighted.
-  // Writes the slots' rows of `saved` when given (x must then stay valid until backward). Int8
-  // experts read their packed weights from `int8_weights` (indexed by expert id) when given, else
-  // from their parameters (the offloaded experts of expert_offload.h have none).
+  // Writes the slots' rows of `saved` when given (x must then stay valid until backward).
+  // Quantised experts read their packed weights from `packed` (indexed by expert id) when given,
+  // else from their parameters (the offloaded experts of expert_offload.h have none).
   void forward(const float* x, const ExpertDispatch& dispatch, int64_t first, int64_t last, Precision precision,
                ExpertActivations saved, float* out, Workspace& workspace,
-               std::span<const Int8ExpertWeights> int8_weights = {});
+               std::span<const PackedExpertWeights> packed = {});
 
   // dm [tokens, in]: dL/d(combined output). For the experts in [first, last): writes the slot rows
   // of d_in [slots, in] (dL/dx of each slot, routing weight applied) and d_weight [slots] (dL/dw of
@@ -83,9 +92,11 @@ class RoutedExperts {
   // expert (begin/size span all its slots), so that one thread owns each expert's gradients.
   void plan(const ExpertDispatch& dispatch, int64_t first, int64_t last, bool whole_experts);
   BlockBuffers block_buffers(Frame& frame) const;
-  // An int8 expert's forward on one block of n slots: rows [n, in] (f32) → gu, h → y [n, in].
+  // A quantised expert's forward on one block of n slots: rows [n, in] (f32) → gu, h → y [n, in].
   void forward_int8(const Int8ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
                     void* workspace) const;
+  void forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,
+                     float* y) const;
 
   std::vector<GatedMlp> experts_;
   GatedActivation activation_;

@@ -4,15 +4,17 @@
 #include <cmath>
 #include <cstring>
 
+#include "hyla/core/arith.h"
 #include "hyla/core/random.h"
 #include "hyla/model/int8_weights.h"
+#include "hyla/model/mxfp4_weights.h"
 
 namespace hyla {
 namespace {
 
-void check_float_store(bool int8) {
-  HYLA_CHECK(!int8, "the model has int8 weights (from hyla quantize), which serve inference only; training and "
-                    "checkpoints need the floating-point model");
+void check_float_store(bool quantized) {
+  HYLA_CHECK(!quantized, "the model has int8 or MXFP4 weights (from hyla quantize or a checkpoint), which serve "
+                         "inference only; training and checkpoints need the floating-point model");
 }
 
 }  // namespace
@@ -37,12 +39,18 @@ void ParamStore::plan_storage(const ModelWeights& weights, const std::string& so
   for (const auto& p : params_) {
     HYLA_CHECK(weights.contains(p->name), "{}: missing tensor '{}' required by config.json", source, p->name);
     const SafetensorsEntry& e = weights.entry(p->name);
+    p->int8_block = 0;
+    p->stored_mxfp4 = false;
+    if (e.dtype == DType::U8) {
+      plan_mxfp4(*p, weights, source);
+      continue;
+    }
     HYLA_CHECK(e.shape == p->shape, "{}: tensor '{}' has shape {} but config.json needs {}", source, p->name,
                e.shape.str(), p->shape.str());
-    p->int8_block = 0;
     if (e.dtype != DType::I8) {
       HYLA_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16,
-                 "{}: tensor '{}' has dtype {}; model weights must be F32, BF16, F16 or (matrix-product weights) I8",
+                 "{}: tensor '{}' has dtype {}; model weights must be F32, BF16, F16, (matrix-product weights) I8 or "
+                 "(routed experts) U8 MXFP4 codes",
                  source, p->name, dtype_name(e.dtype));
       continue;
     }
@@ -61,44 +69,73 @@ void ParamStore::plan_storage(const ModelWeights& weights, const std::string& so
                source, scale, s.shape.str(), p->name, p->shape.str(), block, Shape({out, in / block}).str());
     p->int8_block = block;
   }
+  const auto storage = [](const Param& p) { return p.is_int8() ? "I8" : p.is_mxfp4() ? "MXFP4" : "floating point"; };
   for (size_t i = 0; i + 1 < params_.size(); ++i) {
     const Param &a = *params_[i], &b = *params_[i + 1];
-    HYLA_CHECK(!a.fused_with_next || a.int8_block == b.int8_block,
-               "{}: tensors '{}' and '{}' form one matrix product and must be stored alike, but one is {} and the other {}",
-               source, a.name, b.name, a.is_int8() ? "I8" : "floating point", b.is_int8() ? "I8" : "floating point");
+    HYLA_CHECK(!a.stored_like_next || (a.int8_block == b.int8_block && a.is_mxfp4() == b.is_mxfp4()),
+               "{}: tensors '{}' and '{}' run in one kernel and must be stored alike, but one is {} and the other {}",
+               source, a.name, b.name, storage(a), storage(b));
   }
   for (const std::string& name : weights.names()) {
     if (by_name_.count(name)) continue;
     const std::string base = name.size() > 6 && name.ends_with(".scale") ? name.substr(0, name.size() - 6) : "";
     const Param* scaled = find(base);
-    HYLA_CHECK(scaled && scaled->is_int8(), "{}: tensor '{}' is not a parameter of this config{}", source, name,
-               scaled ? fmt::format(" (it would scale '{}', which is not I8)", base) : "");
+    HYLA_CHECK(scaled && scaled->is_quantized(), "{}: tensor '{}' is not a parameter of this config{}", source, name,
+               scaled ? fmt::format(" (it would scale '{}', which is neither I8 nor MXFP4)", base) : "");
   }
+}
+
+void ParamStore::plan_mxfp4(Param& p, const ModelWeights& weights, const std::string& source) {
+  const SafetensorsEntry& e = weights.entry(p.name);
+  HYLA_CHECK(p.mxfp4_allowed(),
+             "{}: tensor '{}' is U8 (MXFP4 codes), but only routed experts' matrices may be MXFP4; it must be F32, "
+             "BF16, F16{}",
+             source, p.name, p.int8_allowed ? " or I8" : "");
+  const int64_t out = p.shape[0], in = p.shape[1];
+  HYLA_CHECK(in % kMxfp4Block == 0, "{}: MXFP4 tensor '{}' has {} input features, not a multiple of 32", source, p.name,
+             in);
+  HYLA_CHECK(e.shape == Shape({out, in / 2}),
+             "{}: tensor '{}' has shape {}, but MXFP4 codes of a {} matrix (two a byte) need {}", source, p.name,
+             e.shape.str(), p.shape.str(), Shape({out, in / 2}).str());
+  const std::string scale = mxfp4_scale_name(p.name);
+  HYLA_CHECK(weights.contains(scale), "{}: missing tensor '{}' (the scales of MXFP4 tensor '{}')", source, scale, p.name);
+  const SafetensorsEntry& s = weights.entry(scale);
+  HYLA_CHECK(s.dtype == DType::U8 && s.shape == Shape({out, in / kMxfp4Block}),
+             "{}: tensor '{}' is {} {}, but MXFP4 tensor '{}' needs U8 E8M0 scales {}", source, scale,
+             dtype_name(s.dtype), s.shape.str(), p.name, Shape({out, in / kMxfp4Block}).str());
+  p.stored_mxfp4 = true;
 }
 
 void ParamStore::allocate() {
   HYLA_ASSERT(!allocated_);
   // No padding between float parameters: parameters registered one after another with the same
   // input width form one matrix, so fused projections (e.g. KDA's q k v f g b) are one GEMM. (The
-  // int8 kernels take a fused matrix as a list of packed parts.)
-  int64_t total = 0, int8_bytes = 0;
+  // quantised kernels take a fused matrix as a list of packed parts; each part starts 64-byte
+  // aligned.)
+  const auto packed_bytes = [](const Param& p) {
+    return round_up(p.is_int8() ? int8_packed_bytes(p.shape[0], p.shape[1], p.int8_block)
+                                : mxfp4_packed_bytes(p.shape[0], p.shape[1]),
+                    64);
+  };
+  int64_t total = 0, quantized_bytes = 0;
   for (const auto& p : params_) {
     if (!p->held) continue;
-    if (p->is_int8()) int8_bytes += int8_packed_bytes(p->shape[0], p->shape[1], p->int8_block);
+    if (p->is_quantized()) quantized_bytes += packed_bytes(*p);
     else total += p->numel();
   }
-  const bool training = int8_bytes == 0;
+  const bool training = quantized_bytes == 0;
   values_ = Tensor::zeros(DType::F32, {total});
   values_bf16_ = Tensor::zeros(DType::BF16, {total});
   if (training) grads_ = Tensor::zeros(DType::F32, {total});
-  else int8_ = Tensor::empty(DType::I8, {int8_bytes});
-  int64_t offset = 0, int8_offset = 0;
+  else quantized_ = Tensor::empty(DType::U8, {quantized_bytes});
+  int64_t offset = 0, quantized_offset = 0;
   for (const auto& p : params_) {
     if (!p->held) continue;
-    if (p->is_int8()) {
-      p->int8 = {reinterpret_cast<const uint8_t*>(int8_.data<int8_t>()) + int8_offset, p->shape[0], p->shape[1],
-                 p->int8_block};
-      int8_offset += int8_packed_bytes(p->shape[0], p->shape[1], p->int8_block);
+    if (p->is_quantized()) {
+      const uint8_t* data = quantized_.data<uint8_t>() + quantized_offset;
+      if (p->is_int8()) p->int8 = {data, p->shape[0], p->shape[1], p->int8_block};
+      else p->mxfp4 = {data, p->shape[0], p->shape[1]};
+      quantized_offset += packed_bytes(*p);
       continue;
     }
     p->value = Tensor::view(DType::F32, p->shape, values_.data<float>() + offset, nullptr);
@@ -176,22 +213,22 @@ Param& ParamStore::get(const std::string& name) const {
   return *p;
 }
 
-bool ParamStore::has_int8() const {
-  return std::any_of(params_.begin(), params_.end(), [](const auto& p) { return p->is_int8(); });
+bool ParamStore::has_quantized() const {
+  return std::any_of(params_.begin(), params_.end(), [](const auto& p) { return p->is_quantized(); });
 }
 
 float* ParamStore::values() {
-  check_float_store(has_int8());
+  check_float_store(has_quantized());
   return values_.data<float>();
 }
 
 float* ParamStore::grads() {
-  check_float_store(has_int8());
+  check_float_store(has_quantized());
   return grads_.data<float>();
 }
 
 bf16* ParamStore::values_bf16() {
-  check_float_store(has_int8());
+  check_float_store(has_quantized());
   return values_bf16_.data<bf16>();
 }
 
@@ -205,7 +242,7 @@ void ParamStore::refresh_bf16() {
 }
 
 NamedTensors ParamStore::named_values(DType dtype) const {
-  check_float_store(has_int8());
+  check_float_store(has_quantized());
   NamedTensors out;
   for (const auto& p : params_)
     if (p->held) out.emplace_back(p->name, dtype == DType::F32 ? p->value : p->value.to(dtype));
@@ -217,10 +254,14 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
   for (const auto& p : params_) {
     if (!p->held) continue;
     const SafetensorsEntry& e = weights.entry(p->name);
-    HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && e.shape == p->shape);
+    HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && (e.dtype == DType::U8) == p->is_mxfp4());
     const Tensor t = weights.get(p->name);
     const size_t n = size_t(p->numel());
-    if (p->is_int8()) {
+    if (p->is_mxfp4()) {
+      const Tensor scales = weights.get(mxfp4_scale_name(p->name));
+      check_mxfp4_scales(scales.data<uint8_t>(), scales.numel(), source, p->name);
+      mxfp4_pack(t.data<uint8_t>(), scales.data<uint8_t>(), p->shape[0], p->shape[1], const_cast<uint8_t*>(p->mxfp4.data));
+    } else if (p->is_int8()) {
       const Tensor scales = weights.get(int8_scale_name(p->name));
       const float* s = scales.data<float>();
       check_int8_scales(s, scales.numel(), source, p->name);

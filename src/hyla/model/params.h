@@ -12,6 +12,7 @@
 #include "hyla/core/tensor.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/config.h"
 #include "hyla/model/param_count.h"
 
@@ -44,10 +45,17 @@ struct Param {
   // The next registered parameter forms one matrix product with this one (a fused view), so a
   // model file must store both alike.
   bool fused_with_next = false;
+  // The next registered parameter is multiplied by the same kernel as this one (a fused view, or a
+  // routed expert's down_proj after its [gate; up]), so a model file must store both alike.
+  bool stored_like_next = false;
   // Stored as int8 with one scale per int8_block inputs (> 0; inference only): `int8` holds the
   // packed weights and value, value_bf16 and grad are undefined.
   int64_t int8_block = 0;
   Int8PackedMatrix int8;
+  // Stored as MXFP4 (routed experts' matrices only; inference only): `mxfp4` holds the packed weights and value, value_bf16 and
+  // grad are undefined.
+  bool stored_mxfp4 = false;
+  Mxfp4PackedMatrix mxfp4;
   // Whether this process holds the parameter (value, gradient, optimiser state). A parameter held
   // elsewhere (another process's experts, ParamStore::hold_only) is registered, so names, shapes
   // and model files stay whole, but has no memory here: value and grad stay undefined.
@@ -56,6 +64,9 @@ struct Param {
   float* g() { return grad.data<float>(); }
   const bf16* v16() const { return value_bf16.data<bf16>(); }
   bool is_int8() const { return int8_block > 0; }
+  bool is_mxfp4() const { return stored_mxfp4; }
+  bool is_quantized() const { return is_int8() || is_mxfp4(); }
+  bool mxfp4_allowed() const { return int8_allowed && component == Component::RoutedExperts; }
 };
 
 // A range of the flat parameter buffers (ParamStore::values, grads): an optimiser's shard.
@@ -69,16 +80,16 @@ class ParamStore {
   Param& add(std::string name, Shape shape, Init init, Component component, bool weight_decay = true,
              bool trainable = true);
   // Before allocate(), for a model file: checks every tensor against the registered parameters
-  // (names, shapes, dtypes and the int8 rules of docs/quantization.md) and marks the parameters the
-  // file stores as int8.
+  // (names, shapes, dtypes and the int8 and MXFP4 rules of docs/quantization.md) and marks the
+  // parameters the file stores quantised.
   void plan_storage(const ModelWeights& weights, const std::string& source);
   // Before allocate(): this process holds only the parameters `holds` accepts (e.g.
   // holds_experts in expert_exchange.h); the others get no memory, no initialisation, no
   // gradient, are not saved and are skipped when loading.
   void hold_only(const std::function<bool(const Param&)>& holds);
   // Lays out every registered parameter; no parameter can be added afterwards. Float parameters
-  // share one f32 buffer (and its bf16 copy); int8 ones one buffer of packed weights. A store with
-  // int8 parameters serves inference only and has no gradients.
+  // share one f32 buffer (and its bf16 copy); quantised ones one buffer of packed weights. A store
+  // with quantised parameters serves inference only and has no gradients.
   void allocate();
   void initialize(const ModelConfig& config, uint64_t seed);
 
@@ -87,7 +98,7 @@ class ParamStore {
   Param& get(const std::string& name) const;
   int64_t numel() const;  // sum over the held parameters: the length of the flat buffers (also before allocation)
   bool allocated() const { return allocated_; }
-  bool has_int8() const;
+  bool has_quantized() const;  // any parameter stored int8 or MXFP4
   // The flat buffers over every parameter, for training (which needs float parameters).
   float* values();
   float* grads();
@@ -99,14 +110,18 @@ class ParamStore {
   // Tensors to save, converted to `dtype` (F32, BF16 or F16); float parameters only.
   NamedTensors named_values(DType dtype) const;
   // Loads every parameter from `weights`, laid out by plan_storage on the same file: float ones
-  // from F32, BF16 or F16, int8 ones from I8 values and F32 scales (finite, ≥ 0), packed.
+  // from F32, BF16 or F16, int8 ones from I8 values and F32 scales (finite, ≥ 0), MXFP4 ones from
+  // U8 codes and U8 scales (not 0xFF), packed.
   void load(const ModelWeights& weights, const std::string& source);
 
  private:
+  // plan_storage for a U8 tensor: checks the MXFP4 rules and marks `p` MXFP4.
+  void plan_mxfp4(Param& p, const ModelWeights& weights, const std::string& source);
+
   std::vector<std::unique_ptr<Param>> params_;
   std::map<std::string, Param*> by_name_;
   Tensor values_, grads_, values_bf16_;
-  Tensor int8_;  // packed int8 weights
+  Tensor quantized_;  // packed int8 and MXFP4 weights
   bool allocated_ = false;
 };
 

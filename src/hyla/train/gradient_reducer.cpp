@@ -20,7 +20,7 @@ GradientReducer::GradientReducer(ParamStore& params, Collective& collective, Col
   // Runs of the flat buffers that hold routed experts' gradients or none, in offset order.
   std::vector<Bucket> runs;
   for (const auto& p : params.params()) {
-    if (!p->held || p->is_int8()) continue;
+    if (!p->held || p->is_quantized()) continue;
     const bool experts = expert_replicas && routed_expert_of(p->name) >= 0;
     const int64_t offset = p->value.data<float>() - params.values();
     if (runs.empty() || runs.back().experts != experts) runs.push_back({{offset, 0}, experts});

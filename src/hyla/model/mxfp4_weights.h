@@ -1,0 +1,21 @@
+#pragma once
+// hyla's MXFP4 weight format (SPEC §8, docs/quantization.md), for routed experts' matrices: a
+// weight `name` [out, in] is stored as U8 codes [out, in / 2] (E2M1, element 2i of a row in the low
+// nibble of byte i, as compressed-tensors packs them) plus `name.scale`, U8 [out, in / 32]: one
+// E8M0 exponent per 32 consecutive inputs, w = value(code) · 2^(e − 127). No __metadata__ is
+// needed: the U8 dtype says it.
+#include <cstdint>
+#include <string>
+
+namespace hyla {
+
+std::string mxfp4_scale_name(const std::string& weight);  // weight + ".scale"
+
+// Fails unless no scale is 0xFF (NaN in E8M0), naming `source` and the scales tensor of `weight`.
+void check_mxfp4_scales(const uint8_t* scales, int64_t n, const std::string& source, const std::string& weight);
+
+// Quantises w [rows, cols] (cols a multiple of 32) into codes [rows, cols / 2] and scales
+// [rows, cols / 32] (mxfp4_quantize_block per block).
+void quantize_mxfp4_weights(const float* w, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales);
+
+}  // namespace hyla
