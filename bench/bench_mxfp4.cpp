@@ -3,7 +3,8 @@
 // 2×128 × 256, down 256 × 128) and Kimi-Linear-48B's ([gate; up] 2×1024 × 2304, down 2304 × 1024), for
 // 1, 4, 32 and 256 rows of x (a decoded token's expert, small and large prefill blocks). Weights
 // are cold: every iteration takes the next of enough copies to fill 64 MB (twice the L3 cache),
-// as a model's many experts do. int8 quantises x inside (as the model does); MXFP4 reads x as f32.
+// as a model's many experts do. int8 and mxfp4-q8 quantise x inside (as the bf16 forward does);
+// mxfp4-f32 reads x as f32 (the exact f32 forward).
 //
 // The reference measured first in the same run is a one-thread streaming read (GB/s). Each row
 // reports weight GB/s (the packed bytes one product reads: 4.25 bits a weight for MXFP4, 9 for
@@ -39,9 +40,13 @@ using namespace hyla;
 constexpr int64_t kBlock = 32, kColdBytes = int64_t(64) << 20;
 double read_gbs = 0;
 
-enum class Kind { Int8, Mxfp4, Mxfp4Avx2, Mxfp4Portable };
+enum class Kind { Int8, Mxfp4Q8, Mxfp4, Mxfp4Avx2, Mxfp4Portable };
 const char* kind_name(Kind k) {
-  return k == Kind::Int8 ? "int8" : k == Kind::Mxfp4 ? "mxfp4" : k == Kind::Mxfp4Avx2 ? "mxfp4-avx2" : "mxfp4-portable";
+  return k == Kind::Int8      ? "int8"
+         : k == Kind::Mxfp4Q8 ? "mxfp4-q8"
+         : k == Kind::Mxfp4   ? "mxfp4-f32"
+         : k == Kind::Mxfp4Avx2 ? "mxfp4-f32-avx2"
+                                : "mxfp4-f32-portable";
 }
 
 struct Shape {
@@ -63,19 +68,18 @@ struct Copies {
     count = std::max<int64_t>(2, kColdBytes / (part_bytes * s.parts));
     memory = allocate_aligned(size_t(part_bytes * s.parts * count));
     const auto w = random_vector(s.out * s.in, uint32_t(s.out + s.in), 0.02f);
-    std::vector<uint8_t> packed(size_t(part_bytes));
+    uint8_t* packed = static_cast<uint8_t*>(memory.get());  // the first copy's first part, copied on
     if (int8) {
       std::vector<int8_t> values(size_t(s.out * s.in));
       std::vector<float> scales(size_t(s.out * s.in / kBlock));
       quantize_int8_weights(w.data(), s.out, s.in, kBlock, values.data(), scales.data());
-      int8_pack(values.data(), scales.data(), s.out, s.in, kBlock, packed.data());
+      int8_pack(values.data(), scales.data(), s.out, s.in, kBlock, packed);
     } else {
       std::vector<uint8_t> codes(size_t(s.out * s.in / 2)), scales(size_t(s.out * s.in / 32));
       quantize_mxfp4_weights(w.data(), s.out, s.in, codes.data(), scales.data());
-      mxfp4_pack(codes.data(), scales.data(), s.out, s.in, packed.data());
+      mxfp4_pack(codes.data(), scales.data(), s.out, s.in, packed);
     }
-    for (int64_t i = 0; i < count * s.parts; ++i)
-      std::memcpy(static_cast<uint8_t*>(memory.get()) + i * part_bytes, packed.data(), size_t(part_bytes));
+    for (int64_t i = 1; i < count * s.parts; ++i) std::memcpy(packed + i * part_bytes, packed, size_t(part_bytes));
   }
   const uint8_t* part(int64_t copy, int p, int parts) const {
     return static_cast<const uint8_t*>(memory.get()) + (copy * parts + p) * part_bytes;
@@ -87,7 +91,8 @@ void BM_product(benchmark::State& state, Shape s, int64_t n, Kind kind) {
   const Copies copies(s, int8);
   const auto x = random_vector(n * s.in, 2);
   std::vector<float> y(size_t(n * s.out * s.parts));
-  const auto workspace = allocate_aligned(size_t(int8_rows_bytes(n, s.in, kBlock)));
+  const auto workspace =
+      allocate_aligned(size_t(std::max(int8_rows_bytes(n, s.in, kBlock), mxfp4_q8_rows_bytes(n, s.in))));
   const Mxfp4Kernel kernel = kind == Kind::Mxfp4Avx2 ? Mxfp4Kernel::Avx2
                              : kind == Kind::Mxfp4Portable ? Mxfp4Kernel::Portable
                                                             : Mxfp4Kernel::Native;
@@ -102,7 +107,11 @@ void BM_product(benchmark::State& state, Shape s, int64_t n, Kind kind) {
     } else {
       Mxfp4PackedMatrix parts[2];
       for (int p = 0; p < s.parts; ++p) parts[p] = {copies.part(i, p, s.parts), s.out, s.in};
-      mxfp4_matmul_rows(x.data(), n, s.in, {parts, size_t(s.parts)}, y.data(), s.out * s.parts, 0.0f, kernel);
+      if (kind == Kind::Mxfp4Q8)
+        mxfp4_matmul_rows_q8(x.data(), n, s.in, {parts, size_t(s.parts)}, y.data(), s.out * s.parts, 0.0f,
+                             workspace.get());
+      else
+        mxfp4_matmul_rows(x.data(), n, s.in, {parts, size_t(s.parts)}, y.data(), s.out * s.parts, 0.0f, kernel);
     }
     i = (i + 1) % copies.count;
   };
@@ -118,7 +127,7 @@ void BM_product(benchmark::State& state, Shape s, int64_t n, Kind kind) {
 }
 
 void register_all() {
-  std::vector<Kind> kinds{Kind::Int8, Kind::Mxfp4};
+  std::vector<Kind> kinds{Kind::Int8, Kind::Mxfp4Q8, Kind::Mxfp4};
   if (mxfp4_kernel_available(Mxfp4Kernel::Avx2)) kinds.push_back(Kind::Mxfp4Avx2);
   kinds.push_back(Kind::Mxfp4Portable);
   for (const Shape& s : kShapes)

@@ -1,6 +1,7 @@
 #include "hyla/kernels/mxfp4_gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -9,16 +10,18 @@
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
 #include "hyla/core/team.h"
+#include "hyla/kernels/int8_gemm.h"
 
 namespace hyla {
 namespace {
 
-constexpr int64_t kPanelRows = 16, kPairs = kMxfp4Block / 2, kPairBytes = 16;
-constexpr int64_t kBlockBytes = kPairs * kPairBytes + kPanelRows;  // 272
-// Register tile: up to 4 rows of x × 2 panels, each (row, panel) with a partial sum of the low
-// and of the high nibbles' columns over the block and a running total: 24 vectors, so a single
-// row still has 4 independent chains of fused multiply-adds.
-constexpr int kTileRows = 4, kTilePanels = 2;
+constexpr int64_t kPanelRows = 16, kGroups = 4, kGroupBytes = 64, kGroupColumns = 8;
+constexpr int64_t kBlockBytes = kGroups * kGroupBytes + kPanelRows;  // 272
+constexpr int kPartials = 4;  // partial sums per lane and block (column k into k mod 4)
+// Register tiles: R rows of x × P panels with R·P ≤ 4, each (row, panel) with 4 partial sums and
+// a running total: ≤ 20 vectors. A single row runs 2 panels (8 independent chains of fused
+// multiply-adds); 3 or 4 rows run one panel each.
+constexpr int kTileRows = 4;
 
 constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
@@ -49,8 +52,7 @@ void store_lanes(const Tile& t, int m, int n, int panels, const float* acc) {
   for (int64_t i = 0; i < valid; ++i) out[i] = t.beta == 0.0f ? acc[i] : acc[i] + t.beta * out[i];
 }
 
-// The native kernels' arithmetic one lane at a time: per block, the low and the high nibbles'
-// columns each summed by fused multiply-adds in column order, then total = fma(lo + hi, scale, total).
+// The native kernels' arithmetic one lane at a time (the order the header states).
 void tile_portable(const Tile& t, int rows, int panels) {
   const int64_t blocks = t.cols / kMxfp4Block;
   for (int m = 0; m < rows; ++m) {
@@ -61,13 +63,15 @@ void tile_portable(const Tile& t, int rows, int panels) {
         const uint8_t* w = t.panels + n * t.panel_stride + b * kBlockBytes;
         const float* xb = x + b * kMxfp4Block;
         for (int i = 0; i < kPanelRows; ++i) {
-          float lo = 0.0f, hi = 0.0f;
-          for (int64_t j = 0; j < kPairs; ++j) {
-            const uint8_t byte = w[j * kPairBytes + i];
-            lo = std::fma(xb[2 * j], kValues[byte & 15], lo);
-            hi = std::fma(xb[2 * j + 1], kValues[byte >> 4], hi);
+          float partial[kPartials] = {};
+          for (int64_t k = 0; k < kMxfp4Block; ++k) {
+            uint32_t word;
+            std::memcpy(&word, w + (k / kGroupColumns) * kGroupBytes + 4 * i, 4);
+            const float value = kValues[(word >> (4 * (k % kGroupColumns))) & 15];
+            partial[k % kPartials] = std::fma(xb[k], value, partial[k % kPartials]);
           }
-          total[i] = std::fma(lo + hi, scale_value(w[kPairs * kPairBytes + i]), total[i]);
+          const float sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+          total[i] = std::fma(sum, scale_value(w[kGroups * kGroupBytes + i]), total[i]);
         }
       }
       store_lanes(t, m, n, panels, total);
@@ -84,33 +88,37 @@ void tile_avx512(const Tile& t) {
   for (int m = 0; m < R; ++m)
     for (int n = 0; n < P; ++n) total[m][n] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    __m512 lo[R][P], hi[R][P];
+    __m512 partial[R][P][kPartials];
     for (int m = 0; m < R; ++m)
-      for (int n = 0; n < P; ++n) lo[m][n] = hi[m][n] = _mm512_setzero_ps();
+      for (int n = 0; n < P; ++n)
+        for (int a = 0; a < kPartials; ++a) partial[m][n][a] = _mm512_setzero_ps();
     const float* xb = t.x + t.row0 * t.ld_x + b * kMxfp4Block;
-    for (int64_t j = 0; j < kPairs; ++j) {
-      __m512 w_lo[P], w_hi[P];
-      for (int n = 0; n < P; ++n) {
-        const uint8_t* w = t.panels + n * t.panel_stride + b * kBlockBytes + j * kPairBytes;
-        const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-        w_lo[n] = _mm512_permutexvar_ps(codes, table);  // vpermps reads the index's low 4 bits
-        w_hi[n] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
-      }
-      for (int m = 0; m < R; ++m) {
-        const __m512 x0 = _mm512_set1_ps(xb[m * t.ld_x + 2 * j]), x1 = _mm512_set1_ps(xb[m * t.ld_x + 2 * j + 1]);
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < kGroups; ++g) {
+      __m512i words[P];
+      for (int n = 0; n < P; ++n)
+        words[n] = _mm512_loadu_si512(t.panels + n * t.panel_stride + b * kBlockBytes + g * kGroupBytes);
+#pragma GCC unroll 8
+      for (int c = 0; c < kGroupColumns; ++c) {
+        const int64_t k = g * kGroupColumns + c;
         for (int n = 0; n < P; ++n) {
-          lo[m][n] = _mm512_fmadd_ps(x0, w_lo[n], lo[m][n]);
-          hi[m][n] = _mm512_fmadd_ps(x1, w_hi[n], hi[m][n]);
+          const __m512 w = _mm512_permutexvar_ps(_mm512_srli_epi32(words[n], unsigned(4 * c)), table);
+          for (int m = 0; m < R; ++m)
+            partial[m][n][c % kPartials] = _mm512_fmadd_ps(_mm512_set1_ps(xb[m * t.ld_x + k]), w, partial[m][n][c % kPartials]);
         }
       }
     }
     for (int n = 0; n < P; ++n) {
-      const uint8_t* s = t.panels + n * t.panel_stride + b * kBlockBytes + kPairs * kPairBytes;
+      const uint8_t* s = t.panels + n * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes;
       const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
       const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
                                                  _mm512_set1_epi32(0x00400000));
       const __m512 scale = _mm512_castsi512_ps(bits);
-      for (int m = 0; m < R; ++m) total[m][n] = _mm512_fmadd_ps(_mm512_add_ps(lo[m][n], hi[m][n]), scale, total[m][n]);
+      for (int m = 0; m < R; ++m) {
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(partial[m][n][0], partial[m][n][1]),
+                                         _mm512_add_ps(partial[m][n][2], partial[m][n][3]));
+        total[m][n] = _mm512_fmadd_ps(sum, scale, total[m][n]);
+      }
     }
   }
   for (int m = 0; m < R; ++m)
@@ -122,21 +130,21 @@ void tile_avx512(const Tile& t) {
 }
 
 void tile_native(const Tile& t, int rows, int panels) {
-  using Fn = void (*)(const Tile&);
-  static constexpr Fn kTiles[kTileRows][kTilePanels] = {
-      {tile_avx512<1, 1>, tile_avx512<1, 2>},
-      {tile_avx512<2, 1>, tile_avx512<2, 2>},
-      {tile_avx512<3, 1>, tile_avx512<3, 2>},
-      {tile_avx512<4, 1>, tile_avx512<4, 2>},
-  };
-  kTiles[rows - 1][panels - 1](t);
+  if (panels == 2) return rows == 1 ? tile_avx512<1, 2>(t) : tile_avx512<2, 2>(t);
+  switch (rows) {
+    case 1: return tile_avx512<1, 1>(t);
+    case 2: return tile_avx512<2, 1>(t);
+    case 3: return tile_avx512<3, 1>(t);
+    default: return tile_avx512<4, 1>(t);
+  }
 }
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define HYLA_MXFP4_AVX2 1
-// Eight lanes: a panel is two halves of 8 rows. vpermps on 8 lanes reads 3 index bits, so the
-// table holds the magnitudes and the code's bit 3 becomes the sign bit.
+// Eight lanes: a panel is two halves of 8 rows (each half's words are 32 consecutive bytes).
+// vpermps on 8 lanes reads 3 index bits, so the table holds the magnitudes and the code's bit 3
+// becomes the sign bit.
 template <int R, int P>
 void tile_avx2(const Tile& t) {
   const __m256 table = _mm256_loadu_ps(kMagnitudes);
@@ -147,36 +155,40 @@ void tile_avx2(const Tile& t) {
   for (int m = 0; m < R; ++m)
     for (int h = 0; h < H; ++h) total[m][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    __m256 lo[R][H], hi[R][H];
+    __m256 partial[R][H][kPartials];
     for (int m = 0; m < R; ++m)
-      for (int h = 0; h < H; ++h) lo[m][h] = hi[m][h] = _mm256_setzero_ps();
+      for (int h = 0; h < H; ++h)
+        for (int a = 0; a < kPartials; ++a) partial[m][h][a] = _mm256_setzero_ps();
     const float* xb = t.x + t.row0 * t.ld_x + b * kMxfp4Block;
-    for (int64_t j = 0; j < kPairs; ++j) {
-      __m256 w_lo[H], w_hi[H];
-      for (int h = 0; h < H; ++h) {
-        const uint8_t* w = t.panels + (h / 2) * t.panel_stride + b * kBlockBytes + j * kPairBytes + (h % 2) * 8;
-        const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w)));
-        const __m256i high = _mm256_srli_epi32(codes, 4);
-        w_lo[h] = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, codes),
-                                _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(codes, 28), sign)));
-        w_hi[h] = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, high),
-                                _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(high, 28), sign)));
-      }
-      for (int m = 0; m < R; ++m) {
-        const __m256 x0 = _mm256_set1_ps(xb[m * t.ld_x + 2 * j]), x1 = _mm256_set1_ps(xb[m * t.ld_x + 2 * j + 1]);
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < kGroups; ++g) {
+      __m256i words[H];
+      for (int h = 0; h < H; ++h)
+        words[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            t.panels + (h / 2) * t.panel_stride + b * kBlockBytes + g * kGroupBytes + (h % 2) * 32));
+#pragma GCC unroll 8
+      for (int c = 0; c < kGroupColumns; ++c) {
+        const int64_t k = g * kGroupColumns + c;
         for (int h = 0; h < H; ++h) {
-          lo[m][h] = _mm256_fmadd_ps(x0, w_lo[h], lo[m][h]);
-          hi[m][h] = _mm256_fmadd_ps(x1, w_hi[h], hi[m][h]);
+          const __m256i code = _mm256_srli_epi32(words[h], 4 * c);
+          const __m256 w = _mm256_xor_ps(_mm256_permutevar8x32_ps(table, code),
+                                         _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(code, 28), sign)));
+          for (int m = 0; m < R; ++m)
+            partial[m][h][c % kPartials] = _mm256_fmadd_ps(_mm256_set1_ps(xb[m * t.ld_x + k]), w, partial[m][h][c % kPartials]);
         }
       }
     }
     for (int h = 0; h < H; ++h) {
-      const uint8_t* s = t.panels + (h / 2) * t.panel_stride + b * kBlockBytes + kPairs * kPairBytes + (h % 2) * 8;
+      const uint8_t* s = t.panels + (h / 2) * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes + (h % 2) * 8;
       const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)));
       const __m256i zero = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
       const __m256 scale = _mm256_castsi256_ps(
           _mm256_blendv_epi8(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(0x00400000), zero));
-      for (int m = 0; m < R; ++m) total[m][h] = _mm256_fmadd_ps(_mm256_add_ps(lo[m][h], hi[m][h]), scale, total[m][h]);
+      for (int m = 0; m < R; ++m) {
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(partial[m][h][0], partial[m][h][1]),
+                                         _mm256_add_ps(partial[m][h][2], partial[m][h][3]));
+        total[m][h] = _mm256_fmadd_ps(sum, scale, total[m][h]);
+      }
     }
   }
   for (int m = 0; m < R; ++m)
@@ -188,15 +200,169 @@ void tile_avx2(const Tile& t) {
     }
 }
 
+// Half as many registers as AVX-512 (16): tiles of at most 2 (row, panel) pairs.
 void tile_avx2_dispatch(const Tile& t, int rows, int panels) {
-  using Fn = void (*)(const Tile&);
-  static constexpr Fn kTiles[kTileRows][kTilePanels] = {
-      {tile_avx2<1, 1>, tile_avx2<1, 2>},
-      {tile_avx2<2, 1>, tile_avx2<2, 2>},
-      {tile_avx2<3, 1>, tile_avx2<3, 2>},
-      {tile_avx2<4, 1>, tile_avx2<4, 2>},
-  };
-  kTiles[rows - 1][panels - 1](t);
+  if (panels == 2) return tile_avx2<1, 2>(t);
+  return rows == 1 ? tile_avx2<1, 1>(t) : tile_avx2<2, 1>(t);
+}
+#endif
+
+// Activation rows for the q8 product: int8_gemm.h's quantised rows with block 32 (the same
+// rounding, the same bytes), each group of 8 columns then reordered to its even columns and its odd
+// ones (the low and the high nibbles of a group's words). The kernel multiplies q by the doubled
+// values plus 12 (unsigned, as vpdpbusd takes its first operand) and subtracts 12 Σ q, which the
+// quantised rows' starts hold (−128 Σ q).
+constexpr int32_t kValueOffset = 12;
+
+Int8Rows quantize_q8_rows(const float* x, int64_t n, int64_t ld_x, int64_t cols, void* workspace, Mxfp4Kernel kernel) {
+  const Int8Rows q = int8_rows_view(workspace, n, cols, kMxfp4Block);
+  quantize_int8_rows(x, ld_x, q, 0, n, kernel == Mxfp4Kernel::Portable ? Int8Kernel::Portable : Int8Kernel::Native);
+  int64_t i = 0;
+#if defined(__AVX512BW__)
+  const __m512i order = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+  for (; i + 64 <= n * cols; i += 64) {
+    const __m512i v = _mm512_loadu_si512(q.values + i);
+    _mm512_storeu_si512(q.values + i, _mm512_shuffle_epi8(v, order));
+  }
+#endif
+  for (; i < n * cols; i += kGroupColumns) {
+    int8_t group[kGroupColumns];
+    for (int64_t c = 0; c < kGroupColumns; ++c) group[(c % 2) * 4 + c / 2] = q.values[i + c];
+    std::memcpy(q.values + i, group, kGroupColumns);
+  }
+  return q;
+}
+
+// −12 Σ q of row r's block b, from the quantised rows' start −128 Σ q.
+int32_t value_offset(const Int8Rows& q, int64_t r, int64_t b) {
+  return q.starts[r * (q.cols / kMxfp4Block) + b] / 128 * kValueOffset;
+}
+
+// The doubled E2M1 values, integers in [−12, 12]; plus 12, four times over (vpermb's 64 entries
+// read an index's low 6 bits, so a byte's other nibble needs no masking).
+constexpr int8_t kDoubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+constexpr auto kOffsetTable = [] {
+  std::array<uint8_t, 64> t{};
+  for (int i = 0; i < 64; ++i) t[size_t(i)] = uint8_t(kDoubled[i % 16] + kValueOffset);
+  return t;
+}();
+
+// 2^(e − 128) as an f32 (e < 255): half the scale, for the doubled values.
+float half_scale_value(uint8_t e) { return e > 1 ? std::bit_cast<float>(uint32_t(e - 1) << 23) : e == 1 ? 0x1p-127f : 0x1p-128f; }
+
+struct Q8Tile {
+  const Int8Rows* x;
+  int64_t row0;
+  const uint8_t* panels;
+  int64_t panel_stride;
+  float* y;
+  int64_t ld_y, last_rows;
+  float beta;
+};
+
+// Per output lane and block: the exact integer Σ q·(v + 12) − 12 Σ q, then
+// total = fma(float(sum), s_x · 2^(e − 128), total), blocks in order.
+void q8_tile_portable(const Q8Tile& t, int rows, int panels) {
+  const int64_t cols = t.x->cols, blocks = cols / kMxfp4Block;
+  for (int m = 0; m < rows; ++m) {
+    const int64_t r = t.row0 + m;
+    for (int n = 0; n < panels; ++n) {
+      float total[kPanelRows] = {};
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* w = t.panels + n * t.panel_stride + b * kBlockBytes;
+        const int8_t* q = t.x->values + r * cols + b * kMxfp4Block;
+        const float s_x = t.x->scales[r * blocks + b];
+        for (int i = 0; i < kPanelRows; ++i) {
+          int32_t sum = value_offset(*t.x, r, b);
+          for (int64_t k = 0; k < kMxfp4Block; ++k) {
+            uint32_t word;
+            std::memcpy(&word, w + (k / kGroupColumns) * kGroupBytes + 4 * i, 4);
+            const int64_t c = k % kGroupColumns;
+            const int32_t v = kOffsetTable[(word >> (4 * c)) & 15];
+            sum += int32_t(q[(k / kGroupColumns) * kGroupColumns + (c % 2) * 4 + c / 2]) * v;
+          }
+          total[i] = std::fma(float(sum), s_x * half_scale_value(w[kGroups * kGroupBytes + i]), total[i]);
+        }
+      }
+      float* out = t.y + m * t.ld_y + n * kPanelRows;
+      const int64_t valid = n + 1 < panels ? kPanelRows : t.last_rows;
+      for (int64_t i = 0; i < valid; ++i) out[i] = t.beta == 0.0f ? total[i] : total[i] + t.beta * out[i];
+    }
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define HYLA_MXFP4_Q8_NATIVE 1
+// Four int32 sums per (row, panel) (low and high nibbles × even and odd groups) keep eight chains
+// of vpdpbusd in flight for a single row. A group's 64 bytes are one shift and two vpermb lookups.
+template <int R, int P>
+void q8_tile_vnni(const Q8Tile& t) {
+  const int64_t cols = t.x->cols, blocks = cols / kMxfp4Block;
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kOffsetTable.data())));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512 total[R][P];
+  for (int m = 0; m < R; ++m)
+    for (int n = 0; n < P; ++n) total[m][n] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i acc[R][P][4];
+    for (int m = 0; m < R; ++m) {
+      const __m512i offset = _mm512_set1_epi32(value_offset(*t.x, t.row0 + m, b));
+      for (int n = 0; n < P; ++n) {
+        acc[m][n][0] = offset;
+        for (int a = 1; a < 4; ++a) acc[m][n][a] = _mm512_setzero_si512();
+      }
+    }
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < kGroups; ++g) {
+      for (int n = 0; n < P; ++n) {
+        const __m512i words = _mm512_loadu_si512(t.panels + n * t.panel_stride + b * kBlockBytes + g * kGroupBytes);
+        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(words, nibble));
+        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(words, 4), nibble));
+        for (int m = 0; m < R; ++m) {
+          const int8_t* q = t.x->values + (t.row0 + m) * cols + b * kMxfp4Block + g * kGroupColumns;
+          int32_t even, odd;
+          std::memcpy(&even, q, 4);
+          std::memcpy(&odd, q + 4, 4);
+          const int a = int(g % 2) * 2;
+          acc[m][n][a] = _mm512_dpbusd_epi32(acc[m][n][a], lo, _mm512_set1_epi32(even));
+          acc[m][n][a + 1] = _mm512_dpbusd_epi32(acc[m][n][a + 1], hi, _mm512_set1_epi32(odd));
+        }
+      }
+    }
+    for (int n = 0; n < P; ++n) {
+      const uint8_t* s = t.panels + n * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes;
+      const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      // 2^(e − 128): the exponent field e − 1 for e ≥ 2, the subnormals 2^−127 and 2^−128 below.
+      __m512i bits = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x00400000));
+      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00200000));
+      const __m512 scale_w = _mm512_castsi512_ps(bits);
+      for (int m = 0; m < R; ++m) {
+        const __m512i exact = _mm512_add_epi32(_mm512_add_epi32(acc[m][n][0], acc[m][n][1]),
+                                               _mm512_add_epi32(acc[m][n][2], acc[m][n][3]));
+        const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(t.x->scales[(t.row0 + m) * blocks + b]), scale_w);
+        total[m][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), scale, total[m][n]);
+      }
+    }
+  }
+  for (int m = 0; m < R; ++m)
+    for (int n = 0; n < P; ++n) {
+      float out_lanes[kPanelRows];
+      _mm512_storeu_ps(out_lanes, total[m][n]);
+      float* out = t.y + m * t.ld_y + n * kPanelRows;
+      const int64_t valid = n + 1 < P ? kPanelRows : t.last_rows;
+      for (int64_t i = 0; i < valid; ++i) out[i] = t.beta == 0.0f ? out_lanes[i] : out_lanes[i] + t.beta * out[i];
+    }
+}
+
+void q8_tile_native(const Q8Tile& t, int rows, int panels) {
+  if (panels == 2) return rows == 1 ? q8_tile_vnni<1, 2>(t) : q8_tile_vnni<2, 2>(t);
+  switch (rows) {
+    case 1: return q8_tile_vnni<1, 1>(t);
+    case 2: return q8_tile_vnni<2, 1>(t);
+    case 3: return q8_tile_vnni<3, 1>(t);
+    default: return q8_tile_vnni<4, 1>(t);
+  }
 }
 #endif
 
@@ -251,9 +417,12 @@ void mxfp4_pack(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64
         uint8_t* out = dst + p * panel_bytes(cols) + b * kBlockBytes;
         for (int64_t i = 0; i < kPanelRows; ++i) {
           const int64_t r = p * kPanelRows + i;
-          const uint8_t* in = codes + r * row_bytes + b * kPairs;
-          for (int64_t j = 0; j < kPairs; ++j) out[j * kPairBytes + i] = r < rows ? in[j] : 0;
-          out[kPairs * kPairBytes + i] = r < rows ? scales[r * blocks + b] : 0;
+          for (int64_t g = 0; g < kGroups; ++g) {
+            uint32_t word = 0;
+            if (r < rows) std::memcpy(&word, codes + r * row_bytes + b * (kMxfp4Block / 2) + 4 * g, 4);
+            std::memcpy(out + g * kGroupBytes + 4 * i, &word, 4);
+          }
+          out[kGroups * kGroupBytes + i] = r < rows ? scales[r * blocks + b] : 0;
         }
       }
   });
@@ -273,7 +442,7 @@ uint8_t mxfp4_quantize_block(const float* x, uint8_t* codes) {
   const int exponent = max_abs > 0.0f ? std::ilogb(max_abs) - 2 : 0;
   const uint8_t e = uint8_t(std::clamp(exponent + 127, 1, 254));
   const float inverse = 1.0f / scale_value(e);  // a power of two: exact
-  for (int64_t j = 0; j < kPairs; ++j) {
+  for (int64_t j = 0; j < kMxfp4Block / 2; ++j) {
     uint8_t pair = 0;
     for (int half = 0; half < 2; ++half) {
       const float v = x[2 * j + half] * inverse, a = std::fabs(v);
@@ -291,22 +460,76 @@ uint8_t mxfp4_quantize_block(const float* x, uint8_t* codes) {
   return e;
 }
 
+bool mxfp4_q8_native() {
+#if defined(HYLA_MXFP4_Q8_NATIVE)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int64_t mxfp4_q8_rows_bytes(int64_t rows, int64_t cols) { return int8_rows_bytes(rows, cols, kMxfp4Block); }
+
+void mxfp4_matmul_rows_q8(const float* x, int64_t n, int64_t ld_x, std::span<const Mxfp4PackedMatrix> parts, float* y,
+                          int64_t ld_y, float beta, void* workspace, Mxfp4Kernel kernel) {
+  HYLA_ASSERT(!parts.empty() && kernel != Mxfp4Kernel::Avx2);
+  const Int8Rows q = quantize_q8_rows(x, n, ld_x, parts[0].cols, workspace, kernel);
+  [[maybe_unused]] const bool native = kernel == Mxfp4Kernel::Native && mxfp4_q8_native();
+  // Per pair of panels, the rows in tiles of up to 4: one or two rows on both panels at once,
+  // three or four on one panel at a time.
+  int64_t column = 0;
+  for (const Mxfp4PackedMatrix& w : parts) {
+    HYLA_ASSERT(w.cols == q.cols);
+    const int64_t panels = panel_count(w.rows), stride = panel_bytes(w.cols);
+    for (int64_t p = 0; p < panels; p += 2) {
+      const int np = int(std::min<int64_t>(2, panels - p));
+      for (int64_t r = 0; r < n;) {
+        const int nr = int(std::min<int64_t>(4, n - r));
+        const bool both = np == 2 && nr <= 2;
+        for (int u = 0; u < np; u += both ? 2 : 1) {
+          const int count = both ? 2 : 1;
+          const int64_t last_rows = std::min<int64_t>(kPanelRows, w.rows - (p + u + count - 1) * kPanelRows);
+          const Q8Tile t{&q, r, w.data + (p + u) * stride, stride, y + r * ld_y + column + (p + u) * kPanelRows, ld_y,
+                         last_rows, beta};
+#if defined(HYLA_MXFP4_Q8_NATIVE)
+          if (native) {
+            q8_tile_native(t, nr, count);
+            continue;
+          }
+#endif
+          q8_tile_portable(t, nr, count);
+        }
+        r += nr;
+      }
+    }
+    column += w.rows;
+  }
+}
+
 void mxfp4_matmul_rows(const float* x, int64_t n, int64_t ld_x, std::span<const Mxfp4PackedMatrix> parts, float* y,
                        int64_t ld_y, float beta, Mxfp4Kernel kernel) {
   kernel = resolve(kernel);
   HYLA_ASSERT(mxfp4_kernel_available(kernel));
+  // Per pair of panels, the rows in tiles of up to 4: one or two rows on both panels at once,
+  // three or four on one panel at a time. (AVX2 and portable tiles hold at most two rows.)
+  const int max_rows = kernel == Mxfp4Kernel::Native ? kTileRows : 2;
   int64_t column = 0;
   for (const Mxfp4PackedMatrix& w : parts) {
     HYLA_ASSERT(w.cols % kMxfp4Block == 0);
     const int64_t panels = panel_count(w.rows), stride = panel_bytes(w.cols);
-    for (int64_t p = 0; p < panels; p += kTilePanels) {
-      const int np = int(std::min<int64_t>(kTilePanels, panels - p));
-      const int64_t last_rows = std::min<int64_t>(kPanelRows, w.rows - (p + np - 1) * kPanelRows);
-      for (int64_t r = 0; r < n; r += kTileRows) {
-        const int nr = int(std::min<int64_t>(kTileRows, n - r));
-        const Tile t{x, ld_x, r, w.cols, w.data + p * stride, stride, y + r * ld_y + column + p * kPanelRows, ld_y,
-                     last_rows, beta};
-        run_tile(kernel, t, nr, np);
+    for (int64_t p = 0; p < panels; p += 2) {
+      const int np = int(std::min<int64_t>(2, panels - p));
+      for (int64_t r = 0; r < n;) {
+        const int nr = int(std::min<int64_t>(max_rows, n - r));
+        const bool both = np == 2 && (nr == 1 || (nr == 2 && kernel == Mxfp4Kernel::Native));
+        for (int q = 0; q < np; q += both ? 2 : 1) {
+          const int count = both ? 2 : 1;
+          const int64_t last_rows = std::min<int64_t>(kPanelRows, w.rows - (p + q + count - 1) * kPanelRows);
+          const Tile t{x, ld_x, r, w.cols, w.data + (p + q) * stride, stride, y + r * ld_y + column + (p + q) * kPanelRows,
+                       ld_y, last_rows, beta};
+          run_tile(kernel, t, nr, count);
+        }
+        r += nr;
       }
     }
     column += w.rows;

@@ -11,11 +11,17 @@
 // [rows, cols / 32]. E8M0 0xFF is NaN: mxfp4_pack's callers reject it (mxfp4_check_scales).
 //
 // Packed layout (mxfp4_pack): panels of 16 rows; panel p holds, for each block b of 32 columns,
-// 16 column pairs of 16 bytes (byte i of pair j: row 16p + i, low nibble column 32b + 2j, high
-// nibble column 32b + 2j + 1) followed by the 16 rows' scale bytes: 272 bytes per block and panel,
-// the file's 4.25 bits a weight. A panel's 16 rows are one vector's lanes: a pair's 16 bytes widen
-// to 16 lanes whose low and high nibbles each index a 16-entry f32 table (one vpermps), and the
+// 4 groups of 64 bytes, then the 16 rows' scale bytes (272 bytes per block and panel: the file's
+// 4.25 bits a weight). Word i (4 bytes) of group g holds row 16p + i's codes of columns
+// 32b + 8g … 32b + 8g + 7, column 32b + 8g + c in bits 4c … 4c + 3: the file's 4 bytes as they
+// are. A panel's 16 rows are one vector's lanes: column c of a group is one shift of the group's
+// 64 bytes and one vpermps (which reads its index's low 4 bits) from a 16-entry f32 table, so the
 // kernel never reduces across lanes. Rows past the matrix's end hold zero codes.
+//
+// Sums: per output lane and block, column k adds x·w into partial k mod 4 (fused multiply-adds in
+// column order), and total = fma((p0 + p1) + (p2 + p3), scale, total): the same operations in the
+// same order in every kernel and every tiling, so results are bit for bit the same whatever the
+// kernel, the rows' count or their position in the batch.
 #include <cstdint>
 #include <span>
 
@@ -53,5 +59,17 @@ bool mxfp4_kernel_available(Mxfp4Kernel kernel);
 // columns starting at the sum of the earlier parts' rows.
 void mxfp4_matmul_rows(const float* x, int64_t n, int64_t ld_x, std::span<const Mxfp4PackedMatrix> parts, float* y,
                        int64_t ld_y, float beta, Mxfp4Kernel kernel = Mxfp4Kernel::Native);
+
+// The same product with x rounded to 8 bits per block of 32 (s_x = max|x| / 127, q = round to
+// nearest even of x / s_x, as int8_gemm.h rounds activations and as llama.cpp's CPU MXFP4 path
+// does): each block adds s_x · 2^(e − 128) · Σ q · (2·value(code)), the integer sum exact (the
+// doubled E2M1 values are integers). With AVX-512 VNNI and VBMI a 64-byte group is one shift and
+// two vpermb table lookups, then 16 rows × 4 columns per vpdpbusd. `workspace`:
+// mxfp4_q8_rows_bytes. Where hyla was not compiled for those only the portable kernel runs it
+// (slow: use the f32 product there, mxfp4_q8_native()).
+bool mxfp4_q8_native();
+int64_t mxfp4_q8_rows_bytes(int64_t rows, int64_t cols);
+void mxfp4_matmul_rows_q8(const float* x, int64_t n, int64_t ld_x, std::span<const Mxfp4PackedMatrix> parts, float* y,
+                          int64_t ld_y, float beta, void* workspace, Mxfp4Kernel kernel = Mxfp4Kernel::Native);
 
 }  // namespace hyla

@@ -28,8 +28,11 @@ struct BlockProduct {
   }
 };
 
-// Quantised rows of `cols` values at any block the format allows (the smallest needs the most).
-int64_t int8_workspace_floats(int64_t rows, int64_t cols) { return (int8_rows_bytes(rows, cols, 16) + 3) / 4; }
+// Quantised rows of `cols` values for the int8 products at any block the format allows (the
+// smallest needs the most) or for the MXFP4 products.
+int64_t int8_workspace_floats(int64_t rows, int64_t cols) {
+  return (std::max(int8_rows_bytes(rows, cols, 16), mxfp4_q8_rows_bytes(rows, cols)) + 3) / 4;
+}
 
 void gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * width, x + int64_t(rows[j]) * width, size_t(width) * sizeof(float));
@@ -131,7 +134,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
       if (const auto* int8 = std::get_if<Int8ExpertWeights>(&weights))
         forward_int8(*int8, buf.rows, n, gu, h, y, buf.int8_rows);
       else
-        forward_mxfp4(std::get<Mxfp4ExpertWeights>(weights), buf.rows, n, gu, h, y);
+        forward_mxfp4(std::get<Mxfp4ExpertWeights>(weights), buf.rows, n, gu, h, y, precision, buf.int8_rows);
     } else if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
       // Decode-sized blocks: the expert's weights are read once, in their stored layout.
       if (packed_bf16) {
@@ -192,12 +195,20 @@ void RoutedExperts::forward_int8(const Int8ExpertWeights& expert, const float* r
 }
 
 void RoutedExperts::forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,
-                                  float* y) const {
+                                  float* y, Precision precision, void* workspace) const {
   const int64_t D = in_, w = width_;
   const Mxfp4PackedMatrix gate_up[2] = {expert.gate, expert.up};
-  mxfp4_matmul_rows(rows, n, D, gate_up, gu, 2 * w, 0.0f);  // X [W_gate; W_up]ᵀ
+  // f32 keeps the activations exact; the bf16 forward rounds them to 8 bits per 32 and multiplies
+  // on integer dot products where hyla has them (mxfp4_gemm.h), the f32 product elsewhere.
+  if (precision == Precision::F32 || !mxfp4_q8_native()) {
+    mxfp4_matmul_rows(rows, n, D, gate_up, gu, 2 * w, 0.0f);  // X [W_gate; W_up]ᵀ
+    gated_activation_forward(activation_, gu, n, w, h);
+    mxfp4_matmul_rows(h, n, w, {&expert.down, 1}, y, D, 0.0f);  // H W_downᵀ
+    return;
+  }
+  mxfp4_matmul_rows_q8(rows, n, D, gate_up, gu, 2 * w, 0.0f, workspace);
   gated_activation_forward(activation_, gu, n, w, h);
-  mxfp4_matmul_rows(h, n, w, {&expert.down, 1}, y, D, 0.0f);  // H W_downᵀ
+  mxfp4_matmul_rows_q8(h, n, w, {&expert.down, 1}, y, D, 0.0f, workspace);
 }
 
 void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispatch& dispatch, int64_t first,

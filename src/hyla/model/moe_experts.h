@@ -11,7 +11,8 @@
 // the backward uses them as stored. BENCHMARKS.md "MoE layer" has the alternatives measured.
 // Experts loaded as int8 or MXFP4 run the single-threaded int8 or MXFP4 products
 // (kernels/int8_gemm.h, kernels/mxfp4_gemm.h) on their packed weights instead, whatever the
-// precision (MXFP4 products keep the activations f32, so the f32 path uses the weights exactly).
+// precision (under F32 the MXFP4 products keep the activations f32, so the f32 path uses the
+// weights exactly; under BF16 they round them to 8 bits per 32, as int8 products do).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -95,8 +96,8 @@ class RoutedExperts {
   // A quantised expert's forward on one block of n slots: rows [n, in] (f32) → gu, h → y [n, in].
   void forward_int8(const Int8ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
                     void* workspace) const;
-  void forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,
-                     float* y) const;
+  void forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
+                     Precision precision, void* workspace) const;
 
   std::vector<GatedMlp> experts_;
   GatedActivation activation_;
