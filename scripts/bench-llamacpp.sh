@@ -8,9 +8,10 @@
 #   bf16    every matrix bf16 (norms, convs, router F32)
 #   q8_0    every matrix Q8_0 (hyla runs them as its int8 with block 32)
 #   mxfp4   llama-quantize MXFP4_MOE of the bf16 file: routed experts MXFP4, other matrices Q8_0
-#           (hyla reads MXFP4 into f32 and multiplies in bf16 until it keeps MXFP4 packed)
+#           (hyla keeps the experts MXFP4 and the rest as its int8; both engines round the experts'
+#           activations to 8 bits per 32)
 #
-#   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]
+#   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]     (DTYPES="mxfp4" for some files only)
 #
 # BUILD holds hyla; LLAMA_CPP is a llama.cpp source tree with build/bin/llama-bench and
 # build/bin/llama-quantize built for the CPU (scripts/check-llamacpp.sh says how).
@@ -45,7 +46,7 @@ llama_rows() {  # round dtype gguf
 out="$work/rows.jsonl"
 : >"$out"
 for ((r = 1; r <= rounds; ++r)); do
-  for dtype in bf16 q8_0 mxfp4; do
+  for dtype in ${DTYPES:-bf16 q8_0 mxfp4}; do
     echo "round $r/$rounds: $dtype" >&2
     hyla_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"
     llama_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"

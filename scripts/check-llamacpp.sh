@@ -228,13 +228,19 @@ conversion.kimi_k3.KimiK3Model.set_vocab = no_vocab
 sys.argv[0] = llama + "/convert_hf_to_gguf.py"
 runpy.run_path(sys.argv[0], run_name="__main__")
 EOF2
-  for arch in kimi-k3 kimi-linear; do
-    m="$work/$arch" h="$work/$arch-hf"
+  # kimi-k3:mxfp4 is K3 as released: compressed-tensors MXFP4 experts. hyla keeps them MXFP4 (f32
+  # activations in `hyla logits`); llama.cpp's converter repacks them into ggml MXFP4, which hyla
+  # reads as they are and llama.cpp runs after llama-quantize dequantises them to F32 (its own MXFP4
+  # path rounds activations to 8 bits): every comparison is then f32 on the same weights.
+  for variant in kimi-k3 kimi-linear kimi-k3:mxfp4; do
+    arch=${variant%%:*} mxfp4=
+    [[ $variant == *:mxfp4 ]] && mxfp4=1
+    m="$work/$arch" h="$work/$arch-hf${mxfp4:+-mxfp4}"
     rm -rf "$h" && mkdir -p "$h"
-    "$python" - "$m" "$h" "$repo" "$arch" <<'EOF2'
+    "$python" - "$m" "$h" "$repo" "$arch" "$mxfp4" <<'EOF2'
 import json, struct, sys
 import numpy as np
-src, dst, repo, arch = sys.argv[1:5]
+src, dst, repo, arch, mxfp4 = sys.argv[1:6]
 k3 = arch == 'kimi-k3'
 # The released config.json, shrunk to the tiny config's shape.
 hf = json.load(open(f"{repo}/tests/data/{'kimi-k3-hf-config.json' if k3 else 'kimi-linear-48b-a3b-hf-config.json'}"))
@@ -256,7 +262,19 @@ if k3:
 full = [l + 1 for l, x in enumerate(tiny['layer_types']) if x == 'mla']
 t['linear_attn_config'].update(full_attn_layers=full, kda_layers=[l + 1 for l in range(tiny['num_hidden_layers']) if l + 1 not in full],
                                num_heads=tiny['kda']['num_heads'], head_dim=tiny['kda']['head_dim'])
+if mxfp4:  # the release's routed experts: compressed-tensors MXFP4
+    hf['quantization_config'] = {'quant_method': 'compressed-tensors', 'format': 'mxfp4-pack-quantized'}
 json.dump(hf, open(f'{dst}/config.json', 'w'), indent=1)
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
+def pack_mxfp4(w):  # the OCP recipe: scale 2^(floor(log2 max) - 2) per 32, nearest E2M1 code
+    rows, cols = w.shape
+    blocks = w.reshape(rows, cols // 32, 32).astype(np.float64)
+    amax = np.abs(blocks).max(axis=2)
+    e = np.clip(np.where(amax > 0, np.floor(np.log2(np.maximum(amax, 1e-38))) - 2, 0) + 127, 1, 254)
+    v = blocks / np.exp2(e - 127)[:, :, None]
+    code = np.abs(np.abs(v)[..., None] - E2M1).argmin(axis=3) | np.where(v < 0, 8, 0)
+    code = code.reshape(rows, cols).astype(np.uint8)
+    return (code[:, 0::2] | (code[:, 1::2] << 4)).astype(np.uint8), e.astype(np.uint8)
 # The tensors under the release's names and shapes.
 b = open(f'{src}/model.safetensors', 'rb').read()
 n = struct.unpack('<Q', b[:8])[0]
@@ -280,6 +298,11 @@ for name, e in header.items():
     if '.mlp.experts.' in hname:
         hname = hname.replace('.mlp.experts.', '.block_sparse_moe.experts.')
         hname = hname.replace('.gate_proj.', '.w1.').replace('.down_proj.', '.w2.').replace('.up_proj.', '.w3.')
+        if mxfp4:
+            codes, scales = pack_mxfp4(x)
+            out[('language_model.' if k3 else '') + hname + '_packed'] = codes
+            out[('language_model.' if k3 else '') + hname + '_scale'] = scales
+            continue
     if hname.endswith('A_log'):
         x = x.reshape(-1) if k3 else x.reshape(1, 1, -1, 1)
     if hname.endswith('conv1d.weight'):
@@ -289,7 +312,7 @@ for name, e in header.items():
     out[('language_model.' if k3 else '') + hname] = np.ascontiguousarray(x)
 h, offset = {}, 0
 for name, x in out.items():
-    h[name] = {'dtype': 'F32', 'shape': list(x.shape), 'data_offsets': [offset, offset + x.nbytes]}
+    h[name] = {'dtype': 'U8' if x.dtype == np.uint8 else 'F32', 'shape': list(x.shape), 'data_offsets': [offset, offset + x.nbytes]}
     offset += x.nbytes
 text = json.dumps(h).encode()
 text += b' ' * ((8 - len(text) % 8) % 8)
@@ -302,6 +325,13 @@ EOF2
       { tail -20 "$h.log" >&2; echo "$arch convert_hf_to_gguf" >>"$work/failed"; continue; }
     hyla_logits "$h" "$h-hyla.st"
     hyla_logits "$h.gguf" "$h-gguf-hyla.st"
+    if [[ -n $mxfp4 ]]; then
+      "$quantize" --allow-requantize "$h.gguf" "$h-f32.gguf" F32 >/dev/null 2>&1
+      llama_logits "$h-f32.gguf" "$h-llama.st"
+      compare "$arch mxfp4 compressed-tensors hf->llama.cpp's converter->hyla" "$h-hyla.st" "$h-gguf-hyla.st" f32
+      compare "$arch mxfp4 compressed-tensors hf->llama.cpp's converter->llama.cpp (F32 dequantised)" "$h-hyla.st" "$h-llama.st" f32
+      continue
+    fi
     llama_logits "$h.gguf" "$h-llama.st"
     compare "$arch f32 hyla-hf->hyla-dir" "$m-dir.st" "$h-hyla.st" f32
     compare "$arch f32 hf->llama.cpp's converter->hyla" "$h-hyla.st" "$h-gguf-hyla.st" f32
