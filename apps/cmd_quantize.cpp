@@ -2,6 +2,8 @@
 // (docs/quantization.md).
 #include <fmt/format.h>
 
+#include <string>
+
 #include "commands.h"
 #include "hyla/io/file.h"
 #include "hyla/quant/quantize_model.h"
@@ -30,11 +32,14 @@ void add_quantize(CLI::App& app) {
     const QuantizeSummary s = quantize_model(in, out, o);
     for (const std::string& k : s.kept)
       if (!o.only_experts) fmt::print("kept floating point: {}\n", k);
-    fmt::print("wrote {}: {} weights ({:.2f}M parameters) as int8 with block {}, {} routed-expert weights ({:.2f}M) "
-               "as MXFP4, {} tensors ({:.2f}M) unchanged; tensor data {:.1f} MB -> {:.1f} MB\n",
-               out, s.int8_tensors, double(s.int8_params) / 1e6, o.block, s.mxfp4_tensors,
-               double(s.mxfp4_params) / 1e6, s.float_tensors, double(s.float_params) / 1e6,
-               double(s.bytes_in) / 1e6, double(s.bytes_out) / 1e6);
+    std::string written;
+    if (s.int8_tensors)
+      written += fmt::format("{} weights ({:.2f}M parameters) as int8 with block {}, ", s.int8_tensors,
+                             double(s.int8_params) / 1e6, o.block);
+    if (s.mxfp4_tensors)
+      written += fmt::format("{} routed-expert weights ({:.2f}M) as MXFP4, ", s.mxfp4_tensors, double(s.mxfp4_params) / 1e6);
+    fmt::print("wrote {}: {}{} tensors ({:.2f}M) unchanged; tensor data {:.1f} MB -> {:.1f} MB\n", out, written,
+               s.float_tensors, double(s.float_params) / 1e6, double(s.bytes_in) / 1e6, double(s.bytes_out) / 1e6);
   });
 }
 

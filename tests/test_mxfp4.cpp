@@ -332,6 +332,24 @@ TEST(Mxfp4Model, OffloadedExpertsGiveTheResidentLogitsBitForBit) {
   }
 }
 
+TEST(Mxfp4Model, QuantizeInspectAndEvalCommands) {
+  const Mxfp4Models& m = mxfp4_models();
+  const fs::path out = m.dir("cli");
+  const test::CommandResult q =
+      test::run_hyla(fmt::format("quantize -m {} --out {} --experts mxfp4", m.dir("f32").string(), out.string()));
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_NE(q.output.find("as int8 with block 32"), std::string::npos) << q.output;
+  EXPECT_NE(q.output.find("144 routed-expert weights"), std::string::npos) << q.output;
+  const test::CommandResult inspect = test::run_hyla("inspect " + out.string());
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("mxfp4: 144 routed-expert matrices"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("int8: "), std::string::npos) << inspect.output;
+  const test::CommandResult bad = test::run_hyla(
+      fmt::format("quantize -m {} --out {} --experts mxfp8", m.dir("f32").string(), m.dir("bad").string()));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--experts"), std::string::npos) << bad.output;
+}
+
 TEST(Mxfp4Model, MalformedTensorsFailWithOneLineErrors) {
   const Mxfp4Models& m = mxfp4_models();
   const std::string expert = "model.layers.1.mlp.experts.2.gate_proj.weight";
