@@ -16,6 +16,7 @@
 #include "hyla/io/base64.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/kernels/mxfp4_gemm.h"
+#include "hyla/model/expert_offload.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/mxfp4_weights.h"
 #include "hyla/model/model.h"
@@ -484,6 +485,11 @@ TEST(KimiHf, CompressedTensorsMxfp4ExpertsStayMxfp4) {
   const auto from_gguf = Model::load(dir / "k3.gguf");
   EXPECT_TRUE(from_gguf->params().get("model.layers.1.mlp.experts.5.up_proj.weight").is_mxfp4());
   EXPECT_LT(max_abs_difference(logits_of(*from_gguf), want), 2 * ulp);
+  // Streamed from the GGUF with a quarter of the experts resident: the same logits, bit for bit.
+  const auto offloaded = Model::load(
+      dir / "k3.gguf", {.offload_experts = ExpertOffloadOptions{parse_expert_memory("25%"), ExpertCachePolicy::Lru, true}});
+  EXPECT_EQ(max_abs_difference(logits_of(*offloaded), logits_of(*from_gguf)), 0);
+  EXPECT_GT(offloaded->expert_offload()->stats().total().fetches, 0);
   // And back to a hyla directory: the experts' bytes as they were.
   const test::CommandResult back = test::run_hyla(
       fmt::format("convert -m {} --out {}", (dir / "k3.gguf").string(), (dir / "back").string()));

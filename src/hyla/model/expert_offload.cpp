@@ -138,8 +138,7 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
         HYLA_ASSERT(!p.held);
         block = p.int8_block;
         const std::string scale = p.is_mxfp4() ? mxfp4_scale_name(p.name) : int8_scale_name(p.name);
-        layer->sources[size_t(e)][size_t(m)] = {weights_->get(p.name), weights_->get(scale),
-                                                p.shape[0], p.shape[1], p.int8_block, p.name};
+        layer->sources[size_t(e)][size_t(m)] = {p.name, scale, p.shape[0], p.shape[1], p.int8_block};
       }
     }
     layers_.push_back(std::move(layer));
@@ -191,8 +190,9 @@ ExpertOffload::~ExpertOffload() {
 
 void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
   for (const Source& s : layer.sources[size_t(e)]) {
-    if (s.block > 0) check_int8_scales(s.scales.data<float>(), s.scales.numel(), weights_->file_of(s.name), s.name);
-    else check_mxfp4_scales(s.scales.data<uint8_t>(), s.scales.numel(), weights_->file_of(s.name), s.name);
+    const Tensor scales = weights_->get(s.scale);
+    if (s.block > 0) check_int8_scales(scales.data<float>(), scales.numel(), weights_->file_of(s.name), s.name);
+    else check_mxfp4_scales(scales.data<uint8_t>(), scales.numel(), weights_->file_of(s.name), s.name);
   }
 }
 
@@ -203,11 +203,12 @@ void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
   int64_t offset = 0;
   for (int m = 0; m < 3; ++m) {
     const Source& s = layer.sources[size_t(e)][size_t(m)];
+    const Tensor values = weights_->get(s.name), scales = weights_->get(s.scale);
     if (s.block > 0) {
-      int8_pack(s.values.data<int8_t>(), s.scales.data<float>(), s.rows, s.cols, s.block, dst + offset);
+      int8_pack(values.data<int8_t>(), scales.data<float>(), s.rows, s.cols, s.block, dst + offset);
       int8[m] = {dst + offset, s.rows, s.cols, s.block};
     } else {
-      mxfp4_pack(s.values.data<uint8_t>(), s.scales.data<uint8_t>(), s.rows, s.cols, dst + offset);
+      mxfp4_pack(values.data<uint8_t>(), scales.data<uint8_t>(), s.rows, s.cols, dst + offset);
       mxfp4[m] = {dst + offset, s.rows, s.cols};
     }
     offset += m < 2 ? gate_bytes_ : down_bytes_;

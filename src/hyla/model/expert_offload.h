@@ -116,10 +116,12 @@ class ExpertOffload {
   const ExpertOffloadOptions& options() const { return options_; }
 
  private:
-  struct Source {  // one matrix in the mapped files: views (a copy where the file misaligns a tensor)
-    Tensor values, scales;  // int8: [rows, cols] and [rows, cols / block]; MXFP4: [rows, cols / 2] and [rows, cols / 32]
+  // One matrix in the files, read when it is checked or packed (a view of mapped safetensors; a
+  // GGUF tensor's codes, converted): int8 values [rows, cols] and scales [rows, cols / block], or
+  // MXFP4 codes [rows, cols / 2] and scales [rows, cols / 32].
+  struct Source {
+    std::string name, scale;
     int64_t rows = 0, cols = 0, block = 0;  // block 0: MXFP4
-    std::string name;
   };
   struct Layer;
   struct PrefetchRequest {
