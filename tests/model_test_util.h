@@ -3,6 +3,8 @@
 // finite differences over parameters and inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
@@ -11,6 +13,7 @@
 
 #include "hyla/io/json_fields.h"
 #include "hyla/model/config.h"
+#include "hyla/model/model.h"
 #include "hyla/model/params.h"
 #include "test_util.h"
 
@@ -46,6 +49,26 @@ inline void randomize_params(ParamStore& store, unsigned seed) {
     }
   }
   store.refresh_bf16();
+}
+
+// Random token ids for packed sequences of `lengths`, each its own next-token target.
+inline ModelInput random_input(const ModelConfig& c, const std::vector<int64_t>& lengths, unsigned seed) {
+  ModelInput in;
+  in.tokens = TokenBatch::packed(lengths);
+  std::mt19937 rng(seed);
+  for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
+  in.targets = in.ids;
+  return in;
+}
+
+// max |a − b| over max |a| (f32 tensors of one size).
+inline double max_relative_difference(const Tensor& a, const Tensor& b) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+    scale = std::max(scale, double(std::fabs(a.data<float>()[i])));
+  }
+  return diff / scale;
 }
 
 }  // namespace hyla::test

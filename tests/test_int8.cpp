@@ -235,24 +235,6 @@ void make_pair(QuantizedPair& pair, const ModelConfig& config, unsigned seed, in
   quantize_model(pair.f32(), pair.int8(), options);
 }
 
-ModelInput random_input(const ModelConfig& c, const std::vector<int64_t>& lengths, unsigned seed) {
-  ModelInput in;
-  in.tokens = TokenBatch::packed(lengths);
-  std::mt19937 rng(seed);
-  for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
-  in.targets = in.ids;
-  return in;
-}
-
-double max_relative_difference(const Tensor& a, const Tensor& b) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
-    scale = std::max(scale, double(std::fabs(a.data<float>()[i])));
-  }
-  return diff / scale;
-}
-
 // Every projection of the int8 model quantises its weights and its inputs with errors of at most
 // half a step, scale / 2 = max|·| / 254 per block (rms ≈ max / 440, ~0.5% of a Gaussian block's
 // rms each, against bf16's 2^-9 ≈ 0.2% rounding of inputs only). The nano model chains ~20
@@ -270,10 +252,10 @@ TEST(Int8Model, LogitsStayCloseToTheFloatModel) {
   EXPECT_TRUE(int8->params().get("lm_head.weight").is_int8());
   EXPECT_FALSE(int8->params().get("model.layers.1.self_attn.kv_b_proj.weight").is_int8());
   EXPECT_FALSE(int8->params().get("model.layers.1.mlp.gate.weight").is_int8());
-  const ModelInput in = random_input(config, {20, 5}, 4);
+  const ModelInput in = test::random_input(config, {20, 5}, 4);
   const Tensor reference = f32->forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
   for (const Precision p : {Precision::BF16, Precision::F32}) {
-    const double error = max_relative_difference(reference, int8->forward(in, {.precision = p, .outputs = Outputs::All}).logits);
+    const double error = test::max_relative_difference(reference, int8->forward(in, {.precision = p, .outputs = Outputs::All}).logits);
     EXPECT_LT(error, 5e-2);
     EXPECT_GT(error, 0.0);
   }
@@ -294,7 +276,7 @@ TEST(Int8Model, CachedDecodeMatchesTheFullForward) {
   const ModelConfig config = test::nano_config();
   make_pair(pair, config, 9);
   const auto model = Model::load(pair.int8());
-  const ModelInput full = random_input(config, {11}, 2);
+  const ModelInput full = test::random_input(config, {11}, 2);
   const Tensor logits = model->forward(full, {.precision = Precision::BF16, .outputs = Outputs::All}).logits;
 
   // One sequence's caches, f32 latents; prefill 8 tokens, then decode 3 one by one.

@@ -254,24 +254,6 @@ const Mxfp4Models& mxfp4_models() {
   return models;
 }
 
-ModelInput random_input(const ModelConfig& c, const std::vector<int64_t>& lengths, unsigned seed) {
-  ModelInput in;
-  in.tokens = TokenBatch::packed(lengths);
-  std::mt19937 rng(seed);
-  for (int64_t r = 0; r < in.tokens.rows; ++r) in.ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
-  in.targets = in.ids;
-  return in;
-}
-
-double max_relative_difference(const Tensor& a, const Tensor& b) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
-    scale = std::max(scale, double(std::fabs(a.data<float>()[i])));
-  }
-  return diff / scale;
-}
-
 TEST(Mxfp4Model, F32LogitsAreTheDequantisedModelsAndBf16StaysClose) {
   const Mxfp4Models& m = mxfp4_models();
   const auto mxfp4 = Model::load(m.dir("mxfp4"));
@@ -280,21 +262,21 @@ TEST(Mxfp4Model, F32LogitsAreTheDequantisedModelsAndBf16StaysClose) {
   EXPECT_TRUE(mxfp4->params().get("model.layers.1.mlp.experts.3.down_proj.weight").is_mxfp4());
   EXPECT_FALSE(mxfp4->params().get("model.layers.1.mlp.shared_experts.down_proj.weight").is_quantized());
   EXPECT_FALSE(mxfp4->params().get("lm_head.weight").is_quantized());
-  const ModelInput in = random_input(m.config(), {20, 17, 9}, 5);
+  const ModelInput in = test::random_input(m.config(), {20, 17, 9}, 5);
   const ForwardOptions f32{.precision = Precision::F32, .outputs = Outputs::All};
   const Tensor exact = dequantised->forward(in, f32).logits;
   // The same weights in f32: only the experts' sums run in another order (a few ulp; routing
   // flips would show as O(1) differences).
-  EXPECT_LT(max_relative_difference(exact, mxfp4->forward(in, f32).logits), 1e-5);
+  EXPECT_LT(test::max_relative_difference(exact, mxfp4->forward(in, f32).logits), 1e-5);
   // Against the unquantised model: MXFP4's rounding (up to a quarter of a value's magnitude).
-  const double quantisation = max_relative_difference(original->forward(in, f32).logits, exact);
+  const double quantisation = test::max_relative_difference(original->forward(in, f32).logits, exact);
   EXPECT_GT(quantisation, 1e-4);
   EXPECT_LT(quantisation, 0.3);
   // bf16 products for the rest (the experts' activations rounded to 8 bits per 32): as close to
   // the f32 logits as the float model's bf16 run (measured 2.5e-2 on these random weights).
-  const double bf16_error = max_relative_difference(
+  const double bf16_error = test::max_relative_difference(
       exact, dequantised->forward(in, {.precision = Precision::BF16, .outputs = Outputs::All}).logits);
-  EXPECT_LT(max_relative_difference(exact, mxfp4->forward(in, {.precision = Precision::BF16, .outputs = Outputs::All}).logits),
+  EXPECT_LT(test::max_relative_difference(exact, mxfp4->forward(in, {.precision = Precision::BF16, .outputs = Outputs::All}).logits),
             2 * bf16_error);
   try {
     mxfp4->forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true});

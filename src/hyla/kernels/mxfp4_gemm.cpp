@@ -46,7 +46,10 @@ struct Tile {
   float beta;
 };
 
-void store_lanes(const Tile& t, int m, int n, int panels, const float* acc) {
+// Row m, panel n of a tile's outputs (Tile or Q8Tile): y = acc + beta·y for the panel's rows inside
+// the matrix.
+template <class AnyTile>
+void store_lanes(const AnyTile& t, int m, int n, int panels, const float* acc) {
   float* out = t.y + m * t.ld_y + n * kPanelRows;
   const int64_t valid = n + 1 < panels ? kPanelRows : t.last_rows;
   for (int64_t i = 0; i < valid; ++i) out[i] = t.beta == 0.0f ? acc[i] : acc[i] + t.beta * out[i];
@@ -284,9 +287,7 @@ void q8_tile_portable(const Q8Tile& t, int rows, int panels) {
           total[i] = std::fma(float(sum), s_x * half_scale_value(w[kGroups * kGroupBytes + i]), total[i]);
         }
       }
-      float* out = t.y + m * t.ld_y + n * kPanelRows;
-      const int64_t valid = n + 1 < panels ? kPanelRows : t.last_rows;
-      for (int64_t i = 0; i < valid; ++i) out[i] = t.beta == 0.0f ? total[i] : total[i] + t.beta * out[i];
+      store_lanes(t, m, n, panels, total);
     }
   }
 }
@@ -347,11 +348,9 @@ void q8_tile_vnni(const Q8Tile& t) {
   }
   for (int m = 0; m < R; ++m)
     for (int n = 0; n < P; ++n) {
-      float out_lanes[kPanelRows];
-      _mm512_storeu_ps(out_lanes, total[m][n]);
-      float* out = t.y + m * t.ld_y + n * kPanelRows;
-      const int64_t valid = n + 1 < P ? kPanelRows : t.last_rows;
-      for (int64_t i = 0; i < valid; ++i) out[i] = t.beta == 0.0f ? out_lanes[i] : out_lanes[i] + t.beta * out[i];
+      float acc[kPanelRows];
+      _mm512_storeu_ps(acc, total[m][n]);
+      store_lanes(t, m, n, P, acc);
     }
 }
 
