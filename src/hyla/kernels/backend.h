@@ -2,7 +2,8 @@
 // The kernel backend: the seam between the model and the hardware its arithmetic runs on.
 //
 // The op interface. A backend implements exactly these headers of this folder:
-//   matmul.h (gemm, gemm_batched), small_gemm.h, skinny_gemm.h, int8_gemm.h   matrix products
+//   matmul.h (gemm, gemm_batched), small_gemm.h, skinny_gemm.h, int8_gemm.h,
+//   mxfp4_gemm.h                                                               matrix products
 //   norm.h, activations.h, rope.h, conv1d.h, residual.h                        per-row steps
 //   kda.h, kda_gates.h                                                         the KDA mixer
 //   attention.h, latent_attention.h                                            attention
@@ -32,7 +33,8 @@
 // floats otherwise, and every kernel written on
 // Vec follows. The kernels with instructions of their own test their own macros and fall back to
 // portable code without them: the bf16 dot products (small_gemm, skinny_gemm, attention,
-// latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__, and the latent-attention
+// latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__, the MXFP4 products
+// __AVX512F__ (f32) and __AVX512VNNI__ (int8 activations), and the latent-attention
 // decode's tile products __AMX_TILE__ and __AMX_BF16__ (those also need the kernel's leave at run
 // time: amx_tiles).
 

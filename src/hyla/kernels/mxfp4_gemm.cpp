@@ -241,12 +241,11 @@ int32_t value_offset(const Int8Rows& q, int64_t r, int64_t b) {
   return q.starts[r * (q.cols / kMxfp4Block) + b] / 128 * kValueOffset;
 }
 
-// The doubled E2M1 values, integers in [−12, 12]; plus 12, four times over (vpermb's 64 entries
-// read an index's low 6 bits, so a byte's other nibble needs no masking).
-constexpr int8_t kDoubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// The doubled E2M1 values plus 12: integers 0 … 24, what vpdpbusd multiplies q by.
 constexpr auto kOffsetTable = [] {
-  std::array<uint8_t, 64> t{};
-  for (int i = 0; i < 64; ++i) t[size_t(i)] = uint8_t(kDoubled[i % 16] + kValueOffset);
+  constexpr int8_t kDoubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  std::array<uint8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[size_t(i)] = uint8_t(kDoubled[i] + kValueOffset);
   return t;
 }();
 
@@ -292,10 +291,11 @@ void q8_tile_portable(const Q8Tile& t, int rows, int panels) {
   }
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define HYLA_MXFP4_Q8_NATIVE 1
 // Four int32 sums per (row, panel) (low and high nibbles × even and odd groups) keep eight chains
-// of vpdpbusd in flight for a single row. A group's 64 bytes are one shift and two vpermb lookups.
+// of vpdpbusd in flight for a single row. A group's 64 bytes are one shift, two masks and two
+// vpshufb lookups.
 template <int R, int P>
 void q8_tile_vnni(const Q8Tile& t) {
   const int64_t cols = t.x->cols, blocks = cols / kMxfp4Block;

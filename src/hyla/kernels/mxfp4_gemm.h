@@ -63,10 +63,10 @@ void mxfp4_matmul_rows(const float* x, int64_t n, int64_t ld_x, std::span<const 
 // The same product with x rounded to 8 bits per block of 32 (s_x = max|x| / 127, q = round to
 // nearest even of x / s_x, as int8_gemm.h rounds activations and as llama.cpp's CPU MXFP4 path
 // does): each block adds s_x · 2^(e − 128) · Σ q · (2·value(code)), the integer sum exact (the
-// doubled E2M1 values are integers). With AVX-512 VNNI and VBMI a 64-byte group is one shift and
-// two vpermb table lookups, then 16 rows × 4 columns per vpdpbusd. `workspace`:
-// mxfp4_q8_rows_bytes. Where hyla was not compiled for those only the portable kernel runs it
-// (slow: use the f32 product there, mxfp4_q8_native()).
+// doubled E2M1 values are integers). With AVX-512 VNNI a 64-byte group is one shift, two masks and
+// two vpshufb table lookups, then 16 rows × 4 columns per vpdpbusd. `workspace`:
+// mxfp4_q8_rows_bytes. Where hyla was not compiled for AVX-512 VNNI only the portable kernel runs
+// it (slow: use the f32 product there, mxfp4_q8_native()).
 bool mxfp4_q8_native();
 int64_t mxfp4_q8_rows_bytes(int64_t rows, int64_t cols);
 void mxfp4_matmul_rows_q8(const float* x, int64_t n, int64_t ld_x, std::span<const Mxfp4PackedMatrix> parts, float* y,
