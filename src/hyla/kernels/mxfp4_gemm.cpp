@@ -83,6 +83,13 @@ void tile_portable(const Tile& t, int rows, int panels) {
 }
 
 #if defined(__AVX512F__)
+// scale_value of a panel's 16 scale bytes.
+__m512 scale_values(const uint8_t* s) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(
+      _mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000)));
+}
+
 template <int R, int P>
 void tile_avx512(const Tile& t) {
   const __m512 table = _mm512_loadu_ps(kValues);
@@ -112,11 +119,7 @@ void tile_avx512(const Tile& t) {
       }
     }
     for (int n = 0; n < P; ++n) {
-      const uint8_t* s = t.panels + n * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes;
-      const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-      const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-                                                 _mm512_set1_epi32(0x00400000));
-      const __m512 scale = _mm512_castsi512_ps(bits);
+      const __m512 scale = scale_values(t.panels + n * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes);
       for (int m = 0; m < R; ++m) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(partial[m][n][0], partial[m][n][1]),
                                          _mm512_add_ps(partial[m][n][2], partial[m][n][3]));
@@ -250,7 +253,7 @@ constexpr auto kOffsetTable = [] {
 }();
 
 // 2^(e − 128) as an f32 (e < 255): half the scale, for the doubled values.
-float half_scale_value(uint8_t e) { return e > 1 ? std::bit_cast<float>(uint32_t(e - 1) << 23) : e == 1 ? 0x1p-127f : 0x1p-128f; }
+float half_scale_value(uint8_t e) { return 0.5f * scale_value(e); }
 
 struct Q8Tile {
   const Int8Rows* x;
@@ -331,13 +334,9 @@ void q8_tile_vnni(const Q8Tile& t) {
       }
     }
     for (int n = 0; n < P; ++n) {
-      const uint8_t* s = t.panels + n * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes;
-      const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-      // 2^(e − 128): the exponent field e − 1 for e ≥ 2, the subnormals 2^−127 and 2^−128 below.
-      __m512i bits = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x00400000));
-      bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00200000));
-      const __m512 scale_w = _mm512_castsi512_ps(bits);
+      // 2^(e − 128), half the scale for the doubled values (halving a power of two is exact).
+      const __m512 scale_w = _mm512_mul_ps(
+          _mm512_set1_ps(0.5f), scale_values(t.panels + n * t.panel_stride + b * kBlockBytes + kGroups * kGroupBytes));
       for (int m = 0; m < R; ++m) {
         const __m512i exact = _mm512_add_epi32(_mm512_add_epi32(acc[m][n][0], acc[m][n][1]),
                                                _mm512_add_epi32(acc[m][n][2], acc[m][n][3]));
@@ -364,6 +363,30 @@ void q8_tile_native(const Q8Tile& t, int rows, int panels) {
   }
 }
 #endif
+
+// The register tiles of a product over `parts` and n rows of x, in order: per pair of panels, the
+// rows in tiles of up to `max_rows`; a tile of at most `max_both` rows covers both panels of the
+// pair at once, a larger one each panel in turn. visit(part, column, panel, row, rows, panels,
+// last_rows): `column` the part's first output column, `last_rows` the rows of the tile's last
+// panel inside the part.
+template <class Visit>
+void for_each_tile(std::span<const Mxfp4PackedMatrix> parts, int64_t n, int max_rows, int max_both, Visit&& visit) {
+  int64_t column = 0;
+  for (const Mxfp4PackedMatrix& w : parts) {
+    const int64_t panels = panel_count(w.rows);
+    for (int64_t p = 0; p < panels; p += 2) {
+      const int np = int(std::min<int64_t>(2, panels - p));
+      for (int64_t r = 0; r < n;) {
+        const int nr = int(std::min<int64_t>(max_rows, n - r));
+        const int count = np == 2 && nr <= max_both ? 2 : 1;
+        for (int u = 0; u < np; u += count)
+          visit(w, column, p + u, r, nr, count, std::min<int64_t>(kPanelRows, w.rows - (p + u + count - 1) * kPanelRows));
+        r += nr;
+      }
+    }
+    column += w.rows;
+  }
+}
 
 Mxfp4Kernel resolve(Mxfp4Kernel kernel) {
   if (kernel != Mxfp4Kernel::Native) return kernel;
@@ -474,65 +497,36 @@ void mxfp4_matmul_rows_q8(const float* x, int64_t n, int64_t ld_x, std::span<con
   HYLA_ASSERT(!parts.empty() && kernel != Mxfp4Kernel::Avx2);
   const Int8Rows q = quantize_q8_rows(x, n, ld_x, parts[0].cols, workspace, kernel);
   [[maybe_unused]] const bool native = kernel == Mxfp4Kernel::Native && mxfp4_q8_native();
-  // Per pair of panels, the rows in tiles of up to 4: one or two rows on both panels at once,
-  // three or four on one panel at a time.
-  int64_t column = 0;
-  for (const Mxfp4PackedMatrix& w : parts) {
-    HYLA_ASSERT(w.cols == q.cols);
-    const int64_t panels = panel_count(w.rows), stride = panel_bytes(w.cols);
-    for (int64_t p = 0; p < panels; p += 2) {
-      const int np = int(std::min<int64_t>(2, panels - p));
-      for (int64_t r = 0; r < n;) {
-        const int nr = int(std::min<int64_t>(4, n - r));
-        const bool both = np == 2 && nr <= 2;
-        for (int u = 0; u < np; u += both ? 2 : 1) {
-          const int count = both ? 2 : 1;
-          const int64_t last_rows = std::min<int64_t>(kPanelRows, w.rows - (p + u + count - 1) * kPanelRows);
-          const Q8Tile t{&q, r, w.data + (p + u) * stride, stride, y + r * ld_y + column + (p + u) * kPanelRows, ld_y,
-                         last_rows, beta};
+  for (const Mxfp4PackedMatrix& w : parts) HYLA_ASSERT(w.cols == q.cols);
+  // Tiles of one or two rows on both panels of a pair, three or four on one panel at a time.
+  for_each_tile(parts, n, 4, 2, [&](const Mxfp4PackedMatrix& w, int64_t column, int64_t panel, int64_t row, int rows,
+                                    int panels, int64_t last_rows) {
+    const int64_t stride = panel_bytes(w.cols);
+    const Q8Tile t{&q, row, w.data + panel * stride, stride, y + row * ld_y + column + panel * kPanelRows, ld_y,
+                   last_rows, beta};
 #if defined(HYLA_MXFP4_Q8_NATIVE)
-          if (native) {
-            q8_tile_native(t, nr, count);
-            continue;
-          }
+    if (native) return q8_tile_native(t, rows, panels);
 #endif
-          q8_tile_portable(t, nr, count);
-        }
-        r += nr;
-      }
-    }
-    column += w.rows;
-  }
+    q8_tile_portable(t, rows, panels);
+  });
 }
 
 void mxfp4_matmul_rows(const float* x, int64_t n, int64_t ld_x, std::span<const Mxfp4PackedMatrix> parts, float* y,
                        int64_t ld_y, float beta, Mxfp4Kernel kernel) {
   kernel = resolve(kernel);
   HYLA_ASSERT(mxfp4_kernel_available(kernel));
-  // Per pair of panels, the rows in tiles of up to 4: one or two rows on both panels at once,
-  // three or four on one panel at a time. (AVX2 and portable tiles hold at most two rows.)
-  const int max_rows = kernel == Mxfp4Kernel::Native ? kTileRows : 2;
-  int64_t column = 0;
-  for (const Mxfp4PackedMatrix& w : parts) {
-    HYLA_ASSERT(w.cols % kMxfp4Block == 0);
-    const int64_t panels = panel_count(w.rows), stride = panel_bytes(w.cols);
-    for (int64_t p = 0; p < panels; p += 2) {
-      const int np = int(std::min<int64_t>(2, panels - p));
-      for (int64_t r = 0; r < n;) {
-        const int nr = int(std::min<int64_t>(max_rows, n - r));
-        const bool both = np == 2 && (nr == 1 || (nr == 2 && kernel == Mxfp4Kernel::Native));
-        for (int q = 0; q < np; q += both ? 2 : 1) {
-          const int count = both ? 2 : 1;
-          const int64_t last_rows = std::min<int64_t>(kPanelRows, w.rows - (p + q + count - 1) * kPanelRows);
-          const Tile t{x, ld_x, r, w.cols, w.data + (p + q) * stride, stride, y + r * ld_y + column + (p + q) * kPanelRows,
-                       ld_y, last_rows, beta};
-          run_tile(kernel, t, nr, count);
-        }
-        r += nr;
-      }
-    }
-    column += w.rows;
-  }
+  for (const Mxfp4PackedMatrix& w : parts) HYLA_ASSERT(w.cols % kMxfp4Block == 0);
+  // Native tiles: one or two rows on both panels of a pair, three or four on one panel at a time.
+  // AVX2 and portable tiles: one row on both panels, two on one.
+  const bool native = kernel == Mxfp4Kernel::Native;
+  for_each_tile(parts, n, native ? kTileRows : 2, native ? 2 : 1,
+                [&](const Mxfp4PackedMatrix& w, int64_t column, int64_t panel, int64_t row, int rows, int panels,
+                    int64_t last_rows) {
+                  const int64_t stride = panel_bytes(w.cols);
+                  const Tile t{x,    ld_x, row, w.cols, w.data + panel * stride, stride,
+                               y + row * ld_y + column + panel * kPanelRows, ld_y, last_rows, beta};
+                  run_tile(kernel, t, rows, panels);
+                });
 }
 
 }  // namespace hyla
