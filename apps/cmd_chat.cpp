@@ -21,6 +21,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
 #include "hyla/data/model_tokenizer.h"
+#include "hyla/data/reply_stream.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/dist/expert_serving.h"
 #include "hyla/infer/engine.h"
@@ -91,6 +92,7 @@ void add_chat(CLI::App& app) {
     if (serve_experts_to_rank0(model_dir)) return;
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
     const Tokenizer tokenizer = load_model_tokenizer(model_dir);
+    const ChatTemplate chat(tokenizer);
     EngineOptions options;
     options.max_sequences = 1;
     options.context = context;
@@ -106,7 +108,7 @@ void add_chat(CLI::App& app) {
     std::vector<ChatMessage> history;
     std::vector<ChatImage> attached;  // /image: for the next user message
     const int64_t patch_size = model->config().vision.patch_size;
-    if (!system.empty()) history.push_back({"system", system, {}, {}});
+    if (!system.empty()) history.push_back({"system", system, {}, {}, {}});
     const size_t fixed = history.size();
     if (interactive)
       fmt::print(stderr, "hyla chat: {} (/reset, /exit; Ctrl-C stops a reply); {}\n", model_dir, engine.memory_summary());
@@ -136,16 +138,16 @@ void add_chat(CLI::App& app) {
         continue;
       }
       if (line->empty()) continue;
-      history.push_back({"user", *line, {}, std::move(attached)});
+      history.push_back({"user", *line, {}, std::move(attached), {}});
       attached.clear();
       GenerationRequest request;
       request.sampling = sampling;
-      request.prompt = encode_chat(tokenizer, history, /*add_generation_prompt=*/true, patch_size);
+      request.prompt = chat.encode(history, /*add_generation_prompt=*/true, {}, patch_size);
       // Drop the oldest turns (never the system message) until the reply fits.
       int64_t dropped = 0;
       while (int64_t(request.prompt.size()) + max_tokens > context && history.size() > fixed + 1) {
         history.erase(history.begin() + int64_t(fixed));
-        request.prompt = encode_chat(tokenizer, history, true, patch_size);
+        request.prompt = chat.encode(history, true, {}, patch_size);
         ++dropped;
       }
       if (dropped > 0)
@@ -160,8 +162,20 @@ void add_chat(CLI::App& app) {
         if (!interactive) fmt::print("{}\n", delimiter);
         continue;
       }
-      request.on_text = [terminal = bool(isatty(STDOUT_FILENO))](std::string_view text) {
-        print_generated(text, terminal);
+      // A reply streams through its chat format: a think channel (Kimi K3) dimmed on a terminal,
+      // the format's markers never shown.
+      ReplyStream stream(chat, {});
+      const bool terminal = isatty(STDOUT_FILENO);
+      const auto show = [terminal](const ReplyStream::Delta& delta) {
+        if (!delta.reasoning.empty()) {
+          if (terminal) fmt::print("\x1b[2m");
+          print_generated(delta.reasoning, terminal);
+          if (terminal) fmt::print("\x1b[0m");
+        }
+        print_generated(delta.content, terminal);
+      };
+      request.on_text = [&](std::string_view text) {
+        show(stream.push(text));
         return !interrupted;
       };
       GenerationOutput out;
@@ -169,10 +183,13 @@ void add_chat(CLI::App& app) {
         const std::optional<InterruptStopsReply> ctrl_c = interactive ? std::optional<InterruptStopsReply>(std::in_place) : std::nullopt;
         out = engine.submit(request).get();
       }
+      const AssistantReply rest = stream.finish();
+      show({rest.content, rest.reasoning});
       fmt::print("\n");
       if (!interactive) fmt::print("{}\n", delimiter);
       std::fflush(stdout);
-      history.push_back({"assistant", out.text, {}, {}});
+      const AssistantReply reply = chat.parse_reply(out.text);
+      history.push_back({"assistant", reply.content, {}, {}, reply.reasoning});
       if (out.finish_reason == FinishReason::Cancelled) fmt::print(stderr, "[stopped]\n");
       if (out.finish_reason == FinishReason::Length)
         fmt::print(stderr, "[reply cut at {} tokens: {}]\n", out.tokens.size(),

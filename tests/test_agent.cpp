@@ -120,25 +120,27 @@ struct Fixture {
 };
 
 // The expert solves every task of every split without faults, and with explicit faults it retries
-// and works around them; its trajectory's ids are exactly encode_chat of its messages.
+// and works around them; its trajectory's ids are exactly its messages encoded in hyla's chat format.
 TEST(AgentRuntime, TheExpertSolvesEveryTaskAndRecoversFromExplicitFaults) {
   Fixture f;
   for (const std::string& name : environment_names()) {
     const auto env = make_environment(name);
+    const ChatTemplate chat(f.tokenizer, ChatFormat::Hyla);
+    const ChatOptions options = chat_options(*env);
     for (Split split : {Split::Train, Split::Shifted}) {
       for (uint64_t i = 0; i < 20; ++i) {
         AgentSession clean(*env, split, i, {0.0, {1, 1, 1, 1}}, f.limits, f.tokenizer);
         run_expert(clean);
         const Trajectory& t = clean.trajectory();
-        ASSERT_TRUE(t.correct()) << name << " " << i << ": " << apply_chat_template(t.messages);
+        ASSERT_TRUE(t.correct()) << name << " " << i << ": " << chat.apply(t.messages, false, options);
         EXPECT_EQ(t.reward, 1.0);
-        EXPECT_EQ(t.ids, encode_chat(f.tokenizer, t.messages));
+        EXPECT_EQ(t.ids, chat.encode(t.messages, false, options));
         EXPECT_EQ(t.invalid_calls, 0);
 
         AgentSession faulty(*env, split, i, {0.3, {1, 1, 0, 0}}, f.limits, f.tokenizer);
         run_expert(faulty);
-        EXPECT_TRUE(faulty.trajectory().correct()) << name << " " << i << " " << to_string(faulty.trajectory().status) << ": " << apply_chat_template(faulty.trajectory().messages).substr(1000);
-        EXPECT_EQ(faulty.trajectory().ids, encode_chat(f.tokenizer, faulty.trajectory().messages));
+        EXPECT_TRUE(faulty.trajectory().correct()) << name << " " << i << " " << to_string(faulty.trajectory().status) << ": " << chat.apply(faulty.trajectory().messages, false, options).substr(1000);
+        EXPECT_EQ(faulty.trajectory().ids, chat.encode(faulty.trajectory().messages, false, options));
       }
     }
   }
@@ -176,7 +178,7 @@ TEST(AgentRuntime, TheLookupExpertCatchesSilentFaultsByCheckingWhatItReads) {
     hit += met;
     recovered += met && t.correct();
     if (!t.correct()) {
-      EXPECT_EQ(t.messages.back().content, "Answer: not found") << i << ": " << apply_chat_template(t.messages);
+      EXPECT_EQ(t.messages.back().content, "Answer: not found") << i << ": " << ChatTemplate(f.tokenizer).apply(t.messages);
       EXPECT_TRUE(met) << i;
     }
   }

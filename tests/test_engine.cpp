@@ -544,7 +544,10 @@ TEST(Engine, GrammarConstrainedRepliesOfARandomModelAreValidJson) {
   call.grammar = tool_call_grammar({{"get_weather", parameters}, {"get_time", json()}}, ToolCallFrom::Object,
                                    f.tokenizer.special_id("</tool_call>"));
   const GenerationOutput out = engine.submit(call).get();
-  const AssistantReply reply = parse_assistant_reply("<tool_call>\n" + out.text);
+  const ChatTemplate chat(f.tokenizer);
+  ChatOptions offered;
+  offered.tools = {"{}"};
+  const AssistantReply reply = chat.parse_reply("<tool_call>\n" + out.text, offered);
   ASSERT_EQ(reply.tool_calls.size(), 1u) << out.text;
   EXPECT_TRUE(reply.tool_calls[0].name == "get_weather" || reply.tool_calls[0].name == "get_time") << out.text;
   EXPECT_TRUE(json::parse(reply.tool_calls[0].arguments).is_object()) << out.text;
@@ -560,7 +563,7 @@ TEST(Engine, GrammarConstrainedRepliesOfARandomModelAreValidJson) {
   lazy.sampling.logit_bias = {{open, 100.0f}};
   const GenerationOutput called = engine.submit(lazy).get();
   ASSERT_EQ(called.tokens[0], open);
-  const AssistantReply lazy_reply = parse_assistant_reply(called.text);
+  const AssistantReply lazy_reply = chat.parse_reply(called.text, offered);
   ASSERT_EQ(lazy_reply.tool_calls.size(), 1u) << called.text;
   EXPECT_EQ(lazy_reply.tool_calls[0].name, "get_weather");
   lazy.sampling.logit_bias = {{open, -100.0f}};

@@ -26,7 +26,7 @@
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_request.h"
 #include "hyla/serve/server.h"
-#include "hyla/serve/tool_stream.h"
+#include "hyla/data/reply_stream.h"
 #include "hyla/train/optimizer.h"
 #include "model_test_util.h"
 #include "text_fixtures.h"
@@ -412,10 +412,11 @@ TEST(ServeRequest, ChatPromptFollowsTheTemplateWithToolsOffered) {
   const Scenario s;
   json body = {{"messages", s.weather_messages}, {"tools", s.tools}};
   const ApiRequest r = parse_chat_request(body, tok, "m", test_limits());
-  EXPECT_TRUE(r.tools_offered);
-  std::vector<ChatMessage> messages = {{"user", "What is the weather in Paris?", {}}};
-  const std::vector<std::string> functions = {s.tools[0]["function"].dump()};
-  EXPECT_EQ(r.prompts[0], encode_chat(tok, with_tools(messages, functions), true));
+  EXPECT_TRUE(r.chat_options.offers_tools());
+  std::vector<ChatMessage> messages = {{"user", "What is the weather in Paris?", {}, {}, {}}};
+  ChatOptions options;
+  options.tools = {s.tools[0]["function"].dump()};
+  EXPECT_EQ(r.prompts[0], ChatTemplate(tok).encode(messages, true, options));
   EXPECT_NE(tok.decode(r.prompts[0]).find("<tools>\n{\"description\":\"Current weather in a city\""), std::string::npos);
   // Default max_tokens: the room left in the context, capped.
   EXPECT_EQ(r.generation.max_tokens, std::min<int64_t>(4096, 1024 - int64_t(r.prompts[0].size())));
@@ -427,62 +428,46 @@ TEST(ServeRequest, ChatPromptFollowsTheTemplateWithToolsOffered) {
   EXPECT_TRUE(r.generation.grammar && r.generation.grammar_after);  // "auto": free until a call starts
   EXPECT_EQ(tok.decode(named.prompts[0]), tok.decode(r.prompts[0]) + named.prefill);
   body["tool_choice"] = "none";
-  EXPECT_FALSE(parse_chat_request(body, tok, "m", test_limits()).tools_offered);
+  EXPECT_FALSE(parse_chat_request(body, tok, "m", test_limits()).chat_options.offers_tools());
 }
 
-TEST(ChatTemplate, ToolCallsAndResponsesUseTheirSpecialTokens) {
-  const Tokenizer& tok = test::small_tokenizer();
-  const std::vector<ChatMessage> chat = {
-      {"user", "Weather?", {}},
-      {"assistant", "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}},
-      {"tool", "sunny", {}},
+TEST(ServeRequest, KimiChatsRenderTheirTemplatesAndForceCallsTheirWay) {
+  const Scenario s;
+  const Tokenizer k3 = test::kimi_tokenizer(true), k2 = test::kimi_tokenizer(false);
+  auto error = [](const json& body, const Tokenizer& tok) {
+    try {
+      parse_chat_request(body, tok, "m", test_limits());
+    } catch (const ApiError& e) {
+      return e.param + ": " + e.what();
+    }
+    return std::string("accepted");
   };
-  const std::string text = apply_chat_template(chat);
-  EXPECT_EQ(text,
-            "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
-            "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
-            "{}}\n</tool_call><|im_end|>\n<|im_start|>tool\n<tool_response>\nsunny\n</tool_response><|im_end|>\n");
-  const std::vector<int32_t> ids = encode_chat(tok, chat);
-  EXPECT_EQ(ids, tok.encode(text, true));
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.special_id("<tool_call>")), 2);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.special_id("<tool_response>")), 1);
-}
-
-TEST(ChatTemplate, ParsesToolCallBlocksAndLeavesBrokenOnesAsText) {
-  AssistantReply r = parse_assistant_reply(
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
-      "<tool_call>\n{\"name\": \"get_time\"}\n</tool_call>");
-  EXPECT_EQ(r.content, "Let me check.");
-  ASSERT_EQ(r.tool_calls.size(), 2u);
-  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
-  EXPECT_EQ(json::parse(r.tool_calls[0].arguments), json::parse(R"({"city": "Paris"})"));
-  EXPECT_EQ(r.tool_calls[1].arguments, "{}");
-  r = parse_assistant_reply("<tool_call>\nnot json\n</tool_call>");
-  EXPECT_TRUE(r.tool_calls.empty());
-  EXPECT_EQ(r.content, "<tool_call>\nnot json\n</tool_call>");
-  r = parse_assistant_reply("plain answer");
-  EXPECT_EQ(r.content, "plain answer");
-  // Cut off before the closing marker: still a call when its JSON is complete.
-  r = parse_assistant_reply("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}");
-  ASSERT_EQ(r.tool_calls.size(), 1u);
-}
-
-TEST(ToolCallStream, StreamsTextUntilAMarkerAndHoldsBackPartialMarkers) {
-  ToolCallStream s;
-  EXPECT_EQ(s.push("Sure, "), "Sure, ");
-  EXPECT_EQ(s.push("let me <tool"), "let me ");  // "<tool" may begin a marker
-  EXPECT_EQ(s.push("_call>\n{\"name\": \"f\", "), "");
-  EXPECT_EQ(s.push("\"arguments\": {\"a\": 1}}\n</tool_call>"), "");
-  const AssistantReply r = s.finish();
-  ASSERT_EQ(r.tool_calls.size(), 1u);
-  EXPECT_EQ(r.tool_calls[0].name, "f");
-  ToolCallStream plain;
-  EXPECT_EQ(plain.push("a <b"), "a <b");
-  EXPECT_EQ(plain.push("x <"), "x ");
-  EXPECT_EQ(plain.finish().content, "<");
-  ToolCallStream prefilled("<tool_call>\n");
-  EXPECT_EQ(prefilled.push("{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"), "");
-  EXPECT_EQ(prefilled.finish().tool_calls.at(0).name, "g");
+  json body = {{"messages", s.weather_messages}, {"tools", s.tools}};
+  const ApiRequest r = parse_chat_request(body, k3, "m", test_limits());
+  const std::vector<ChatMessage> messages = {{"user", "What is the weather in Paris?", {}, {}, {}}};
+  ChatOptions options;
+  options.tools = {s.tools[0]["function"].dump()};
+  EXPECT_EQ(r.prompts[0], ChatTemplate(k3).encode(messages, true, options));
+  EXPECT_TRUE(k3.decode(r.prompts[0]).ends_with("<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"));
+  EXPECT_FALSE(r.generation.grammar);  // Kimi calls are read as written
+  body["chat_template_kwargs"] = {{"thinking", false}};
+  EXPECT_TRUE(k3.decode(parse_chat_request(body, k3, "m", test_limits()).prompts[0]).ends_with("<|open|>response<|sep|>"));
+  body["chat_template_kwargs"] = {{"thinking_effort", "medium"}};
+  EXPECT_TRUE(error(body, k3).starts_with("chat_template_kwargs: chat_template_kwargs.thinking_effort is not")) << error(body, k3);
+  body.erase("chat_template_kwargs");
+  body["tool_choice"] = "required";  // said in the prompt, as K3's template says it
+  const ApiRequest required = parse_chat_request(body, k3, "m", test_limits());
+  EXPECT_EQ(required.prefill, "");
+  EXPECT_NE(k3.decode(required.prompts[0]).find("You MUST call tools in the next message."), std::string::npos);
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  EXPECT_NE(error(body, k3).find("tool_choice: Kimi K3's chat format cannot force a named tool"), std::string::npos)
+      << error(body, k3);
+  const ApiRequest named = parse_chat_request(body, k2, "m", test_limits());
+  EXPECT_EQ(named.prefill, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>");
+  EXPECT_TRUE(k2.decode(named.prompts[0]).ends_with("<|im_assistant|>assistant<|im_middle|>" + named.prefill));
+  body.erase("tool_choice");
+  body["response_format"] = {{"type", "json_object"}};
+  EXPECT_TRUE(error(body, k3).starts_with("response_format: ")) << error(body, k3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,7 +581,9 @@ TEST(ServeGuardrails, JudgeTheConversationAndTheReplyByTheRuntimesRules) {
   const std::vector<Tool> tools = {{"get_weather", "", json::parse(R"({"type": "object",
       "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false})")}};
   auto judge = [&](const std::string& text, std::vector<double> logprobs, const std::vector<Tool>* offered) {
-    const auto s = reply_guardrail(parse_assistant_reply(text), logprobs, offered, g);
+    ChatOptions options;
+    if (offered) options.tools = {"{}"};
+    const auto s = reply_guardrail(ChatTemplate(test::small_tokenizer()).parse_reply(text, options), logprobs, offered, g);
     return s ? s->status + ": " + s->detail : std::string("none");
   };
   EXPECT_EQ(judge(R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>)", {}, &tools), "none");

@@ -231,11 +231,12 @@ TEST(VisionPrompt, MarkersPlaceImagesAndChatTurnsCarryThem) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), pad), 6);
   EXPECT_THROW(encode_with_images(tok, "<image><image><image>", images, 7, false), Error);
 
-  std::vector<ChatMessage> chat = {{"user", "What is it?", {}, {}}};
-  const std::vector<int32_t> plain = encode_chat(tok, chat, true);
-  EXPECT_EQ(plain, tok.encode(apply_chat_template(chat, true), true));
+  std::vector<ChatMessage> chat = {{"user", "What is it?", {}, {}, {}}};
+  const ChatTemplate chat_template(tok);
+  const std::vector<int32_t> plain = chat_template.encode(chat, true);
+  EXPECT_EQ(plain, tok.encode(chat_template.apply(chat, true), true));
   chat[0].images.push_back({5, images[1]});  // after "What "
-  const std::vector<int32_t> with = encode_chat(tok, chat, true, 7);
+  const std::vector<int32_t> with = chat_template.encode(chat, true, {}, 7);
   EXPECT_EQ(with.size(), plain.size() + 6 + (tok.encode("user\nWhat ").size() + tok.encode("is it?").size() -
                                              tok.encode("user\nWhat is it?").size()));
   EXPECT_EQ(std::count(with.begin(), with.end(), pad), 4);

@@ -44,4 +44,17 @@ const Tokenizer& small_tokenizer() {
   return tokenizer;
 }
 
+Tokenizer kimi_tokenizer(bool k3) {
+  static const std::vector<std::string> k2_markers = {
+      "<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|tool_calls_section_begin|>",
+      "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+  static const std::vector<std::string> k3_markers = {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"};
+  TokenizerSpec spec = small_tokenizer().spec();
+  int32_t id = small_tokenizer().vocab_size();
+  for (const std::string& m : k2_markers) spec.added_tokens.push_back({id++, m});
+  if (k3)
+    for (const std::string& m : k3_markers) spec.added_tokens.push_back({id++, m});
+  return Tokenizer(std::move(spec), k3 ? "kimi k3 markers" : "kimi k2 markers");
+}
+
 }  // namespace hyla::test

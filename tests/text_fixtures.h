@@ -13,4 +13,8 @@ std::string sample_text(int paragraphs = 60, uint64_t seed = 1);
 // A tokenizer trained on sample_text() to 512 tokens (trained once per test run).
 const Tokenizer& small_tokenizer();
 
+// small_tokenizer with the marker tokens of Kimi K2's chat format added, and with `k3` Kimi K3's
+// too (K3's tokenizer carries both; its own markers decide its format).
+Tokenizer kimi_tokenizer(bool k3);
+
 }  // namespace hyla::test

@@ -1,90 +1,91 @@
 #include "hyla/data/chat_template.h"
 
+#include <algorithm>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hyla/core/error.h"
 #include "hyla/core/text.h"
+#include "hyla/data/chat_formats.h"
 #include "hyla/data/image_text.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
 
+namespace chat {
+
+void Pieces::text(std::string_view s) {
+  if (!s.empty()) list_.push_back({Piece::Kind::Text, std::string(s), nullptr});
+}
+
+void Pieces::special(std::string_view token) { list_.push_back({Piece::Kind::Special, std::string(token), nullptr}); }
+
+void Pieces::content(const ChatMessage& message) {
+  size_t from = 0;
+  for (const ChatImage& image : message.images) {
+    HYLA_ASSERT(image.at >= from && image.at <= message.content.size());
+    text(std::string_view(message.content).substr(from, image.at - from));
+    list_.push_back({Piece::Kind::Image, {}, &image.image});
+    from = image.at;
+  }
+  text(std::string_view(message.content).substr(from));
+}
+
+bool Pieces::ends_with(char c) const {
+  return !list_.empty() && list_.back().kind == Piece::Kind::Text && list_.back().text.back() == c;
+}
+
+size_t segment_end(std::string_view text, size_t from, std::initializer_list<std::string_view> delimiters, bool partial) {
+  size_t end = std::string_view::npos;
+  for (std::string_view d : delimiters) end = std::min(end, text.find(d, from));
+  if (end != std::string_view::npos) return end;
+  if (!partial) return text.size();
+  for (size_t n = std::min(text.size() - from, size_t(64)); n > 0; --n)
+    for (std::string_view d : delimiters)
+      if (n < d.size() && text.substr(text.size() - n) == d.substr(0, n)) return text.size() - n;
+  return text.size();
+}
+
+std::string python_json(const nlohmann::ordered_json& value, bool compact, bool sort_keys) {
+  const char* comma = compact ? "," : ", ";
+  if (value.is_object()) {
+    std::vector<const std::string*> keys;
+    for (const auto& [key, item] : value.items()) keys.push_back(&key);
+    if (sort_keys) {
+      const auto lower = [](const std::string& s) {
+        std::string l = s;
+        std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+        return l;
+      };
+      std::stable_sort(keys.begin(), keys.end(), [&](const std::string* a, const std::string* b) { return lower(*a) < lower(*b); });
+    }
+    std::string out = "{";
+    for (size_t i = 0; i < keys.size(); ++i)
+      out += (i ? comma : "") + nlohmann::ordered_json(*keys[i]).dump() + (compact ? ":" : ": ") +
+             python_json(value.at(*keys[i]), compact, sort_keys);
+    return out + "}";
+  }
+  if (value.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < value.size(); ++i) out += (i ? comma : "") + python_json(value[i], compact, sort_keys);
+    return out + "]";
+  }
+  return value.dump();
+}
+
+nlohmann::ordered_json openai_tools(std::span<const std::string> functions) {
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  for (const std::string& f : functions)
+    tools.push_back({{"type", "function"}, {"function", nlohmann::ordered_json::parse(f)}});
+  return tools;
+}
+
 namespace {
+
 constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
-constexpr std::string_view kResponseOpen = "<tool_response>", kResponseClose = "</tool_response>";
 
 // A call's JSON body: name first, then the arguments exactly as given.
 std::string call_body(const ToolCall& call) {
   return "{\"name\": " + nlohmann::json(call.name).dump() + ", \"arguments\": " + call.arguments + "}";
-}
-}  // namespace
-
-std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) {
-  std::string text;
-  for (const ChatMessage& m : messages) {
-    text += "<|im_start|>" + m.role + "\n";
-    if (m.role == "tool") {
-      text += std::string(kResponseOpen) + "\n" + m.content + "\n" + std::string(kResponseClose);
-    } else {
-      text += m.content;
-      for (const ToolCall& call : m.tool_calls)
-        text += fmt::format("{}{}\n{}\n{}", text.back() == '\n' ? "" : "\n", kCallOpen, call_body(call), kCallClose);
-    }
-    text += "<|im_end|>\n";
-  }
-  if (add_generation_prompt) text += "<|im_start|>assistant\n";
-  return text;
-}
-
-std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt, int64_t patch_size) {
-  const int32_t start = tokenizer.special_id("<|im_start|>"), end = tokenizer.special_id("<|im_end|>");
-  std::vector<int32_t> ids;
-  for (const ChatMessage& m : messages) {
-    ids.push_back(start);
-    if (m.role == "tool") {
-      tokenizer.encode_append(m.role + "\n", false, ids);
-      ids.push_back(tokenizer.special_id(kResponseOpen));
-      tokenizer.encode_append("\n" + m.content + "\n", false, ids);
-      ids.push_back(tokenizer.special_id(kResponseClose));
-    } else {
-      std::string text = m.role + "\n";
-      size_t from = 0;
-      for (const ChatImage& image : m.images) {
-        HYLA_ASSERT(image.at >= from && image.at <= m.content.size() && patch_size > 0);
-        text += m.content.substr(from, image.at - from);
-        tokenizer.encode_append(text, false, ids);
-        text.clear();
-        append_image_span(tokenizer, image.image, patch_size, ids);
-        from = image.at;
-      }
-      text += m.content.substr(from);
-      for (const ToolCall& call : m.tool_calls) {
-        if (text.empty() || text.back() != '\n') text += "\n";
-        tokenizer.encode_append(text, false, ids);
-        ids.push_back(tokenizer.special_id(kCallOpen));
-        tokenizer.encode_append(fmt::format("\n{}\n", call_body(call)), false, ids);
-        ids.push_back(tokenizer.special_id(kCallClose));
-        text.clear();
-      }
-      tokenizer.encode_append(text, false, ids);
-    }
-    ids.push_back(end);
-    tokenizer.encode_append("\n", false, ids);
-  }
-  if (add_generation_prompt) {
-    ids.push_back(start);
-    tokenizer.encode_append("assistant\n", false, ids);
-  }
-  return ids;
-}
-
-std::vector<Image> chat_images(std::span<const ChatMessage> messages) {
-  std::vector<Image> images;
-  for (const ChatMessage& m : messages)
-    for (const ChatImage& image : m.images) images.push_back(image.image);
-  return images;
 }
 
 std::string tools_system_prompt(std::span<const std::string> functions) {
@@ -99,16 +100,54 @@ std::string tools_system_prompt(std::span<const std::string> functions) {
   return text;
 }
 
-std::vector<ChatMessage> with_tools(std::span<const ChatMessage> messages, std::span<const std::string> functions) {
-  std::vector<ChatMessage> out(messages.begin(), messages.end());
-  const std::string offer = tools_system_prompt(functions);
-  if (!out.empty() && out.front().role == "system") out.front().content += "\n\n" + offer;
-  else out.insert(out.begin(), ChatMessage{"system", offer, {}});
-  return out;
+}  // namespace
+
+void render_hyla(std::span<const ChatMessage> messages, bool add_generation_prompt, const ChatOptions& options, Pieces& out) {
+  // Offered tools join a leading system message, or make one.
+  std::vector<ChatMessage> offered;
+  if (options.offers_tools()) {
+    offered.assign(messages.begin(), messages.end());
+    const std::string offer = tools_system_prompt(options.tools);
+    if (!offered.empty() && offered.front().role == "system") offered.front().content += "\n\n" + offer;
+    else offered.insert(offered.begin(), ChatMessage{"system", offer, {}, {}, {}});
+    messages = offered;
+  }
+  for (const ChatMessage& m : messages) {
+    out.special("<|im_start|>");
+    if (m.role == "tool") {
+      out.text(m.role + "\n");
+      out.special("<tool_response>");
+      out.text("\n" + m.content + "\n");
+      out.special("</tool_response>");
+    } else {
+      out.text(m.role + "\n");
+      out.content(m);
+      for (const ToolCall& call : m.tool_calls) {
+        if (!out.ends_with('\n')) out.text("\n");
+        out.special(kCallOpen);
+        out.text(fmt::format("\n{}\n", call_body(call)));
+        out.special(kCallClose);
+      }
+    }
+    out.special("<|im_end|>");
+    out.text("\n");
+  }
+  if (add_generation_prompt) {
+    out.special("<|im_start|>");
+    out.text("assistant\n");
+  }
 }
 
-AssistantReply parse_assistant_reply(std::string_view text) {
+AssistantReply parse_hyla(std::string_view text, const ChatOptions& options, bool partial) {
   AssistantReply reply;
+  if (!options.offers_tools()) {
+    reply.content = text;
+    return reply;
+  }
+  if (partial) {
+    reply.content = text.substr(0, segment_end(text, 0, {kCallOpen}, true));
+    return reply;
+  }
   std::string content;
   size_t at = 0;
   for (;;) {
@@ -137,7 +176,122 @@ AssistantReply parse_assistant_reply(std::string_view text) {
   }
   content += text.substr(std::min(at, text.size()));
   reply.content = reply.tool_calls.empty() ? std::string(text) : std::string(trim_space(content));
+  reply.malformed_call = reply.content.find(kCallOpen) != std::string::npos;
   return reply;
+}
+
+}  // namespace chat
+
+std::string_view to_string(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::Hyla: return "hyla";
+    case ChatFormat::KimiK2: return "kimi-k2";
+    case ChatFormat::KimiK3: return "kimi-k3";
+  }
+  return "?";
+}
+
+namespace {
+
+bool has_specials(const Tokenizer& tokenizer, std::initializer_list<std::string_view> tokens) {
+  return std::all_of(tokens.begin(), tokens.end(), [&](std::string_view t) {
+    const std::optional<int32_t> id = tokenizer.token_id(t);
+    return id && tokenizer.is_special(*id);
+  });
+}
+
+ChatFormat format_of(const Tokenizer& tokenizer) {
+  if (has_specials(tokenizer, {"<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"})) return ChatFormat::KimiK3;
+  if (has_specials(tokenizer, {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"}))
+    return ChatFormat::KimiK2;
+  return ChatFormat::Hyla;
+}
+
+std::vector<chat::Piece> render(ChatFormat format, std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                const ChatOptions& options) {
+  chat::Pieces pieces;
+  switch (format) {
+    case ChatFormat::Hyla: chat::render_hyla(messages, add_generation_prompt, options, pieces); break;
+    case ChatFormat::KimiK2: chat::render_kimi_k2(messages, add_generation_prompt, options, pieces); break;
+    case ChatFormat::KimiK3: chat::render_kimi_k3(messages, add_generation_prompt, options, pieces); break;
+  }
+  return std::move(pieces.list());
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(Tokenizer tokenizer) : ChatTemplate(tokenizer, format_of(tokenizer)) {}
+
+ChatTemplate::ChatTemplate(Tokenizer tokenizer, ChatFormat format) : tokenizer_(std::move(tokenizer)), format_(format) {}
+
+std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                const ChatOptions& options) const {
+  std::string text;
+  for (const chat::Piece& piece : render(format_, messages, add_generation_prompt, options)) text += piece.text;
+  return text;
+}
+
+std::vector<int32_t> ChatTemplate::encode(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                          const ChatOptions& options, int64_t patch_size) const {
+  std::vector<int32_t> ids;
+  std::string text;  // consecutive text pieces are encoded as one
+  for (const chat::Piece& piece : render(format_, messages, add_generation_prompt, options)) {
+    if (piece.kind == chat::Piece::Kind::Text) {
+      text += piece.text;
+      continue;
+    }
+    tokenizer_.encode_append(text, false, ids);
+    text.clear();
+    if (piece.kind == chat::Piece::Kind::Special) {
+      ids.push_back(tokenizer_.special_id(piece.text));
+    } else {
+      HYLA_ASSERT(patch_size > 0);
+      append_image_span(tokenizer_, *piece.image, patch_size, ids);
+    }
+  }
+  tokenizer_.encode_append(text, false, ids);
+  return ids;
+}
+
+AssistantReply ChatTemplate::parse_reply(std::string_view text, const ChatOptions& options, bool partial) const {
+  switch (format_) {
+    case ChatFormat::Hyla: return chat::parse_hyla(text, options, partial);
+    case ChatFormat::KimiK2: return chat::parse_kimi_k2(text, options, partial);
+    case ChatFormat::KimiK3: return chat::parse_kimi_k3(text, options, partial);
+  }
+  return {};
+}
+
+std::string ChatTemplate::forced_call_prefix(std::string_view tool_name, size_t previous_calls) const {
+  switch (format_) {
+    case ChatFormat::Hyla:
+      return tool_name.empty() ? "<tool_call>\n"
+                               : "<tool_call>\n{\"name\": " + nlohmann::json(tool_name).dump() + ", \"arguments\": ";
+    case ChatFormat::KimiK2:
+      return "<|tool_calls_section_begin|><|tool_call_begin|>" +
+             (tool_name.empty() ? std::string()
+                                : fmt::format("functions.{}:{}<|tool_call_argument_begin|>", tool_name, previous_calls));
+    case ChatFormat::KimiK3:
+      // Its template says "you MUST call tools" in the prompt (ChatOptions::tool_choice); the call
+      // follows the think channel, so no prefix can force it, nor name the tool.
+      HYLA_CHECK(tool_name.empty(), "Kimi K3's chat format cannot force a named tool; use tool_choice 'required'");
+      return {};
+  }
+  return {};
+}
+
+std::vector<int32_t> ChatTemplate::end_ids() const {
+  std::vector<int32_t> ids;
+  for (const char* name : {"<|endoftext|>", format_ == ChatFormat::KimiK3 ? "<|end_of_msg|>" : "<|im_end|>"})
+    if (const std::optional<int32_t> id = tokenizer_.token_id(name)) ids.push_back(*id);
+  return ids;
+}
+
+std::vector<Image> chat_images(std::span<const ChatMessage> messages) {
+  std::vector<Image> images;
+  for (const ChatMessage& m : messages)
+    for (const ChatImage& image : m.images) images.push_back(image.image);
+  return images;
 }
 
 }  // namespace hyla

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "hyla/core/error.h"
+#include "hyla/data/chat_template.h"
 #include "hyla/infer/text_stream.h"
 
 namespace hyla {
@@ -90,8 +91,7 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   for (int64_t i = 0; i < options.max_sequences; ++i)
     slots_.push_back(std::make_unique<SequenceState>(model, options.context, options.latent_dtype));
   slot_used_.assign(slots_.size(), false);
-  for (const char* name : {"<|endoftext|>", "<|im_end|>"})
-    if (auto id = tokenizer.token_id(name)) end_ids_.push_back(*id);
+  end_ids_ = ChatTemplate(tokenizer).end_ids();
   if (auto id = tokenizer.token_id("<|image_pad|>")) image_pad_id_ = *id;
   stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
 }

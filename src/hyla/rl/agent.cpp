@@ -21,6 +21,12 @@ constexpr const char* kInstructions =
 
 }  // namespace
 
+ChatOptions chat_options(const Environment& environment) {
+  ChatOptions options;
+  for (const Tool& tool : environment.tools()) options.tools.push_back(tool.definition());
+  return options;
+}
+
 const char* to_string(EpisodeStatus status) {
   switch (status) {
     case EpisodeStatus::Answered: return "answered";
@@ -87,10 +93,11 @@ json Trajectory::summary() const {
 }
 
 std::vector<int32_t> encode_assistant_reply(const Tokenizer& tokenizer, const ChatMessage& reply) {
-  // encode_chat's assistant turn, less its "<|im_start|>assistant\n" and the "\n" after <|im_end|>.
+  // The assistant turn, less its "<|im_start|>assistant\n" and the "\n" after <|im_end|>.
+  const ChatTemplate chat(tokenizer, ChatFormat::Hyla);
   const std::vector<ChatMessage> one{reply};
-  std::vector<int32_t> ids = encode_chat(tokenizer, one);
-  const size_t header = encode_chat(tokenizer, {}, true).size();
+  std::vector<int32_t> ids = chat.encode(one);
+  const size_t header = chat.encode({}, true).size();
   const size_t newline = tokenizer.encode("\n").size();
   HYLA_ASSERT(ids.size() > header + newline);
   return {ids.begin() + int64_t(header), ids.end() - int64_t(newline)};
@@ -103,17 +110,15 @@ AgentSession::AgentSession(const Environment& environment, Split split, uint64_t
       faults_(faults, task_seed(environment.name(), split, index) ^ 0xfa017),
       limits_(limits),
       tokenizer_(tokenizer),
+      chat_(tokenizer, ChatFormat::Hyla),
       started_(std::chrono::steady_clock::now()),
       end_id_(tokenizer.special_id("<|im_end|>")),
       start_id_(tokenizer.special_id("<|im_start|>")) {
   t_.environment = environment.name();
   t_.split = split;
   t_.index = index;
-  std::vector<std::string> functions;
-  for (const Tool& tool : environment.tools()) functions.push_back(tool.definition());
-  const std::vector<ChatMessage> opening{{"system", kInstructions, {}, {}}, {"user", episode_->task(), {}, {}}};
-  t_.messages = with_tools(opening, functions);
-  t_.ids = encode_chat(tokenizer, t_.messages, true);
+  t_.messages = {{"system", kInstructions, {}, {}, {}}, {"user", episode_->task(), {}, {}, {}}};
+  t_.ids = chat_.encode(t_.messages, true, chat_options(environment));
   t_.sampled.assign(t_.ids.size(), 0);
   t_.logprobs.assign(t_.ids.size(), 0.0f);
   if (int64_t(t_.ids.size()) >= limits_.context) end(EpisodeStatus::ContextFull);
@@ -177,8 +182,8 @@ void AgentSession::append_observation(const json& observation) {
   t_.failed_calls += failed;
   failures_.record(failed);
   last_observations_.push_back(observation);
-  const std::vector<ChatMessage> one{{"tool", observation.dump(), {}, {}}};
-  const std::vector<int32_t> ids = encode_chat(tokenizer_, one);
+  const std::vector<ChatMessage> one{{"tool", observation.dump(), {}, {}, {}}};
+  const std::vector<int32_t> ids = chat_.encode(one);
   t_.ids.insert(t_.ids.end(), ids.begin(), ids.end());
   t_.sampled.resize(t_.ids.size(), 0);
   t_.logprobs.resize(t_.ids.size(), 0.0f);
@@ -200,11 +205,11 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
   }
   append_text("\n");
   const std::string text = tokenizer_.decode(closed ? ids.first(ids.size() - 1) : ids);
-  const AssistantReply parsed = parse_assistant_reply(text);
-  t_.messages.push_back({"assistant", parsed.content, parsed.tool_calls, {}});
+  const AssistantReply parsed = chat_.parse_reply(text, chat_options(environment_));
+  t_.messages.push_back({"assistant", parsed.content, parsed.tool_calls, {}, {}});
   last_observations_.clear();
 
-  const bool malformed_call = holds_malformed_call(parsed);
+  const bool malformed_call = parsed.malformed_call;
   if (!parsed.tool_calls.empty() || malformed_call) {
     for (const ToolCall& call : parsed.tool_calls) observe(call);
     if (malformed_call) {

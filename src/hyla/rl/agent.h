@@ -109,6 +109,7 @@ class AgentSession {
   FaultInjector faults_;
   AgentLimits limits_;
   const Tokenizer& tokenizer_;
+  ChatTemplate chat_;  // hyla's format, whatever the tokenizer
   std::chrono::steady_clock::time_point started_;
   Trajectory t_;
   FailureStreak failures_;
@@ -117,7 +118,10 @@ class AgentSession {
   std::vector<nlohmann::json> last_observations_;
 };
 
-// The ids of an assistant reply as encode_chat lays them out after "<|im_start|>assistant\n":
+// An episode's chat options: the environment's tools, offered in the system turn.
+ChatOptions chat_options(const Environment& environment);
+
+// The ids of an assistant reply as hyla's chat format lays them out after "<|im_start|>assistant\n":
 // the content, each call in its <tool_call> block, and <|im_end|>.
 std::vector<int32_t> encode_assistant_reply(const Tokenizer& tokenizer, const ChatMessage& reply);
 

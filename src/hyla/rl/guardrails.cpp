@@ -2,14 +2,13 @@
 
 namespace hyla {
 
-bool holds_malformed_call(const AssistantReply& reply) { return reply.content.find("<tool_call>") != std::string::npos; }
 
 std::optional<std::string> invalid_call_error(const AssistantReply& reply, std::span<const Tool> tools) {
   for (const ToolCall& call : reply.tool_calls) {
     const CheckedCall checked = check_call(tools, call);
     if (!checked.tool) return checked.error;
   }
-  if (holds_malformed_call(reply)) return std::string(kMalformedCallError);
+  if (reply.malformed_call) return std::string(kMalformedCallError);
   return std::nullopt;
 }
 

@@ -19,12 +19,12 @@
 
 namespace hyla {
 
-// Why the first invalid call of `reply` is invalid (nullopt: every call may run). A <tool_call>
-// block left in the content is one that did not parse (parse_assistant_reply).
+// Why the first invalid call of `reply` is invalid (nullopt: every call may run), a call that did
+// not parse (AssistantReply::malformed_call) included. Agents speak hyla's chat format, whose
+// malformed call the error describes.
 std::optional<std::string> invalid_call_error(const AssistantReply& reply, std::span<const Tool> tools);
 inline constexpr const char* kMalformedCallError =
     "a <tool_call> block must hold {\"name\": ..., \"arguments\": {...}}";
-bool holds_malformed_call(const AssistantReply& reply);
 
 bool failed_observation(const nlohmann::json& observation);
 // A tool message's text: failed when it parses as such an observation.

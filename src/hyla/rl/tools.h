@@ -18,7 +18,7 @@ namespace hyla {
 struct Tool {
   std::string name, description;
   nlohmann::json parameters;  // a JSON Schema of the arguments object
-  // {"name", "description", "parameters"} as one line of tools_system_prompt.
+  // {"name", "description", "parameters"}: one of ChatOptions::tools (data/chat_template.h).
   std::string definition() const;
 };
 

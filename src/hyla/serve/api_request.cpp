@@ -258,6 +258,21 @@ static Image image_part(const json& part, const std::string& where, const ServeL
   }
 }
 
+// chat_template_kwargs (vLLM's field): the Kimi K3 template's switches.
+static void read_template_kwargs(const json& body, ChatOptions& options) {
+  const json* kwargs = field(body, "chat_template_kwargs");
+  if (!kwargs) return;
+  if (!kwargs->is_object()) invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  for (const auto& [key, value] : kwargs->items()) {
+    if (key == "thinking" && value.is_boolean()) options.thinking = value.get<bool>();
+    else if (key == "thinking_effort" && (value.is_null() || value == "low" || value == "high" || value == "max"))
+      options.thinking_effort = value.is_null() ? "" : value.get<std::string>();
+    else
+      invalid("chat_template_kwargs", fmt::format("chat_template_kwargs.{} is not a template switch: they are "
+                                                  "'thinking' (a boolean) and 'thinking_effort' (low, high, max or null)", key));
+  }
+}
+
 ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, const std::string& served_model,
                               const ServeLimits& limits) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -307,6 +322,11 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
     } else if (message.role != "assistant") {
       invalid(where + ".content", where + " has no 'content'");
     }
+    if (const json* reasoning = field(m, "reasoning_content")) {
+      if (message.role != "assistant" || !reasoning->is_string())
+        invalid(where + ".reasoning_content", "'reasoning_content' must be a string on an assistant message");
+      message.reasoning = reasoning->get<std::string>();
+    }
     if (const json* calls = field(m, "tool_calls")) {
       if (message.role != "assistant" || !calls->is_array())
         invalid(where + ".tool_calls", "'tool_calls' must be an array on an assistant message");
@@ -340,53 +360,75 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
                          tool["function"].value("parameters", json::object())});
     }
   }
+  const ChatTemplate chat_template(tokenizer);
+  ChatOptions& options = r.chat_options;
+  options.tools = functions;
+  read_template_kwargs(body, options);
   std::vector<ToolSchema> forced;  // the tools a forced call may name
   std::string choice = functions.empty() ? "none" : "auto";
-  if (const json* tc = field(body, "tool_choice")) {
-    if (tc->is_string()) {
-      choice = tc->get<std::string>();
-      if (choice != "none" && choice != "auto" && choice != "required")
+  size_t previous_calls = 0;
+  for (const ChatMessage& m : chat) previous_calls += m.tool_calls.size();
+  try {
+    if (const json* tc = field(body, "tool_choice")) {
+      if (tc->is_string()) {
+        choice = tc->get<std::string>();
+        if (choice != "none" && choice != "auto" && choice != "required")
+          invalid("tool_choice", "'tool_choice' must be none, auto, required or a named function");
+      } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
+                 (*tc)["function"].value("name", json()).is_string()) {
+        const std::string name = (*tc)["function"]["name"].get<std::string>();
+        if (std::find(names.begin(), names.end(), name) == names.end())
+          invalid("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", name));
+        r.prefill = chat_template.forced_call_prefix(name, previous_calls);
+        forced.push_back(schemas[size_t(std::find(names.begin(), names.end(), name) - names.begin())]);
+      } else {
         invalid("tool_choice", "'tool_choice' must be none, auto, required or a named function");
-    } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
-               (*tc)["function"].value("name", json()).is_string()) {
-      const std::string name = (*tc)["function"]["name"].get<std::string>();
-      if (std::find(names.begin(), names.end(), name) == names.end())
-        invalid("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", name));
-      r.prefill = "<tool_call>\n{\"name\": " + json(name).dump() + ", \"arguments\": ";
-      forced.push_back(schemas[size_t(std::find(names.begin(), names.end(), name) - names.begin())]);
-    } else {
-      invalid("tool_choice", "'tool_choice' must be none, auto, required or a named function");
+      }
+      if (choice != "none" && functions.empty()) invalid("tool_choice", "'tool_choice' needs 'tools'");
     }
-    if (choice != "none" && functions.empty()) invalid("tool_choice", "'tool_choice' needs 'tools'");
-  }
-  if (choice == "required") {
-    r.prefill = "<tool_call>\n";
-    forced = schemas;
-  }
-  const std::optional<int32_t> open = tokenizer.token_id("<tool_call>"), close = tokenizer.token_id("</tool_call>");
-  if (!forced.empty()) {
-    // The forced call is well-formed by construction: its JSON follows the tool's parameters schema.
-    if (r.generation.grammar) invalid("response_format", "'response_format' cannot constrain a reply that 'tool_choice' forces to be a tool call");
-    if (!close) invalid("tool_choice", "this model's tokenizer has no </tool_call> token, so a call cannot be forced");
-    try {
-      r.generation.grammar =
-          tool_call_grammar(forced, choice == "required" ? ToolCallFrom::Object : ToolCallFrom::Arguments, *close);
-    } catch (const Error& e) {
-      invalid("tools", e.what());
+    if (choice == "required") {
+      r.prefill = chat_template.forced_call_prefix("", previous_calls);
+      forced = schemas;
     }
-  } else if (choice == "auto" && !r.generation.grammar && open && close) {
-    // The model may answer in text; a call it starts is held to the tools' schemas from its marker on.
-    try {
-      r.generation.grammar = tool_call_grammar(schemas, ToolCallFrom::Marker, *close);
-    } catch (const Error& e) {
-      invalid("tools", e.what());
-    }
-    r.generation.grammar_after = *open;
+  } catch (const Error& e) {
+    invalid("tool_choice", e.what());
   }
-  r.tools_offered = choice != "none";
-  if (r.tools_offered) chat = with_tools(chat, functions);
+  options.tool_choice = choice;
+  if (!forced.empty() && r.generation.grammar)
+    invalid("response_format", "'response_format' cannot constrain a reply that 'tool_choice' forces to be a tool call");
+  if (r.generation.grammar && chat_template.format() == ChatFormat::KimiK3)
+    invalid("response_format", "'response_format' cannot constrain a Kimi K3 reply: it is written in its template's "
+                               "think and response channels");
+  if (chat_template.format() == ChatFormat::Hyla) {
+    // hyla's calls end at the </tool_call> token, so a grammar can hold them to the tools' schemas;
+    // Kimi's calls are read as written (their templates force them in text, not by grammar).
+    const std::optional<int32_t> open = tokenizer.token_id("<tool_call>"), close = tokenizer.token_id("</tool_call>");
+    if (!forced.empty()) {
+      // The forced call is well-formed by construction: its JSON follows the tool's parameters schema.
+      if (!close) invalid("tool_choice", "this model's tokenizer has no </tool_call> token, so a call cannot be forced");
+      try {
+        r.generation.grammar =
+            tool_call_grammar(forced, choice == "required" ? ToolCallFrom::Object : ToolCallFrom::Arguments, *close);
+      } catch (const Error& e) {
+        invalid("tools", e.what());
+      }
+    } else if (choice == "auto" && !r.generation.grammar && open && close) {
+      // The model may answer in text; a call it starts is held to the tools' schemas from its marker on.
+      try {
+        r.generation.grammar = tool_call_grammar(schemas, ToolCallFrom::Marker, *close);
+      } catch (const Error& e) {
+        invalid("tools", e.what());
+      }
+      r.generation.grammar_after = *open;
+    }
+  }
 
-  std::vector<int32_t> prompt = encode_chat(tokenizer, chat, /*add_generation_prompt=*/true, limits.vision.patch_size);
+  std::vector<int32_t> prompt;
+  try {
+    prompt = chat_template.encode(chat, /*add_generation_prompt=*/true, options, limits.vision.patch_size);
+  } catch (const Error& e) {
+    invalid("messages", e.what());
+  }
   r.generation.images = chat_images(chat);
   if (!r.prefill.empty()) tokenizer.encode_append(r.prefill, /*allow_special=*/true, prompt);
   r.prompts.push_back(std::move(prompt));

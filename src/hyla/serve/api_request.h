@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
 #include "hyla/rl/tools.h"
@@ -35,7 +36,7 @@ struct ApiRequest {
   bool stream = false, include_usage = false;
   bool echo = false;      // completions: the prompt's text (and logprobs) lead each choice
   int logprobs = -1;      // alternatives per position for logprobs, -1: no logprobs
-  bool tools_offered = false;
+  ChatOptions chat_options;  // chat: the tools, tool_choice and thinking the template rendered, which reading the reply needs
   std::string prefill;    // chat: text forced at the start of the reply (tool_choice "required"/named)
   std::vector<Tool> tools;  // chat: the tools offered, which every call of a reply must fit
   ServeGuardrails guardrails;

@@ -134,7 +134,7 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
 ChatReply chat_reply(const ApiRequest& request, const GenerationOutput& out, AssistantReply parsed) {
   std::optional<GuardrailStop> stop = request.stopped;
   if (!stop)
-    stop = reply_guardrail(parsed, out.token_logprobs, request.tools_offered ? &request.tools : nullptr,
+    stop = reply_guardrail(parsed, out.token_logprobs, request.chat_options.offers_tools() ? &request.tools : nullptr,
                            request.guardrails);
   if (!stop) return {std::move(parsed), std::nullopt};
   return {AssistantReply{request.guardrails.fallback, {}}, std::move(stop)};
@@ -145,14 +145,14 @@ json chat_response(const ResponseHeader& header, const ApiRequest& request, cons
   json response = header.to_json();
   Usage usage;
   json list = json::array();
+  const ChatTemplate chat_template(tokenizer);
   for (const FinishedChoice& c : choices) {
     usage.add(c.output);
     const auto [reply, guardrail] =
-        chat_reply(request, c.output,
-                   request.tools_offered ? parse_assistant_reply(request.prefill + c.output.text)
-                                         : AssistantReply{c.output.text, {}});
+        chat_reply(request, c.output, chat_template.parse_reply(request.prefill + c.output.text, request.chat_options));
     json message = {{"role", "assistant"},
                     {"content", reply.content.empty() && !reply.tool_calls.empty() ? json(nullptr) : json(reply.content)}};
+    if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
     if (!reply.tool_calls.empty()) message["tool_calls"] = tool_calls_json(reply.tool_calls);
     json choice = {{"index", c.index},
                    {"message", message},

@@ -28,7 +28,7 @@ std::optional<GuardrailStop> conversation_guardrail(std::span<const ChatMessage>
 
 std::optional<GuardrailStop> reply_guardrail(const AssistantReply& reply, std::span<const double> token_logprobs,
                                              const std::vector<Tool>* offered, const ServeGuardrails& g) {
-  if (offered && (!reply.tool_calls.empty() || holds_malformed_call(reply))) {
+  if (offered && (!reply.tool_calls.empty() || reply.malformed_call)) {
     if (const std::optional<std::string> error = invalid_call_error(reply, *offered))
       return GuardrailStop{"invalid_tool_call", *error};
     return std::nullopt;

@@ -26,7 +26,7 @@
 #include "hyla/serve/connection_probe.h"
 #include "hyla/serve/http_threads.h"
 #include "hyla/serve/metrics.h"
-#include "hyla/serve/tool_stream.h"
+#include "hyla/data/reply_stream.h"
 
 namespace hyla {
 
@@ -471,7 +471,8 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
     return false;
   };
   const size_t n = job.futures.size();
-  std::vector<ToolCallStream> tools(n, ToolCallStream(r.prefill));
+  const ChatTemplate chat_template(*tokenizer);
+  std::vector<ReplyStream> replies(n, ReplyStream(chat_template, r.chat_options, r.prefill));
   // A reply the confidence guardrail may replace is held until it is judged, at its end.
   const bool hold = r.chat && r.guardrails.judges_confidence();
   std::vector<bool> done(n, false);
@@ -501,8 +502,12 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
         continue;
       }
       if (hold) continue;
-      const std::string content = r.tools_offered ? tools[i].push(text) : text;
-      if (!content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", content}}, nullptr))) return false;
+      const ReplyStream::Delta delta = replies[i].push(text);
+      if (!delta.reasoning.empty() &&
+          !write(chat_chunk(job.header, int64_t(i), {{"reasoning_content", delta.reasoning}}, nullptr)))
+        return false;
+      if (!delta.content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", delta.content}}, nullptr)))
+        return false;
     }
     for (size_t i : ready) {
       done[i] = true;
@@ -522,10 +527,11 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       json last;
       if (r.chat) {
         // What has not been streamed yet: the held call (or all of a held reply), judged whole.
-        AssistantReply unsent;
-        if (hold) unsent = r.tools_offered ? parse_assistant_reply(r.prefill + out.text) : AssistantReply{out.text, {}};
-        else if (r.tools_offered) unsent = tools[i].finish();
+        AssistantReply unsent = hold ? chat_template.parse_reply(r.prefill + out.text, r.chat_options) : replies[i].finish();
         const auto [reply, guardrail] = chat_reply(r, out, std::move(unsent));
+        if (!reply.reasoning.empty() &&
+            !write(chat_chunk(job.header, int64_t(i), {{"reasoning_content", reply.reasoning}}, nullptr)))
+          return false;
         if (!reply.content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", reply.content}}, nullptr)))
           return false;
         if (!reply.tool_calls.empty() &&
