@@ -570,5 +570,48 @@ TEST(GgufVocab, ConvertCarriesTheTokenizer) {
   EXPECT_EQ(upto_compute(from_gguf.output), upto_compute(from_dir.output));
 }
 
+// `hyla init --out FILE.gguf` streams a freshly initialised model (initialized_weights.h): the
+// same file, tensor for tensor, as init → quantize --experts mxfp4 --only-experts → convert.
+TEST(KimiGguf, InitWritesTheGgufOfInitQuantizeConvert) {
+  for (const char* config : {"configs/kimi-linear-tiny.json", "configs/kimi-k3-tiny.json"}) {
+    TempDir dir;
+    const std::string c = (test::source_dir() / config).string(), streamed = (dir / "streamed.gguf").string(),
+                      made = (dir / "made.gguf").string();
+    test::CommandResult r = test::run_hyla(fmt::format("init --config {} --seed 7 --out {} --type bf16 --experts mxfp4", c, streamed));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("experts mxfp4"), std::string::npos) << r.output;
+    for (const std::string& step :
+         {fmt::format("init --config {} --seed 7 --out {}", c, (dir / "f32").string()),
+          fmt::format("quantize -m {} --experts mxfp4 --only-experts --out {}", (dir / "f32").string(), (dir / "q").string()),
+          fmt::format("convert -m {} --out {} --type bf16", (dir / "q").string(), made)}) {
+      r = test::run_hyla(step);
+      ASSERT_EQ(r.exit_code, 0) << step << "\n" << r.output;
+    }
+    const GgufFile a(streamed), b(made);
+    ASSERT_EQ(a.tensors().size(), b.tensors().size()) << config;
+    size_t mxfp4 = 0;
+    for (size_t i = 0; i < a.tensors().size(); ++i) {
+      const GgufTensor &x = a.tensors()[i], &y = b.tensors()[i];
+      ASSERT_EQ(x.name, y.name);
+      ASSERT_EQ(x.type, y.type) << x.name;
+      ASSERT_EQ(x.bytes, y.bytes) << x.name;
+      EXPECT_EQ(std::memcmp(a.data(x), b.data(y), x.bytes), 0) << config << " " << x.name;
+      mxfp4 += x.type == uint32_t(GgmlType::MXFP4);
+    }
+    EXPECT_GT(mxfp4, 0u) << config;
+    GgufMetadata ma = a.metadata(), mb = b.metadata();
+    EXPECT_EQ(ma.at("general.name").value, "hyla init");
+    ma.erase("general.name");
+    mb.erase("general.name");
+    EXPECT_EQ(ma.size(), mb.size());
+    for (const auto& [k, v] : ma) EXPECT_EQ(v.value, mb.at(k).value) << k;
+  }
+  TempDir dir;
+  const std::string c = (test::source_dir() / "configs/kimi-linear-tiny.json").string();
+  const test::CommandResult r = test::run_hyla(fmt::format("init --config {} --out {} --experts mxfp4", c, (dir / "d").string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--type and --experts are for a FILE.gguf"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace hyla

@@ -197,9 +197,13 @@ std::shared_ptr<const MappedFile> MappedFile::open(const fs::path& path) {
   return file;
 }
 
+void MappedFile::release_pages() const {
+  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 void MappedFile::drop_cached_pages() const {
   if (!data_) return;
-  ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+  release_pages();
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);

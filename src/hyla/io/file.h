@@ -68,9 +68,13 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
-  // Unmaps this process's pages of the file and asks the kernel to drop the file from the page
-  // cache, so that the next read comes from the disk (a cold-cache benchmark). Best effort: pages
-  // another process maps or that are dirty stay.
+  // Unmaps this process's pages of the file (they leave its resident set and stay in the page
+  // cache; the next read maps them again): what a reader that copies out of the mapping does so
+  // that the file does not count as its memory.
+  void release_pages() const;
+  // release_pages(), and asks the kernel to drop the file from the page cache, so that the next
+  // read comes from the disk (a cold-cache benchmark). Best effort: pages another process maps or
+  // that are dirty stay.
   void drop_cached_pages() const;
 
  private:

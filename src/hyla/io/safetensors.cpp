@@ -241,6 +241,11 @@ const std::map<std::string, std::string>& ModelWeights::metadata_of(std::string_
 
 size_t ModelWeights::file_count() const { return file_names_.size(); }
 
+void ModelWeights::release_pages() const {
+  for (const SafetensorsFile& f : files_) f.release_pages();
+  for (const auto& m : mapped_) m->release_pages();
+}
+
 void ModelWeights::drop_cached_pages() const {
   for (const SafetensorsFile& f : files_) f.drop_cached_pages();
   for (const auto& m : mapped_) m->drop_cached_pages();

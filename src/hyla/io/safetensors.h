@@ -43,6 +43,7 @@ class SafetensorsFile {
   const SafetensorsEntry* find(std::string_view name) const;
   // A view into the mapped file; copied only when the data is not aligned to its element size.
   Tensor get(std::string_view name) const;
+  void release_pages() const { file_->release_pages(); }          // MappedFile's
   void drop_cached_pages() const { file_->drop_cached_pages(); }  // MappedFile's
 
  private:
@@ -76,9 +77,11 @@ class ModelWeights {
   size_t file_count() const;
   // The safetensors files (none when the tensors come from another format).
   const std::vector<SafetensorsFile>& files() const { return files_; }
-  // Drops the files' pages from the page cache (a cold-cache benchmark; MappedFile's).
+  // Unmaps the files' pages from this process, or also drops them from the page cache (a
+  // cold-cache benchmark); MappedFile's.
+  void release_pages() const;
   void drop_cached_pages() const;
-  // A memory map whose pages drop_cached_pages() also drops.
+  // A memory map whose pages release_pages() and drop_cached_pages() also drop.
   void keep_mapped(std::shared_ptr<const MappedFile> file) { mapped_.push_back(std::move(file)); }
 
  private:

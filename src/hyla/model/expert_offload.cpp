@@ -308,6 +308,9 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
         pack(layer, layer.missing[size_t(i)], layer.missing_slots[size_t(i)]);
       });
     const bool failed = failure.failed();
+    // The packed copies are in the slots: the file's pages leave this process (the page cache keeps
+    // them), so that resident memory is the slots, not the experts read so far.
+    if (misses > 0) weights_->release_pages();
     lock.lock();
     for (int32_t s : layer.missing_slots) {
       layer.slot_loading[size_t(s)] = 0;
@@ -416,6 +419,7 @@ void ExpertOffload::prefetch_loop() {
       lock.unlock();
       layer.loaded.notify_all();
     }
+    weights_->release_pages();
   }
 }
 

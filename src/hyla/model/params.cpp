@@ -146,47 +146,47 @@ void ParamStore::allocate() {
   allocated_ = true;
 }
 
-void ParamStore::initialize(const ModelConfig& config, uint64_t seed) {
-  HYLA_ASSERT(allocated_);
+void initial_values(const Param& p, const ModelConfig& config, uint64_t seed, float* v) {
   const double std_dev = config.initializer_range;
   const double output_std = std_dev / std::sqrt(2.0 * double(config.num_hidden_layers));
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Param& p = *params_[i];
-    if (!p.held) continue;
-    uint64_t mix = seed ^ hash_string(p.name);
-    Rng rng(splitmix64(mix));  // per-name stream: independent of registration order and threads
-    float* v = p.v();
-    const int64_t n = p.numel();
-    switch (p.init) {
-      case Init::Normal:
-        for (int64_t j = 0; j < n; ++j) v[j] = float(std_dev * rng.normal());
-        break;
-      case Init::NormalOutput:
-        for (int64_t j = 0; j < n; ++j) v[j] = float(output_std * rng.normal());
-        break;
-      case Init::Ones:
-        for (int64_t j = 0; j < n; ++j) v[j] = 1.0f;
-        break;
-      case Init::Zeros:
-        for (int64_t j = 0; j < n; ++j) v[j] = 0.0f;
-        break;
-      case Init::ConvUniform: {
-        const double bound = 1.0 / std::sqrt(double(p.shape[p.shape.ndim() - 1]));
-        for (int64_t j = 0; j < n; ++j) v[j] = float(rng.uniform(-bound, bound));
-        break;
-      }
-      case Init::ALog:
-        for (int64_t j = 0; j < n; ++j) v[j] = float(std::log(rng.uniform(1.0, 16.0)));
-        break;
-      case Init::DtBias:
-        for (int64_t j = 0; j < n; ++j) {
-          const double dt = std::max(std::exp(rng.uniform(std::log(1e-3), std::log(0.1))), 1e-4);
-          v[j] = float(dt + std::log(-std::expm1(-dt)));  // inverse softplus
-        }
-        break;
+  uint64_t mix = seed ^ hash_string(p.name);
+  Rng rng(splitmix64(mix));  // per-name stream: independent of registration order and threads
+  const int64_t n = p.numel();
+  switch (p.init) {
+    case Init::Normal:
+      for (int64_t j = 0; j < n; ++j) v[j] = float(std_dev * rng.normal());
+      break;
+    case Init::NormalOutput:
+      for (int64_t j = 0; j < n; ++j) v[j] = float(output_std * rng.normal());
+      break;
+    case Init::Ones:
+      for (int64_t j = 0; j < n; ++j) v[j] = 1.0f;
+      break;
+    case Init::Zeros:
+      for (int64_t j = 0; j < n; ++j) v[j] = 0.0f;
+      break;
+    case Init::ConvUniform: {
+      const double bound = 1.0 / std::sqrt(double(p.shape[p.shape.ndim() - 1]));
+      for (int64_t j = 0; j < n; ++j) v[j] = float(rng.uniform(-bound, bound));
+      break;
     }
+    case Init::ALog:
+      for (int64_t j = 0; j < n; ++j) v[j] = float(std::log(rng.uniform(1.0, 16.0)));
+      break;
+    case Init::DtBias:
+      for (int64_t j = 0; j < n; ++j) {
+        const double dt = std::max(std::exp(rng.uniform(std::log(1e-3), std::log(0.1))), 1e-4);
+        v[j] = float(dt + std::log(-std::expm1(-dt)));  // inverse softplus
+      }
+      break;
   }
+}
+
+void ParamStore::initialize(const ModelConfig& config, uint64_t seed) {
+  HYLA_ASSERT(allocated_);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i]->held) initial_values(*params_[i], config, seed, params_[i]->v());
 }
 
 int64_t ParamStore::numel() const {

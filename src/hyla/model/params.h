@@ -75,6 +75,10 @@ struct FlatRange {
   int64_t end() const { return first + count; }
 };
 
+// SPEC §9's initial values of `p` (its initialiser, from `seed` and its name alone), into its
+// numel() floats at `out`.
+void initial_values(const Param& p, const ModelConfig& config, uint64_t seed, float* out);
+
 class ParamStore {
  public:
   Param& add(std::string name, Shape shape, Init init, Component component, bool weight_decay = true,
