@@ -216,6 +216,8 @@ void add_bench(CLI::App& app) {
     HYLA_CHECK(!model_args.model_dir.empty(), "bench: give --model DIR, or a subcommand (kda, train)");
     if (serve_experts_to_rank0(model_args.model_dir)) return;
     model_args.load = expert_memory.load_options();
+    model_args.load.bf16_matrices = std::all_of(model_args.dtypes.begin(), model_args.dtypes.end(),
+                                                [](const std::string& d) { return d == "bf16"; });
     bench_model(model_args);
   });
   auto* kda = bench->add_subcommand("kda", "Time the KDA paths (recurrent, chunked dense, chunked pairwise)");

@@ -90,7 +90,9 @@ void add_chat(CLI::App& app) {
   add_expert_memory_options(cmd, expert_memory);
   cmd->callback([] {
     if (serve_experts_to_rank0(model_dir)) return;
-    const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
+    ModelLoadOptions load = expert_memory.load_options();
+    load.bf16_matrices = dtype == "bf16";
+    const std::unique_ptr<Model> model = load_model_for_engine(model_dir, load);
     const Tokenizer tokenizer = load_model_tokenizer(model_dir);
     const ChatTemplate chat(tokenizer);
     EngineOptions options;

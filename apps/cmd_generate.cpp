@@ -62,7 +62,9 @@ void add_generate(CLI::App& app) {
     if (!json_schema_file.empty()) request.grammar = json_schema_grammar(parse_json_file(json_schema_file), json_schema_file);
     else if (!json_schema.empty()) request.grammar = json_schema_grammar(parse_json(json_schema, "--json-schema"), "--json-schema");
     if (serve_experts_to_rank0(model_dir)) return;
-    const std::unique_ptr<Model> model = load_model_for_engine(model_dir, expert_memory.load_options());
+    ModelLoadOptions load = expert_memory.load_options();
+    load.bf16_matrices = dtype == "bf16";
+    const std::unique_ptr<Model> model = load_model_for_engine(model_dir, load);
     const Tokenizer tokenizer = load_model_tokenizer(model_dir);
     for (const std::string& file : image_files)
       request.images.push_back(to_model_image(read_image_file(file), model->config().vision, file));

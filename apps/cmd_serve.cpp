@@ -85,6 +85,7 @@ void add_serve(CLI::App& app) {
   cmd->callback([] {
     if (serve_experts_to_rank0(options.model_dir)) return;
     options.load = expert_memory.load_options();
+    options.load.bf16_matrices = dtype == "bf16";
     if (min_confidence) options.limits.guardrails.min_confidence = *min_confidence;
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.engine.latent_dtype = cache_dtype == "bf16" ? DType::BF16 : DType::F32;

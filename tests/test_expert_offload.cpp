@@ -77,6 +77,25 @@ std::vector<std::vector<float>> prefill_and_decode(Model& model) {
   return out;
 }
 
+// ModelLoadOptions::bf16_matrices: Linear's matrices held as bf16 alone give the bf16 forward's
+// logits bit for bit (with offloaded experts too), and an f32 product names what it lacks.
+TEST(ModelLoad, Bf16MatricesGiveTheSameBf16Logits) {
+  const OffloadModel& m = offload_model();
+  const auto full = Model::load(m.f32());
+  const auto lean = Model::load(m.f32(), {.bf16_matrices = true});
+  EXPECT_EQ(prefill_and_decode(*lean), prefill_and_decode(*full));
+  EXPECT_TRUE(lean->params().get("lm_head.weight").bf16_only);
+  EXPECT_FALSE(lean->params().get("lm_head.weight").value.defined());
+  EXPECT_FALSE(lean->params().get("model.embed_tokens.weight").bf16_only);  // gathered from f32 rows
+  EXPECT_FALSE(lean->params().get("model.layers.2.mlp.experts.0.down_proj.weight").bf16_only);
+  SequenceState state(*lean, 8);
+  test::expect_error([&] { feed(*lean, {1, 2}, state, 2, Precision::F32); }, "is held as bf16 only");
+  const auto offloaded = Model::load(m.int8(), {.offload_experts = ExpertOffloadOptions{parse_expert_memory("50%"),
+                                                                                        ExpertCachePolicy::Lru, true},
+                                                .bf16_matrices = true});
+  EXPECT_EQ(prefill_and_decode(*offloaded), prefill_and_decode(*Model::load(m.int8())));
+}
+
 TEST(ExpertMemory, ParsesSizesAndPercentages) {
   EXPECT_EQ(parse_expert_memory("512M").bytes, int64_t(512) << 20);
   EXPECT_EQ(parse_expert_memory("2GiB").bytes, int64_t(2) << 30);

@@ -88,8 +88,14 @@ void Linear::forward(const float* x, int64_t n, float* y, Precision p, float bet
     const bf16* xb = bf16_rows(0, x, n, in_, ld_x);
     gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, xb, in_, w16(), in_, beta, y, ld_y);
   } else {
+    check_f32_values();
     gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, x, ld_x, w(), in_, beta, y, ld_y);
   }
+}
+
+void Linear::check_f32_values() const {
+  HYLA_CHECK(!parts_[0]->bf16_only, "'{}' is held as bf16 only (the model was loaded for bf16 products): an f32 "
+             "product cannot use it", parts_[0]->name);
 }
 
 void Linear::backward_input(const float* dy, int64_t n, float* dx, Precision p, float beta, int64_t ld_dy,
@@ -101,6 +107,7 @@ void Linear::backward_input(const float* dy, int64_t n, float* dx, Precision p, 
     const bf16* dyb = bf16_rows(0, dy, n, out_, ld_dy);
     gemm(Trans::N, Trans::N, n, in_, out_, 1.0f, dyb, out_, w16(), in_, beta, dx, ld_dx);
   } else {
+    check_f32_values();
     gemm(Trans::N, Trans::N, n, in_, out_, 1.0f, dy, ld_dy, w(), in_, beta, dx, ld_dx);
   }
 }

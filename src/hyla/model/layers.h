@@ -52,6 +52,7 @@ class Linear {
                        int64_t ld_dy = -1) const;
 
  private:
+  void check_f32_values() const;  // an error naming a bf16_only matrix
   std::vector<Param*> parts_;  // the matrix's rows, part by part (one part unless fused)
   int64_t in_ = 0, out_ = 0;
 };

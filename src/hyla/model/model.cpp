@@ -118,6 +118,8 @@ std::unique_ptr<Model> Model::load(const fs::path& dir, const ModelLoadOptions& 
   HYLA_ASSERT(!(options.holds && options.offload_experts));
   if (options.holds) model->params_.hold_only(options.holds);
   if (options.offload_experts) model->params_.hold_only([](const Param& p) { return routed_expert_of(p.name) < 0; });
+  if (options.bf16_matrices)
+    for (const auto& p : model->params_.params()) p->bf16_only = p->bf16_suffices();
   model->params_.allocate();
   model->params_.load(*weights, dir.string());
   model->params_.refresh_bf16();

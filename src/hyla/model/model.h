@@ -76,6 +76,9 @@ struct ModelLoadOptions {
   std::function<bool(const Param&)> holds;
   // The routed experts stay in the files, served through a resident cache (expert_offload.h).
   std::optional<ExpertOffloadOptions> offload_experts;
+  // Float matrices held as bf16 alone (Param::bf16_only): for an engine at Precision::BF16, whose
+  // products read nothing else; a third of the memory of f32 values plus the bf16 copy.
+  bool bf16_matrices = false;
 };
 
 struct DecoderLayer {

@@ -117,18 +117,20 @@ void ParamStore::allocate() {
                                 : mxfp4_packed_bytes(p.shape[0], p.shape[1]),
                     64);
   };
-  int64_t total = 0, quantized_bytes = 0;
+  int64_t total = 0, bf16_total = 0, quantized_bytes = 0;
   for (const auto& p : params_) {
     if (!p->held) continue;
+    HYLA_ASSERT(!p->bf16_only || p->bf16_suffices());
     if (p->is_quantized()) quantized_bytes += packed_bytes(*p);
-    else total += p->numel();
+    else bf16_total += p->numel(), total += p->bf16_only ? 0 : p->numel();
+    bf16_only_ = bf16_only_ || p->bf16_only;
   }
-  const bool training = quantized_bytes == 0;
+  const bool training = quantized_bytes == 0 && !bf16_only_;
   values_ = Tensor::zeros(DType::F32, {total});
-  values_bf16_ = Tensor::zeros(DType::BF16, {total});
+  values_bf16_ = Tensor::zeros(DType::BF16, {bf16_total});
   if (training) grads_ = Tensor::zeros(DType::F32, {total});
   else quantized_ = Tensor::empty(DType::U8, {quantized_bytes});
-  int64_t offset = 0, quantized_offset = 0;
+  int64_t offset = 0, bf16_offset = 0, quantized_offset = 0;
   for (const auto& p : params_) {
     if (!p->held) continue;
     if (p->is_quantized()) {
@@ -138,8 +140,11 @@ void ParamStore::allocate() {
       quantized_offset += packed_bytes(*p);
       continue;
     }
+    // Fused parts stay contiguous in both buffers: they are bf16_only alike (Linear's matrices).
+    p->value_bf16 = Tensor::view(DType::BF16, p->shape, values_bf16_.data<bf16>() + bf16_offset, nullptr);
+    bf16_offset += p->numel();
+    if (p->bf16_only) continue;
     p->value = Tensor::view(DType::F32, p->shape, values_.data<float>() + offset, nullptr);
-    p->value_bf16 = Tensor::view(DType::BF16, p->shape, values_bf16_.data<bf16>() + offset, nullptr);
     if (training && p->trainable) p->grad = Tensor::view(DType::F32, p->shape, grads_.data<float>() + offset, nullptr);
     offset += p->numel();
   }
@@ -235,14 +240,26 @@ bf16* ParamStore::values_bf16() {
 void ParamStore::zero_grads() { std::memset(grads(), 0, grads_.nbytes()); }
 
 void ParamStore::refresh_bf16() {
-  const int64_t n = values_.numel(), block = int64_t(1) << 16;
+  const int64_t block = int64_t(1) << 16;
+  if (!bf16_only_) {  // the two buffers share one layout
+    const int64_t n = values_.numel();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += block)
-    convert(values_.data<float>() + i, values_bf16_.data<bf16>() + i, size_t(std::min(block, n - i)));
+    for (int64_t i = 0; i < n; i += block)
+      convert(values_.data<float>() + i, values_bf16_.data<bf16>() + i, size_t(std::min(block, n - i)));
+    return;
+  }
+  for (const auto& p : params_) {
+    if (!p->held || p->is_quantized() || p->bf16_only) continue;
+    const int64_t n = p->numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i += block)
+      convert(p->v() + i, const_cast<bf16*>(p->v16()) + i, size_t(std::min(block, n - i)));
+  }
 }
 
 NamedTensors ParamStore::named_values(DType dtype) const {
   check_float_store(has_quantized());
+  HYLA_CHECK(!bf16_only_, "a model loaded with bf16 matrices only (for inference) cannot be saved");
   NamedTensors out;
   for (const auto& p : params_)
     if (p->held) out.emplace_back(p->name, dtype == DType::F32 ? p->value : p->value.to(dtype));
@@ -266,6 +283,20 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
       const float* s = scales.data<float>();
       check_int8_scales(s, scales.numel(), source, p->name);
       int8_pack(t.data<int8_t>(), s, p->shape[0], p->shape[1], p->int8_block, const_cast<uint8_t*>(p->int8.data));
+    } else if (p->bf16_only) {
+      bf16* out = const_cast<bf16*>(p->v16());
+      if (e.dtype == DType::BF16) {
+        std::memcpy(out, t.data<bf16>(), n * 2);
+      } else if (e.dtype == DType::F32) {
+        convert(t.data<float>(), out, n);
+      } else {  // through f32, as refresh_bf16 rounds a loaded f16 value
+        std::vector<float> row(size_t(1) << 16);
+        for (size_t i = 0; i < n; i += row.size()) {
+          const size_t m = std::min(row.size(), n - i);
+          convert(t.data<f16>() + i, row.data(), m);
+          convert(row.data(), out + i, m);
+        }
+      }
     } else if (e.dtype == DType::F32) {
       std::memcpy(p->v(), t.data<float>(), n * 4);
     } else if (e.dtype == DType::BF16) {

@@ -36,7 +36,7 @@ struct Param {
   Component component;
   bool weight_decay;  // false for norms, biases, A_log, dt_bias, AttnRes queries, router centres
   bool trainable;     // false for buffers (the balancing bias): no gradient, no optimiser update
-  Tensor value;       // f32, a view into the store's value buffer
+  Tensor value;       // f32, a view into the store's value buffer (undefined when bf16_only)
   Tensor grad;        // f32, a view into the gradient buffer (undefined for buffers)
   int64_t numel() const { return shape.numel(); }
   Tensor value_bf16;  // bf16 copy for matrix products, refreshed by ParamStore::refresh_bf16
@@ -56,6 +56,9 @@ struct Param {
   // grad are undefined.
   bool stored_mxfp4 = false;
   Mxfp4PackedMatrix mxfp4;
+  // Held as its bf16 copy alone (inference at Precision::BF16, ModelLoadOptions::bf16_matrices):
+  // value and grad are undefined, so an f32 product refuses it (Linear).
+  bool bf16_only = false;
   // Whether this process holds the parameter (value, gradient, optimiser state). A parameter held
   // elsewhere (another process's experts, ParamStore::hold_only) is registered, so names, shapes
   // and model files stay whole, but has no memory here: value and grad stay undefined.
@@ -67,6 +70,10 @@ struct Param {
   bool is_mxfp4() const { return stored_mxfp4; }
   bool is_quantized() const { return is_int8() || is_mxfp4(); }
   bool mxfp4_allowed() const { return int8_allowed && component == Component::RoutedExperts; }
+  // A float matrix whose every product under Precision::BF16 reads the bf16 copy alone: the
+  // matrices Linear multiplies (those `hyla quantize` may make int8), routed experts excepted
+  // (their kernels read f32 where the CPU lacks bf16 products).
+  bool bf16_suffices() const { return int8_allowed && !is_quantized() && component != Component::RoutedExperts; }
 };
 
 // A range of the flat parameter buffers (ParamStore::values, grads): an optimiser's shard.
@@ -127,6 +134,7 @@ class ParamStore {
   Tensor values_, grads_, values_bf16_;
   Tensor quantized_;  // packed int8 and MXFP4 weights
   bool allocated_ = false;
+  bool bf16_only_ = false;  // some parameter is bf16_only: the value buffers have different layouts
 };
 
 }  // namespace hyla
