@@ -269,7 +269,9 @@ void bench_model(const ModelBenchArgs& a) {
     if (!a.json) fmt::print("\n");
   }
   const SequenceState probe(*model, capacity);
-  if (!a.json)
+  if (!a.json && offload)
+    fmt::print("decode rows' roofline: none (the offloaded experts come from the files: docs/offload.md's disk bound)\n");
+  else if (!a.json)
     fmt::print("decode rows' roofline: a plain read of a token's bytes laid out and ordered as the token reads them "
                "(re-read bytes, and {} of {} routed experts per MoE layer), with the row's threads; each kind named "
                "after the memory its rate says served it (last-level cache: well above DRAM's 512 MB rate)\n",
@@ -300,8 +302,9 @@ void bench_model(const ModelBenchArgs& a) {
       const double mixer_bytes = 2.0 * double(probe.fixed_bytes()) + double(probe.bytes_per_token()) * position;
       return std::pair{weights.reread + mixer_bytes, mixer_bytes};
     };
-    const TokenReadBench reads(int64_t(reread_at(double(capacity)).first), moe_layers, experts,
-                               int64_t(weights.expert));
+    // Not with offload: its buffer would hold every expert, which is what does not fit.
+    std::optional<TokenReadBench> reads;
+    if (!offload) reads.emplace(int64_t(reread_at(double(capacity)).first), moe_layers, experts, int64_t(weights.expert));
     for (const ThreadConfig& setting : thread_settings) {
       set_thread_config(setting);
       const int64_t threads = setting.threads;
@@ -393,16 +396,18 @@ void bench_model(const ModelBenchArgs& a) {
           // The latent cache is read at the mean position of the run.
           const double position = double(depth) + double(n) / 2;
           const auto [reread, mixer_bytes] = reread_at(position);
-          const DecodeBound bound = DecodeBound::of(
-              reread, routed_bytes, mixer_bytes, mixer_flops_per_token(config, position),
-              reads.measure(int64_t(reread), config.moe.num_experts_per_tok), dram_bandwidth, peak_flops);
+          std::optional<DecodeBound> bound;
+          if (reads)
+            bound = DecodeBound::of(reread, routed_bytes, mixer_bytes, mixer_flops_per_token(config, position),
+                                    reads->measure(int64_t(reread), config.moe.num_experts_per_tok), dram_bandwidth,
+                                    peak_flops);
           emit(fmt::format("tg{}{}", n, at),
                timed(double(n), [&] { state.copy_from(at_depth); },
                                  [&] {
                                    for (size_t i = size_t(depth); i < ids.size(); ++i)
                                      feed(*model, {ids[i]}, state, 1, precision);
                                  }),
-               &bound);
+               bound ? &*bound : nullptr);
         }
       }
       // Batched decode: B sequences, one token each per forward.

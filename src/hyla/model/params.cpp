@@ -304,6 +304,9 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
     } else {
       convert(t.data<f16>(), p->v(), n);
     }
+    // What was read is copied: the file's pages leave the resident set (a model larger than
+    // memory loads its resident part without holding the file's pages it read).
+    weights.release_pages();
   }
 }
 
