@@ -72,6 +72,9 @@ class MappedFile {
   // cache; the next read maps them again): what a reader that copies out of the mapping does so
   // that the file does not count as its memory.
   void release_pages() const;
+  // Asks the kernel to start reading [begin, begin + bytes) of the mapping into the page cache
+  // (MADV_WILLNEED), so that many ranges are read at once rather than fault by fault.
+  void will_need(const uint8_t* begin, size_t bytes) const;
   // release_pages(), and asks the kernel to drop the file from the page cache, so that the next
   // read comes from the disk (a cold-cache benchmark). Best effort: pages another process maps or
   // that are dirty stay.

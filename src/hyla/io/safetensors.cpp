@@ -155,6 +155,12 @@ Tensor SafetensorsFile::get(std::string_view name) const {
   return Tensor::view(e->dtype, e->shape, const_cast<uint8_t*>(p), file_);
 }
 
+void SafetensorsFile::will_need(std::string_view name) const {
+  const SafetensorsEntry* e = find(name);
+  HYLA_CHECK(e, "{}: no tensor named '{}'", path().string(), name);
+  file_->will_need(data_ + e->begin, e->end - e->begin);
+}
+
 ModelWeights::ModelWeights(const fs::path& dir) {
   const fs::path single = dir / "model.safetensors", index_path = dir / "model.safetensors.index.json";
   if (!fs::exists(index_path)) {
@@ -197,12 +203,13 @@ ModelWeights::ModelWeights(const fs::path& dir) {
 }
 
 void ModelWeights::add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read,
-                       std::shared_ptr<const std::map<std::string, std::string>> metadata) {
+                       std::shared_ptr<const std::map<std::string, std::string>> metadata, MappedBytes source) {
   HYLA_ASSERT(files_.empty());
   if (file_names_.empty() || file_names_.back() != file) file_names_.push_back(std::move(file));
   std::string name = entry.name;
   const bool inserted =
-      items_.emplace(name, Item{std::move(entry), file_names_.size() - 1, std::move(read), std::move(metadata)}).second;
+      items_.emplace(name, Item{std::move(entry), file_names_.size() - 1, std::move(read), std::move(metadata),
+                                std::move(source)}).second;
   HYLA_CHECK(inserted, "{}: tensor '{}' given twice", file_names_.back(), name);
 }
 
@@ -228,6 +235,12 @@ Tensor ModelWeights::get(std::string_view name) const {
   Tensor t = i.read();
   HYLA_ASSERT(t.dtype() == i.entry.dtype && t.shape() == i.entry.shape);
   return t;
+}
+
+void ModelWeights::will_need(std::string_view name) const {
+  const Item& i = item(name);
+  if (!i.read) files_[i.file].will_need(name);
+  else if (i.source.file) i.source.file->will_need(i.source.begin, i.source.bytes);
 }
 
 const std::string& ModelWeights::file_of(std::string_view name) const { return file_names_[item(name).file]; }

@@ -43,6 +43,7 @@ class SafetensorsFile {
   const SafetensorsEntry* find(std::string_view name) const;
   // A view into the mapped file; copied only when the data is not aligned to its element size.
   Tensor get(std::string_view name) const;
+  void will_need(std::string_view name) const;  // MappedFile::will_need of the tensor's bytes
   void release_pages() const { file_->release_pages(); }          // MappedFile's
   void drop_cached_pages() const { file_->drop_cached_pages(); }  // MappedFile's
 
@@ -51,6 +52,13 @@ class SafetensorsFile {
   SafetensorsHeader header_;
   const uint8_t* data_ = nullptr;
   std::map<std::string, size_t, std::less<>> index_;
+};
+
+// Bytes of a memory map that a tensor is read from.
+struct MappedBytes {
+  std::shared_ptr<const MappedFile> file;
+  const uint8_t* begin = nullptr;
+  size_t bytes = 0;
 };
 
 // The weights of a model: a model directory's model.safetensors, or the shards that
@@ -64,12 +72,16 @@ class ModelWeights {
   // A tensor `read` produces on demand, with the dtype and shape it will have; `entry.end -
   // entry.begin` its stored bytes; `file` names its source in messages.
   // `metadata` plays the part of a safetensors file's __metadata__ (e.g. int8 tensors' block).
+  // `source`: the bytes `read` reads in a memory map, if any (for will_need).
   void add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read,
-           std::shared_ptr<const std::map<std::string, std::string>> metadata = nullptr);
+           std::shared_ptr<const std::map<std::string, std::string>> metadata = nullptr, MappedBytes source = {});
   std::vector<std::string> names() const;  // sorted
   bool contains(std::string_view name) const;
   const SafetensorsEntry& entry(std::string_view name) const;
   Tensor get(std::string_view name) const;
+  // Starts reading a tensor's bytes ahead of get() where they come from a memory map (a no-op
+  // for tensors computed without one).
+  void will_need(std::string_view name) const;
   // The file that holds a tensor (for messages), and that file's safetensors __metadata__ (empty
   // for other formats).
   const std::string& file_of(std::string_view name) const;
@@ -90,6 +102,7 @@ class ModelWeights {
     size_t file = 0;                  // index into files_, or into file_names_ for added tensors
     std::function<Tensor()> read;     // added tensors only
     std::shared_ptr<const std::map<std::string, std::string>> metadata;  // added tensors only
+    MappedBytes source;                                                   // added tensors only
   };
   const Item& item(std::string_view name) const;
   std::vector<SafetensorsFile> files_;

@@ -196,6 +196,13 @@ void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
   }
 }
 
+void ExpertOffload::will_need(const Layer& layer, int64_t e) const {
+  for (const Source& s : layer.sources[size_t(e)]) {
+    weights_->will_need(s.name);
+    weights_->will_need(s.scale);
+  }
+}
+
 void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
   uint8_t* dst = static_cast<uint8_t*>(slot_memory_.raw()) + (layer.index * slots_ + slot) * expert_bytes_;
   Int8PackedMatrix int8[3];
@@ -299,6 +306,7 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
       layer.missing_slots.push_back(int32_t(s));
     }
     lock.unlock();
+    for (int32_t e : layer.missing) will_need(layer, e);
     FirstException failure;
     const int64_t misses = int64_t(layer.missing.size());
 #pragma omp parallel for schedule(dynamic, 1) if (misses > 1)
@@ -394,6 +402,11 @@ void ExpertOffload::prefetch_loop() {
       next.pending = false;
     }
     Layer& layer = *layers_[size_t(request.layer)];
+    {
+      std::lock_guard<std::mutex> lock(layer.mutex);
+      for (int32_t e : request.experts)
+        if (layer.expert_slot[size_t(e)] < 0) will_need(layer, e);
+    }
     for (int32_t e : request.experts) {
       // Checked before the expert takes a slot, so that a slot a forward may already wait on is
       // always filled; a corrupt expert is left to the compute's own fetch, which reports it.

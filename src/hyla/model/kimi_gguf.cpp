@@ -405,18 +405,22 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   // A Q8_0 matrix kept as int8: its codes and, beside them, its scales.
   auto add_int8 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
     const Shape scales{shape[0], shape[1] / 32};
+    const MappedBytes bytes{gguf->mapped(), gguf->data(*t) + ggml_bytes(GgmlType::Q8_0, first),
+                            size_t(ggml_bytes(GgmlType::Q8_0, shape.numel()))};
     w.add({name, DType::I8, shape, 0, uint64_t(shape.numel())}, source,
-          [gguf, t, first, shape] { return q8_0_codes(*gguf, *t, first, shape); }, int8_meta);
+          [gguf, t, first, shape] { return q8_0_codes(*gguf, *t, first, shape); }, int8_meta, bytes);
     w.add({int8_scale_name(name), DType::F32, scales, 0, uint64_t(scales.numel()) * 2}, source,
-          [gguf, t, first, scales] { return q8_0_scales(*gguf, *t, first, scales); }, int8_meta);
+          [gguf, t, first, scales] { return q8_0_scales(*gguf, *t, first, scales); }, int8_meta, bytes);
   };
   // An MXFP4 expert matrix kept as MXFP4: its codes and scales.
   auto add_mxfp4 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
     const Shape codes{shape[0], shape[1] / 2}, scales{shape[0], shape[1] / 32};
+    const MappedBytes bytes{gguf->mapped(), gguf->data(*t) + ggml_bytes(GgmlType::MXFP4, first),
+                            size_t(ggml_bytes(GgmlType::MXFP4, shape.numel()))};
     w.add({name, DType::U8, codes, 0, uint64_t(codes.numel())}, source,
-          [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/false); });
+          [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/false); }, nullptr, bytes);
     w.add({mxfp4_scale_name(name), DType::U8, scales, 0, uint64_t(scales.numel())}, source,
-          [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/true); });
+          [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/true); }, nullptr, bytes);
   };
   std::set<std::string> used;
   auto entry = [](const std::string& name, DType dtype, Shape shape, uint64_t bytes) {
