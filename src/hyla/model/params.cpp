@@ -268,6 +268,8 @@ NamedTensors ParamStore::named_values(DType dtype) const {
 
 void ParamStore::load(const ModelWeights& weights, const std::string& source) {
   HYLA_ASSERT(allocated_);
+  constexpr uint64_t kReleaseBytes = uint64_t(256) << 20;
+  uint64_t unreleased = 0;
   for (const auto& p : params_) {
     if (!p->held) continue;
     const SafetensorsEntry& e = weights.entry(p->name);
@@ -305,9 +307,12 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
       convert(t.data<f16>(), p->v(), n);
     }
     // What was read is copied: the file's pages leave the resident set (a model larger than
-    // memory loads its resident part without holding the file's pages it read).
-    weights.release_pages();
+    // memory loads its resident part without holding the file's pages it read), every
+    // kReleaseBytes rather than per tensor, since each release walks the whole mapping.
+    unreleased += e.end - e.begin;
+    if (unreleased >= kReleaseBytes) weights.release_pages(), unreleased = 0;
   }
+  weights.release_pages();
 }
 
 }  // namespace hyla
