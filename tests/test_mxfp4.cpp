@@ -12,8 +12,8 @@
 #include "hyla/core/memory.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/infer/sequence_state.h"
+#include "hyla/io/gguf.h"
 #include "hyla/io/safetensors.h"
-#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/expert_offload.h"
 #include "hyla/model/model.h"
 #include "hyla/model/mxfp4_weights.h"
@@ -126,6 +126,28 @@ TEST(Mxfp4, QuantiserRoundsToTheNearestCodeTiesToEven) {
       const double bound = a >= 6 ? a - 6 : (a < 2 ? 0.25 : a < 4 ? 0.5 : 1.0);
       ASSERT_LE(err, bound * unit * (1 + 1e-6)) << "trial " << trial << " value " << i;
     }
+  }
+}
+
+// GGUF's blocks (scale, then values 0–15 in low nibbles and 16–31 in high ones) packed in one pass
+// give the bytes of the file form's packing, partial panels included; the first NaN scale is named.
+TEST(Mxfp4, PackingGgmlBlocksEqualsPackingTheFileForm) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{16, 32}, {37, 96}, {130, 2304}}) {
+    TestMatrix m = random_matrix(rows, cols, unsigned(rows + cols));
+    std::vector<uint8_t> blocks(size_t(rows * cols / 32 * kGgmlMxfp4BlockBytes));
+    mxfp4_codes_to_blocks(m.codes.data(), m.scales.data(), rows * cols, blocks.data());
+    const size_t bytes = size_t(mxfp4_packed_bytes(rows, cols));
+    std::vector<uint8_t> packed(bytes, 0xAB);
+    EXPECT_EQ(mxfp4_pack_blocks(blocks.data(), rows, cols, packed.data()), -1);
+    EXPECT_EQ(std::memcmp(packed.data(), m.packed.get(), bytes), 0) << rows << "x" << cols;
+    EXPECT_EQ(mxfp4_blocks_first_nan_scale(blocks.data(), rows * cols / 32), -1);
+
+    // NaN scales in two panels: the first in row-major block order is reported by both.
+    const int64_t per_row = cols / 32, late = (rows - 1) * per_row, early = (rows / 2) * per_row + per_row - 1;
+    blocks[size_t(late * kGgmlMxfp4BlockBytes)] = 0xFF;
+    blocks[size_t(early * kGgmlMxfp4BlockBytes)] = 0xFF;
+    EXPECT_EQ(mxfp4_pack_blocks(blocks.data(), rows, cols, packed.data()), early);
+    EXPECT_EQ(mxfp4_blocks_first_nan_scale(blocks.data(), rows * cols / 32), early);
   }
 }
 

@@ -243,6 +243,11 @@ void ModelWeights::will_need(std::string_view name) const {
   else if (i.source.file) i.source.file->will_need(i.source.begin, i.source.bytes);
 }
 
+const MappedBytes* ModelWeights::mapped_source(std::string_view name) const {
+  const Item& i = item(name);
+  return i.read && i.source.file ? &i.source : nullptr;
+}
+
 const std::string& ModelWeights::file_of(std::string_view name) const { return file_names_[item(name).file]; }
 
 const std::map<std::string, std::string>& ModelWeights::metadata_of(std::string_view name) const {

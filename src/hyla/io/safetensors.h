@@ -59,6 +59,9 @@ struct MappedBytes {
   std::shared_ptr<const MappedFile> file;
   const uint8_t* begin = nullptr;
   size_t bytes = 0;
+  // The bytes are ggml MXFP4 blocks (io/gguf.h) whose codes or scales the tensor is: a reader may
+  // pack them as they are (mxfp4_pack_blocks) rather than get() each half converted.
+  bool ggml_mxfp4_blocks = false;
 };
 
 // The weights of a model: a model directory's model.safetensors, or the shards that
@@ -82,6 +85,9 @@ class ModelWeights {
   // Starts reading a tensor's bytes ahead of get() where they come from a memory map (a no-op
   // for tensors computed without one).
   void will_need(std::string_view name) const;
+  // The mapped bytes an added tensor is read from (null where there are none, and for safetensors
+  // files, whose get() is a view of the map already).
+  const MappedBytes* mapped_source(std::string_view name) const;
   // The file that holds a tensor (for messages), and that file's safetensors __metadata__ (empty
   // for other formats).
   const std::string& file_of(std::string_view name) const;

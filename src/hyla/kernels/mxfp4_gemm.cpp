@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -450,11 +451,65 @@ void mxfp4_pack(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64
   });
 }
 
+namespace {
+
+// The low nibbles of 8 bytes, two a byte in order: byte k of the result is x's byte 2k's nibble
+// then byte 2k + 1's in the high half (the file form of 8 consecutive values).
+uint32_t pair_nibbles(uint64_t x) {
+  x &= 0x0F0F0F0F0F0F0F0Full;
+  x = (x | x >> 4) & 0x00FF00FF00FF00FFull;
+  x = (x | x >> 8) & 0x0000FFFF0000FFFFull;
+  return uint32_t(x | x >> 16);
+}
+
+}  // namespace
+
+int64_t mxfp4_pack_blocks(const uint8_t* blocks, int64_t rows, int64_t cols, uint8_t* dst) {
+  HYLA_ASSERT(cols % kMxfp4Block == 0);
+  const int64_t per_row = cols / kMxfp4Block;
+  std::atomic<int64_t> first_nan{-1};
+  parallel_rows(panel_count(rows), kPanelRows * cols, [&](int64_t begin, int64_t end) {
+    // Row after row, so that the blocks are read in file order (each panel's output stays in cache).
+    int64_t nan = -1;
+    for (int64_t r = begin * kPanelRows; r < std::min(rows, end * kPanelRows); ++r) {
+      const int64_t i = r % kPanelRows;
+      const uint8_t* block = blocks + r * per_row * kGgmlMxfp4BlockBytes;
+      uint8_t* out = dst + (r / kPanelRows) * panel_bytes(cols);  // the panel's block b at out + b · kBlockBytes
+      for (int64_t b = 0; b < per_row; ++b, block += kGgmlMxfp4BlockBytes, out += kBlockBytes) {
+        if (block[0] == 0xFF && nan < 0) nan = r * per_row + b;
+        uint64_t q[2];
+        std::memcpy(q, block + 1, 16);
+        // Values 0–7 and 8–15 are the low nibbles of bytes 0–7 and 8–15; 16–31 the high ones.
+        const uint32_t words[kGroups] = {pair_nibbles(q[0]), pair_nibbles(q[1]), pair_nibbles(q[0] >> 4),
+                                         pair_nibbles(q[1] >> 4)};
+        for (int64_t g = 0; g < kGroups; ++g) std::memcpy(out + g * kGroupBytes + 4 * i, &words[g], 4);
+        out[kGroups * kGroupBytes + i] = block[0];
+      }
+    }
+    // The last panel's missing rows: zero codes and scales, as mxfp4_pack writes them.
+    for (int64_t r = rows; r < end * kPanelRows; ++r)
+      for (int64_t b = 0; b < per_row; ++b) {
+        uint8_t* out = dst + (r / kPanelRows) * panel_bytes(cols) + b * kBlockBytes;
+        for (int64_t g = 0; g < kGroups; ++g) std::memset(out + g * kGroupBytes + 4 * (r % kPanelRows), 0, 4);
+        out[kGroups * kGroupBytes + r % kPanelRows] = 0;
+      }
+    for (int64_t seen = first_nan.load(); nan >= 0 && (seen < 0 || nan < seen);)
+      if (first_nan.compare_exchange_weak(seen, nan)) break;
+  });
+  return first_nan.load();
+}
+
 float mxfp4_value(uint8_t code, uint8_t scale) { return kValues[code & 15] * scale_value(scale); }
 
 int64_t mxfp4_first_nan_scale(const uint8_t* scales, int64_t n) {
   const uint8_t* hit = std::find(scales, scales + n, uint8_t(0xFF));
   return hit == scales + n ? -1 : hit - scales;
+}
+
+int64_t mxfp4_blocks_first_nan_scale(const uint8_t* blocks, int64_t n) {
+  for (int64_t b = 0; b < n; ++b)
+    if (blocks[b * kGgmlMxfp4BlockBytes] == 0xFF) return b;
+  return -1;
 }
 
 uint8_t mxfp4_quantize_block(const float* x, uint8_t* codes) {

@@ -28,6 +28,7 @@
 namespace hyla {
 
 constexpr int64_t kMxfp4Block = 32;
+constexpr int64_t kGgmlMxfp4BlockBytes = 17;  // ggml's block of 32 (mxfp4_pack_blocks)
 
 // A matrix in the packed layout above, 16-byte aligned; cols is a multiple of 32.
 struct Mxfp4PackedMatrix {
@@ -38,11 +39,18 @@ struct Mxfp4PackedMatrix {
 int64_t mxfp4_packed_bytes(int64_t rows, int64_t cols);
 // Packs the file form (codes [rows, cols / 2], scales [rows, cols / 32]) into dst (mxfp4_packed_bytes).
 void mxfp4_pack(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, uint8_t* dst);
+// The same straight from ggml's MXFP4 blocks, row after row (17 bytes a block: the E8M0 scale, then
+// 16 bytes whose low nibbles hold the block's values 0–15 and high nibbles 16–31; GGUF's layout),
+// in one pass with no copy in between. Returns the index of the first block whose scale is 0xFF
+// (NaN), or -1; dst is then written all the same.
+int64_t mxfp4_pack_blocks(const uint8_t* blocks, int64_t rows, int64_t cols, uint8_t* dst);
 
 // The value of one code under one scale byte (e < 255), exactly.
 float mxfp4_value(uint8_t code, uint8_t scale);
 // The index of the first scale byte that is 0xFF (NaN), or -1.
 int64_t mxfp4_first_nan_scale(const uint8_t* scales, int64_t n);
+// The same over n ggml MXFP4 blocks (mxfp4_pack_blocks), their scales 17 bytes apart.
+int64_t mxfp4_blocks_first_nan_scale(const uint8_t* blocks, int64_t n);
 // Codes and scale of a block of 32 values that every one of them rounds to nearest (ties to the
 // even code) under the scale 2^(floor(log2 max|x|) − 2), the OCP recipe: the block's largest
 // magnitude lands in [4, 8) and saturates to 6. codes: 16 bytes in the file form.

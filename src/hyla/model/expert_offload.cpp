@@ -190,9 +190,12 @@ ExpertOffload::~ExpertOffload() {
 
 void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
   for (const Source& s : layer.sources[size_t(e)]) {
+    if (s.block == 0) {
+      check_mxfp4_weight(*weights_, s.name, weights_->file_of(s.name));
+      continue;
+    }
     const Tensor scales = weights_->get(s.scale);
-    if (s.block > 0) check_int8_scales(scales.data<float>(), scales.numel(), weights_->file_of(s.name), s.name);
-    else check_mxfp4_scales(scales.data<uint8_t>(), scales.numel(), weights_->file_of(s.name), s.name);
+    check_int8_scales(scales.data<float>(), scales.numel(), weights_->file_of(s.name), s.name);
   }
 }
 
@@ -210,12 +213,13 @@ void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
   int64_t offset = 0;
   for (int m = 0; m < 3; ++m) {
     const Source& s = layer.sources[size_t(e)][size_t(m)];
-    const Tensor values = weights_->get(s.name), scales = weights_->get(s.scale);
     if (s.block > 0) {
+      const Tensor values = weights_->get(s.name), scales = weights_->get(s.scale);
+      check_int8_scales(scales.data<float>(), scales.numel(), weights_->file_of(s.name), s.name);
       int8_pack(values.data<int8_t>(), scales.data<float>(), s.rows, s.cols, s.block, dst + offset);
       int8[m] = {dst + offset, s.rows, s.cols, s.block};
     } else {
-      mxfp4_pack(values.data<uint8_t>(), scales.data<uint8_t>(), s.rows, s.cols, dst + offset);
+      pack_mxfp4_weight(*weights_, s.name, s.rows, s.cols, dst + offset, weights_->file_of(s.name));
       mxfp4[m] = {dst + offset, s.rows, s.cols};
     }
     offset += m < 2 ? gate_bytes_ : down_bytes_;
@@ -311,10 +315,7 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
     const int64_t misses = int64_t(layer.missing.size());
 #pragma omp parallel for schedule(dynamic, 1) if (misses > 1)
     for (int64_t i = 0; i < misses; ++i)
-      failure.run([&] {
-        check_scales(layer, layer.missing[size_t(i)]);
-        pack(layer, layer.missing[size_t(i)], layer.missing_slots[size_t(i)]);
-      });
+      failure.run([&] { pack(layer, layer.missing[size_t(i)], layer.missing_slots[size_t(i)]); });
     const bool failed = failure.failed();
     // The packed copies are in the slots: the file's pages leave this process (the page cache keeps
     // them), so that resident memory is the slots, not the experts read so far.

@@ -416,7 +416,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   auto add_mxfp4 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
     const Shape codes{shape[0], shape[1] / 2}, scales{shape[0], shape[1] / 32};
     const MappedBytes bytes{gguf->mapped(), gguf->data(*t) + ggml_bytes(GgmlType::MXFP4, first),
-                            size_t(ggml_bytes(GgmlType::MXFP4, shape.numel()))};
+                            size_t(ggml_bytes(GgmlType::MXFP4, shape.numel())), /*ggml_mxfp4_blocks=*/true};
     w.add({name, DType::U8, codes, 0, uint64_t(codes.numel())}, source,
           [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/false); }, nullptr, bytes);
     w.add({mxfp4_scale_name(name), DType::U8, scales, 0, uint64_t(scales.numel())}, source,

@@ -274,37 +274,37 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
     if (!p->held) continue;
     const SafetensorsEntry& e = weights.entry(p->name);
     HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && (e.dtype == DType::U8) == p->is_mxfp4());
-    const Tensor t = weights.get(p->name);
     const size_t n = size_t(p->numel());
     if (p->is_mxfp4()) {
-      const Tensor scales = weights.get(mxfp4_scale_name(p->name));
-      check_mxfp4_scales(scales.data<uint8_t>(), scales.numel(), source, p->name);
-      mxfp4_pack(t.data<uint8_t>(), scales.data<uint8_t>(), p->shape[0], p->shape[1], const_cast<uint8_t*>(p->mxfp4.data));
-    } else if (p->is_int8()) {
-      const Tensor scales = weights.get(int8_scale_name(p->name));
-      const float* s = scales.data<float>();
-      check_int8_scales(s, scales.numel(), source, p->name);
-      int8_pack(t.data<int8_t>(), s, p->shape[0], p->shape[1], p->int8_block, const_cast<uint8_t*>(p->int8.data));
-    } else if (p->bf16_only) {
-      bf16* out = const_cast<bf16*>(p->v16());
-      if (e.dtype == DType::BF16) {
-        std::memcpy(out, t.data<bf16>(), n * 2);
-      } else if (e.dtype == DType::F32) {
-        convert(t.data<float>(), out, n);
-      } else {  // through f32, as refresh_bf16 rounds a loaded f16 value
-        std::vector<float> row(size_t(1) << 16);
-        for (size_t i = 0; i < n; i += row.size()) {
-          const size_t m = std::min(row.size(), n - i);
-          convert(t.data<f16>() + i, row.data(), m);
-          convert(row.data(), out + i, m);
-        }
-      }
-    } else if (e.dtype == DType::F32) {
-      std::memcpy(p->v(), t.data<float>(), n * 4);
-    } else if (e.dtype == DType::BF16) {
-      convert(t.data<bf16>(), p->v(), n);
+      pack_mxfp4_weight(weights, p->name, p->shape[0], p->shape[1], const_cast<uint8_t*>(p->mxfp4.data), source);
     } else {
-      convert(t.data<f16>(), p->v(), n);
+      const Tensor t = weights.get(p->name);
+      if (p->is_int8()) {
+        const Tensor scales = weights.get(int8_scale_name(p->name));
+        const float* s = scales.data<float>();
+        check_int8_scales(s, scales.numel(), source, p->name);
+        int8_pack(t.data<int8_t>(), s, p->shape[0], p->shape[1], p->int8_block, const_cast<uint8_t*>(p->int8.data));
+      } else if (p->bf16_only) {
+        bf16* out = const_cast<bf16*>(p->v16());
+        if (e.dtype == DType::BF16) {
+          std::memcpy(out, t.data<bf16>(), n * 2);
+        } else if (e.dtype == DType::F32) {
+          convert(t.data<float>(), out, n);
+        } else {  // through f32, as refresh_bf16 rounds a loaded f16 value
+          std::vector<float> row(size_t(1) << 16);
+          for (size_t i = 0; i < n; i += row.size()) {
+            const size_t m = std::min(row.size(), n - i);
+            convert(t.data<f16>() + i, row.data(), m);
+            convert(row.data(), out + i, m);
+          }
+        }
+      } else if (e.dtype == DType::F32) {
+        std::memcpy(p->v(), t.data<float>(), n * 4);
+      } else if (e.dtype == DType::BF16) {
+        convert(t.data<bf16>(), p->v(), n);
+      } else {
+        convert(t.data<f16>(), p->v(), n);
+      }
     }
     // What was read is copied: the file's pages leave the resident set (a model larger than
     // memory loads its resident part without holding the file's pages it read), every
