@@ -40,14 +40,16 @@ struct Stat {
 };
 
 // Mean and sample standard deviation of tokens/s over `reps` timed runs (after one warm-up).
-Stat tokens_per_second(int reps, double tokens, const std::function<void()>& prepare, const std::function<void()>& run) {
+// run(repetition): 0 is the warm-up, 1..reps the timed runs.
+Stat tokens_per_second(int reps, double tokens, const std::function<void()>& prepare,
+                       const std::function<void(int)>& run) {
   prepare();
-  run();
+  run(0);
   std::vector<double> rates;
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 1; r <= reps; ++r) {
     prepare();
     const double t0 = now_seconds();
-    run();
+    run(r);
     rates.push_back(tokens / (now_seconds() - t0));
   }
   Stat s;
@@ -319,7 +321,9 @@ void bench_model(const ModelBenchArgs& a) {
       SequenceState state(*model, capacity), at_depth(*model, capacity);
       // With offload, every repetition's counters start at zero (and, cold, with nothing resident
       // or in the page cache): a row reports its last repetition's.
-      const auto timed = [&](double tokens, const std::function<void()>& prepare, const std::function<void()>& run) {
+      // Each repetition, the warm-up included, reads its own tokens: with offload, a warm-up that
+      // read the timed run's very tokens would leave their experts resident.
+      const auto timed = [&](double tokens, const std::function<void()>& prepare, const std::function<void(int)>& run) {
         return tokens_per_second(a.reps, tokens,
                                  [&] {
                                    prepare();
@@ -384,15 +388,18 @@ void bench_model(const ModelBenchArgs& a) {
         at_depth.reset();
         if (depth > 0) feed(*model, test_ids(depth, 1), at_depth, a.prefill_chunk, precision);
         for (int64_t p : a.prompts) {
-          const std::vector<int32_t> ids = test_ids(p, 2);
           emit(fmt::format("pp{}{}", p, at),
                timed(double(p), [&] { state.copy_from(at_depth); },
-                                 [&] { feed(*model, ids, state, a.prefill_chunk, precision); }),
+                                 [&](int repetition) {
+                                   feed(*model, test_ids(p, uint64_t(2 + 100 * repetition)), state, a.prefill_chunk,
+                                        precision);
+                                 }),
                nullptr);
         }
         for (int64_t n : a.generations) {
-          // After the depth's tokens, as a continuation of the same text.
-          const std::vector<int32_t> ids = test_ids(depth + n, 1);
+          // After the depth's tokens: in the warm-up, the same text's continuation; in a timed run,
+          // another window's.
+          const auto ids = [&](int repetition) { return test_ids(depth + n, uint64_t(1 + 100 * repetition)); };
           // The latent cache is read at the mean position of the run.
           const double position = double(depth) + double(n) / 2;
           const auto [reread, mixer_bytes] = reread_at(position);
@@ -403,9 +410,10 @@ void bench_model(const ModelBenchArgs& a) {
                                     peak_flops);
           emit(fmt::format("tg{}{}", n, at),
                timed(double(n), [&] { state.copy_from(at_depth); },
-                                 [&] {
-                                   for (size_t i = size_t(depth); i < ids.size(); ++i)
-                                     feed(*model, {ids[i]}, state, 1, precision);
+                                 [&](int repetition) {
+                                   const std::vector<int32_t> tokens = ids(repetition);
+                                   for (size_t i = size_t(depth); i < tokens.size(); ++i)
+                                     feed(*model, {tokens[i]}, state, 1, precision);
                                  }),
                bound ? &*bound : nullptr);
         }
@@ -422,7 +430,7 @@ void bench_model(const ModelBenchArgs& a) {
               feed(*model, test_ids(16, uint64_t(10 + b)), *states[size_t(b)], 16, precision);
             }
           };
-          const auto run = [&] {
+          const auto run = [&](int repetition) {
             std::vector<SequenceCache> caches(static_cast<size_t>(B));
             for (int64_t step = 0; step < n; ++step) {
               ModelInput in;
@@ -430,8 +438,8 @@ void bench_model(const ModelBenchArgs& a) {
               for (int64_t b = 0; b < B; ++b) {
                 caches[size_t(b)] = states[size_t(b)]->cache();
                 offsets.push_back(states[size_t(b)]->length());
-                in.ids.push_back(text.empty() ? int32_t((step * 131 + b * 17) % V)
-                                              : text[size_t(b * 1009 + step) % text.size()]);
+                const int64_t at = repetition * 7919 + b * 1009 + step;
+                in.ids.push_back(text.empty() ? int32_t((at * 131) % V) : text[size_t(at) % text.size()]);
               }
               in.tokens = TokenBatch::packed(ones, offsets);
               model->forward(in, {.precision = precision}, caches);

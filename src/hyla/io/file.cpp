@@ -201,11 +201,12 @@ void MappedFile::release_pages() const {
   if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
 }
 
-void MappedFile::will_need(const uint8_t* begin, size_t bytes) const {
+void MappedFile::advise(const uint8_t* begin, size_t bytes, MapAdvice advice) const {
   HYLA_ASSERT(begin >= data_ && begin + bytes <= data_ + size_);
   const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
   const uintptr_t first = uintptr_t(begin) / page * page;
-  ::madvise(reinterpret_cast<void*>(first), uintptr_t(begin) + bytes - first, MADV_WILLNEED);
+  ::madvise(reinterpret_cast<void*>(first), uintptr_t(begin) + bytes - first,
+            advice == MapAdvice::WillNeed ? MADV_WILLNEED : MADV_RANDOM);
 }
 
 void MappedFile::drop_cached_pages() const {

@@ -60,6 +60,13 @@ void check_replaceable_output(const std::filesystem::path& dir, std::string_view
 // Fsyncs a directory so that a rename inside it survives a crash.
 void sync_directory(const std::filesystem::path& dir);
 
+// How a range of a mapping will be read (madvise).
+enum class MapAdvice : uint8_t {
+  WillNeed,  // soon: start reading it into the page cache now, many ranges at once (MADV_WILLNEED)
+  Random,    // in pieces the reader asks for itself: a fault reads its page, not the kernel's read-around
+             // window (MADV_RANDOM; a window of read_ahead_kb, often MBs, would read other tensors)
+};
+
 // A read-only memory map of a whole file.
 class MappedFile {
  public:
@@ -72,9 +79,8 @@ class MappedFile {
   // cache; the next read maps them again): what a reader that copies out of the mapping does so
   // that the file does not count as its memory.
   void release_pages() const;
-  // Asks the kernel to start reading [begin, begin + bytes) of the mapping into the page cache
-  // (MADV_WILLNEED), so that many ranges are read at once rather than fault by fault.
-  void will_need(const uint8_t* begin, size_t bytes) const;
+  // Tells the kernel how [begin, begin + bytes) of the mapping will be read.
+  void advise(const uint8_t* begin, size_t bytes, MapAdvice advice) const;
   // release_pages(), and asks the kernel to drop the file from the page cache, so that the next
   // read comes from the disk (a cold-cache benchmark). Best effort: pages another process maps or
   // that are dirty stay.

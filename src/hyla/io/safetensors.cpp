@@ -155,10 +155,10 @@ Tensor SafetensorsFile::get(std::string_view name) const {
   return Tensor::view(e->dtype, e->shape, const_cast<uint8_t*>(p), file_);
 }
 
-void SafetensorsFile::will_need(std::string_view name) const {
+void SafetensorsFile::advise(std::string_view name, MapAdvice advice) const {
   const SafetensorsEntry* e = find(name);
   HYLA_CHECK(e, "{}: no tensor named '{}'", path().string(), name);
-  file_->will_need(data_ + e->begin, e->end - e->begin);
+  file_->advise(data_ + e->begin, e->end - e->begin, advice);
 }
 
 ModelWeights::ModelWeights(const fs::path& dir) {
@@ -237,10 +237,10 @@ Tensor ModelWeights::get(std::string_view name) const {
   return t;
 }
 
-void ModelWeights::will_need(std::string_view name) const {
+void ModelWeights::advise(std::string_view name, MapAdvice advice) const {
   const Item& i = item(name);
-  if (!i.read) files_[i.file].will_need(name);
-  else if (i.source.file) i.source.file->will_need(i.source.begin, i.source.bytes);
+  if (!i.read) files_[i.file].advise(name, advice);
+  else if (i.source.file) i.source.file->advise(i.source.begin, i.source.bytes, advice);
 }
 
 const MappedBytes* ModelWeights::mapped_source(std::string_view name) const {

@@ -43,7 +43,7 @@ class SafetensorsFile {
   const SafetensorsEntry* find(std::string_view name) const;
   // A view into the mapped file; copied only when the data is not aligned to its element size.
   Tensor get(std::string_view name) const;
-  void will_need(std::string_view name) const;  // MappedFile::will_need of the tensor's bytes
+  void advise(std::string_view name, MapAdvice advice) const;  // MappedFile::advise of the tensor's bytes
   void release_pages() const { file_->release_pages(); }          // MappedFile's
   void drop_cached_pages() const { file_->drop_cached_pages(); }  // MappedFile's
 
@@ -75,16 +75,16 @@ class ModelWeights {
   // A tensor `read` produces on demand, with the dtype and shape it will have; `entry.end -
   // entry.begin` its stored bytes; `file` names its source in messages.
   // `metadata` plays the part of a safetensors file's __metadata__ (e.g. int8 tensors' block).
-  // `source`: the bytes `read` reads in a memory map, if any (for will_need).
+  // `source`: the bytes `read` reads in a memory map, if any (for advise).
   void add(SafetensorsEntry entry, std::string file, std::function<Tensor()> read,
            std::shared_ptr<const std::map<std::string, std::string>> metadata = nullptr, MappedBytes source = {});
   std::vector<std::string> names() const;  // sorted
   bool contains(std::string_view name) const;
   const SafetensorsEntry& entry(std::string_view name) const;
   Tensor get(std::string_view name) const;
-  // Starts reading a tensor's bytes ahead of get() where they come from a memory map (a no-op
+  // MappedFile::advise of the bytes a tensor is read from, where they are in a memory map (a no-op
   // for tensors computed without one).
-  void will_need(std::string_view name) const;
+  void advise(std::string_view name, MapAdvice advice) const;
   // The mapped bytes an added tensor is read from (null where there are none, and for safetensors
   // files, whose get() is a view of the map already).
   const MappedBytes* mapped_source(std::string_view name) const;

@@ -139,6 +139,10 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
         block = p.int8_block;
         const std::string scale = p.is_mxfp4() ? mxfp4_scale_name(p.name) : int8_scale_name(p.name);
         layer->sources[size_t(e)][size_t(m)] = {p.name, scale, p.shape[0], p.shape[1], p.int8_block};
+        // Read only when fetched, and then whole (will_need): the kernel's read-around on a fault
+        // would read neighbouring experts that are not wanted.
+        weights_->advise(p.name, MapAdvice::Random);
+        weights_->advise(scale, MapAdvice::Random);
       }
     }
     layers_.push_back(std::move(layer));
@@ -201,8 +205,8 @@ void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
 
 void ExpertOffload::will_need(const Layer& layer, int64_t e) const {
   for (const Source& s : layer.sources[size_t(e)]) {
-    weights_->will_need(s.name);
-    weights_->will_need(s.scale);
+    weights_->advise(s.name, MapAdvice::WillNeed);
+    weights_->advise(s.scale, MapAdvice::WillNeed);
   }
 }
 

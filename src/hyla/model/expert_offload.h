@@ -134,7 +134,7 @@ class ExpertOffload {
   // Fails naming the tensor unless expert e's scales in the files are valid (int8: finite and
   // >= 0; MXFP4: not NaN).
   void check_scales(const Layer& layer, int64_t e) const;
-  // Starts the reads of expert e's bytes (ModelWeights::will_need), so that a layer's misses or a
+  // Starts the reads of expert e's bytes (MapAdvice::WillNeed), so that a layer's misses or a
   // prediction are read together rather than fault by fault.
   void will_need(const Layer& layer, int64_t e) const;
   // Packs expert e from the files into the layer's `slot` and points its weights there; fails as
