@@ -364,13 +364,15 @@ void bench_model(const ModelBenchArgs& a) {
                       {"page_cache", a.cold_page_cache ? "cold" : "warm"},
                       {"expert_hit_rate", t.hit_rate()},
                       {"expert_hit_rate_by_layer", by_layer},
+                      {"expert_top20_share", o.mean_top_share(0.2)},
                       {"prefetch_precision", t.precision()},
                       {"prefetch_recall", t.recall()},
                       {"expert_bytes_per_token", o.bytes_per_token()},
                       {"expert_stall_ms_per_token", o.stall_seconds_per_token() * 1e3}});
-          offload_line = fmt::format("|  | experts | {} slots/layer, {} |  |  | hit {:.1f}% | prefetch p {:.0f}% r {:.0f}% | "
-                                     "{:.2f} MB, {:.3f} ms stalled per token |\n",
-                                     o.slots_per_layer, a.cold_page_cache ? "cold" : "warm", 100 * t.hit_rate(),
+          offload_line = fmt::format("|  | experts | {} slots/layer, {} | top 20% routed {:.0f}% |  | hit {:.1f}% | "
+                                     "prefetch p {:.0f}% r {:.0f}% | {:.2f} MB, {:.3f} ms stalled per token |\n",
+                                     o.slots_per_layer, a.cold_page_cache ? "cold" : "warm",
+                                     100 * o.mean_top_share(0.2), 100 * t.hit_rate(),
                                      100 * t.precision(), 100 * t.recall(), o.bytes_per_token() * 1e-6,
                                      o.stall_seconds_per_token() * 1e3);
         }

@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
 # Issue 51: a Kimi-Linear-48B-A3B-shaped checkpoint larger than this machine's memory, served from
 # disk (docs/offload.md, BENCHMARKS.md). Resumable: each step skips what its output already holds,
-# so a run cut short goes on where it stopped (rm WORK/*.json to measure again).
+# so a run cut short goes on where it stopped (delete WORK/uniform, WORK/skewed to measure again).
 #   bash scripts/real-size.sh [BUILD_DIR] [WORK_DIR] [LLAMA_CPP_DIR]
 # 1. the GGUF (`hyla init ... --experts mxfp4`, ~29 GB, written a tensor at a time; ~20 min on 2
 #    cores), after checking the free disk;
 # 2. the disk's read rate, cold page cache (`echo 3 > /proc/sys/vm/drop_caches`, root only: said
 #    when it did not work), with dd;
-# 3. hyla bench on it for each EXPERT_MEMORY size (default 4G), prefetch on, cold page cache, peak
-#    RSS from /usr/bin/time;
-# 4. llama.cpp's llama-bench on the same file, the same tests: its defaults (its CPU backend repacks
-#    the MXFP4 experts into anonymous memory, which does not fit: the OOM killer ends it, reported
-#    so), then without the repacking (llama-cli's documented --no-repack; llama-bench lacks the flag,
-#    so scripts/llama-bench-no-repack.patch adds it as LLAMA_BENCH_NO_REPACK=1: the script applies it
-#    to LLAMA_CPP_DIR and rebuilds llama-bench);
-# 5. one JSON line: file_bytes, ram_bytes, hyla_tg, llama_tg, hyla_peak_rss, llama_peak_rss.
-# Needs jq. Decode figures are tg16 after a 16-token prompt, 2 threads.
+# 3. for each routing, uniform (the random router's own, nearly uniform: the worst case) and
+#    skewed (scripts/gguf-router-bias.py writes Zipf-like router biases, SKEW_BETA, into the
+#    file; both programs add them before the top-k), ROUNDS interleaved rounds of hyla bench with
+#    an EXPERT_MEMORY cache and prefetch on, then llama.cpp's llama-bench on the same file without
+#    repacking (its CPU backend otherwise repacks the MXFP4 experts into anonymous memory, which
+#    does not fit; llama-cli's documented --no-repack, which llama-bench lacks, so
+#    scripts/llama-bench-no-repack.patch adds it as LLAMA_BENCH_NO_REPACK=1: the script applies it
+#    to LLAMA_CPP_DIR and rebuilds llama-bench); each command after a cold page cache, its peak RSS
+#    from /usr/bin/time;
+# 4. llama-bench with its defaults once (the OOM killer ends it: reported so);
+# 5. for each routing, hyla's decode against its cache size, SWEEP (percentages of the experts);
+# 6. the router biases back to zero (the file as hyla init wrote it), a table of the means with
+#    95% intervals, and one JSON line: file_bytes, ram_bytes, hyla_tg, llama_tg, hyla_peak_rss,
+#    llama_peak_rss (uniform routing: decode means over the rounds, RSS their maxima), then the
+#    same four for the skewed routing.
+# Needs jq and python3. Tests: pp16 and tg32 (TG tokens), 2 threads, as llama-bench's -p/-n.
+# About 35 minutes once the file exists.
 set -euo pipefail
 build=${1:-build}
 work=${2:-runs/real-size}
 llama=${3:-}
 hyla="$build/hyla"
-memories=${EXPERT_MEMORY:-4G}
+memory=${EXPERT_MEMORY:-9G}
+sweep=${SWEEP:-10% 20% 30% 40% 50% 60%}
+beta=${SKEW_BETA:-0.04}
+rounds=${ROUNDS:-3}
+tg=${TG:-32}
 config=tests/data/kimi-linear-48b-a3b.json
 gguf="$work/kl48-mxfp4.gguf"
 mkdir -p "$work"
@@ -32,6 +44,7 @@ cold() {  # drops the page cache; says when it cannot
   if { echo 3 > /proc/sys/vm/drop_caches; } 2> /dev/null; then echo cold; else echo "warm (drop_caches needs root)"; fi
 }
 peak_rss() { awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 * 1024}' "$1"; }
+routing_bias() { python3 scripts/gguf-router-bias.py "$gguf" "$([[ $1 == skewed ]] && echo "$beta" || echo 0)" >&2; }
 
 # 1. The file.
 if [[ ! -f $gguf ]]; then
@@ -54,47 +67,108 @@ if [[ ! -f $work/disk.json ]]; then
 fi
 echo "disk: $(jq -c . "$work/disk.json")" >&2
 
-# 3. hyla.
-for mem in $memories; do
-  out="$work/hyla-$mem.json"
-  [[ -f $out ]] && continue
-  echo "== hyla bench, --expert-memory $mem ($(cold) page cache)" >&2
-  /usr/bin/time -v -o "$work/hyla-$mem.time" "$hyla" bench -m "$gguf" --expert-memory "$mem" --expert-prefetch on \
-    -p 16 -n 16 -r 1 -t 2 --json > "$work/hyla-$mem.rows"
-  jq --argjson rss "$(peak_rss "$work/hyla-$mem.time")" --arg mem "$mem" \
-    '{memory: $mem, peak_rss: $rss, rows: .}' "$work/hyla-$mem.rows" > "$out"
-done
+# hyla bench into OUT.json (rows, peak RSS, memory), unless it is there.
+hyla_bench() {  # OUT MEMORY
+  local out=$1 mem=$2 status rows
+  [[ -f $out.json ]] && return 0
+  echo "== hyla bench, --expert-memory $mem ($(cold) page cache) -> $out" >&2
+  set +e
+  /usr/bin/time -v -o "$out.time" "$hyla" bench -m "$gguf" --expert-memory "$mem" --expert-prefetch on \
+    -p 16 -n "$tg" -r 1 -t 2 --json > "$out.rows" 2> "$out.log"
+  status=$?
+  set -e
+  rows=$(jq -c . "$out.rows" 2> /dev/null || echo '[]')
+  jq -n --argjson rss "$(peak_rss "$out.time")" --arg mem "$mem" --argjson status "$status" --argjson rows "${rows:-[]}" \
+    '{memory: $mem, exit_status: $status, peak_rss: $rss, rows: $rows}' > "$out.json"
+}
+# llama-bench into OUT.json (exit status, rows, peak RSS), unless it is there; SETTING defaults|no-repack.
+llama_bench() {  # OUT SETTING
+  local out=$1 setting=$2 status rows
+  [[ -f $out.json ]] && return 0
+  echo "== llama-bench, $setting ($(cold) page cache) -> $out" >&2
+  set +e
+  env $([[ $setting == no-repack ]] && echo LLAMA_BENCH_NO_REPACK=1) /usr/bin/time -v -o "$out.time" \
+    "$llama/build/bin/llama-bench" -m "$gguf" -p 16 -n "$tg" -t 2 -r 1 -o json > "$out.rows" 2> "$out.log"
+  status=$?
+  set -e
+  rows=$(jq -c . "$out.rows" 2> /dev/null || echo null)
+  jq -n --arg setting "$setting" --argjson status "$status" --argjson rss "$(peak_rss "$out.time")" \
+    --argjson rows "${rows:-null}" '{setting: $setting, exit_status: $status, peak_rss: $rss, rows: $rows}' > "$out.json"
+}
 
-# 4. llama.cpp.
 if [[ -n $llama ]]; then
   if ! grep -q LLAMA_BENCH_NO_REPACK "$llama/tools/llama-bench/llama-bench.cpp"; then
     patch -d "$llama" -p1 < scripts/llama-bench-no-repack.patch >&2
   fi
   cmake --build "$llama/build" -j2 --target llama-bench >&2
-  for setting in defaults no-repack; do
-    out="$work/llama-$setting.json"
-    [[ -f $out ]] && continue
-    echo "== llama-bench, $setting ($(cold) page cache)" >&2
-    set +e
-    env $([[ $setting == no-repack ]] && echo LLAMA_BENCH_NO_REPACK=1) /usr/bin/time -v -o "$work/llama-$setting.time" \
-      "$llama/build/bin/llama-bench" -m "$gguf" -p 16 -n 16 -t 2 -r 1 -o json > "$work/llama-$setting.rows" 2> "$work/llama-$setting.log"
-    status=$?
-    set -e
-    rows=$(jq -c . "$work/llama-$setting.rows" 2> /dev/null || echo null)
-    jq -n --arg setting "$setting" --argjson status "$status" --argjson rss "$(peak_rss "$work/llama-$setting.time")" \
-      --argjson rows "${rows:-null}" '{setting: $setting, exit_status: $status, peak_rss: $rss, rows: $rows}' > "$out"
-  done
 fi
 
-# 5. The line.
-first=$(echo "$memories" | awk '{print $1}')
-hyla_tg=$(jq '[.rows[] | select(.test == "tg16") | .tokens_per_s][0]' "$work/hyla-$first.json")
-hyla_rss=$(jq '.peak_rss' "$work/hyla-$first.json")
-llama_tg=null llama_rss=null
-if [[ -f $work/llama-no-repack.json ]]; then
-  llama_tg=$(jq '[(.rows // [])[] | select(.n_gen == 16) | .avg_ts][0]' "$work/llama-no-repack.json")
-  llama_rss=$(jq '.peak_rss' "$work/llama-no-repack.json")
+# 3. Interleaved rounds.
+for routing in uniform skewed; do
+  mkdir -p "$work/$routing"
+  routing_bias "$routing"
+  for ((r = 1; r <= rounds; ++r)); do
+    hyla_bench "$work/$routing/hyla-r$r" "$memory"
+    [[ -n $llama ]] && llama_bench "$work/$routing/llama-r$r" no-repack
+  done
+done
+
+# 4. llama.cpp's defaults.
+if [[ -n $llama ]]; then
+  routing_bias uniform
+  llama_bench "$work/uniform/llama-defaults" defaults
 fi
-jq -cn --argjson f "$file_bytes" --argjson r "$ram" --argjson ht "$hyla_tg" --argjson lt "$llama_tg" \
-  --argjson hr "$hyla_rss" --argjson lr "$llama_rss" \
-  '{file_bytes: $f, ram_bytes: $r, hyla_tg: $ht, llama_tg: $lt, hyla_peak_rss: $hr, llama_peak_rss: $lr}'
+
+# 5. The cache-size sweep.
+for routing in uniform skewed; do
+  routing_bias "$routing"
+  for mem in $sweep; do hyla_bench "$work/$routing/sweep-${mem%\%}" "$mem"; done
+done
+routing_bias uniform
+
+# 6. The figures.
+hyla_tg() { jq --arg t "tg$tg" '[.rows[] | select(.test == $t) | .tokens_per_s][0]' "$1"; }
+llama_tg() { jq --argjson n "$tg" '[(.rows // [])[] | select(.n_gen == $n) | .avg_ts][0] // null' "$1"; }
+stats() {  # numbers on stdin -> "mean ± 95% half-width" (Student t, n - 1 degrees of freedom)
+  awk 'BEGIN {split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26", t, " ")}
+       {x[NR] = $1; s += $1} END {if (NR == 0) {print "-"; exit} m = s / NR; v = 0
+       for (i = 1; i <= NR; ++i) v += (x[i] - m) ^ 2
+       h = NR > 1 ? t[NR - 1] * sqrt(v / (NR - 1) / NR) : 0; printf "%.3f ± %.3f\n", m, h}'
+}
+mean() { awk '{s += $1} END {if (NR) printf "%.4f", s / NR; else printf "null"}'; }
+max() { awk '$1 > m {m = $1} END {printf "%.0f", m}'; }
+{
+  echo "| routing | hyla tg$tg t/s | llama.cpp tg$tg t/s | hyla peak RSS | llama.cpp peak RSS | hyla hit rate | top 20% routed |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for routing in uniform skewed; do
+    h=$(for f in "$work/$routing"/hyla-r*.json; do hyla_tg "$f"; done | grep -v null | stats)
+    l=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && llama_tg "$f"; done | grep -v null | stats)
+    hr=$(for f in "$work/$routing"/hyla-r*.json; do jq .peak_rss "$f"; done | max)
+    lr=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && jq .peak_rss "$f"; done | max)
+    hit=$(for f in "$work/$routing"/hyla-r*.json; do jq --arg t "tg$tg" '.rows[] | select(.test == $t) | .expert_hit_rate' "$f"; done | mean)
+    top=$(for f in "$work/$routing"/hyla-r*.json; do jq --arg t "tg$tg" '.rows[] | select(.test == $t) | .expert_top20_share' "$f"; done | mean)
+    echo "| $routing | $h | $l | $hr | $lr | $hit | $top |"
+  done
+  echo
+  echo "| routing | cache | slots per layer | tg$tg t/s | hit rate | MB read per token | stall ms per token | peak RSS |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for routing in uniform skewed; do
+    for mem in $sweep; do
+      f="$work/$routing/sweep-${mem%\%}.json"
+      [[ -f $f ]] || continue
+      [[ $(jq .exit_status "$f") == 0 ]] || { echo "| $routing | $mem | | exit $(jq .exit_status "$f") | | | | |"; continue; }
+      jq -r --arg t "tg$tg" --arg r "$routing" '.peak_rss as $rss | .memory as $m | .rows[] | select(.test == $t) |
+        "| \($r) | \($m) | \(.expert_slots_per_layer) | \(.tokens_per_s * 1000 | round / 1000) | \(.expert_hit_rate * 1000 | round / 10)% | \(.expert_bytes_per_token / 1e6 | round) | \(.expert_stall_ms_per_token | round) | \($rss / 1e9 * 100 | round / 100) GB |"' "$f"
+    done
+  done
+} >&2
+line() {  # ROUTING -> hyla_tg llama_tg hyla_peak_rss llama_peak_rss as JSON fields
+  local routing=$1 suffix=$2
+  local ht lt hr lr
+  ht=$(for f in "$work/$routing"/hyla-r*.json; do hyla_tg "$f"; done | grep -v null | mean)
+  lt=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && llama_tg "$f"; done | grep -v null | mean)
+  hr=$(for f in "$work/$routing"/hyla-r*.json; do jq .peak_rss "$f"; done | max)
+  lr=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && jq .peak_rss "$f"; done | max)
+  echo "\"hyla_tg$suffix\":$ht,\"llama_tg$suffix\":${lt:-null},\"hyla_peak_rss$suffix\":$hr,\"llama_peak_rss$suffix\":${lr:-null}"
+}
+echo "{\"file_bytes\":$(stat -c %s "$gguf"),\"ram_bytes\":$ram,$(line uniform ""),$(line skewed _skewed)}"

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "hyla/core/arith.h"
 #include "hyla/core/byte_size.h"
@@ -70,8 +71,24 @@ ExpertLayerStats ExpertOffloadStats::total() const {
     t.requests += l.requests, t.hits += l.hits, t.predicted += l.predicted, t.predicted_used += l.predicted_used;
     t.predicted_needed += l.predicted_needed, t.fetches += l.fetches, t.fetched_bytes += l.fetched_bytes;
     t.stall_seconds += l.stall_seconds;
+    t.routed.resize(std::max(t.routed.size(), l.routed.size()));
+    for (size_t e = 0; e < l.routed.size(); ++e) t.routed[e] += l.routed[e];
   }
   return t;
+}
+
+double ExpertLayerStats::top_share(double fraction) const {
+  std::vector<int64_t> sorted = routed;
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  const size_t top = size_t(std::llround(fraction * double(sorted.size())));
+  const double all = double(std::accumulate(sorted.begin(), sorted.end(), int64_t(0)));
+  return all > 0 ? double(std::accumulate(sorted.begin(), sorted.begin() + ptrdiff_t(top), int64_t(0))) / all : 0;
+}
+
+double ExpertOffloadStats::mean_top_share(double fraction) const {
+  double sum = 0;
+  for (const ExpertLayerStats& l : layers) sum += l.top_share(fraction);
+  return layers.empty() ? 0 : sum / double(layers.size());
 }
 
 double ExpertOffloadStats::bytes_per_token() const {
@@ -172,6 +189,7 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
     layer->expert_slot.assign(size_t(experts_), -1);
     layer->uses.assign(size_t(experts_), 0);
     layer->predicted.assign(size_t(experts_), 0);
+    layer->stats.routed.assign(size_t(experts_), 0);
     for (auto* v : {&layer->needed, &layer->group, &layer->missing, &layer->missing_slots, &layer->picks})
       v->reserve(size_t(experts_));
   }
@@ -268,6 +286,7 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
     if (dispatch.load[size_t(e)] > 0) layer.needed.push_back(int32_t(e));
   {
     std::lock_guard<std::mutex> lock(layer.mutex);
+    for (int64_t e = first; e < last; ++e) layer.stats.routed[size_t(e)] += dispatch.load[size_t(e)];
     // Prefetched experts are fair game from now on: their forward has reached the layer.
     std::fill(layer.slot_prefetched.begin(), layer.slot_prefetched.end(), 0);
     if (layer.reached_forward != forward && layer.predicted_forward == forward) {  // once per forward
@@ -473,6 +492,7 @@ void ExpertOffload::reset_stats() {
   for (auto& layer : layers_) {
     std::lock_guard<std::mutex> lock(layer->mutex);
     layer->stats = {};
+    layer->stats.routed.assign(size_t(experts_), 0);
   }
 }
 

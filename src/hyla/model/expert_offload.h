@@ -65,9 +65,13 @@ struct ExpertLayerStats {
   int64_t predicted_needed = 0;  // experts needed by forwards that had a prediction
   int64_t fetches = 0, fetched_bytes = 0;   // experts packed from the files (misses and prefetches)
   double stall_seconds = 0;      // compute waiting for a fetch (its own or an in-flight prefetch)
+  std::vector<int64_t> routed;   // [E] token rows routed to each expert (how skewed the routing is)
   double hit_rate() const { return requests ? double(hits) / double(requests) : 0; }
   double precision() const { return predicted ? double(predicted_used) / double(predicted) : 0; }
   double recall() const { return predicted_needed ? double(predicted_used) / double(predicted_needed) : 0; }
+  // The share of the routed rows that the most-routed `fraction` of the experts took (0.2 of a
+  // uniform routing: 0.2).
+  double top_share(double fraction) const;
 };
 
 struct ExpertOffloadStats {
@@ -75,6 +79,7 @@ struct ExpertOffloadStats {
   int64_t tokens = 0;                    // token rows through the model
   int64_t slots_per_layer = 0, experts_per_layer = 0, expert_bytes = 0;
   ExpertLayerStats total() const;
+  double mean_top_share(double fraction) const;  // ExpertLayerStats::top_share, averaged over the layers
   double bytes_per_token() const;
   double stall_seconds_per_token() const;
 };
