@@ -7,9 +7,10 @@
 #    cores), after checking the free disk;
 # 2. the disk's read rate, cold page cache (`echo 3 > /proc/sys/vm/drop_caches`, root only: said
 #    when it did not work), with dd;
-# 3. for each routing, uniform (the random router's own, nearly uniform: the worst case) and
-#    skewed (scripts/gguf-router-bias.py writes Zipf-like router biases, SKEW_BETA, into the
-#    file; both programs add them before the top-k), ROUNDS interleaved rounds of hyla bench with
+# 3. for each routing, uniform (the random router's own, as hyla init wrote it; not uniform in
+#    fact, step 6 measures it) and skewed (scripts/gguf-router-bias.py writes Zipf-like router
+#    biases, SKEW_BETA, into the file; both programs add them before the top-k), ROUNDS
+#    interleaved rounds of hyla bench with
 #    an EXPERT_MEMORY cache and prefetch on, then llama.cpp's llama-bench on the same file without
 #    repacking (its CPU backend otherwise repacks the MXFP4 experts into anonymous memory, which
 #    does not fit; llama-cli's documented --no-repack, which llama-bench lacks, so
@@ -18,7 +19,10 @@
 #    from /usr/bin/time;
 # 4. llama-bench with its defaults once (the OOM killer ends it: reported so);
 # 5. for each routing, hyla's decode against its cache size, SWEEP (percentages of the experts);
-# 6. the router biases back to zero (the file as hyla init wrote it), a table of the means with
+# 6. for each routing, how skewed it is: the share of 512 tokens' routings (4096 a layer) that the
+#    most-routed 20% of each layer's experts take (hyla bench -p 512, expert_top20_share; 20% if
+#    uniform);
+# 7. the router biases back to zero (the file as hyla init wrote it), a table of the means with
 #    95% intervals, and one JSON line: file_bytes, ram_bytes, hyla_tg, llama_tg, hyla_peak_rss,
 #    llama_peak_rss (uniform routing: decode means over the rounds, RSS their maxima), then the
 #    same four for the skewed routing.
@@ -124,9 +128,18 @@ for routing in uniform skewed; do
   routing_bias "$routing"
   for mem in $sweep; do hyla_bench "$work/$routing/sweep-${mem%\%}" "$mem"; done
 done
+
+# 6. The routing's skew.
+for routing in uniform skewed; do
+  routing_bias "$routing"
+  out="$work/$routing/skew.json"
+  [[ -f $out ]] && continue
+  echo "== hyla bench -p 512, $routing routing -> $out" >&2
+  "$hyla" bench -m "$gguf" --expert-memory "$memory" -p 512 -n 1 -r 1 -t 2 --json > "$out.tmp" && mv "$out.tmp" "$out"
+done
 routing_bias uniform
 
-# 6. The figures.
+# 7. The figures.
 hyla_tg() { jq --arg t "tg$tg" '[.rows[] | select(.test == $t) | .tokens_per_s][0]' "$1"; }
 llama_tg() { jq --argjson n "$tg" '[(.rows // [])[] | select(.n_gen == $n) | .avg_ts][0] // null' "$1"; }
 stats() {  # numbers on stdin -> "mean ± 95% half-width" (Student t, n - 1 degrees of freedom)
@@ -137,17 +150,22 @@ stats() {  # numbers on stdin -> "mean ± 95% half-width" (Student t, n - 1 degr
 }
 mean() { awk '{s += $1} END {if (NR) printf "%.4f", s / NR; else printf "null"}'; }
 max() { awk '$1 > m {m = $1} END {printf "%.0f", m}'; }
+disk_gb() { awk -F': ' '/File system inputs/ {printf "%.1f", $2 * 512 / 1e9}' "$1"; }  # bytes read from disk by a command
 {
-  echo "| routing | hyla tg$tg t/s | llama.cpp tg$tg t/s | hyla peak RSS | llama.cpp peak RSS | hyla hit rate | top 20% routed |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| routing | hyla tg$tg t/s | llama.cpp tg$tg t/s | hyla peak RSS | llama.cpp peak RSS | hyla hit rate | disk GB read a command, hyla / llama.cpp | top 20% routed (pp512) |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for routing in uniform skewed; do
     h=$(for f in "$work/$routing"/hyla-r*.json; do hyla_tg "$f"; done | grep -v null | stats)
     l=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && llama_tg "$f"; done | grep -v null | stats)
     hr=$(for f in "$work/$routing"/hyla-r*.json; do jq .peak_rss "$f"; done | max)
     lr=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && jq .peak_rss "$f"; done | max)
     hit=$(for f in "$work/$routing"/hyla-r*.json; do jq --arg t "tg$tg" '.rows[] | select(.test == $t) | .expert_hit_rate' "$f"; done | mean)
-    top=$(for f in "$work/$routing"/hyla-r*.json; do jq --arg t "tg$tg" '.rows[] | select(.test == $t) | .expert_top20_share' "$f"; done | mean)
-    echo "| $routing | $h | $l | $hr | $lr | $hit | $top |"
+    top=$(jq '.[] | select(.test == "pp512") | .expert_top20_share' "$work/$routing/skew.json" 2> /dev/null || echo -)
+    hd=$(for f in "$work/$routing"/hyla-r*.time; do disk_gb "$f"; echo; done | mean)
+    ld=$(for f in "$work/$routing"/llama-r*.time; do [[ -f $f ]] && { disk_gb "$f"; echo; }; done | mean)
+    gb() { awk -v b="$1" 'BEGIN {printf (b == "" ? "-" : "%.2f GB"), b / 1e9}'; }
+    pct() { awk -v x="$1" 'BEGIN {printf (x == "-" || x == "null" ? "-" : "%.1f%%"), 100 * x}'; }
+    echo "| $routing | $h | $l | $(gb "$hr") | $(gb "$lr") | $(pct "$hit") | $hd / $ld | $(pct "$top") |"
   done
   echo
   echo "| routing | cache | slots per layer | tg$tg t/s | hit rate | MB read per token | stall ms per token | peak RSS |"
