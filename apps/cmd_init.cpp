@@ -28,8 +28,8 @@ void add_init(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--type", type, "FILE.gguf: matrix type f32, f16, bf16 or q8_0 (norms, biases, convs, router: f32)")
       ->capture_default_str();
-  cmd->add_option("--experts", experts, "FILE.gguf: routed experts as the other matrices (float) or MXFP4 (the "
-                                        "rounding of hyla quantize --experts mxfp4)")
+  cmd->add_option("--experts", experts, "Routed experts as the other matrices (float) or MXFP4 (the rounding of "
+                                        "hyla quantize --experts mxfp4)")
       ->check(CLI::IsMember({"float", "mxfp4"}))
       ->capture_default_str();
   cmd->callback([cmd] {
@@ -47,20 +47,17 @@ void add_init(CLI::App& app) {
                  seed, type, experts == "mxfp4" ? "mxfp4" : type);
       return;
     }
-    HYLA_CHECK(cmd->count("--type") == 0 && cmd->count("--experts") == 0,
-               "init: --type and --experts are for a FILE.gguf --out; a model directory takes --weight-dtype (then "
-               "hyla quantize --experts mxfp4)");
+    HYLA_CHECK(cmd->count("--type") == 0, "init: --type is for a FILE.gguf --out; a model directory takes --weight-dtype");
     std::vector<std::filesystem::path> read = {config_path};
     if (!tokenizer.empty()) read.emplace_back(tokenizer);
     check_replaceable_output(out, "config.json", read, force);
     const ModelConfig config = ModelConfig::load(config_path);
-    Model model(config);
-    model.initialize(seed);
     const DType t = weight_dtype == "bf16" ? DType::BF16 : weight_dtype == "f16" ? DType::F16 : DType::F32;
-    model.save(out, t, tokenizer);
+    // A tensor at a time, in shards of 4 GB: a model of any size.
+    save_model_directory(out, config, *initialized_weights(config, seed, experts == "mxfp4"), t, tokenizer);
     const ParamCounts counts = count_parameters(config);
-    fmt::print("wrote {} ({} parameters, {} active per token, seed {}, {})\n", out, counts.total_sum(),
-               counts.active_sum(), seed, weight_dtype);
+    fmt::print("wrote {} ({} parameters, {} active per token, seed {}, {}, experts {})\n", out, counts.total_sum(),
+               counts.active_sum(), seed, weight_dtype, experts == "mxfp4" ? "mxfp4" : weight_dtype);
   });
 }
 

@@ -151,6 +151,21 @@ TEST(Safetensors, ShardedModelWeights) {
   save_model_weights(dir.path(), tensors);
   EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors.index.json"));
   EXPECT_EQ(ModelWeights(dir.path()).files().size(), 1u);
+
+  // From ModelWeights, a tensor at a time, converted to bf16 (1 KB of f32 each: 512 B): the same
+  // shards at half the limit, and each tensor read once.
+  ModelWeights lazy;
+  int reads = 0;
+  for (const auto& [name, t] : tensors)
+    lazy.add({name, DType::F32, t.shape(), 0, uint64_t(t.nbytes())}, "lazy", [&reads, t] { return ++reads, t; });
+  TempDir streamed;
+  save_model_weights(streamed.path(), lazy, DType::BF16, /*max_shard_bytes=*/1024);
+  EXPECT_EQ(reads, 5);
+  EXPECT_TRUE(std::filesystem::exists(streamed / "model-00003-of-00003.safetensors"));
+  ModelWeights back(streamed.path());
+  EXPECT_EQ(back.files().size(), 3u);
+  EXPECT_EQ(back.entry("t4").dtype, DType::BF16);
+  EXPECT_EQ(back.get("t4").to(DType::F32).data<float>()[12], 4.0f + 12.0f);  // exact in bf16
 }
 
 TEST(Safetensors, FailedWriteLeavesNoFile) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
@@ -322,17 +323,24 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
   });
 }
 
-void save_safetensors(const fs::path& path, const ModelWeights& weights, DType dtype,
-                      const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The dtype save_safetensors writes a tensor of `weights` in: floating point as `dtype`, except
+// the F32 scales of I8 tensors; the rest as it is.
+DType stored_dtype(const ModelWeights& weights, const std::string& name, DType dtype) {
+  const SafetensorsEntry& e = weights.entry(name);
+  const bool floating = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
+  const std::string base = name.ends_with(".scale") ? name.substr(0, name.size() - 6) : "";
+  const bool int8_scale = !base.empty() && weights.contains(base) && weights.entry(base).dtype == DType::I8;
+  return floating && !int8_scale ? dtype : e.dtype;
+}
+
+void save_safetensors_of(const fs::path& path, const ModelWeights& weights, DType dtype,
+                         std::span<const std::string> names, const std::map<std::string, std::string>& metadata) {
   HYLA_ASSERT(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16);
   std::vector<PlannedTensor> planned;
-  for (const std::string& name : weights.names()) {
-    const SafetensorsEntry& e = weights.entry(name);
-    const bool floating = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
-    const std::string base = name.ends_with(".scale") ? name.substr(0, name.size() - 6) : "";
-    const bool int8_scale = !base.empty() && weights.contains(base) && weights.entry(base).dtype == DType::I8;
-    planned.push_back({name, floating && !int8_scale ? dtype : e.dtype, e.shape, 0});
-  }
+  for (const std::string& name : names)
+    planned.push_back({name, stored_dtype(weights, name, dtype), weights.entry(name).shape, 0});
   write_safetensors(path, std::move(planned), metadata, [&](const PlannedTensor& p, AtomicFile& file) {
     Tensor t = weights.get(p.name);
     if (t.dtype() != p.dtype) t = t.to(p.dtype);
@@ -340,34 +348,63 @@ void save_safetensors(const fs::path& path, const ModelWeights& weights, DType d
   });
 }
 
-void save_model_weights(const fs::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
-                        const std::map<std::string, std::string>& metadata) {
-  std::vector<NamedTensors> shards(1);
+// Tensors `names` (of `bytes` each, in order) as dir/model.safetensors, or, past max_shard_bytes,
+// as shards of consecutive tensors (a larger tensor alone) and model.safetensors.index.json;
+// write_shard(path, first, last) writes tensors [first, last) into one file.
+void write_sharded(const fs::path& dir, const std::vector<std::string>& names, const std::vector<uint64_t>& bytes,
+                   uint64_t max_shard_bytes, const std::function<void(const fs::path&, size_t, size_t)>& write_shard) {
+  std::vector<size_t> starts{0};
   uint64_t shard_bytes = 0, total = 0;
-  for (const auto& t : tensors) {
-    if (shard_bytes > 0 && shard_bytes + t.second.nbytes() > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(t);
-    shard_bytes += t.second.nbytes();
-    total += t.second.nbytes();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (shard_bytes > 0 && shard_bytes + bytes[i] > max_shard_bytes) starts.push_back(i), shard_bytes = 0;
+    shard_bytes += bytes[i], total += bytes[i];
   }
+  starts.push_back(names.size());
+  const size_t shards = starts.size() - 1;
   const fs::path index_path = dir / "model.safetensors.index.json";
-  if (shards.size() == 1) {
-    save_safetensors(dir / "model.safetensors", tensors, metadata);
+  if (shards == 1) {
+    write_shard(dir / "model.safetensors", 0, names.size());
     fs::remove(index_path);
     return;
   }
   json weight_map = json::object();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-    save_safetensors(dir / name, shards[i], metadata);
-    for (const auto& t : shards[i]) weight_map[t.first] = name;
+  for (size_t s = 0; s < shards; ++s) {
+    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards);
+    write_shard(dir / file, starts[s], starts[s + 1]);
+    for (size_t i = starts[s]; i < starts[s + 1]; ++i) weight_map[names[i]] = file;
   }
   const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_file_atomic(index_path, index.dump(2) + "\n");
   fs::remove(dir / "model.safetensors");
+}
+
+}  // namespace
+
+void save_safetensors(const fs::path& path, const ModelWeights& weights, DType dtype,
+                      const std::map<std::string, std::string>& metadata) {
+  save_safetensors_of(path, weights, dtype, weights.names(), metadata);
+}
+
+void save_model_weights(const fs::path& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> names;
+  std::vector<uint64_t> bytes;
+  for (const auto& [name, t] : tensors) names.push_back(name), bytes.push_back(t.nbytes());
+  write_sharded(dir, names, bytes, max_shard_bytes, [&](const fs::path& path, size_t first, size_t last) {
+    save_safetensors(path, NamedTensors(tensors.begin() + ptrdiff_t(first), tensors.begin() + ptrdiff_t(last)),
+                     metadata);
+  });
+}
+
+void save_model_weights(const fs::path& dir, const ModelWeights& weights, DType dtype, uint64_t max_shard_bytes,
+                        const std::map<std::string, std::string>& metadata) {
+  const std::vector<std::string> names = weights.names();
+  std::vector<uint64_t> bytes;
+  for (const std::string& name : names)
+    bytes.push_back(uint64_t(weights.entry(name).shape.numel()) * dtype_size(stored_dtype(weights, name, dtype)));
+  write_sharded(dir, names, bytes, max_shard_bytes, [&](const fs::path& path, size_t first, size_t last) {
+    save_safetensors_of(path, weights, dtype, std::span(names).subspan(first, last - first), metadata);
+  });
 }
 
 }  // namespace hyla

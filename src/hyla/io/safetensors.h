@@ -135,5 +135,10 @@ void save_safetensors(const std::filesystem::path& path, const ModelWeights& wei
 void save_model_weights(const std::filesystem::path& dir, const NamedTensors& tensors,
                         uint64_t max_shard_bytes = 4ull << 30,
                         const std::map<std::string, std::string>& metadata = {});
+// The same from `weights` in the order of names(), reading one tensor at a time and converting as
+// save_safetensors does: a model of any size, written holding a tensor.
+void save_model_weights(const std::filesystem::path& dir, const ModelWeights& weights, DType dtype,
+                        uint64_t max_shard_bytes = 4ull << 30,
+                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace hyla

@@ -99,9 +99,17 @@ void Model::initialize(uint64_t seed) {
 }
 
 void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) const {
+  ModelWeights weights;
+  for (auto& [name, t] : params_.named_values(dtype))
+    weights.add({name, t.dtype(), t.shape(), 0, uint64_t(t.nbytes())}, "model", [t] { return t; });
+  save_model_directory(dir, config_, weights, dtype, tokenizer);
+}
+
+void save_model_directory(const fs::path& dir, const ModelConfig& config, const ModelWeights& weights, DType dtype,
+                          const fs::path& tokenizer) {
   AtomicDirectory out(dir);
-  write_file_atomic(out.temp() / "config.json", config_.to_json().dump(2) + "\n");
-  save_model_weights(out.temp(), params_.named_values(dtype));
+  write_file_atomic(out.temp() / "config.json", config.to_json().dump(2) + "\n");
+  save_model_weights(out.temp(), weights, dtype);
   if (!tokenizer.empty()) {
     std::error_code ec;
     fs::copy_file(tokenizer, out.temp() / "tokenizer.json", ec);

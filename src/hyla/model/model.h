@@ -190,4 +190,10 @@ class Model {
   std::unique_ptr<ExpertOffload> offload_;  // last: its I/O thread stops before the layers go
 };
 
+// Writes config.json, the weights (in `dtype`, save_model_weights: one file or shards, a tensor at
+// a time) and, when given, a copy of the tokenizer as tokenizer.json into a new directory that
+// atomically replaces `dir`: Model::save, and `hyla init` of a model of any size.
+void save_model_directory(const std::filesystem::path& dir, const ModelConfig& config, const ModelWeights& weights,
+                          DType dtype, const std::filesystem::path& tokenizer = {});
+
 }  // namespace hyla
