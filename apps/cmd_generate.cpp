@@ -50,6 +50,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("-n,--max-tokens", request.max_tokens, "Tokens to generate")->check(positive());
   add_sampling_options(cmd, request.sampling);
   cmd->add_option("--stop", request.stop, "Stop strings (repeatable)");
+  cmd->add_flag("--ignore-eos{false}", request.stop_at_end_tokens,
+                "Go on past end-of-text tokens to --max-tokens (llama-cli's --ignore-eos, the API's ignore_eos)");
   cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(positive());
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(positive());
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));

@@ -22,7 +22,11 @@
 # 6. for each routing, how skewed it is: the share of 512 tokens' routings (4096 a layer) that the
 #    most-routed 20% of each layer's experts take (hyla bench -p 512, expert_top20_share; 20% if
 #    uniform);
-# 7. the router biases back to zero (the file as hyla init wrote it), a table of the means with
+# 7. the same model as a safetensors directory (`hyla init --out DIR --experts mxfp4`, 4 GB
+#    shards, ~20 min, after checking the free disk; with the KJV tokenizer so that text goes in
+#    and out), `hyla generate`, one `hyla serve` completion and hyla bench on it, then the
+#    directory deleted (the GGUF is kept for reruns unless CLEAN=1, which deletes it at the end);
+# 8. the router biases back to zero (the file as hyla init wrote it), a table of the means with
 #    95% intervals, and one JSON line: file_bytes, ram_bytes, hyla_tg, llama_tg, hyla_peak_rss,
 #    llama_peak_rss (uniform routing: decode means over the rounds, RSS their maxima), then the
 #    same four for the skewed routing.
@@ -139,7 +143,51 @@ for routing in uniform skewed; do
 done
 routing_bias uniform
 
-# 7. The figures.
+# 7. The safetensors directory: generate, serve, bench.
+st="$work/kl48-st"
+if [[ ! -f $work/safetensors.json ]]; then
+  if [[ ! -f $st/config.json ]]; then
+    avail=$(df -B1 --output=avail "$work" | tail -1)
+    (( avail > 35 * 1000 ** 3 )) || { echo "real-size: $work has $((avail / 1000 ** 3)) GB free; the directory needs ~30 GB and headroom" >&2; exit 1; }
+    echo "== writing $st (about 20 minutes)" >&2
+    /usr/bin/time -v -o "$work/init-st.time" "$hyla" init --config "$config" --out "$st" --weight-dtype bf16 \
+      --experts mxfp4 --tokenizer data/kjv/tokenizer.json >&2
+  fi
+  echo "== hyla generate on $st ($(cold) page cache)" >&2
+  /usr/bin/time -v -o "$work/generate-st.time" "$hyla" generate -m "$st" --dtype bf16 --expert-memory "$memory" \
+    --expert-prefetch on -p "In the beginning God created the heaven and the earth." -n "$tg" --temperature 0 --ignore-eos \
+    > "$work/generate-st.out" 2>&1
+  echo "== hyla serve on $st, one completion ($(cold) page cache)" >&2
+  port=${PORT:-18151}
+  /usr/bin/time -v -o "$work/serve-st.time" "$hyla" serve -m "$st" --dtype bf16 --expert-memory "$memory" \
+    --expert-prefetch on --port "$port" -c 512 --max-sequences 1 > "$work/serve-st.log" 2>&1 &
+  server=$!
+  until curl -sf "localhost:$port/health" > /dev/null; do
+    kill -0 "$server" 2> /dev/null || { echo "real-size: hyla serve exited: $(tail -3 "$work/serve-st.log")" >&2; exit 1; }
+    sleep 2
+  done
+  start=$(date +%s.%N)
+  curl -sf "localhost:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"In the beginning God created the heaven and the earth.\", \"max_tokens\": $tg, \"temperature\": 0, \"ignore_eos\": true}" \
+    > "$work/serve-st.json"
+  serve_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
+  pkill -TERM -P "$server"  # hyla, not /usr/bin/time, which then writes the server's figures
+  wait "$server" || true
+  hyla_bench "$work/st-bench" "$memory"
+  gen_tps=$(grep -o 'generated [0-9]* tokens: [0-9.]* tokens/s' "$work/generate-st.out" | awk '{print $4}')
+  jq -n --argjson bytes "$(du -sb "$st" | cut -f1)" --argjson shards "$(ls "$st"/*.safetensors | wc -l)" \
+    --argjson gen "${gen_tps:-null}" --argjson gen_rss "$(peak_rss "$work/generate-st.time")" \
+    --argjson serve_s "$serve_s" --argjson serve_tokens "$(jq '.usage.completion_tokens' "$work/serve-st.json")" \
+    --argjson serve_rss "$(peak_rss "$work/serve-st.time")" --arg text "$(jq -r '.choices[0].text' "$work/serve-st.json")" \
+    --argjson bench "$(jq -c . "$work/st-bench.json")" \
+    '{dir_bytes: $bytes, shards: $shards, generate_tokens_per_s: $gen, generate_peak_rss: $gen_rss,
+      serve_seconds: $serve_s, serve_completion_tokens: $serve_tokens, serve_peak_rss: $serve_rss, serve_text: $text,
+      bench: $bench}' > "$work/safetensors.json"
+  rm -rf "$st"
+fi
+echo "safetensors: $(jq -c 'del(.bench)' "$work/safetensors.json")" >&2
+
+# 8. The figures.
 hyla_tg() { jq --arg t "tg$tg" '[.rows[] | select(.test == $t) | .tokens_per_s][0]' "$1"; }
 llama_tg() { jq --argjson n "$tg" '[(.rows // [])[] | select(.n_gen == $n) | .avg_ts][0] // null' "$1"; }
 stats() {  # numbers on stdin -> "mean ± 95% half-width" (Student t, n - 1 degrees of freedom)
@@ -189,4 +237,6 @@ line() {  # ROUTING -> hyla_tg llama_tg hyla_peak_rss llama_peak_rss as JSON fie
   lr=$(for f in "$work/$routing"/llama-r*.json; do [[ -f $f ]] && jq .peak_rss "$f"; done | max)
   echo "\"hyla_tg$suffix\":$ht,\"llama_tg$suffix\":${lt:-null},\"hyla_peak_rss$suffix\":$hr,\"llama_peak_rss$suffix\":${lr:-null}"
 }
-echo "{\"file_bytes\":$(stat -c %s "$gguf"),\"ram_bytes\":$ram,$(line uniform ""),$(line skewed _skewed)}"
+file_bytes=$(stat -c %s "$gguf")
+[[ ${CLEAN:-0} == 1 ]] && rm -f "$gguf" && echo "real-size: deleted $gguf" >&2
+echo "{\"file_bytes\":$file_bytes,\"ram_bytes\":$ram,$(line uniform ""),$(line skewed _skewed)}"
