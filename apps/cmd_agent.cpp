@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/infer/engine.h"
-#include "hyla/rl/agent.h"
+#include "hyla/agent/agent.h"
 
 namespace hyla::cli {
 

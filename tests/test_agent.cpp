@@ -7,11 +7,11 @@
 #include <set>
 
 #include "hyla/data/chat_template.h"
-#include "hyla/rl/agent.h"
-#include "hyla/rl/arithmetic.h"
-#include "hyla/rl/environment.h"
-#include "hyla/rl/faults.h"
-#include "hyla/rl/tools.h"
+#include "hyla/agent/agent.h"
+#include "hyla/agent/arithmetic.h"
+#include "hyla/agent/environment.h"
+#include "hyla/agent/faults.h"
+#include "hyla/agent/tools.h"
 #include "model_test_util.h"
 #include "text_fixtures.h"
 

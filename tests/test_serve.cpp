@@ -22,7 +22,7 @@
 #include "hyla/data/utf8.h"
 #include "hyla/io/base64.h"
 #include "hyla/quant/quantize_model.h"
-#include "hyla/rl/guardrails.h"
+#include "hyla/agent/guardrails.h"
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_request.h"
 #include "hyla/serve/server.h"

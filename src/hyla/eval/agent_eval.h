@@ -13,7 +13,7 @@
 
 #include "hyla/data/tokenizer.h"
 #include "hyla/model/model.h"
-#include "hyla/rl/agent.h"
+#include "hyla/agent/agent.h"
 
 namespace hyla {
 

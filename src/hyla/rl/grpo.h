@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "hyla/rl/agent.h"
+#include "hyla/agent/agent.h"
 #include "hyla/rl/rl_config.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/train_step.h"

@@ -4,7 +4,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
-#include "hyla/rl/environment.h"
+#include "hyla/agent/environment.h"
 #include "hyla/train/train_config.h"
 
 namespace hyla {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "hyla/model/context.h"
-#include "hyla/rl/agent.h"
+#include "hyla/agent/agent.h"
 
 namespace hyla {
 

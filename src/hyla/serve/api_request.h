@@ -10,7 +10,7 @@
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
-#include "hyla/rl/tools.h"
+#include "hyla/agent/tools.h"
 #include "hyla/serve/serve_guardrails.h"
 
 namespace hyla {

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "hyla/rl/agent.h"
-#include "hyla/rl/guardrails.h"
+#include "hyla/agent/agent.h"
+#include "hyla/agent/guardrails.h"
 
 namespace hyla {
 

@@ -12,7 +12,7 @@
 
 #include "hyla/data/image_batches.h"
 #include "hyla/data/tokenizer.h"
-#include "hyla/rl/agent.h"
+#include "hyla/agent/agent.h"
 
 namespace hyla {
 

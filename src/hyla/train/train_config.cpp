@@ -4,7 +4,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/eval/longctx_tasks.h"
-#include "hyla/rl/environment.h"
+#include "hyla/agent/environment.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {

@@ -1,4 +1,4 @@
-#include "hyla/rl/guardrails.h"
+#include "hyla/agent/guardrails.h"
 
 namespace hyla {
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "hyla/core/random.h"
-#include "hyla/rl/tool_environment.h"
+#include "hyla/agent/tool_environment.h"
 
 namespace hyla {
 namespace {

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "hyla/core/random.h"
-#include "hyla/rl/arithmetic.h"
-#include "hyla/rl/tool_environment.h"
+#include "hyla/agent/arithmetic.h"
+#include "hyla/agent/tool_environment.h"
 
 namespace hyla {
 namespace {

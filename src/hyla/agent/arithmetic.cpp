@@ -1,4 +1,4 @@
-#include "hyla/rl/arithmetic.h"
+#include "hyla/agent/arithmetic.h"
 
 #include <fmt/format.h>
 

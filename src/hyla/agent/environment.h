@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "hyla/data/chat_template.h"
-#include "hyla/rl/tools.h"
+#include "hyla/agent/tools.h"
 
 namespace hyla {
 

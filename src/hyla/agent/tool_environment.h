@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "hyla/rl/environment.h"
+#include "hyla/agent/environment.h"
 
 namespace hyla {
 

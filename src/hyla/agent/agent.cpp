@@ -1,4 +1,4 @@
-#include "hyla/rl/agent.h"
+#include "hyla/agent/agent.h"
 
 #include <fmt/format.h>
 

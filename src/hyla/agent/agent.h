@@ -29,9 +29,9 @@
 #include "hyla/data/chat_template.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/scheduler.h"
-#include "hyla/rl/environment.h"
-#include "hyla/rl/faults.h"
-#include "hyla/rl/guardrails.h"
+#include "hyla/agent/environment.h"
+#include "hyla/agent/faults.h"
+#include "hyla/agent/guardrails.h"
 
 namespace hyla {
 

@@ -1,4 +1,4 @@
-#include "hyla/rl/faults.h"
+#include "hyla/agent/faults.h"
 
 #include "hyla/core/error.h"
 #include "hyla/core/random.h"

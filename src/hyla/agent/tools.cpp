@@ -1,4 +1,4 @@
-#include "hyla/rl/tools.h"
+#include "hyla/agent/tools.h"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "hyla/core/random.h"
-#include "hyla/rl/tool_environment.h"
+#include "hyla/agent/tool_environment.h"
 
 namespace hyla {
 namespace {

@@ -1,4 +1,4 @@
-#include "hyla/rl/environment.h"
+#include "hyla/agent/environment.h"
 
 #include <fmt/format.h>
 
