@@ -429,9 +429,8 @@ TEST(Int8Model, PerplexityAfterTrainingStaysWithinOnePercentOfBf16) {
   const ModelConfig config = test::nano_config();
   Model model(config);
   model.initialize(1);
-  TrainConfig tc;
-  tc.lr = 1e-2;
-  AdamW optimizer(model.params(), tc);
+  const OptimizerConfig adamw{.lr = 1e-2};
+  AdamW optimizer(model.params(), adamw);
   const auto sequences = [&](unsigned seed, int64_t count, int64_t length) {
     std::mt19937 rng(seed);
     ModelInput in;
@@ -451,7 +450,7 @@ TEST(Int8Model, PerplexityAfterTrainingStaysWithinOnePercentOfBf16) {
     model.params().zero_grads();
     loss = model.forward(sequences(100 + step, 8, 32), {.precision = Precision::BF16, .outputs = Outputs::None, .backward = true}).loss.loss;
     model.update_balancing();
-    optimizer.step(tc.lr, 1.0f);
+    optimizer.step(adamw.lr, 1.0f);
   }
   EXPECT_LT(loss, 0.6 * std::log(64.0));
 

@@ -42,8 +42,8 @@ struct RlFixture {
   static RlConfig update_config() {
     RlConfig rc;
     rc.precision = Precision::F32;
-    rc.lr = 1e-3;
-    rc.grad_clip = 0;
+    rc.optimizer.lr = 1e-3;
+    rc.optimizer.grad_clip = 0;
     return rc;
   }
   Trajectory demo(uint64_t index) {
@@ -71,10 +71,10 @@ TEST(Grpo, AnUpdateMovesARolloutInItsAdvantagesDirection) {
         reference = std::make_unique<Model>(f.config);
         test::randomize_params(reference->params(), 10);
       }
-      AdamW optimizer(model.params(), optimizer_config(rc));
+      AdamW optimizer(model.params(), rc.optimizer);
       const double before = sampled_logprob(model, a, Precision::F32);
       // A second rollout of the same group, advantage 0: it adds rows to the batch, never a gradient.
-      const StepResult r = grpo_update(model, optimizer, rc, rc.lr, {&a, &b}, {advantage, 0.0}, reference.get());
+      const StepResult r = grpo_update(model, optimizer, rc, rc.optimizer.lr, {&a, &b}, {advantage, 0.0}, reference.get());
       EXPECT_FALSE(r.skipped) << variant;
       EXPECT_EQ(r.tokens, int64_t(a.ids.size() + b.ids.size() - 2) * rc.epochs) << variant;
       const double after = sampled_logprob(model, a, Precision::F32);
@@ -110,9 +110,9 @@ TEST(Grpo, TheLossIsAMeanOverTheBatchsTokensHoweverItIsSplit) {
     test::randomize_params(model.params(), 9);
     RlConfig rc = RlFixture::update_config();
     rc.micro_batch_tokens = micro_batch_tokens;
-    AdamW optimizer(model.params(), optimizer_config(rc));
+    AdamW optimizer(model.params(), rc.optimizer);
     Outcome o;
-    o.step = grpo_update(model, optimizer, rc, rc.lr, {&a, &b}, {0.7, -0.4}, nullptr);
+    o.step = grpo_update(model, optimizer, rc, rc.optimizer.lr, {&a, &b}, {0.7, -0.4}, nullptr);
     o.values.assign(model.params().values(), model.params().values() + model.params().numel());
     return o;
   };

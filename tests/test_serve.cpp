@@ -141,9 +141,7 @@ std::filesystem::path memorised_model_dir() {
   in.tokens = TokenBatch::packed(lengths);
   Model model(memorised_config());
   model.initialize(11);
-  TrainConfig tc;
-  tc.weight_decay = 0;
-  AdamW optimizer(model.params(), tc);
+  AdamW optimizer(model.params(), OptimizerConfig{.weight_decay = 0});
   double loss = 1e9;
   for (int step = 0; step < 600 && loss > 2e-3; ++step) {
     model.params().zero_grads();

@@ -14,7 +14,6 @@
 
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
-#include "hyla/train/schedule.h"
 #include "hyla/train/train_config.h"
 #include "hyla/train/train_step.h"
 #include "model_test_util.h"
@@ -66,8 +65,8 @@ TEST(TrainConfig, SchedulesAndStages) {
   EXPECT_NEAR(learning_rate(c, 9), 1.0, 1e-12);
   EXPECT_NEAR(learning_rate(c, 10), 1.0, 1e-12);  // cosine starts at the peak
   EXPECT_NEAR(learning_rate(c, 99), 0.1 * 0.5, 1e-9);  // the floor, times the last stage's scale
-  c.schedule = ScheduleType::WarmupStableDecay;
-  c.decay_fraction = 0.2;
+  c.optimizer.schedule = ScheduleType::WarmupStableDecay;
+  c.optimizer.decay_fraction = 0.2;
   EXPECT_NEAR(learning_rate(c, 40), 1.0, 1e-12);       // stable
   EXPECT_NEAR(learning_rate(c, 79), 0.5, 1e-12);       // stable, stage 2 scale
   EXPECT_NEAR(learning_rate(c, 99), 0.1 * 0.5, 1e-9);  // decayed to the floor
@@ -79,7 +78,7 @@ TEST(TrainStep, AccumulatesMicroBatchesAndSkipsNonFiniteSteps) {
   model.initialize(2);
   TrainConfig tc;
   tc.grad_accum = 2;
-  AdamW optimizer(model.params(), tc);
+  AdamW optimizer(model.params(), tc.optimizer);
   std::mt19937 rng(4);
   const auto batch = [&](int64_t) {
     ModelInput in;
@@ -88,7 +87,7 @@ TEST(TrainStep, AccumulatesMicroBatchesAndSkipsNonFiniteSteps) {
     return in;
   };
   const std::vector<float> before(model.params().values(), model.params().values() + model.params().numel());
-  const StepResult ok = train_step(model, optimizer, tc, 1e-3, batch);
+  const StepResult ok = train_step(model, optimizer, tc.step_settings(), 1e-3, batch);
   EXPECT_FALSE(ok.skipped);
   EXPECT_EQ(ok.tokens, 2 * 18);
   EXPECT_GT(ok.loss, 4.0);  // ≈ ln 256 for an untrained model
@@ -97,7 +96,7 @@ TEST(TrainStep, AccumulatesMicroBatchesAndSkipsNonFiniteSteps) {
   std::fill_n(model.params().values(), 256 * 64, NAN);  // the embedding table: every loss is NaN
   model.params().refresh_bf16();
   const std::vector<float> after(model.params().values(), model.params().values() + model.params().numel());
-  const StepResult bad = train_step(model, optimizer, tc, 1e-3, batch);
+  const StepResult bad = train_step(model, optimizer, tc.step_settings(), 1e-3, batch);
   EXPECT_TRUE(bad.skipped);
   EXPECT_EQ(std::memcmp(after.data(), model.params().values(), after.size() * 4), 0);
 }
@@ -147,12 +146,12 @@ TEST(TrainStep, ReplicasSumTheirGradientsThroughTheCollective) {
   for (bool replicas : {false, true}) {
     Model model(config);
     model.initialize(3);
-    AdamW optimizer(model.params(), tc);
+    AdamW optimizer(model.params(), tc.optimizer);
     // Buckets of 64 KB: several, started while the backward runs.
     GradientReducer reducer(model.params(), two, nullptr, /*shard_optimizer=*/false, 1.0 / 16);
     for (int step = 0; step < 2; ++step)
-      losses.push_back((replicas ? train_step(model, optimizer, tc, 1e-3, batch, reducer)
-                                 : train_step(model, optimizer, tc, 1e-3, batch)).loss);
+      losses.push_back((replicas ? train_step(model, optimizer, tc.step_settings(), 1e-3, batch, reducer)
+                                 : train_step(model, optimizer, tc.step_settings(), 1e-3, batch)).loss);
     after.emplace_back(model.params().values(), model.params().values() + model.params().numel());
     if (replicas) {
       EXPECT_EQ(reducer.traffic().all_reduce_bytes, 2 * model.params().numel() * 4);

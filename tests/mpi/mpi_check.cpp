@@ -128,9 +128,7 @@ struct Trained {
 // `expert_parallel` > 1: groups of that many processes, each holding its share of the experts.
 Trained train(const ModelConfig& config, bool distributed, bool zero, int expert_parallel, int steps) {
   Collective& world = processes();
-  TrainConfig tc;
-  tc.precision = Precision::F32;
-  tc.grad_accum = 2;
+  const StepSettings settings{.precision = Precision::F32, .micro_batches = 2};
   Model model(config, /*allocate=*/false);
   std::unique_ptr<Collective> group, replicas;
   std::vector<std::unique_ptr<ExpertParallelExchange>> exchanges;
@@ -151,14 +149,14 @@ Trained train(const ModelConfig& config, bool distributed, bool zero, int expert
   if (distributed) owned = std::make_unique<GradientReducer>(model.params(), world, replicas.get(), zero, 1.0 / 64);
   GradientReducer* reducer = owned.get();  // 16 KB buckets: many in flight
   const FlatRange shard = reducer ? reducer->shard() : FlatRange{0, model.params().numel()};
-  AdamW optimizer(model.params(), tc, shard);
+  AdamW optimizer(model.params(), OptimizerConfig{}, shard);
   Trained t;
   for (int s = 0; s < steps; ++s) {
     const auto micro = [&](int64_t m) {
       return reducer ? batch(s * 2 + m, world.rank(), world.size()) : batch(s * 2 + m, 0, 1);
     };
-    t.losses.push_back(reducer ? train_step(model, optimizer, tc, 1e-2, micro, *reducer).loss
-                               : train_step(model, optimizer, tc, 1e-2, micro).loss);
+    t.losses.push_back(reducer ? train_step(model, optimizer, settings, 1e-2, micro, *reducer).loss
+                               : train_step(model, optimizer, settings, 1e-2, micro).loss);
     if (s == 0) t.grads.assign(optimizer.shard_grads(), optimizer.shard_grads() + shard.count);
   }
   t.values.assign(model.params().values(), model.params().values() + model.params().numel());

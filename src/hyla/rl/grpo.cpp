@@ -98,18 +98,6 @@ std::vector<double> target_logprobs(Model& model, const ModelInput& batch, const
 
 }  // namespace
 
-TrainConfig optimizer_config(const RlConfig& rc) {
-  TrainConfig tc;
-  tc.seed = rc.seed;
-  tc.precision = rc.precision;
-  tc.lr = rc.lr;
-  tc.beta1 = rc.beta1;
-  tc.beta2 = rc.beta2;
-  tc.weight_decay = rc.weight_decay;
-  tc.grad_clip = rc.grad_clip;
-  return tc;
-}
-
 GroupAdvantages group_advantages(const std::vector<double>& rewards, int64_t group_size, bool std_normalize) {
   HYLA_ASSERT(group_size >= 1 && rewards.size() % size_t(group_size) == 0);
   GroupAdvantages g;
@@ -143,9 +131,8 @@ StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, doubl
                        Model* reference) {
   HYLA_ASSERT(rollouts.size() == advantages.size() && !rollouts.empty());
   HYLA_ASSERT((reference != nullptr) == (rc.kl_coef > 0));
-  TrainConfig tc = optimizer_config(rc);
   Packed packed = pack(rollouts, advantages, rc.micro_batch_tokens);
-  tc.grad_accum = int64_t(packed.micro_batches.size());
+  const StepSettings settings = rc.step_settings(int64_t(packed.micro_batches.size()));
   // The log-probabilities under the weights that sampled (for the ratio) and under the starting
   // model (for the KL penalty): one forward per micro-batch each.
   std::vector<std::vector<double>> old_lp, ref_lp;
@@ -177,12 +164,114 @@ StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, doubl
           packed.micro_batches[m].loss_weights[r] = clipped ? 0.0f : float(w * ratio);
         }
       }
-    result = train_step(model, optimizer, tc, lr, [&](int64_t m) { return packed.micro_batches[size_t(m)]; });
+    result = train_step(model, optimizer, settings, lr, [&](int64_t m) { return packed.micro_batches[size_t(m)]; });
     rows += result.tokens;
   }
   result.tokens = rows;
   return result;
 }
+
+namespace {
+
+// Resumes the run, or starts it (run.json, an empty metrics.jsonl); the step to continue from.
+int64_t start_rl_run(const RlOptions& o, const RlConfig& rc, const fs::path& run_dir, Model& model, AdamW& optimizer) {
+  if (o.resume) return resume_run(run_dir, model, optimizer, o.model_dir, /*lead=*/true).at("step").get<int64_t>();
+  write_file_atomic(run_dir / "run.json",
+                    json{{"rl", rc.to_json()}, {"model", fs::absolute(o.model_dir).string()}}.dump(2) + "\n");
+  write_file_atomic(run_dir / "metrics.jsonl", "");
+  return 0;
+}
+
+EngineOptions rollout_engine(const RlConfig& rc) {
+  EngineOptions engine;
+  engine.max_sequences = rc.max_sequences;
+  engine.context = rc.limits.context;
+  engine.precision = rc.precision;
+  engine.prefix_cache_bytes = int64_t(512) << 20;
+  engine.snapshot_interval = 256;
+  return engine;
+}
+
+// Step `step`'s rollouts: tasks_per_step tasks of the stage's environments (in turn, from the
+// train split's seed stream), each played group_size times through the batching engine.
+std::vector<Trajectory> play_rollouts(Scheduler& scheduler, const Tokenizer& tokenizer, const RlConfig& rc, int64_t step) {
+  const int64_t stage = rc.stage_of(step);
+  const AgentLimits limits = rc.limits_of(stage);
+  std::vector<std::unique_ptr<Environment>> envs;
+  for (const std::string& name : rc.curriculum[size_t(stage)].environments) envs.push_back(make_environment(name));
+  std::vector<AgentSession> sessions;
+  FaultConfig faults;
+  faults.share = rc.fault_share;
+  for (int64_t t = 0; t < rc.tasks_per_step; ++t) {
+    const uint64_t index = uint64_t(step * rc.tasks_per_step + t);
+    for (int64_t g = 0; g < rc.group_size; ++g)
+      sessions.emplace_back(*envs[index % envs.size()], Split::Train, index / envs.size(), faults, limits, tokenizer);
+  }
+  SamplingParams sampling;
+  sampling.temperature = rc.temperature;
+  sampling.seed = rc.seed * 0x9e3779b97f4a7c15ull + uint64_t(step) * 104729;
+  run_agents(scheduler, sessions, sampling);
+  std::vector<Trajectory> rollouts;
+  for (AgentSession& s : sessions) rollouts.push_back(s.take());
+  return rollouts;
+}
+
+// The update on the rollouts of the groups that teach something (none: no update).
+StepResult update_on_kept_groups(Model& model, AdamW& optimizer, const RlConfig& rc, double lr,
+                                 const std::vector<Trajectory>& rollouts, const GroupAdvantages& groups, Model* reference) {
+  std::vector<const Trajectory*> kept;
+  std::vector<double> advantages;
+  for (size_t i = 0; i < rollouts.size(); ++i)
+    if (groups.kept[i / size_t(rc.group_size)]) {
+      kept.push_back(&rollouts[i]);
+      advantages.push_back(groups.advantages[i]);
+    }
+  if (kept.empty()) return {};
+  return grpo_update(model, optimizer, rc, lr, kept, advantages, reference);
+}
+
+// The metrics row of a step's rollouts and update (metrics.jsonl, report.html).
+json rl_metrics_row(int64_t step, int64_t stage, double lr, const RlConfig& rc, const std::vector<Trajectory>& rollouts,
+                    int64_t dropped_groups, double rollout_seconds, const StepResult* update, double update_seconds) {
+  int64_t correct = 0, generated = 0, steps_sum = 0, calls = 0, invalid = 0, transient_met = 0, transient_recovered = 0;
+  double reward_sum = 0;
+  for (const Trajectory& r : rollouts) {
+    reward_sum += r.reward;
+    correct += r.correct();
+    generated += r.generated_tokens;
+    steps_sum += r.steps;
+    calls += r.tool_calls;
+    invalid += r.invalid_calls;
+    if (r.faults[0] > 0) {
+      ++transient_met;
+      transient_recovered += r.correct();
+    }
+  }
+  const double n = double(rollouts.size());
+  const int64_t trained_rows = update ? update->tokens : 0;
+  json row{{"step", step},
+           {"stage", stage + 1},
+           {"lr", lr},
+           {"reward", reward_sum / n},
+           {"pass", double(correct) / n},
+           {"dropped_groups", double(dropped_groups) / double(rc.tasks_per_step)},
+           {"mean_steps", double(steps_sum) / n},
+           {"mean_tool_calls", double(calls) / n},
+           {"invalid_call_rate", calls > 0 ? double(invalid) / double(calls) : 0.0},
+           {"transient_recovery", transient_met > 0 ? json(double(transient_recovered) / double(transient_met)) : json(nullptr)},
+           {"generated_tokens", generated},
+           {"rollout_tok_s", double(generated) / rollout_seconds},
+           {"update_tok_s", update_seconds > 0 ? double(trained_rows) / update_seconds : 0.0},
+           {"rollout_s", rollout_seconds},
+           {"update_s", update_seconds}};
+  if (update) {
+    row["loss"] = update->loss;
+    row["grad_norm"] = update->grad_norm;
+  }
+  return row;
+}
+
+}  // namespace
 
 void run_rl(const RlOptions& o) {
   const RlConfig rc = RlConfig::load(o.config);
@@ -193,34 +282,10 @@ void run_rl(const RlOptions& o) {
   std::unique_ptr<Model> model = Model::load(o.model_dir);
   std::unique_ptr<Model> reference;
   if (rc.kl_coef > 0) reference = Model::load(o.model_dir);
-
-  AdamW optimizer(model->params(), optimizer_config(rc));
-  int64_t step = 0;
-  if (o.resume) {
-    const auto checkpoint = latest_checkpoint(run_dir);
-    HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
-    auto saved = Model::load(checkpoint->dir / "model");
-    HYLA_CHECK(saved->config().to_json() == model->config().to_json(), "{}: the checkpoint's model differs from {}",
-               checkpoint->dir.string(), o.model_dir);
-    std::memcpy(model->params().values(), saved->params().values(), size_t(model->params().numel()) * 4);
-    model->params().refresh_bf16();
-    optimizer.load(optimizer_files(*checkpoint));
-    step = load_trainer_state(*checkpoint).at("step").get<int64_t>();
-    truncate_metrics(run_dir / "metrics.jsonl", step);
-    fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), step);
-  } else {
-    write_file_atomic(run_dir / "run.json",
-                      json{{"rl", rc.to_json()}, {"model", fs::absolute(o.model_dir).string()}}.dump(2) + "\n");
-    write_file_atomic(run_dir / "metrics.jsonl", "");
-  }
+  AdamW optimizer(model->params(), rc.optimizer);
+  int64_t step = start_rl_run(o, rc, run_dir, *model, optimizer);
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
-
-  EngineOptions engine;
-  engine.max_sequences = rc.max_sequences;
-  engine.context = rc.limits.context;
-  engine.precision = rc.precision;
-  engine.prefix_cache_bytes = int64_t(512) << 20;
-  engine.snapshot_interval = 256;
+  const EngineOptions engine = rollout_engine(rc);
   Scheduler scheduler(*model, tokenizer, engine);
 
   const int64_t total = rc.total_steps();
@@ -243,85 +308,23 @@ void run_rl(const RlOptions& o) {
 
   while (step < total) {
     const int64_t stage = rc.stage_of(step);
-    const RlStage& st = rc.curriculum[size_t(stage)];
-    const AgentLimits limits = rc.limits_of(stage);
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::unique_ptr<Environment>> envs;
-    for (const std::string& name : st.environments) envs.push_back(make_environment(name));
-    std::vector<AgentSession> sessions;
-    FaultConfig faults;
-    faults.share = rc.fault_share;
-    for (int64_t t = 0; t < rc.tasks_per_step; ++t) {
-      const uint64_t index = uint64_t(step * rc.tasks_per_step + t);
-      for (int64_t g = 0; g < rc.group_size; ++g)
-        sessions.emplace_back(*envs[index % envs.size()], Split::Train, index / envs.size(), faults, limits, tokenizer);
-    }
-    SamplingParams sampling;
-    sampling.temperature = rc.temperature;
-    sampling.seed = rc.seed * 0x9e3779b97f4a7c15ull + uint64_t(step) * 104729;
-    run_agents(scheduler, sessions, sampling);
+    const std::vector<Trajectory> rollouts = play_rollouts(scheduler, tokenizer, rc, step);
     const double rollout_seconds = seconds_since(t0);
-
-    std::vector<Trajectory> rollouts;
-    for (AgentSession& s : sessions) rollouts.push_back(s.take());
-    std::vector<const Trajectory*> kept;
-    std::vector<double> advantages;
-    int64_t dropped = 0, correct = 0, generated = 0, steps_sum = 0, calls = 0, invalid = 0, transient_met = 0,
-            transient_recovered = 0;
-    double reward_sum = 0;
     std::vector<double> rewards;
     for (const Trajectory& r : rollouts) rewards.push_back(r.reward);
     const GroupAdvantages groups = group_advantages(rewards, rc.group_size, rc.std_normalize);
-    for (size_t i = 0; i < rollouts.size(); ++i)
-      if (groups.kept[i / size_t(rc.group_size)]) {
-        kept.push_back(&rollouts[i]);
-        advantages.push_back(groups.advantages[i]);
-      }
-    dropped = groups.dropped;
-    for (const Trajectory& r : rollouts) {
-      reward_sum += r.reward;
-      correct += r.correct();
-      generated += r.generated_tokens;
-      steps_sum += r.steps;
-      calls += r.tool_calls;
-      invalid += r.invalid_calls;
-      if (r.faults[0] > 0) {
-        ++transient_met;
-        transient_recovered += r.correct();
-      }
-    }
 
     const auto t1 = std::chrono::steady_clock::now();
-    const double lr = rc.lr * std::min(1.0, double(step + 1) / double(std::max<int64_t>(1, rc.warmup_steps)));
-    StepResult update;
-    if (!kept.empty()) {
-      update = grpo_update(*model, optimizer, rc, lr, kept, advantages, reference.get());
-      scheduler.weights_changed();
-    }
-    const int64_t trained_rows = update.tokens;
+    const double lr = learning_rate(rc.optimizer, step, total, 1.0);
+    const bool updates = groups.dropped < rc.tasks_per_step;
+    const StepResult update = update_on_kept_groups(*model, optimizer, rc, lr, rollouts, groups, reference.get());
+    if (updates) scheduler.weights_changed();
     const double update_seconds = seconds_since(t1);
     ++step;
 
-    const double n = double(rollouts.size());
-    json row{{"step", step},
-             {"stage", stage + 1},
-             {"lr", lr},
-             {"reward", reward_sum / n},
-             {"pass", double(correct) / n},
-             {"dropped_groups", double(dropped) / double(rc.tasks_per_step)},
-             {"mean_steps", double(steps_sum) / n},
-             {"mean_tool_calls", double(calls) / n},
-             {"invalid_call_rate", calls > 0 ? double(invalid) / double(calls) : 0.0},
-             {"transient_recovery", transient_met > 0 ? json(double(transient_recovered) / double(transient_met)) : json(nullptr)},
-             {"generated_tokens", generated},
-             {"rollout_tok_s", double(generated) / rollout_seconds},
-             {"update_tok_s", update_seconds > 0 ? double(trained_rows) / update_seconds : 0.0},
-             {"rollout_s", rollout_seconds},
-             {"update_s", update_seconds}};
-    if (!kept.empty()) {
-      row["loss"] = update.loss;
-      row["grad_norm"] = update.grad_norm;
-    }
+    json row = rl_metrics_row(step, stage, lr, rc, rollouts, groups.dropped, rollout_seconds, updates ? &update : nullptr,
+                              update_seconds);
     const bool eval_now = rc.eval_every > 0 && (step % rc.eval_every == 0 || step == total);
     if (eval_now) {
       const json dev = evaluate_dev(stage);
@@ -333,8 +336,8 @@ void run_rl(const RlOptions& o) {
     if (!o.quiet || eval_now)
       fmt::print("step {:>4}/{} | reward {:.3f} | pass {:.3f} | dropped {:.2f} | steps {:.2f} | calls {:.2f} | "
                  "rollout {:.0f} tok/s | update {:.0f} tok/s{}\n",
-                 step, total, reward_sum / n, double(correct) / n, double(dropped) / double(rc.tasks_per_step),
-                 double(steps_sum) / n, double(calls) / n, double(generated) / rollout_seconds,
+                 step, total, row["reward"].get<double>(), row["pass"].get<double>(), row["dropped_groups"].get<double>(),
+                 row["mean_steps"].get<double>(), row["mean_tool_calls"].get<double>(), row["rollout_tok_s"].get<double>(),
                  row["update_tok_s"].get<double>(),
                  eval_now ? fmt::format(" | dev pass@1 {:.3f}", row["dev_pass@1"].get<double>()) : "");
     if (rc.checkpoint_every > 0 && step % rc.checkpoint_every == 0 && step < total)

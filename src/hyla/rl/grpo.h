@@ -38,8 +38,6 @@ struct GroupAdvantages {
 };
 GroupAdvantages group_advantages(const std::vector<double>& rewards, int64_t group_size, bool std_normalize);
 
-// The optimiser settings of RL.json as the trainer's TrainConfig (AdamW and train_step read it).
-TrainConfig optimizer_config(const RlConfig& rc);
 
 // One policy update over the rollouts (rc.epochs optimiser steps, each over every rollout).
 // `reference`: the starting model, needed exactly when rc.kl_coef > 0.

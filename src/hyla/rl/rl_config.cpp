@@ -23,12 +23,9 @@ RlConfig RlConfig::from_json(const json& j, const std::string& source) {
   f.read("temperature", c.temperature);
   f.read("fault_share", c.fault_share);
   JsonFields opt = f.object("optimizer");
-  opt.read("lr", c.lr);
-  opt.read("beta1", c.beta1);
-  opt.read("beta2", c.beta2);
-  opt.read("weight_decay", c.weight_decay);
-  opt.read("grad_clip", c.grad_clip);
-  opt.read("warmup_steps", c.warmup_steps);
+  read_adamw(opt, c.optimizer);
+  opt.read("grad_clip", c.optimizer.grad_clip);
+  opt.read("warmup_steps", c.optimizer.warmup_steps);
   opt.finish();
   f.read("std_normalize", c.std_normalize);
   f.read("kl_coef", c.kl_coef);
@@ -75,9 +72,7 @@ RlConfig RlConfig::from_json(const json& j, const std::string& source) {
   rule(c.tasks_per_step >= 1, "tasks_per_step must be at least 1");
   rule(c.temperature > 0, "temperature must be > 0 (rollouts sample)");
   rule(c.fault_share >= 0 && c.fault_share <= 1, "fault_share must lie in [0, 1]");
-  rule(c.lr > 0 && c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1 && c.weight_decay >= 0 && c.grad_clip >= 0,
-       "optimizer: lr > 0, beta1 and beta2 in [0, 1), weight_decay and grad_clip >= 0");
-  rule(c.warmup_steps >= 0, "optimizer.warmup_steps must be >= 0");
+  validate_optimizer(c.optimizer, {"optimizer.grad_clip", "optimizer.warmup_steps", "optimizer"}, source);
   rule(c.kl_coef >= 0, "kl_coef must be >= 0");
   rule(c.epochs >= 1 && c.clip_eps > 0, "epochs must be at least 1 and clip_eps > 0");
   rule(c.micro_batch_tokens >= 64 && c.max_sequences >= 1, "micro_batch_tokens must be at least 64 and max_sequences at least 1");
@@ -98,8 +93,14 @@ json RlConfig::to_json() const {
           {"tasks_per_step", tasks_per_step},
           {"temperature", temperature},
           {"fault_share", fault_share},
-          {"optimizer", {{"lr", lr}, {"beta1", beta1}, {"beta2", beta2}, {"weight_decay", weight_decay},
-                         {"grad_clip", grad_clip}, {"warmup_steps", warmup_steps}}},
+          {"optimizer",
+           {{"lr", optimizer.lr},
+            {"beta1", optimizer.beta1},
+            {"beta2", optimizer.beta2},
+            {"eps", optimizer.eps},
+            {"weight_decay", optimizer.weight_decay},
+            {"grad_clip", optimizer.grad_clip},
+            {"warmup_steps", optimizer.warmup_steps}}},
           {"std_normalize", std_normalize},
           {"kl_coef", kl_coef},
           {"epochs", epochs},

@@ -8,6 +8,7 @@
 
 #include "hyla/model/context.h"
 #include "hyla/agent/agent.h"
+#include "hyla/train/optimizer_config.h"
 
 namespace hyla {
 
@@ -28,8 +29,7 @@ struct RlConfig {
   double temperature = 1.0;
   double fault_share = 0.2;
   // AdamW at a constant rate after warmup; decoupled weight decay (0 by default for fine-tuning).
-  double lr = 2e-5, beta1 = 0.9, beta2 = 0.99, weight_decay = 0, grad_clip = 1.0;
-  int64_t warmup_steps = 5;
+  OptimizerConfig optimizer{.lr = 2e-5, .beta2 = 0.99, .weight_decay = 0, .schedule = ScheduleType::Constant, .warmup_steps = 5};
   bool std_normalize = false;   // advantages divided by the group's reward std as well
   double kl_coef = 0;           // > 0: a per-token KL penalty to the starting model in the reward
   int64_t epochs = 1;           // updates per batch of rollouts; > 1 clips the policy ratio
@@ -47,6 +47,8 @@ struct RlConfig {
   int64_t total_steps() const;
   int64_t stage_of(int64_t step) const;
   AgentLimits limits_of(int64_t stage) const;
+  // What train_step reads for an update of `micro_batches` micro-batches.
+  StepSettings step_settings(int64_t micro_batches) const { return {precision, micro_batches, optimizer.grad_clip}; }
 };
 
 }  // namespace hyla

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -137,11 +138,7 @@ void remove_unfinished_checkpoints(const fs::path& run_dir) {
 
 void remove_checkpoints(const fs::path& run_dir) { fs::remove_all(run_dir / "checkpoints"); }
 
-std::optional<CheckpointInfo> latest_checkpoint(const fs::path& run_dir) {
-  auto all = checkpoints(run_dir);
-  if (all.empty()) return std::nullopt;
-  return all.back();
-}
+namespace {
 
 nlohmann::json load_trainer_state(const CheckpointInfo& checkpoint) {
   return parse_json_file((checkpoint.dir / "trainer.json").string());
@@ -161,19 +158,6 @@ std::vector<fs::path> optimizer_files(const CheckpointInfo& checkpoint) {
   return files;
 }
 
-void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bool overwrite) {
-  std::filesystem::create_directories(run_dir);
-  remove_unfinished_checkpoints(run_dir);
-  if (resume) return;
-  if (const auto earlier = latest_checkpoint(run_dir)) {
-    HYLA_CHECK(overwrite,
-               "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
-               "--overwrite to start over and delete them",
-               run_dir.string(), earlier->step);
-    remove_checkpoints(run_dir);
-  }
-}
-
 // A resumed run's metrics.jsonl keeps the rows up to its checkpoint's step (a killed run wrote more).
 void truncate_metrics(const std::filesystem::path& file, int64_t step) {
   if (!std::filesystem::exists(file)) return;
@@ -187,6 +171,52 @@ void truncate_metrics(const std::filesystem::path& file, int64_t step) {
     }
   }
   write_file_atomic(file, kept);
+}
+
+}  // namespace
+
+std::optional<CheckpointInfo> latest_checkpoint(const fs::path& run_dir) {
+  auto all = checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+
+void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bool overwrite) {
+  std::filesystem::create_directories(run_dir);
+  remove_unfinished_checkpoints(run_dir);
+  if (resume) return;
+  if (const auto earlier = latest_checkpoint(run_dir)) {
+    HYLA_CHECK(overwrite,
+               "{}: holds checkpoints of an earlier run (newest: step {}); pass --resume to continue it, or "
+               "--overwrite to start over and delete them",
+               run_dir.string(), earlier->step);
+    remove_checkpoints(run_dir);
+  }
+}
+
+
+nlohmann::json resume_run(const fs::path& run_dir, Model& model, AdamW& optimizer, const std::string& model_source,
+                          bool lead, const std::function<bool(const Param&)>& holds) {
+  const auto checkpoint = latest_checkpoint(run_dir);
+  HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
+  const std::unique_ptr<Model> saved = Model::load(checkpoint->dir / "model", {.holds = holds});
+  HYLA_CHECK(saved->config().to_json() == model.config().to_json(), "{}: the checkpoint's model differs from {}",
+             checkpoint->dir.string(), model_source);
+  copy_weights(model, *saved);
+  optimizer.load(optimizer_files(*checkpoint));
+  nlohmann::json state = load_trainer_state(*checkpoint);
+  if (lead) {
+    truncate_metrics(run_dir / "metrics.jsonl", state.at("step").get<int64_t>());
+    fmt::print("resumed from {} (step {})\n", checkpoint->dir.string(), state.at("step").get<int64_t>());
+  }
+  return state;
+}
+
+void copy_weights(Model& into, Model& from) {
+  HYLA_ASSERT(into.params().numel() == from.params().numel());
+  std::memcpy(into.params().values(), from.params().values(), size_t(into.params().numel()) * 4);
+  into.params().refresh_bf16();
 }
 
 }  // namespace hyla

@@ -8,8 +8,10 @@
 // marks the checkpoint complete. Only the newest `keep` are kept.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "hyla/model/collective.h"
@@ -52,18 +54,22 @@ void remove_checkpoints(const std::filesystem::path& run_dir);
 // The newest complete checkpoint of a run, if any.
 std::optional<CheckpointInfo> latest_checkpoint(const std::filesystem::path& run_dir);
 
-nlohmann::json load_trainer_state(const CheckpointInfo& checkpoint);
-// The checkpoint's optimiser files (shards), for AdamW::load.
-std::vector<std::filesystem::path> optimizer_files(const CheckpointInfo& checkpoint);
-
 // Makes a run directory ready for a run (the lead process only): creates it, removes unfinished
 // checkpoints, and unless resuming refuses one that holds an earlier run's checkpoints (keep-N
 // pruning would delete the new run's lower-numbered ones, and a later --resume would continue
 // the old run: never two runs in one directory), or with `overwrite` deletes them.
 void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bool overwrite);
 
-// Keeps the rows of a run's metrics.jsonl whose "step" is at most `step` (what a resumed run
-// continues from; a line cut by a kill is dropped).
-void truncate_metrics(const std::filesystem::path& file, int64_t step);
+// Continues a run (`hyla train --resume`, `hyla rl --resume`): loads the newest checkpoint's
+// weights into `model` (the parameters `holds` accepts; all when empty) and its moments into
+// `optimizer`, and on the lead process keeps the rows of metrics.jsonl up to the checkpoint's step
+// (a line cut by a kill is dropped). Returns the checkpoint's trainer.json. A run without a
+// checkpoint, or whose checkpoint holds another model than `model_source`, is an error.
+nlohmann::json resume_run(const std::filesystem::path& run_dir, Model& model, AdamW& optimizer,
+                          const std::string& model_source, bool lead,
+                          const std::function<bool(const Param&)>& holds = {});
+
+// Copies every held parameter of `from` into `into` (the same model config) and refreshes the bf16 copies.
+void copy_weights(Model& into, Model& from);
 
 }  // namespace hyla

@@ -12,9 +12,9 @@
 
 namespace hyla {
 
-AdamW::AdamW(ParamStore& params, const TrainConfig& c) : AdamW(params, c, FlatRange{0, params.numel()}) {}
+AdamW::AdamW(ParamStore& params, const OptimizerConfig& c) : AdamW(params, c, FlatRange{0, params.numel()}) {}
 
-AdamW::AdamW(ParamStore& params, const TrainConfig& c, FlatRange shard)
+AdamW::AdamW(ParamStore& params, const OptimizerConfig& c, FlatRange shard)
     : params_(params), shard_(shard), beta1_(c.beta1), beta2_(c.beta2), eps_(c.eps), weight_decay_(c.weight_decay) {
   HYLA_ASSERT(params.allocated() && shard.first >= 0 && shard.end() <= params.numel());
   constexpr int64_t kChunk = int64_t(1) << 16;

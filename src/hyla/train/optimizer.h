@@ -13,15 +13,15 @@
 
 #include "hyla/core/tensor.h"
 #include "hyla/model/params.h"
-#include "hyla/train/train_config.h"
+#include "hyla/train/optimizer_config.h"
 
 namespace hyla {
 
 class AdamW {
  public:
   // Over every parameter, or over `shard` of the flat buffers only.
-  AdamW(ParamStore& params, const TrainConfig& config);
-  AdamW(ParamStore& params, const TrainConfig& config, FlatRange shard);
+  AdamW(ParamStore& params, const OptimizerConfig& config);
+  AdamW(ParamStore& params, const OptimizerConfig& config, FlatRange shard);
   FlatRange shard() const { return shard_; }
   // The shard's gradients, which step() reads: the model's own gradients over every parameter,
   // else a buffer of the shard's length that the gradient reduction fills.

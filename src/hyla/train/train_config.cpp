@@ -27,23 +27,19 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   c.precision = read_precision(f);
 
   JsonFields opt = f.object("optimizer");
-  opt.read("lr", c.lr);
-  opt.read("beta1", c.beta1);
-  opt.read("beta2", c.beta2);
-  opt.read("eps", c.eps);
-  opt.read("weight_decay", c.weight_decay);
+  read_adamw(opt, c.optimizer);
   opt.finish();
-  f.read("grad_clip", c.grad_clip);
+  f.read("grad_clip", c.optimizer.grad_clip);
   f.read("grad_accum", c.grad_accum);
 
   JsonFields sched = f.object("schedule");
   sched.read("type", schedule);
   if (schedule != "cosine" && schedule != "wsd")
     sched.fail_rule("schedule.type must be \"cosine\" or \"wsd\", got \"" + schedule + "\"");
-  c.schedule = schedule == "cosine" ? ScheduleType::Cosine : ScheduleType::WarmupStableDecay;
-  sched.read("warmup_steps", c.warmup_steps);
-  sched.read("min_lr_ratio", c.min_lr_ratio);
-  sched.read("decay_fraction", c.decay_fraction);
+  c.optimizer.schedule = schedule == "cosine" ? ScheduleType::Cosine : ScheduleType::WarmupStableDecay;
+  sched.read("warmup_steps", c.optimizer.warmup_steps);
+  sched.read("min_lr_ratio", c.optimizer.min_lr_ratio);
+  sched.read("decay_fraction", c.optimizer.decay_fraction);
   sched.finish();
 
   if (f.has("curriculum")) {
@@ -119,17 +115,8 @@ TrainConfig TrainConfig::load(const std::string& path) { return from_json(parse_
 
 void TrainConfig::validate(const std::string& source) const {
   auto rule = [&](bool ok, const std::string& message) { HYLA_CHECK(ok, "{}: {}", source, message); };
-  rule(lr > 0, fmt::format("optimizer.lr ({}) must be > 0", lr));
-  rule(beta1 >= 0 && beta1 < 1, fmt::format("optimizer.beta1 ({}) must lie in [0, 1)", beta1));
-  rule(beta2 >= 0 && beta2 < 1, fmt::format("optimizer.beta2 ({}) must lie in [0, 1)", beta2));
-  rule(eps > 0, fmt::format("optimizer.eps ({}) must be > 0", eps));
-  rule(weight_decay >= 0, fmt::format("optimizer.weight_decay ({}) must be >= 0", weight_decay));
-  rule(grad_clip >= 0, fmt::format("grad_clip ({}) must be >= 0", grad_clip));
+  validate_optimizer(optimizer, {"grad_clip", "schedule.warmup_steps", "schedule"}, source);
   rule(grad_accum >= 1, fmt::format("grad_accum ({}) must be >= 1", grad_accum));
-  rule(warmup_steps >= 0, fmt::format("schedule.warmup_steps ({}) must be >= 0", warmup_steps));
-  rule(min_lr_ratio >= 0 && min_lr_ratio <= 1, fmt::format("schedule.min_lr_ratio ({}) must lie in [0, 1]", min_lr_ratio));
-  rule(decay_fraction > 0 && decay_fraction <= 1,
-       fmt::format("schedule.decay_fraction ({}) must lie in (0, 1]", decay_fraction));
   for (size_t i = 0; i < curriculum.size(); ++i) {
     const CurriculumStage& s = curriculum[i];
     const std::string at = "curriculum[" + std::to_string(i) + "]";
@@ -200,6 +187,10 @@ void TrainConfig::validate(const std::string& source) const {
   rule(bucket_mb > 0 && bucket_mb <= 1024, fmt::format("distributed.bucket_mb ({}) must lie in (0, 1024]", bucket_mb));
 }
 
+double learning_rate(const TrainConfig& c, int64_t step) {
+  return learning_rate(c.optimizer, step, c.total_steps(), c.curriculum[size_t(c.stage_of(step))].lr_scale);
+}
+
 int64_t TrainConfig::total_steps() const {
   int64_t n = 0;
   for (const CurriculumStage& s : curriculum) n += s.steps();
@@ -244,14 +235,18 @@ json TrainConfig::to_json() const {
   return {{"seed", seed},
           {"precision", precision == Precision::BF16 ? "bf16" : "f32"},
           {"optimizer",
-           {{"lr", lr}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"weight_decay", weight_decay}}},
-          {"grad_clip", grad_clip},
+           {{"lr", optimizer.lr},
+            {"beta1", optimizer.beta1},
+            {"beta2", optimizer.beta2},
+            {"eps", optimizer.eps},
+            {"weight_decay", optimizer.weight_decay}}},
+          {"grad_clip", optimizer.grad_clip},
           {"grad_accum", grad_accum},
           {"schedule",
-           {{"type", schedule == ScheduleType::Cosine ? "cosine" : "wsd"},
-            {"warmup_steps", warmup_steps},
-            {"min_lr_ratio", min_lr_ratio},
-            {"decay_fraction", decay_fraction}}},
+           {{"type", optimizer.schedule == ScheduleType::Cosine ? "cosine" : "wsd"},
+            {"warmup_steps", optimizer.warmup_steps},
+            {"min_lr_ratio", optimizer.min_lr_ratio},
+            {"decay_fraction", optimizer.decay_fraction}}},
           {"curriculum", stages},
           {"eval", {{"every", eval_every}, {"batches", eval_batches}}},
           {"checkpoint", {{"every", checkpoint_every}, {"keep", keep_checkpoints}}},

@@ -9,6 +9,7 @@
 
 #include "hyla/data/image_augment.h"
 #include "hyla/model/context.h"
+#include "hyla/train/optimizer_config.h"
 
 namespace hyla {
 
@@ -16,8 +17,6 @@ class JsonFields;
 
 // Reads "precision" ("bf16", the default, or "f32") of a config: TRAIN.json and RL.json.
 Precision read_precision(JsonFields& fields);
-
-enum class ScheduleType { Cosine, WarmupStableDecay };
 
 struct CurriculumStage {
   int64_t seq_len = 256;        // tokens per sequence (T)
@@ -38,14 +37,8 @@ struct CurriculumStage {
 struct TrainConfig {
   uint64_t seed = 1;
   Precision precision = Precision::BF16;
-  // AdamW (decoupled weight decay; SPEC §9's no-decay groups).
-  double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-  double grad_clip = 1.0;  // global L2 norm; 0 disables
-  int64_t grad_accum = 1;  // micro-batches per step
-  ScheduleType schedule = ScheduleType::Cosine;
-  int64_t warmup_steps = 100;
-  double min_lr_ratio = 0.1;    // the schedule's floor, as a fraction of lr
-  double decay_fraction = 0.2;  // warmup-stable-decay: the final fraction of steps that decays
+  OptimizerConfig optimizer;  // "optimizer" (AdamW), "grad_clip" and "schedule"
+  int64_t grad_accum = 1;     // micro-batches per step
   std::vector<CurriculumStage> curriculum{CurriculumStage{}};
   int64_t eval_every = 100, eval_batches = 8;
   int64_t checkpoint_every = 200, keep_checkpoints = 2;
@@ -96,6 +89,11 @@ struct TrainConfig {
   double longctx_ratio_of(int64_t stage) const;
   // The tasks stage `stage` draws from: its own list, else longctx.tasks.
   const std::vector<std::string>& longctx_tasks_of(int64_t stage) const;
+  // What train_step reads.
+  StepSettings step_settings() const { return {precision, grad_accum, optimizer.grad_clip}; }
 };
+
+// The learning rate at step `step` (0-based) of the whole curriculum, times its stage's lr_scale.
+double learning_rate(const TrainConfig& config, int64_t step);
 
 }  // namespace hyla

@@ -5,18 +5,18 @@
 namespace hyla {
 namespace {
 
-StepResult step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+StepResult step(Model& model, AdamW& optimizer, const StepSettings& settings, double lr,
                 const std::function<ModelInput(int64_t m)>& micro_batch, GradientReducer* reducer) {
   Collective& collective = reducer ? reducer->collective() : single_process();
   StepResult r;
   model.params().zero_grads();
   // Each micro-batch's share of the mean over every process's micro-batches.
-  const ForwardOptions options{.precision = config.precision, .outputs = Outputs::None, .backward = true,
-                               .loss_scale = 1.0f / float(config.grad_accum * collective.size())};
+  const ForwardOptions options{.precision = settings.precision, .outputs = Outputs::None, .backward = true,
+                               .loss_scale = 1.0f / float(settings.micro_batches * collective.size())};
   double sums[3] = {0, 0, 0};  // loss, aux_loss, tokens
-  for (int64_t m = 0; m < config.grad_accum; ++m) {
+  for (int64_t m = 0; m < settings.micro_batches; ++m) {
     const ModelInput in = micro_batch(m);
-    if (reducer && m + 1 == config.grad_accum) {
+    if (reducer && m + 1 == settings.micro_batches) {
       reducer->arm(model.params().grads(), optimizer.shard_grads());
       model.set_gradient_hook([reducer](int64_t offset) { reducer->gradients_final_from(offset); });
     }
@@ -30,7 +30,7 @@ StepResult step(Model& model, AdamW& optimizer, const TrainConfig& config, doubl
     reducer->finish();
   }
   collective.sum(std::span<double>(sums));
-  const double micro_batches = double(config.grad_accum * collective.size());
+  const double micro_batches = double(settings.micro_batches * collective.size());
   r.loss = sums[0] / micro_batches;
   r.aux_loss = sums[1] / micro_batches;
   r.tokens = int64_t(sums[2]);
@@ -43,7 +43,7 @@ StepResult step(Model& model, AdamW& optimizer, const TrainConfig& config, doubl
     return r;
   }
   const float scale =
-      config.grad_clip > 0 && r.grad_norm > config.grad_clip ? float(config.grad_clip / r.grad_norm) : 1.0f;
+      settings.grad_clip > 0 && r.grad_norm > settings.grad_clip ? float(settings.grad_clip / r.grad_norm) : 1.0f;
   optimizer.step(lr, scale);
   if (reducer && reducer->sharded()) {
     reducer->gather(model.params().values());
@@ -55,14 +55,14 @@ StepResult step(Model& model, AdamW& optimizer, const TrainConfig& config, doubl
 
 }  // namespace
 
-StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+StepResult train_step(Model& model, AdamW& optimizer, const StepSettings& settings, double lr,
                       const std::function<ModelInput(int64_t m)>& micro_batch) {
-  return step(model, optimizer, config, lr, micro_batch, nullptr);
+  return step(model, optimizer, settings, lr, micro_batch, nullptr);
 }
 
-StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+StepResult train_step(Model& model, AdamW& optimizer, const StepSettings& settings, double lr,
                       const std::function<ModelInput(int64_t m)>& micro_batch, GradientReducer& reducer) {
-  return step(model, optimizer, config, lr, micro_batch, &reducer);
+  return step(model, optimizer, settings, lr, micro_batch, &reducer);
 }
 
 }  // namespace hyla

@@ -17,7 +17,7 @@
 #include "hyla/model/model.h"
 #include "hyla/train/gradient_reducer.h"
 #include "hyla/train/optimizer.h"
-#include "hyla/train/train_config.h"
+#include "hyla/train/optimizer_config.h"
 
 namespace hyla {
 
@@ -28,10 +28,10 @@ struct StepResult {
   bool skipped = false;           // non-finite loss or gradient: no update
 };
 
-// `micro_batch(m)` gives this process's micro-batch m of config.grad_accum.
-StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+// `micro_batch(m)` gives this process's micro-batch m of settings.micro_batches.
+StepResult train_step(Model& model, AdamW& optimizer, const StepSettings& settings, double lr,
                       const std::function<ModelInput(int64_t m)>& micro_batch);
-StepResult train_step(Model& model, AdamW& optimizer, const TrainConfig& config, double lr,
+StepResult train_step(Model& model, AdamW& optimizer, const StepSettings& settings, double lr,
                       const std::function<ModelInput(int64_t m)>& micro_batch, GradientReducer& reducer);
 
 }  // namespace hyla

@@ -1,0 +1,114 @@
+#include "hyla/train/row_source.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "hyla/data/image_batches.h"
+#include "hyla/eval/next_token_input.h"
+#include "hyla/train/agent_mix.h"
+#include "hyla/train/longctx_mix.h"
+
+namespace hyla {
+namespace {
+
+// `ratio` rows per text row, at least one.
+int64_t rows_per_text_row(double ratio, double text_rows) { return std::max<int64_t>(1, std::llround(ratio * text_rows)); }
+
+class ImageRows final : public RowSource {
+ public:
+  ImageRows(const TrainConfig& c, const std::vector<std::string>& dirs, const Tokenizer& tokenizer, const VisionConfig& vision)
+      : ratio_(c.image_ratio),
+        image_pad_id_(tokenizer.special_id("<|image_pad|>")),
+        sampler_(std::vector<std::filesystem::path>(dirs.begin(), dirs.end()), "train", tokenizer, vision, c.seed + 1,
+                 c.image_weights, c.image_augment) {
+    fmt::print("images {}: {} training records, {:g} image rows per text row{}\n", fmt::join(dirs, ", "),
+               sampler_.size(), c.image_ratio,
+               c.image_weights.empty() ? "" : fmt::format(", directories weighted {}", fmt::join(c.image_weights, ":")));
+    for (size_t i = 0; i < c.image_augment.size(); ++i)
+      if (c.image_augment[i].any())
+        fmt::print("images {}: augmented (mirror with probability {:g}, shifts up to {} pixels)\n", dirs[i],
+                   c.image_augment[i].flip, c.image_augment[i].shift);
+  }
+  const char* name() const override { return "images"; }
+  int64_t rows(int64_t, double text_rows) const override { return rows_per_text_row(ratio_, text_rows); }
+  void append(ModelInput& in, int64_t, int64_t rows) override {
+    sampler_.next(rows, sequences_);
+    append_image_sequences(in, sequences_, image_pad_id_);
+  }
+  nlohmann::json state() const override { return sampler_.state(); }
+  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
+
+ private:
+  double ratio_;
+  int32_t image_pad_id_;
+  ImageRecordSampler sampler_;
+  ImageSequences sequences_;
+};
+
+class LongCtxRows final : public RowSource {
+ public:
+  LongCtxRows(const TrainConfig& c, const Tokenizer& tokenizer)
+      : config_(c), sampler_(c.longctx_tasks, c.longctx_haystack, tokenizer, c.seed) {
+    fmt::print("longctx: {} ({}), {:g} rows per text row where a stage sets none, one sample per stage length\n",
+               fmt::join(c.longctx_tasks, ", "), c.longctx_haystack, c.longctx_ratio);
+  }
+  const char* name() const override { return "longctx"; }
+  int64_t rows(int64_t stage, double text_rows) const override {
+    const double ratio = config_.longctx_ratio_of(stage);
+    return ratio > 0 ? rows_per_text_row(ratio, text_rows) : 0;
+  }
+  void append(ModelInput& in, int64_t stage, int64_t rows) override {
+    sampler_.next(rows, config_.curriculum[size_t(stage)].seq_len, config_.longctx_tasks_of(stage), sequences_);
+    append_image_sequences(in, sequences_, in.image_pad_id);
+  }
+  bool runs_at_stage_length() const override { return true; }
+  std::string stage_note(int64_t stage) const override {
+    return fmt::format(", longctx {:g} rows per text row of {}", config_.longctx_ratio_of(stage),
+                       fmt::join(config_.longctx_tasks_of(stage), ", "));
+  }
+  nlohmann::json state() const override { return sampler_.state(); }
+  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
+
+ private:
+  const TrainConfig& config_;
+  LongCtxSampler sampler_;
+  ImageSequences sequences_;
+};
+
+class AgentRows final : public RowSource {
+ public:
+  AgentRows(const TrainConfig& c, const Tokenizer& tokenizer)
+      : ratio_(c.agent_ratio), sampler_(c.agent_environments, c.agent_fault_share, tokenizer, c.seed) {
+    fmt::print("agent demonstrations: {} (faults in {:g} of calls), {:g} rows per text row, loss on assistant turns\n",
+               fmt::join(c.agent_environments, ", "), c.agent_fault_share, c.agent_ratio);
+  }
+  const char* name() const override { return "agent"; }
+  int64_t rows(int64_t, double text_rows) const override { return rows_per_text_row(ratio_, text_rows); }
+  void append(ModelInput& in, int64_t, int64_t rows) override {
+    sampler_.next(rows, sequences_);
+    append_image_sequences(in, sequences_, in.image_pad_id);
+  }
+  nlohmann::json state() const override { return sampler_.state(); }
+  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
+
+ private:
+  double ratio_;
+  AgentDemoSampler sampler_;
+  ImageSequences sequences_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<RowSource>> make_row_sources(const TrainConfig& c, const std::vector<std::string>& images_dirs,
+                                                         const Tokenizer& tokenizer, const VisionConfig& vision) {
+  std::vector<std::unique_ptr<RowSource>> sources;
+  if (!images_dirs.empty()) sources.push_back(std::make_unique<ImageRows>(c, images_dirs, tokenizer, vision));
+  if (c.longctx_ratio > 0) sources.push_back(std::make_unique<LongCtxRows>(c, tokenizer));
+  if (c.agent_ratio > 0) sources.push_back(std::make_unique<AgentRows>(c, tokenizer));
+  return sources;
+}
+
+}  // namespace hyla
