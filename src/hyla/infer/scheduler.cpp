@@ -92,6 +92,7 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
     slots_.push_back(std::make_unique<SequenceState>(model, options.context, options.latent_dtype));
   slot_used_.assign(slots_.size(), false);
   end_ids_ = ChatTemplate(tokenizer).end_ids();
+  sample_vocab_ = std::min<int64_t>(model.config().vocab_size, tokenizer.vocab_size());
   if (auto id = tokenizer.token_id("<|image_pad|>")) image_pad_id_ = *id;
   stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
 }
@@ -268,166 +269,212 @@ void Scheduler::admit_waiting(std::vector<Finished>& finished) {
   }
 }
 
+// One step's model call: the sequences in it, in order, and what the model gave back for them.
+struct Scheduler::StepBatch {
+  std::vector<Active*> sequences;
+  std::vector<int64_t> lengths;       // rows per sequence: a prefill chunk, or the one token to feed
+  ModelInput in;
+  std::vector<int64_t> first_output;  // per sequence, its first row of logits
+  Tensor logits;
+  Clock::time_point returned;         // when the logits came: the time of the tokens sampled from them
+};
+
 // One model call: prefill chunks of the oldest requests still reading their prompts (within the
 // step's prefill budget), plus one token for every sequence that is generating.
 void Scheduler::forward_and_sample(std::vector<Finished>& finished) {
-  std::vector<Active*> batch;
-  std::vector<int64_t> lengths, offsets;
-  ModelInput in;
-  // Prefill chunks of the oldest requests still reading their prompts, while they fit the step's
-  // budget of prefill_chunk tokens (the oldest always goes): many short prompts (the turns of
-  // agent rollouts) are read together. Each request's chunks end where they would alone, so
-  // batching never changes what a sequence computes.
+  StepBatch batch;
+  plan_prefill_chunks(batch);
+  plan_decode_tokens(batch);
+  if (batch.sequences.empty()) return;
+  run_forward(batch);
+  std::vector<Active*> done;
+  for (size_t i = 0; i < batch.sequences.size(); ++i)
+    if (advance_sequence(batch, i)) done.push_back(batch.sequences[i]);
+  for (Active* a : done) finish(*a, a->output.finish_reason, finished);
+}
+
+// Prefill chunks of the oldest requests still reading their prompts, while they fit the step's
+// budget of prefill_chunk tokens (the oldest always goes): many short prompts (the turns of
+// agent rollouts) are read together.
+void Scheduler::plan_prefill_chunks(StepBatch& batch) const {
   int64_t budget = options_.prefill_chunk;
   for (auto& a : running_)
     if (a->prefilled < int64_t(a->request.prompt.size())) {
-      int64_t end = std::min<int64_t>(a->prefilled + options_.prefill_chunk, int64_t(a->request.prompt.size()));
-      if (prefix_cache_.enabled()) {  // a chunk ends at the next snapshot point, if it comes first
-        const int64_t interval = prefix_cache_.interval();
-        end = std::min(end, (a->prefilled / interval + 1) * interval);
-        const int64_t all_but_last = int64_t(a->request.prompt.size()) - 1;
-        if (a->prefilled < all_but_last) end = std::min(end, all_but_last);
-      }
-      // A chunk never ends inside an image: it stops before one that does not fit, or takes whole one that starts it.
-      for (size_t k = 0; k < a->images.size(); ++k) {
-        const int64_t first = a->images[k].row, last = a->image_ends[k];
-        if (first < end && last > end) end = first > a->prefilled ? first : last;
-      }
-      if (!batch.empty() && end - a->prefilled > budget) break;
+      const int64_t end = prefill_chunk_end(*a);
+      if (!batch.sequences.empty() && end - a->prefilled > budget) break;
       budget -= end - a->prefilled;
       for (size_t k = 0; k < a->images.size(); ++k) {
         const int64_t first = a->images[k].row;
-        if (first >= a->prefilled && first < end) in.images.push_back(a->request.images[k]);
+        if (first >= a->prefilled && first < end) batch.in.images.push_back(a->request.images[k]);
       }
-      if (!in.images.empty()) in.image_pad_id = image_pad_id_;
-      batch.push_back(a.get());
-      lengths.push_back(end - a->prefilled);
-      in.ids.insert(in.ids.end(), a->request.prompt.begin() + a->prefilled, a->request.prompt.begin() + end);
+      if (!batch.in.images.empty()) batch.in.image_pad_id = image_pad_id_;
+      batch.sequences.push_back(a.get());
+      batch.lengths.push_back(end - a->prefilled);
+      batch.in.ids.insert(batch.in.ids.end(), a->request.prompt.begin() + a->prefilled,
+                          a->request.prompt.begin() + end);
       if (budget <= 0) break;
     }
+}
+
+// Each request's chunks end where they would alone, so batching never changes what a sequence
+// computes.
+int64_t Scheduler::prefill_chunk_end(const Active& a) const {
+  int64_t end = std::min<int64_t>(a.prefilled + options_.prefill_chunk, int64_t(a.request.prompt.size()));
+  if (prefix_cache_.enabled()) {  // a chunk ends at the next snapshot point, if it comes first
+    const int64_t interval = prefix_cache_.interval();
+    end = std::min(end, (a.prefilled / interval + 1) * interval);
+    const int64_t all_but_last = int64_t(a.request.prompt.size()) - 1;
+    if (a.prefilled < all_but_last) end = std::min(end, all_but_last);
+  }
+  // A chunk never ends inside an image: it stops before one that does not fit, or takes whole one that starts it.
+  for (size_t k = 0; k < a.images.size(); ++k) {
+    const int64_t first = a.images[k].row, last = a.image_ends[k];
+    if (first < end && last > end) end = first > a.prefilled ? first : last;
+  }
+  return end;
+}
+
+void Scheduler::plan_decode_tokens(StepBatch& batch) const {
   for (auto& a : running_)
     if (a->next >= 0) {
-      batch.push_back(a.get());
-      lengths.push_back(1);
-      in.ids.push_back(a->next);
+      batch.sequences.push_back(a.get());
+      batch.lengths.push_back(1);
+      batch.in.ids.push_back(a->next);
     }
-  if (batch.empty()) return;
+}
+
+void Scheduler::run_forward(StepBatch& batch) {
+  std::vector<int64_t> offsets;
   std::vector<SequenceCache> caches;
-  for (Active* a : batch) {
+  for (Active* a : batch.sequences) {
     offsets.push_back(slots_[size_t(a->slot)]->length());
     caches.push_back(slots_[size_t(a->slot)]->cache());
   }
-  in.tokens = TokenBatch::packed(lengths, offsets);
+  batch.in.tokens = TokenBatch::packed(batch.lengths, offsets);
   // Logits come out for each sequence's last row, and for every row of a prefill chunk that is scored.
   ForwardOptions forward{.precision = options_.precision, .outputs = Outputs::Rows};
-  std::vector<int64_t> first_output;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    first_output.push_back(int64_t(forward.rows.size()));
-    const int64_t end = in.tokens.starts[i + 1];
-    const bool scored = batch[i]->next < 0 && batch[i]->request.prompt_logprobs;
-    for (int64_t r = scored ? in.tokens.starts[i] : end - 1; r < end; ++r) forward.rows.push_back(r);
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    batch.first_output.push_back(int64_t(forward.rows.size()));
+    const int64_t end = batch.in.tokens.starts[i + 1];
+    const bool scored = batch.sequences[i]->next < 0 && batch.sequences[i]->request.prompt_logprobs;
+    for (int64_t r = scored ? batch.in.tokens.starts[i] : end - 1; r < end; ++r) forward.rows.push_back(r);
   }
-  const Tensor logits = model_->forward(in, forward, caches).logits;
-  for (size_t i = 0; i < batch.size(); ++i) slots_[size_t(batch[i]->slot)]->cache() = caches[i];
+  batch.logits = model_->forward(batch.in, forward, caches).logits;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) slots_[size_t(batch.sequences[i]->slot)]->cache() = caches[i];
+  batch.returned = Clock::now();
+}
 
-  const int64_t V = model_->config().vocab_size;
-  // A model's vocabulary may be padded past the tokenizer's: ids the tokenizer lacks are never sampled.
-  const int64_t sample_vocab = std::min<int64_t>(V, tokenizer_.vocab_size());
-  const auto now = Clock::now();
-  std::vector<Active*> done;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Active& a = *batch[i];
-    SequenceState& state = *slots_[size_t(a.slot)];
-    const bool prefilling = a.next < 0;
-    const float* first = logits.data<float>() + first_output[i] * V;
-    if (prefilling && a.request.prompt_logprobs) {
-      // Row j of the chunk predicts prompt token prefilled + j + 1.
-      for (int64_t j = 0; j < lengths[i] && a.prefilled + j + 1 < int64_t(a.request.prompt.size()); ++j) {
-        std::vector<TokenLogprob> best;
-        a.output.prompt_logprobs.push_back(log_probability(first + j * V, V, a.request.prompt[size_t(a.prefilled + j + 1)],
-                                                           a.request.top_logprobs, &best));
-        if (a.request.top_logprobs > 0) a.output.prompt_top_logprobs.push_back(std::move(best));
-      }
-    }
-    if (prefilling) {
-      a.prefilled += lengths[i];
-      // Snapshots at every interval and before the prompt's last token: a request with the same
-      // prompt (a group of rollouts, n choices, a retry) restores all of it but the token whose
-      // logits it needs, instead of re-reading its last partial interval.
-      const int64_t size = int64_t(a.request.prompt.size());
-      if ((a.prefilled % prefix_cache_.interval() == 0 && a.prefilled < size) || a.prefilled == size - 1)
-        prefix_cache_.store(a.request.prompt, a.images, a.prefilled, state, a.snapshots);
-      if (a.prefilled < int64_t(a.request.prompt.size())) continue;  // more prompt to read
-    }
-    if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated
-      a.output.finish_reason = FinishReason::Length;
-      done.push_back(&a);
-      continue;
-    }
-    const bool scored = prefilling && a.request.prompt_logprobs;
-    const float* row = first + (scored ? lengths[i] - 1 : 0) * V;  // the sequence's last row
-    const uint8_t* allowed = nullptr;
-    if (a.grammar) {
-      if (!grammar_vocabulary_) grammar_vocabulary_ = std::make_unique<GrammarVocabulary>(tokenizer_);
-      a.allowed.resize(size_t(grammar_vocabulary_->size()));
-      try {
-        a.grammar->allowed(*grammar_vocabulary_, a.allowed.data());
-      } catch (const Error& e) {  // the grammar's own limits (too many parses, too deep): this request fails
-        a.error = std::make_exception_ptr(Error(fmt::format("constrained sampling stopped: {}", e.what())));
-        done.push_back(&a);
-        continue;
-      }
-      if (a.request.stop_at_end_tokens && a.grammar->can_end())
-        for (const int32_t id : end_ids_) a.allowed[size_t(id)] = 1;
-      if (std::find(a.allowed.begin(), a.allowed.begin() + sample_vocab, 1) == a.allowed.begin() + sample_vocab) {
-        // No token of this vocabulary continues the grammar: the output is as complete as it gets.
-        a.output.finish_reason = FinishReason::Length;
-        done.push_back(&a);
-        continue;
-      }
-      allowed = a.allowed.data();
-    }
-    const int32_t token = a.sampler.sample(row, sample_vocab, allowed);
-    if (prefilling) {
-      a.output.time_to_first_token = seconds_between(a.start, now);
-      stats_.ttft.observe(a.output.time_to_first_token);
-    } else {
-      stats_.itl.observe(seconds_between(a.last, now));
-    }
-    a.last = now;
-    a.output.tokens.push_back(token);
-    if (a.request.logprobs) {
-      std::vector<TokenLogprob> best;
-      a.output.token_logprobs.push_back(log_probability(row, V, token, a.request.top_logprobs, &best));
-      if (a.request.top_logprobs > 0) a.output.top_logprobs.push_back(std::move(best));
-    }
-    ++stats_.generated_tokens;
-    std::optional<FinishReason> reason;
-    if (a.request.stop_at_end_tokens && std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) {
-      reason = FinishReason::Stop;
-    } else {
-      if (a.grammar) {
-        // The mask already computed (and remembered) every byte transition this token takes.
-        const bool taken = tokenizer_.is_special(token) ? a.grammar->accept_special(token)
-                                                        : a.grammar->accept_bytes(tokenizer_.decode_token(token));
-        HYLA_ASSERT(taken);  // the mask allowed only tokens some parse takes
-      } else if (a.request.grammar && token == a.request.grammar_after) {
-        a.grammar.emplace(*a.request.grammar);
-      }
-      const std::string piece = a.text.push(tokenizer_.decode_token(token));
-      if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) reason = FinishReason::Cancelled;
-      else if (a.text.stopped() || (a.grammar && !a.grammar->can_continue())) reason = FinishReason::Stop;
-      else if (int64_t(a.output.tokens.size()) >= a.request.max_tokens || state.length() + 1 >= state.capacity())
-        reason = FinishReason::Length;
-    }
-    if (!reason) {
-      a.next = token;
-    } else {
-      a.output.finish_reason = *reason;
-      done.push_back(&a);
-    }
+// Sequence i's share of the step's logits: scores its prompt rows, moves its prefill on, or
+// samples, records and streams its next token. Returns whether it is done (its finish_reason or
+// error set).
+bool Scheduler::advance_sequence(const StepBatch& batch, size_t i) {
+  Active& a = *batch.sequences[i];
+  const int64_t V = model_->config().vocab_size, rows = batch.lengths[i];
+  const float* first = batch.logits.data<float>() + batch.first_output[i] * V;
+  const bool prefilling = a.next < 0, scored = prefilling && a.request.prompt_logprobs;
+  if (scored) score_prompt_rows(a, first, rows);
+  if (prefilling && !read_prompt_chunk(a, rows)) return false;  // more prompt to read
+  if (a.request.max_tokens == 0) {  // scoring only: the prompt is read, nothing is generated
+    a.output.finish_reason = FinishReason::Length;
+    return true;
   }
-  for (Active* a : done) finish(*a, a->output.finish_reason, finished);
+  const uint8_t* allowed = nullptr;
+  if (a.grammar && !(allowed = grammar_mask(a))) return true;
+  const float* row = first + (scored ? rows - 1 : 0) * V;  // the sequence's last row
+  const int32_t token = a.sampler.sample(row, sample_vocab_, allowed);
+  record_token(a, token, row, prefilling, batch.returned);
+  const std::optional<FinishReason> reason = stream_token(a, token);
+  if (!reason) {
+    a.next = token;
+    return false;
+  }
+  a.output.finish_reason = *reason;
+  return true;
+}
+
+// Row j of a scored chunk predicts prompt token prefilled + j + 1.
+void Scheduler::score_prompt_rows(Active& a, const float* rows, int64_t count) const {
+  const int64_t V = model_->config().vocab_size;
+  for (int64_t j = 0; j < count && a.prefilled + j + 1 < int64_t(a.request.prompt.size()); ++j) {
+    std::vector<TokenLogprob> best;
+    a.output.prompt_logprobs.push_back(log_probability(rows + j * V, V, a.request.prompt[size_t(a.prefilled + j + 1)],
+                                                       a.request.top_logprobs, &best));
+    if (a.request.top_logprobs > 0) a.output.prompt_top_logprobs.push_back(std::move(best));
+  }
+}
+
+// Returns whether the whole prompt is read.
+bool Scheduler::read_prompt_chunk(Active& a, int64_t count) {
+  a.prefilled += count;
+  // Snapshots at every interval and before the prompt's last token: a request with the same
+  // prompt (a group of rollouts, n choices, a retry) restores all of it but the token whose
+  // logits it needs, instead of re-reading its last partial interval.
+  const int64_t size = int64_t(a.request.prompt.size());
+  if ((a.prefilled % prefix_cache_.interval() == 0 && a.prefilled < size) || a.prefilled == size - 1)
+    prefix_cache_.store(a.request.prompt, a.images, a.prefilled, *slots_[size_t(a.slot)], a.snapshots);
+  return a.prefilled >= size;
+}
+
+// The tokens a's grammar allows next, or nullptr when the request ends here: its grammar failed
+// (a.error) or no token continues it.
+const uint8_t* Scheduler::grammar_mask(Active& a) {
+  if (!grammar_vocabulary_) grammar_vocabulary_ = std::make_unique<GrammarVocabulary>(tokenizer_);
+  a.allowed.resize(size_t(grammar_vocabulary_->size()));
+  try {
+    a.grammar->allowed(*grammar_vocabulary_, a.allowed.data());
+  } catch (const Error& e) {  // the grammar's own limits (too many parses, too deep): this request fails
+    a.error = std::make_exception_ptr(Error(fmt::format("constrained sampling stopped: {}", e.what())));
+    return nullptr;
+  }
+  if (a.request.stop_at_end_tokens && a.grammar->can_end())
+    for (const int32_t id : end_ids_) a.allowed[size_t(id)] = 1;
+  if (std::find(a.allowed.begin(), a.allowed.begin() + sample_vocab_, 1) == a.allowed.begin() + sample_vocab_) {
+    // No token of this vocabulary continues the grammar: the output is as complete as it gets.
+    a.output.finish_reason = FinishReason::Length;
+    return nullptr;
+  }
+  return a.allowed.data();
+}
+
+// Keeps the token, its log-probabilities (from its logits row) and its latency.
+void Scheduler::record_token(Active& a, int32_t token, const float* row, bool first_token, Clock::time_point now) {
+  if (first_token) {
+    a.output.time_to_first_token = seconds_between(a.start, now);
+    stats_.ttft.observe(a.output.time_to_first_token);
+  } else {
+    stats_.itl.observe(seconds_between(a.last, now));
+  }
+  a.last = now;
+  a.output.tokens.push_back(token);
+  if (a.request.logprobs) {
+    std::vector<TokenLogprob> best;
+    a.output.token_logprobs.push_back(log_probability(row, model_->config().vocab_size, token, a.request.top_logprobs,
+                                                      &best));
+    if (a.request.top_logprobs > 0) a.output.top_logprobs.push_back(std::move(best));
+  }
+  ++stats_.generated_tokens;
+}
+
+// Ends the request at an end token; otherwise moves its grammar on (or arms it at grammar_after)
+// and streams the token's text. Returns why the request ends here, if it does.
+std::optional<FinishReason> Scheduler::stream_token(Active& a, int32_t token) {
+  if (a.request.stop_at_end_tokens && std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end())
+    return FinishReason::Stop;
+  if (a.grammar) {
+    // The mask already computed (and remembered) every byte transition this token takes.
+    const bool taken = tokenizer_.is_special(token) ? a.grammar->accept_special(token)
+                                                    : a.grammar->accept_bytes(tokenizer_.decode_token(token));
+    HYLA_ASSERT(taken);  // the mask allowed only tokens some parse takes
+  } else if (a.request.grammar && token == a.request.grammar_after) {
+    a.grammar.emplace(*a.request.grammar);
+  }
+  const std::string piece = a.text.push(tokenizer_.decode_token(token));
+  if (!piece.empty() && a.request.on_text && !a.request.on_text(piece)) return FinishReason::Cancelled;
+  if (a.text.stopped() || (a.grammar && !a.grammar->can_continue())) return FinishReason::Stop;
+  const SequenceState& state = *slots_[size_t(a.slot)];
+  if (int64_t(a.output.tokens.size()) >= a.request.max_tokens || state.length() + 1 >= state.capacity())
+    return FinishReason::Length;
+  return std::nullopt;
 }
 
 void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& finished) {

@@ -9,6 +9,7 @@
 // What crosses this seam: requests in, finished outputs out (under the id add() gave), counters.
 // Never the model's buffers, the slots' memory or a thread: it runs on the caller's.
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -147,9 +148,21 @@ class Scheduler {
 
  private:
   struct Active;
+  struct StepBatch;
   void admit_waiting(std::vector<Finished>& finished);
   void drop_cancelled(std::vector<Finished>& finished);
   void forward_and_sample(std::vector<Finished>& finished);
+  void plan_prefill_chunks(StepBatch& batch) const;
+  int64_t prefill_chunk_end(const Active& a) const;
+  void plan_decode_tokens(StepBatch& batch) const;
+  void run_forward(StepBatch& batch);
+  bool advance_sequence(const StepBatch& batch, size_t i);
+  void score_prompt_rows(Active& a, const float* rows, int64_t count) const;
+  bool read_prompt_chunk(Active& a, int64_t count);
+  const uint8_t* grammar_mask(Active& a);
+  void record_token(Active& a, int32_t token, const float* row, bool first_token,
+                    std::chrono::steady_clock::time_point now);
+  std::optional<FinishReason> stream_token(Active& a, int32_t token);
   void finish(Active& a, FinishReason reason, std::vector<Finished>& finished);
   // validate()'s checks; returns where each image's pad rows start in the prompt, with its
   // content digest (errors name the rule broken).
@@ -162,6 +175,7 @@ class Scheduler {
   std::vector<bool> slot_used_;
   PrefixCache prefix_cache_;
   std::vector<int32_t> end_ids_;
+  int64_t sample_vocab_ = 0;  // ids past the tokenizer's vocabulary (a model's may be padded) are never sampled
   int32_t image_pad_id_ = -1;  // the tokenizer's <|image_pad|>, -1 without one
   std::unique_ptr<GrammarVocabulary> grammar_vocabulary_;  // built for the first constrained request
   std::deque<std::unique_ptr<Active>> waiting_;

@@ -91,6 +91,18 @@ int64_t parsed_content_length(const std::string& value) {
   return n;
 }
 
+// An exception a handler let through: a 500 with its message, OpenAI-shaped.
+void answer_exception(const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+  std::string message = "internal error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+  }
+  send_error(res, ApiError(500, message, "", "", "server_error"));
+}
+
 // A choice cancelled while its client is still there: the server is shutting down.
 ApiError cancelled_by_shutdown() {
   return ApiError(503, "the server shut down before the request finished", "", "shutting_down", "server_error");
@@ -117,6 +129,10 @@ struct Job {
 }  // namespace
 
 struct Server::Impl {
+  Impl(const ServeOptions& options, const std::atomic<bool>& ready) : options(options), ready(ready) {}
+
+  const ServeOptions& options;      // the server's: its constructor and load() complete them
+  const std::atomic<bool>& ready;   // the model is loaded
   httplib::Server http;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -128,6 +144,25 @@ struct Server::Impl {
   std::atomic<bool> draining{false};       // shutdown(): new requests get 503
   std::atomic<bool> cancel_all{false};     // shutdown(): the grace period is over
 
+  httplib::Server::HandlerResponse screen(const httplib::Request& req, httplib::Response& res) const;
+  bool answer_cors(const httplib::Request& req, httplib::Response& res) const;
+  bool refuse_content_length(const httplib::Request& req, httplib::Response& res) const;
+  bool refuse_api_key(const httplib::Request& req, httplib::Response& res) const;
+  void answer_rejection(const httplib::Request& req, httplib::Response& res) const;
+
+  void health(const httplib::Request& req, httplib::Response& res) const;
+  void list_models(const httplib::Request& req, httplib::Response& res) const;
+  void describe_model(const httplib::Request& req, httplib::Response& res) const;
+  void metrics(const httplib::Request& req, httplib::Response& res) const;
+  void tokenize(const httplib::Request& req, httplib::Response& res) const;
+  void detokenize(const httplib::Request& req, httplib::Response& res) const;
+  void completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }
+  void chat_completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }
+
+  json model_card() const;
+  void answer_tokenizer_request(const httplib::Request& req, httplib::Response& res,
+                                const std::function<json(const json&)>& answer) const;
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void submit(const std::shared_ptr<Job>& job);
   json wait_for_response(Job& job);
   bool stream(Job& job, httplib::DataSink& sink);
@@ -140,216 +175,238 @@ void raise_open_file_limit(int64_t files) {
   setrlimit(RLIMIT_NOFILE, &limit);
 }
 
-Server::Server(ServeOptions options) : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+Server::Server(ServeOptions options)
+    : options_(std::move(options)), impl_(std::make_unique<Impl>(options_, ready_)) {
   if (options_.model_name.empty())
     options_.model_name = std::filesystem::weakly_canonical(std::filesystem::absolute(options_.model_dir)).filename().string();
   options_.limits.context = options_.engine.context;
-  httplib::Server& http = impl_->http;
+  Impl* impl = impl_.get();
+  httplib::Server& http = impl->http;
   const size_t threads = size_t(options_.http_threads > 0 ? options_.http_threads : 2 * options_.engine.max_sequences + 4);
   const size_t limit = size_t(std::max(options_.max_connections, 1));
   http.new_task_queue = [threads, limit] { return new ElasticThreadPool(std::min(threads, limit), limit); };
   // cpp-httplib's default sets SO_REUSEPORT, with which a second server on the same port starts
   // cleanly and the kernel splits the traffic between the two. SO_REUSEADDR alone still allows a
   // restart while old connections linger in TIME_WAIT. The socket is remembered to widen the backlog.
-  http.set_socket_options([this](int fd) {
+  http.set_socket_options([impl](int fd) {
     const int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    impl_->listen_fd = fd;
+    impl->listen_fd = fd;
   });
   http.set_payload_max_length(options_.limits.max_body_bytes);
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    impl_->counters.add_response(route_label(req.path), res.status);
+  http.set_logger([impl](const httplib::Request& req, const httplib::Response& res) {
+    impl->counters.add_response(route_label(req.path), res.status);
   });
-  // cpp-httplib's own rejections (no route, body over the limit, unparsable HTTP) get an
-  // OpenAI-shaped body too.
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const int64_t declared = parsed_content_length(req.get_header_value("Content-Length"));
-    if (res.status == 413) {
-      send_error(res, ApiError(400, fmt::format("the request body exceeds this server's limit of {} bytes",
-                                                options_.limits.max_body_bytes),
-                               "", "request_too_large"));
-    } else if (res.status == 400 && declared > int64_t(req.body.size())) {
-      send_error(res, ApiError(400, fmt::format("the request body ended after {} of the {} bytes its Content-Length "
-                                                "announced", req.body.size(), declared),
-                               "", "incomplete_body"));
-    } else if (res.status == 404) {
-      send_error(res, ApiError(404, fmt::format("no route for {} {}", req.method, req.path), "", "not_found"));
-    } else {
-      send_error(res, ApiError(res.status, fmt::format("HTTP {}", res.status)));
-    }
-  });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, message, "", "", "server_error"));
-  });
-  // Runs before cpp-httplib reads a body, so a bad Content-Length is refused without waiting for it.
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    using Handled = httplib::Server::HandlerResponse;
-    // CORS: an allowed Origin is echoed on every response; its preflight (OPTIONS) is answered here,
-    // before the key check, since browsers send preflights without credentials.
-    const std::string origin = req.get_header_value("Origin");
-    const bool allowed = !origin.empty() && std::any_of(options_.cors_origins.begin(), options_.cors_origins.end(),
-                                                        [&](const std::string& o) { return o == "*" || o == origin; });
-    if (allowed) {
-      res.set_header("Access-Control-Allow-Origin", origin);
-      res.set_header("Vary", "Origin");
-    }
-    if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method")) {
-      if (!allowed) {
-        send_error(res, ApiError(403, fmt::format("origin '{}' may not call this server (serve --cors-origin)", origin),
-                                 "", "origin_not_allowed"));
-        return Handled::Handled;
-      }
-      res.status = 204;
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-      res.set_header("Access-Control-Max-Age", "600");
-      return Handled::Handled;
-    }
-    if (req.has_header("Content-Length")) {
-      const std::string value = req.get_header_value("Content-Length");
-      const int64_t length = parsed_content_length(value);
-      // The body is left unread: the connection cannot carry another request.
-      if (length < 0 || uint64_t(length) > options_.limits.max_body_bytes) res.set_header("Connection", "close");
-      if (length < 0) {
-        send_error(res, ApiError(400, fmt::format("Content-Length '{}' is not a non-negative integer", value), "",
-                                 "invalid_content_length"));
-        return Handled::Handled;
-      }
-      if (uint64_t(length) > options_.limits.max_body_bytes) {
-        send_error(res, ApiError(400, fmt::format("the request body ({} bytes) exceeds this server's limit of {} bytes",
-                                                  length, options_.limits.max_body_bytes),
-                                 "", "request_too_large"));
-        return Handled::Handled;
-      }
-    }
-    const bool needs_key = !options_.api_key.empty() &&
-                           (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
-                            (options_.metrics_need_key && req.path == "/metrics"));
-    if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options_.api_key))
-      return Handled::Unhandled;
-    send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_api_key"));
-    return Handled::Handled;
-  });
+  http.set_exception_handler(answer_exception);
+  const auto to = [impl](auto handler) {
+    return [impl, handler](const httplib::Request& req, httplib::Response& res) { return (impl->*handler)(req, res); };
+  };
+  http.set_error_handler(to(&Impl::answer_rejection));
+  http.set_pre_routing_handler(to(&Impl::screen));
+  http.Get("/health", to(&Impl::health));
+  http.Get("/v1/models", to(&Impl::list_models));
+  http.Get(R"(/v1/models/(.+))", to(&Impl::describe_model));
+  http.Get("/metrics", to(&Impl::metrics));
+  http.Post("/tokenize", to(&Impl::tokenize));
+  http.Post("/detokenize", to(&Impl::detokenize));
+  http.Post("/v1/completions", to(&Impl::completions));
+  http.Post("/v1/chat/completions", to(&Impl::chat_completions));
+}
 
-  // A draining server is unhealthy, so that a load balancer stops sending it requests.
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const char* status = impl_->draining ? "shutting_down" : ready_ ? "ok" : "loading";
-    send_json(res, status == std::string_view("ok") ? 200 : 503, {{"status", status}});
-  });
-  const auto model_card = [this] {
-    return json{{"id", options_.model_name},       {"object", "model"},
-                {"created", impl_->created},       {"owned_by", "hyla"},
-                {"max_model_len", options_.engine.context}};
-  };
-  http.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_card()})}});
-  });
-  http.Get(R"(/v1/models/(.+))", [this, model_card](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] == options_.model_name) return send_json(res, 200, model_card());
-    send_error(res, ApiError(404, fmt::format("The model '{}' does not exist", req.matches[1].str()), "model",
-                             "model_not_found"));
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    const EngineStats stats = ready_ ? impl_->engine->stats() : EngineStats{};  // empty while loading
-    const ExpertOffload* offload = ready_ ? impl_->model->expert_offload() : nullptr;
-    res.set_content(prometheus_metrics(stats, impl_->counters, options_.engine.max_sequences,
-                                       offload ? std::optional(offload->stats()) : std::nullopt),
-                    "text/plain; version=0.0.4");
-  });
-  // llama.cpp's and vLLM's tokenizer endpoints, so that clients count and inspect tokens with the
-  // served model's tokenizer: POST /tokenize {"content" | "prompt": text, "parse_special": true,
-  // "with_pieces": false} → {"tokens", "count", "max_model_len"}; POST /detokenize {"tokens": [ids]}
-  // → {"content"}.
-  const auto tokenizer_endpoint = [this](const httplib::Request& req, httplib::Response& res,
-                                         const std::function<json(const json&)>& answer) {
-    try {
-      if (!ready_) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
-      const json body = parse_json(req.body, "the request body");
-      if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
-      send_json(res, 200, answer(body));
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const Error& e) {
-      send_error(res, ApiError(400, e.what()));
-    }
-  };
-  http.Post("/tokenize", [this, tokenizer_endpoint](const httplib::Request& req, httplib::Response& res) {
-    tokenizer_endpoint(req, res, [this](const json& body) {
-      const char* field = body.contains("content") ? "content" : "prompt";
-      if (!body.contains(field) || !body[field].is_string())
-        throw ApiError(400, "'content' (or 'prompt') must be a string", "content");
-      for (const char* flag : {"parse_special", "with_pieces"})
-        if (body.contains(flag) && !body[flag].is_boolean())
-          throw ApiError(400, fmt::format("'{}' must be true or false", flag), flag);
-      const bool special = body.value("parse_special", true), pieces = body.value("with_pieces", false);
-      const std::vector<int32_t> ids = impl_->tokenizer->encode(body[field].get<std::string>(), special);
-      json tokens = json::array();
-      for (int32_t id : ids) {
-        if (!pieces) tokens.push_back(id);
-        else tokens.push_back({{"id", id}, {"piece", std::string(impl_->tokenizer->decode_token(id))}});
-      }
-      return json{{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", options_.engine.context}};
-    });
-  });
-  http.Post("/detokenize", [this, tokenizer_endpoint](const httplib::Request& req, httplib::Response& res) {
-    tokenizer_endpoint(req, res, [this](const json& body) {
-      if (!body.contains("tokens") || !body["tokens"].is_array())
-        throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
-      std::vector<int32_t> ids;
-      for (const json& t : body["tokens"]) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= impl_->tokenizer->vocab_size())
-          throw ApiError(400, fmt::format("'tokens' holds {}, not a token id in [0, {})", t.dump(),
-                                          impl_->tokenizer->vocab_size()), "tokens");
-        ids.push_back(int32_t(t.get<int64_t>()));
-      }
-      return json{{"content", impl_->tokenizer->decode(ids)}};
-    });
-  });
-  for (const bool chat : {false, true}) {
-    http.Post(chat ? "/v1/chat/completions" : "/v1/completions",
-              [this, chat](const httplib::Request& req, httplib::Response& res) {
-      auto job = std::make_shared<Job>(impl_->in_flight);
-      job->probe = ConnectionProbe(req.remote_addr, req.remote_port, req.local_port);
-      int status = 200;
-      json reply;
-      try {
-        if (!ready_) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
-        if (impl_->draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
-        const json body = parse_json(req.body, "the request body");
-        job->request = chat ? parse_chat_request(body, *impl_->tokenizer, options_.model_name, options_.limits)
-                            : parse_completion_request(body, *impl_->tokenizer, options_.model_name, options_.limits);
-        job->header = {random_id(chat ? "chatcmpl-" : "cmpl-"),
-                       chat ? (job->request.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
-                       options_.model_name, unix_time()};
-        // An interim response may go out only before the final one starts: not while streaming.
-        job->probe.allow_interim(!job->request.stream && req.version == "HTTP/1.1");
-        impl_->submit(job);
-        if (job->request.stream) {
-          res.set_header("Cache-Control", "no-cache");
-          res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
-            return impl_->stream(*job, sink);
-          });
-          return;
-        }
-        reply = impl_->wait_for_response(*job);
-      } catch (const ApiError& e) {
-        status = e.status, reply = e.to_json();
-      } catch (const Error& e) {
-        status = 400, reply = ApiError(400, e.what()).to_json();
-      }
-      res.status = status;  // counted by the logger however it is sent
-      if (job->probe.half_closed() && job->probe.send_reply(status, "application/json", dump(reply))) return;
-      send_json(res, status, reply);
-    });
+// Runs before cpp-httplib reads a body, so a bad Content-Length is refused without waiting for it.
+httplib::Server::HandlerResponse Server::Impl::screen(const httplib::Request& req, httplib::Response& res) const {
+  const bool answered = answer_cors(req, res) || refuse_content_length(req, res) || refuse_api_key(req, res);
+  return answered ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
+}
+
+// CORS: an allowed Origin is echoed on every response; its preflight (OPTIONS) is answered here,
+// before the key check, since browsers send preflights without credentials.
+bool Server::Impl::answer_cors(const httplib::Request& req, httplib::Response& res) const {
+  const std::string origin = req.get_header_value("Origin");
+  const bool allowed = !origin.empty() && std::any_of(options.cors_origins.begin(), options.cors_origins.end(),
+                                                      [&](const std::string& o) { return o == "*" || o == origin; });
+  if (allowed) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
   }
+  if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method")) return false;
+  if (!allowed) {
+    send_error(res, ApiError(403, fmt::format("origin '{}' may not call this server (serve --cors-origin)", origin),
+                             "", "origin_not_allowed"));
+    return true;
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+  res.set_header("Access-Control-Max-Age", "600");
+  return true;
+}
+
+bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::Response& res) const {
+  if (!req.has_header("Content-Length")) return false;
+  const std::string value = req.get_header_value("Content-Length");
+  const int64_t length = parsed_content_length(value);
+  // The body is left unread: the connection cannot carry another request.
+  if (length < 0 || uint64_t(length) > options.limits.max_body_bytes) res.set_header("Connection", "close");
+  if (length < 0) {
+    send_error(res, ApiError(400, fmt::format("Content-Length '{}' is not a non-negative integer", value), "",
+                             "invalid_content_length"));
+    return true;
+  }
+  if (uint64_t(length) > options.limits.max_body_bytes) {
+    send_error(res, ApiError(400, fmt::format("the request body ({} bytes) exceeds this server's limit of {} bytes",
+                                              length, options.limits.max_body_bytes),
+                             "", "request_too_large"));
+    return true;
+  }
+  return false;
+}
+
+bool Server::Impl::refuse_api_key(const httplib::Request& req, httplib::Response& res) const {
+  const bool needs_key = !options.api_key.empty() &&
+                         (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                          (options.metrics_need_key && req.path == "/metrics"));
+  if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options.api_key)) return false;
+  send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_api_key"));
+  return true;
+}
+
+// cpp-httplib's own rejections (no route, body over the limit, unparsable HTTP) get an
+// OpenAI-shaped body too.
+void Server::Impl::answer_rejection(const httplib::Request& req, httplib::Response& res) const {
+  if (!res.body.empty()) return;
+  const int64_t declared = parsed_content_length(req.get_header_value("Content-Length"));
+  if (res.status == 413) {
+    send_error(res, ApiError(400, fmt::format("the request body exceeds this server's limit of {} bytes",
+                                              options.limits.max_body_bytes),
+                             "", "request_too_large"));
+  } else if (res.status == 400 && declared > int64_t(req.body.size())) {
+    send_error(res, ApiError(400, fmt::format("the request body ended after {} of the {} bytes its Content-Length "
+                                              "announced", req.body.size(), declared),
+                             "", "incomplete_body"));
+  } else if (res.status == 404) {
+    send_error(res, ApiError(404, fmt::format("no route for {} {}", req.method, req.path), "", "not_found"));
+  } else {
+    send_error(res, ApiError(res.status, fmt::format("HTTP {}", res.status)));
+  }
+}
+
+// A draining server is unhealthy, so that a load balancer stops sending it requests.
+void Server::Impl::health(const httplib::Request&, httplib::Response& res) const {
+  const char* status = draining ? "shutting_down" : ready ? "ok" : "loading";
+  send_json(res, status == std::string_view("ok") ? 200 : 503, {{"status", status}});
+}
+
+json Server::Impl::model_card() const {
+  return json{{"id", options.model_name},       {"object", "model"},
+              {"created", created},             {"owned_by", "hyla"},
+              {"max_model_len", options.engine.context}};
+}
+
+void Server::Impl::list_models(const httplib::Request&, httplib::Response& res) const {
+  send_json(res, 200, {{"object", "list"}, {"data", json::array({model_card()})}});
+}
+
+void Server::Impl::describe_model(const httplib::Request& req, httplib::Response& res) const {
+  if (req.matches[1] == options.model_name) return send_json(res, 200, model_card());
+  send_error(res, ApiError(404, fmt::format("The model '{}' does not exist", req.matches[1].str()), "model",
+                           "model_not_found"));
+}
+
+void Server::Impl::metrics(const httplib::Request&, httplib::Response& res) const {
+  const EngineStats stats = ready ? engine->stats() : EngineStats{};  // empty while loading
+  const ExpertOffload* offload = ready ? model->expert_offload() : nullptr;
+  res.set_content(prometheus_metrics(stats, counters, options.engine.max_sequences,
+                                     offload ? std::optional(offload->stats()) : std::nullopt),
+                  "text/plain; version=0.0.4");
+}
+
+// llama.cpp's and vLLM's tokenizer endpoints, so that clients count and inspect tokens with the
+// served model's tokenizer: POST /tokenize {"content" | "prompt": text, "parse_special": true,
+// "with_pieces": false} → {"tokens", "count", "max_model_len"}; POST /detokenize {"tokens": [ids]}
+// → {"content"}.
+void Server::Impl::answer_tokenizer_request(const httplib::Request& req, httplib::Response& res,
+                                            const std::function<json(const json&)>& answer) const {
+  try {
+    if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
+    const json body = parse_json(req.body, "the request body");
+    if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    send_json(res, 200, answer(body));
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const Error& e) {
+    send_error(res, ApiError(400, e.what()));
+  }
+}
+
+void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res) const {
+  answer_tokenizer_request(req, res, [this](const json& body) {
+    const char* field = body.contains("content") ? "content" : "prompt";
+    if (!body.contains(field) || !body[field].is_string())
+      throw ApiError(400, "'content' (or 'prompt') must be a string", "content");
+    for (const char* flag : {"parse_special", "with_pieces"})
+      if (body.contains(flag) && !body[flag].is_boolean())
+        throw ApiError(400, fmt::format("'{}' must be true or false", flag), flag);
+    const bool special = body.value("parse_special", true), pieces = body.value("with_pieces", false);
+    const std::vector<int32_t> ids = tokenizer->encode(body[field].get<std::string>(), special);
+    json tokens = json::array();
+    for (int32_t id : ids) {
+      if (!pieces) tokens.push_back(id);
+      else tokens.push_back({{"id", id}, {"piece", std::string(tokenizer->decode_token(id))}});
+    }
+    return json{{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", options.engine.context}};
+  });
+}
+
+void Server::Impl::detokenize(const httplib::Request& req, httplib::Response& res) const {
+  answer_tokenizer_request(req, res, [this](const json& body) {
+    if (!body.contains("tokens") || !body["tokens"].is_array())
+      throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+    std::vector<int32_t> ids;
+    for (const json& t : body["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer->vocab_size())
+        throw ApiError(400, fmt::format("'tokens' holds {}, not a token id in [0, {})", t.dump(),
+                                        tokenizer->vocab_size()), "tokens");
+      ids.push_back(int32_t(t.get<int64_t>()));
+    }
+    return json{{"content", tokenizer->decode(ids)}};
+  });
+}
+
+// POST /v1/completions and /v1/chat/completions: a JSON reply, or an SSE stream.
+void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  auto job = std::make_shared<Job>(in_flight);
+  job->probe = ConnectionProbe(req.remote_addr, req.remote_port, req.local_port);
+  int status = 200;
+  json reply;
+  try {
+    if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
+    if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
+    const json body = parse_json(req.body, "the request body");
+    job->request = chat ? parse_chat_request(body, *tokenizer, options.model_name, options.limits)
+                        : parse_completion_request(body, *tokenizer, options.model_name, options.limits);
+    job->header = {random_id(chat ? "chatcmpl-" : "cmpl-"),
+                   chat ? (job->request.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
+                   options.model_name, unix_time()};
+    // An interim response may go out only before the final one starts: not while streaming.
+    job->probe.allow_interim(!job->request.stream && req.version == "HTTP/1.1");
+    submit(job);
+    if (job->request.stream) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
+        return stream(*job, sink);
+      });
+      return;
+    }
+    reply = wait_for_response(*job);
+  } catch (const ApiError& e) {
+    status = e.status, reply = e.to_json();
+  } catch (const Error& e) {
+    status = 400, reply = ApiError(400, e.what()).to_json();
+  }
+  res.status = status;  // counted by the logger however it is sent
+  if (job->probe.half_closed() && job->probe.send_reply(status, "application/json", dump(reply))) return;
+  send_json(res, status, reply);
 }
 
 Server::~Server() { stop(); }

@@ -59,8 +59,8 @@ class Server {
  private:
   struct Impl;
   ServeOptions options_;
-  std::unique_ptr<Impl> impl_;
   std::atomic<bool> ready_{false};
+  std::unique_ptr<Impl> impl_;  // after the two above, which it refers to
 };
 
 }  // namespace hyla
