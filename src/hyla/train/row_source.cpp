@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "hyla/data/image_batches.h"
 #include "hyla/eval/next_token_input.h"
@@ -17,13 +18,27 @@ namespace {
 // `ratio` rows per text row, at least one.
 int64_t rows_per_text_row(double ratio, double text_rows) { return std::max<int64_t>(1, std::llround(ratio * text_rows)); }
 
-class ImageRows final : public RowSource {
+// A source that draws its sequences from a sampler, whose state is the source's.
+template <class Sampler>
+class SampledRows : public RowSource {
+ public:
+  nlohmann::json state() const override { return sampler_.state(); }
+  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
+
+ protected:
+  template <class... Args>
+  explicit SampledRows(Args&&... sampler_args) : sampler_(std::forward<Args>(sampler_args)...) {}
+  Sampler sampler_;
+  ImageSequences sequences_;
+};
+
+class ImageRows final : public SampledRows<ImageRecordSampler> {
  public:
   ImageRows(const TrainConfig& c, const std::vector<std::string>& dirs, const Tokenizer& tokenizer, const VisionConfig& vision)
-      : ratio_(c.image_ratio),
-        image_pad_id_(tokenizer.special_id("<|image_pad|>")),
-        sampler_(std::vector<std::filesystem::path>(dirs.begin(), dirs.end()), "train", tokenizer, vision, c.seed + 1,
-                 c.image_weights, c.image_augment) {
+      : SampledRows(std::vector<std::filesystem::path>(dirs.begin(), dirs.end()), "train", tokenizer, vision, c.seed + 1,
+                    c.image_weights, c.image_augment),
+        ratio_(c.image_ratio),
+        image_pad_id_(tokenizer.special_id("<|image_pad|>")) {
     fmt::print("images {}: {} training records, {:g} image rows per text row{}\n", fmt::join(dirs, ", "),
                sampler_.size(), c.image_ratio,
                c.image_weights.empty() ? "" : fmt::format(", directories weighted {}", fmt::join(c.image_weights, ":")));
@@ -38,20 +53,16 @@ class ImageRows final : public RowSource {
     sampler_.next(rows, sequences_);
     append_image_sequences(in, sequences_, image_pad_id_);
   }
-  nlohmann::json state() const override { return sampler_.state(); }
-  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
 
  private:
   double ratio_;
   int32_t image_pad_id_;
-  ImageRecordSampler sampler_;
-  ImageSequences sequences_;
 };
 
-class LongCtxRows final : public RowSource {
+class LongCtxRows final : public SampledRows<LongCtxSampler> {
  public:
   LongCtxRows(const TrainConfig& c, const Tokenizer& tokenizer)
-      : config_(c), sampler_(c.longctx_tasks, c.longctx_haystack, tokenizer, c.seed) {
+      : SampledRows(c.longctx_tasks, c.longctx_haystack, tokenizer, c.seed), config_(c) {
     fmt::print("longctx: {} ({}), {:g} rows per text row where a stage sets none, one sample per stage length\n",
                fmt::join(c.longctx_tasks, ", "), c.longctx_haystack, c.longctx_ratio);
   }
@@ -69,19 +80,15 @@ class LongCtxRows final : public RowSource {
     return fmt::format(", longctx {:g} rows per text row of {}", config_.longctx_ratio_of(stage),
                        fmt::join(config_.longctx_tasks_of(stage), ", "));
   }
-  nlohmann::json state() const override { return sampler_.state(); }
-  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
 
  private:
   const TrainConfig& config_;
-  LongCtxSampler sampler_;
-  ImageSequences sequences_;
 };
 
-class AgentRows final : public RowSource {
+class AgentRows final : public SampledRows<AgentDemoSampler> {
  public:
   AgentRows(const TrainConfig& c, const Tokenizer& tokenizer)
-      : ratio_(c.agent_ratio), sampler_(c.agent_environments, c.agent_fault_share, tokenizer, c.seed) {
+      : SampledRows(c.agent_environments, c.agent_fault_share, tokenizer, c.seed), ratio_(c.agent_ratio) {
     fmt::print("agent demonstrations: {} (faults in {:g} of calls), {:g} rows per text row, loss on assistant turns\n",
                fmt::join(c.agent_environments, ", "), c.agent_fault_share, c.agent_ratio);
   }
@@ -91,13 +98,9 @@ class AgentRows final : public RowSource {
     sampler_.next(rows, sequences_);
     append_image_sequences(in, sequences_, in.image_pad_id);
   }
-  nlohmann::json state() const override { return sampler_.state(); }
-  void set_state(const nlohmann::json& state) override { sampler_.set_state(state); }
 
  private:
   double ratio_;
-  AgentDemoSampler sampler_;
-  ImageSequences sequences_;
 };
 
 }  // namespace
