@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hyla/core/error.h"
+#include "hyla/model/state_spec.h"
 
 namespace hyla {
 
@@ -12,43 +13,43 @@ SequenceState::SequenceState(const Model& model, int64_t capacity, DType latent_
     : capacity_(capacity), latent_dtype_(latent_dtype) {
   HYLA_CHECK(capacity > 0, "sequence state: capacity must be positive, got {}", capacity);
   HYLA_CHECK(latent_dtype == DType::BF16 || latent_dtype == DType::F32, "sequence state: latent cache must be BF16 or F32");
-  const auto mixers = model.mixers();
-  int64_t kda_floats = 0, latent_values = 0;
-  for (const Model::MixerRef& mixer : mixers) {
-    if (auto* kda = std::get_if<const KdaMixer*>(&mixer)) kda_floats += (*kda)->conv_tail_floats() + (*kda)->state_floats();
-    else latent_values += std::get<const MlaMixer*>(mixer)->cache_width() * capacity;
+  const ModelConfig& config = model.config();
+  std::vector<StateSpec> specs;
+  int64_t fixed_floats = 0, values_per_token = 0;
+  for (LayerType type : config.layer_types) {
+    const StateSpec& spec = specs.emplace_back(state_spec(config, type));
+    fixed_floats += spec.fixed_floats();
+    values_per_token += spec.values_per_token;
   }
-  kda_ = Tensor::zeros(DType::F32, {std::max<int64_t>(kda_floats, 1)});
+  recurrent_ = Tensor::zeros(DType::F32, {fixed_floats});
   // Rows past a cache's length are never read: left untouched, a long context's pages become
   // resident only as tokens fill them.
-  latent_ = Tensor::empty(latent_dtype, {std::max<int64_t>(latent_values, 1)});
-  fixed_bytes_ = kda_floats * 4;
-  const int64_t element = int64_t(dtype_size(latent_dtype));
-  float* k = kda_.data<float>();
+  latent_ = Tensor::empty(latent_dtype, {values_per_token * capacity});
+  fixed_bytes_ = int64_t(recurrent_.nbytes());
+  bytes_per_token_ = values_per_token * int64_t(dtype_size(latent_dtype));
+  float* fixed = recurrent_.data<float>();
   int64_t offset = 0;
-  for (const Model::MixerRef& mixer : mixers) {
-    if (auto* kda = std::get_if<const KdaMixer*>(&mixer)) {
-      cache_.layers.emplace_back(RecurrentState{k, k + (*kda)->conv_tail_floats()});
-      k += (*kda)->conv_tail_floats() + (*kda)->state_floats();
-      row_width_.push_back(0);
+  for (const StateSpec& spec : specs) {
+    row_width_.push_back(spec.values_per_token);
+    if (spec.values_per_token == 0) {
+      cache_.layers.emplace_back(RecurrentState{fixed, fixed + spec.conv_tail_floats});
+      fixed += spec.fixed_floats();
       continue;
     }
-    const int64_t width = std::get<const MlaMixer*>(mixer)->cache_width();
+    HYLA_ASSERT(spec.fixed_floats() == 0);  // a layer's slot holds one kind of state (model/layer_cache.h)
     LatentCache cache;
     if (latent_dtype == DType::BF16) cache.latent_bf16 = latent_.data<bf16>() + offset;
     else cache.latent_f32 = latent_.data<float>() + offset;
     cache.capacity = capacity;
     cache_.layers.emplace_back(cache);
-    row_width_.push_back(width);
-    offset += width * capacity;
-    bytes_per_token_ += width * element;
+    offset += spec.values_per_token * capacity;
   }
 }
 
 int64_t SequenceState::length() const { return cache_.tokens; }
 
 void SequenceState::reset() {
-  std::memset(kda_.raw(), 0, kda_.nbytes());
+  std::memset(recurrent_.raw(), 0, recurrent_.nbytes());
   for (LayerCache& layer : cache_.layers)
     if (auto* latent = std::get_if<LatentCache>(&layer)) latent->length = 0;
   cache_.tokens = 0;
@@ -66,11 +67,11 @@ std::string SequenceState::describe_memory(int64_t tokens) const {
 }
 
 void SequenceState::copy_from(const SequenceState& other) {
-  HYLA_CHECK(other.kda_.numel() == kda_.numel() && other.latent_dtype_ == latent_dtype_,
+  HYLA_CHECK(other.recurrent_.numel() == recurrent_.numel() && other.latent_dtype_ == latent_dtype_,
              "sequence state: copying between states of different models");
   const int64_t n = other.length();
   HYLA_CHECK(n <= capacity_, "sequence state: {} tokens do not fit a capacity of {}", n, capacity_);
-  std::memcpy(kda_.raw(), other.kda_.raw(), kda_.nbytes());  // every recurrent state at once
+  std::memcpy(recurrent_.raw(), other.recurrent_.raw(), recurrent_.nbytes());  // every recurrent state at once
   const size_t element = dtype_size(latent_dtype_);
   for (size_t l = 0; l < cache_.layers.size(); ++l) {
     auto* dst = std::get_if<LatentCache>(&cache_.layers[l]);
@@ -118,11 +119,11 @@ void SequenceState::load_rows(int64_t begin, int64_t end, const std::byte* in) {
   }
 }
 
-void SequenceState::save_recurrent(std::byte* out) const { std::memcpy(out, kda_.raw(), size_t(fixed_bytes_)); }
+void SequenceState::save_recurrent(std::byte* out) const { std::memcpy(out, recurrent_.raw(), size_t(fixed_bytes_)); }
 
 void SequenceState::load_recurrent(const std::byte* in, int64_t length) {
   HYLA_ASSERT(0 <= length && length <= capacity_);
-  std::memcpy(kda_.raw(), in, size_t(fixed_bytes_));
+  std::memcpy(recurrent_.raw(), in, size_t(fixed_bytes_));
   for (LayerCache& layer : cache_.layers)
     if (auto* latent = std::get_if<LatentCache>(&layer)) latent->length = length;
   cache_.tokens = length;

@@ -1,7 +1,8 @@
 #pragma once
-// One sequence's inference state for a model: per KDA layer the conv tails and the delta-rule
-// state (f32, fixed size), per latent attention layer the latent cache of c and k_pe per token
-// (bf16 by default, linear in tokens). Allocated once for a capacity; reused across requests.
+// One sequence's inference state for a model, each layer's as its StateSpec (model/state_spec.h)
+// says: per KDA layer the conv tails and the delta-rule state (f32, fixed size), per latent
+// attention layer the latent cache of c and k_pe per token (bf16 by default, linear in tokens).
+// Allocated once for a capacity; reused across requests.
 #include <cstdint>
 #include <string>
 
@@ -26,6 +27,7 @@ class SequenceState {
   int64_t fixed_bytes() const { return fixed_bytes_; }
   int64_t bytes_per_token() const { return bytes_per_token_; }
   int64_t bytes_at(int64_t tokens) const { return fixed_bytes_ + bytes_per_token_ * tokens; }
+  int64_t allocated_bytes() const { return int64_t(recurrent_.nbytes() + latent_.nbytes()); }  // bytes_at(capacity())
   // The arithmetic as one line: "0.89 MiB fixed (KDA states and conv tails) + 512 B per token
   // (latent cache, bf16) = 4.89 MiB at 8192 tokens".
   std::string describe_memory(int64_t tokens) const;
@@ -46,8 +48,8 @@ class SequenceState {
  private:
   int64_t capacity_;
   DType latent_dtype_;
-  Tensor kda_;     // all KDA layers' tails and states, back to back
-  Tensor latent_;  // all latent layers' caches, back to back
+  Tensor recurrent_;  // all recurrent layers' fixed state (conv tails, then state), back to back
+  Tensor latent_;     // all latent layers' caches, back to back
   SequenceCache cache_;
   std::vector<int64_t> row_width_;  // values per cached token of each layer (0: a recurrent layer)
   int64_t fixed_bytes_ = 0, bytes_per_token_ = 0;

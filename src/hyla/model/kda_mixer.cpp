@@ -7,6 +7,12 @@
 #include "hyla/kernels/norm.h"
 
 namespace hyla {
+
+StateSpec KdaMixer::state_spec(const ModelConfig& config) {
+  const int64_t H = config.kda.num_heads, K = config.kda.head_dim;
+  return {.conv_tail_floats = 3 * (config.kda.conv_kernel - 1) * H * K, .state_floats = H * K * K};
+}
+
 KdaMixer::KdaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config)
     : config_(config),
       heads_(config.kda.num_heads),

@@ -12,6 +12,7 @@
 #include "hyla/model/layer_buffer.h"
 #include "hyla/model/layer_cache.h"
 #include "hyla/model/layers.h"
+#include "hyla/model/state_spec.h"
 
 namespace hyla {
 
@@ -26,9 +27,11 @@ class KdaMixer {
   // dy → du (overwritten); parameter gradients added.
   void backward(const float* dy, float* du);
 
-  // The sizes of a RecurrentState of this layer.
-  int64_t conv_tail_floats() const { return 3 * (config_.kda.conv_kernel - 1) * heads_ * head_dim_; }
-  int64_t state_floats() const { return heads_ * head_dim_ * head_dim_; }
+  // A sequence's state (SPEC §3): the conv tails [3, kernel−1, H·K] (q, k, v) and the delta-rule
+  // state [H, K, V = K], f32 and of fixed size.
+  static StateSpec state_spec(const ModelConfig& config);
+  int64_t conv_tail_floats() const { return state_spec(config_).conv_tail_floats; }
+  int64_t state_floats() const { return state_spec(config_).state_floats; }
 
  private:
   void forward_cached(const float* u, float* y, const ForwardContext& ctx, std::span<LayerCache* const> caches);

@@ -4,7 +4,8 @@
 // forward takes one slot per sequence of the batch, or none (every sequence starts empty).
 //
 // What crosses this seam: pointers into memory the caller owns (infer/sequence_state.h allocates
-// it once per sequence) and the number of cached tokens. Never the mixers' own buffers, their
+// it once per sequence, each layer's as its kind's StateSpec says, model/state_spec.h) and the
+// number of cached tokens. Never the mixers' own buffers, their
 // parameters, or anything that lives past one forward.
 #include <cstdint>
 #include <variant>

@@ -20,6 +20,12 @@ int64_t sequence_of(const TokenBatch& tokens, int64_t r) {
 
 }  // namespace
 
+StateSpec MlaMixer::state_spec(const ModelConfig& config, LayerType type) {
+  const MlaConfig& m = config.mla;
+  return {.values_per_token = m.kv_lora_rank + m.qk_rope_head_dim,
+          .window = type == LayerType::Swa ? m.sliding_window : 0};
+}
+
 MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConfig& config, LayerType type)
     : config_(config), type_(type) {
   const MlaConfig& m = config.mla;
@@ -52,7 +58,7 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   kv_offset_ = q_input->out();
   gate_offset_ = kv_offset_ + kv_lora_rank_ + rope_dim_;
   proj_width_ = input_proj_.out();
-  window_ = type == LayerType::Swa ? m.sliding_window : 0;
+  window_ = state_spec(config, type).window;
   scale_ = float(1.0 / std::sqrt(double(qk)));
 }
 

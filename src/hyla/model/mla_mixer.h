@@ -16,6 +16,7 @@
 #include "hyla/model/layer_buffer.h"
 #include "hyla/model/layer_cache.h"
 #include "hyla/model/layers.h"
+#include "hyla/model/state_spec.h"
 
 namespace hyla {
 
@@ -48,9 +49,11 @@ class MlaMixer {
   // the buffers): du [N, d] overwritten, parameter gradients added.
   void backward(const float* dy, float* du);
 
-  // Values per cached token: kv_lora_rank (the normalised latent c), then qk_rope_head_dim (k_pe,
-  // already rotated, or as projected when mla.rope is false).
-  int64_t cache_width() const { return kv_lora_rank_ + rope_dim_; }
+  // A sequence's state (SPEC §4): per cached token kv_lora_rank values (the normalised latent c),
+  // then qk_rope_head_dim (k_pe, already rotated, or as projected when mla.rope is false); "swa"
+  // layers attend to the last mla.sliding_window tokens.
+  static StateSpec state_spec(const ModelConfig& config, LayerType type);
+  int64_t cache_width() const { return state_spec(config_, type_).values_per_token; }
 
  private:
   void forward_full(const float* u, float* y, const ForwardContext& ctx);

@@ -23,6 +23,12 @@ namespace {
 // skinny kernels, which fork through parallel_for; above it oneDNN's products run OpenMP threads.
 constexpr int64_t kDecodeTeamRows = kSkinnyMaxRows;
 
+// The ModelTimings part that sublayer s (2 per layer: mixer, FFN) of the config's model counts to.
+double& sublayer_seconds(ModelTimings& timings, const ModelConfig& config, int64_t s) {
+  if (s % 2 == 1) return timings.ffn;
+  return config.layer_types[size_t(s / 2)] == LayerType::Kda ? timings.kda : timings.attention;
+}
+
 }  // namespace
 
 Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
@@ -43,9 +49,7 @@ Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
     DecoderLayer& layer = layers_[size_t(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
     layer.input_norm = RmsNorm(params_, p + "input_layernorm", d, Component::Norms, eps);
-    const LayerType type = config_.layer_types[size_t(l)];
-    if (type == LayerType::Kda) layer.mixer = std::make_unique<KdaMixer>(params_, p + "self_attn.", config_);
-    else layer.mixer = std::make_unique<MlaMixer>(params_, p + "self_attn.", config_, type);
+    layer.mixer = make_mixer(params_, p + "self_attn.", config_, config_.layer_types[size_t(l)]);
     layer.post_attention_norm = RmsNorm(params_, p + "post_attention_layernorm", d, Component::Norms, eps);
     if (config_.is_moe_layer(l)) layer.ffn = std::make_unique<MoeFfn>(params_, p + "mlp.", config_);
     else layer.ffn = std::make_unique<DenseFfn>(params_, p + "mlp.", config_);
@@ -272,7 +276,7 @@ const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCa
       } else {
         std::visit([&](auto& ffn) { ffn->forward(u, out, ctx); }, layer.ffn);
       }
-      (sub == 1 ? timings_.ffn : layer.mixer.index() == 0 ? timings_.kda : timings_.attention) += seconds_since(t0);
+      sublayer_seconds(timings_, config_, s) += seconds_since(t0);
       // The new stream entry s + 1: the base entry (if any) + the sublayer's output.
       float* entry = stream_[size_t(s + 1)].data<float>();
       const float* prior = wiring.base >= 0 ? stream_[size_t(wiring.base)].data<float>() : nullptr;
@@ -307,7 +311,7 @@ void Model::body_backward(const float* d_final) {
     const auto t0 = std::chrono::steady_clock::now();
     if (mixer) std::visit([&](auto& m) { m->backward(g, du); }, layer.mixer);
     else std::visit([&](auto& f) { f->backward(g, du); }, layer.ffn);
-    (!mixer ? timings_.ffn : layer.mixer.index() == 0 ? timings_.kda : timings_.attention) += seconds_since(t0);
+    sublayer_seconds(timings_, config_, s) += seconds_since(t0);
     RmsNorm& norm = mixer ? layer.input_norm : layer.post_attention_norm;
     if (attn_res) {
       norm.backward(du, d_h_.data<float>(), /*accumulate=*/false, workspace_);
@@ -449,13 +453,6 @@ Tensor Model::output_logits(const float* h, const ForwardOptions& options, const
   final_norm_.forward(picked.data<float>(), n, picked.data<float>(), false);
   Tensor out = Tensor::empty(DType::F32, {n, V});
   lm_head_.forward(picked.data<float>(), n, out.data<float>(), options.precision);
-  return out;
-}
-
-std::vector<Model::MixerRef> Model::mixers() const {
-  std::vector<MixerRef> out;
-  for (const DecoderLayer& layer : layers_)
-    out.push_back(std::visit([](const auto& mixer) { return MixerRef(mixer.get()); }, layer.mixer));
   return out;
 }
 

@@ -16,9 +16,8 @@
 #include "hyla/model/context.h"
 #include "hyla/model/expert_offload.h"
 #include "hyla/model/ffn.h"
-#include "hyla/model/kda_mixer.h"
 #include "hyla/model/layers.h"
-#include "hyla/model/mla_mixer.h"
+#include "hyla/model/mixers.h"
 #include "hyla/model/params.h"
 
 namespace hyla {
@@ -83,7 +82,7 @@ struct ModelLoadOptions {
 
 struct DecoderLayer {
   RmsNorm input_norm, post_attention_norm;
-  std::variant<std::unique_ptr<KdaMixer>, std::unique_ptr<MlaMixer>> mixer;
+  Mixer mixer;
   std::variant<std::unique_ptr<DenseFfn>, std::unique_ptr<MoeFfn>> ffn;
   AttnRes mixer_res, ffn_res;
 };
@@ -121,9 +120,6 @@ class Model {
   // the end. Data parallelism reduces those while the backward goes on (train/gradient_reducer.h).
   // An empty hook removes it.
   void set_gradient_hook(std::function<void(int64_t offset)> hook);
-  // Each layer's mixer, in layer order (for sizing its LayerCache).
-  using MixerRef = std::variant<const KdaMixer*, const MlaMixer*>;
-  std::vector<MixerRef> mixers() const;
 
   // MoE: balancing after an optimiser step (every process's routing, through `collective`), and
   // per-layer load statistics.

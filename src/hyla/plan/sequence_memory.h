@@ -1,7 +1,8 @@
 #pragma once
 // What one sequence keeps on the device between decode steps at a given context length (SPEC §3,
-// §4): the latent cache, which grows with tokens, and the KDA states and conv tails, which do not;
-// plus what full multi-head attention of the same width would keep instead.
+// §4), the layers' StateSpecs (model/state_spec.h) added up: the latent cache, which grows with
+// tokens, and the KDA states and conv tails, which do not; plus what full multi-head attention of
+// the same width would keep instead.
 #include <cstdint>
 
 #include "hyla/model/config.h"
