@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "hyla/train/report.h"
+#include "hyla/io/svg.h"
 
 namespace hyla {
 namespace {

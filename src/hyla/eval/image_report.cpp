@@ -10,6 +10,7 @@
 #include "hyla/data/image_file.h"
 #include "hyla/eval/interval.h"
 #include "hyla/io/base64.h"
+#include "hyla/io/svg.h"
 
 namespace hyla {
 
@@ -45,31 +46,21 @@ std::string percent(const ojson& a) {
                      100 * a["ci95"][0].get<double>(), 100 * a["ci95"][1].get<double>(), a["samples"].get<int64_t>());
 }
 
-// The confusion matrix as an SVG heat map: rows are true labels, columns predicted (+ "other").
+// The confusion matrix as a heat map: rows are true labels, columns predicted (+ "other"),
+// shaded by their share of the row.
 std::string confusion_svg(const ojson& confusion, const std::vector<std::string>& names) {
-  const size_t k = names.size(), cell = 34, left = 110, top = 110;
-  std::string svg = fmt::format(R"~(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-size="11">)~",
-                                left + (k + 1) * cell + 10, top + k * cell + 10);
-  for (size_t j = 0; j <= k; ++j)
-    svg += fmt::format(R"~(<text transform="translate({},{}) rotate(-60)">{}</text>)~", left + j * cell + cell / 2,
-                       top - 6, html_escape(j < k ? names[j] : "other"));
-  for (size_t i = 0; i < k; ++i) {
+  HeatMap map{.rows = names, .columns = names, .scale = {{255, 255, 255}, {55, 115, 215}}};
+  map.columns.push_back("other");
+  for (const auto& row : confusion) {
     int64_t total = 0;
-    for (const auto& v : confusion[i]) total += v.get<int64_t>();
-    svg += fmt::format(R"~(<text x="{}" y="{}" text-anchor="end">{}</text>)~", left - 6, top + i * cell + cell / 2 + 4,
-                       html_escape(names[i]));
-    for (size_t j = 0; j <= k; ++j) {
-      const int64_t v = confusion[i][j].get<int64_t>();
-      const double share = total ? double(v) / double(total) : 0;
-      svg += fmt::format(R"~(<rect x="{}" y="{}" width="{}" height="{}" fill="rgb({},{},{})" stroke="#ddd"/>)~",
-                         left + j * cell, top + i * cell, cell, cell, int(255 - 200 * share), int(255 - 140 * share),
-                         int(255 - 40 * share));
-      if (v)
-        svg += fmt::format(R"~(<text x="{}" y="{}" text-anchor="middle" fill="{}">{}</text>)~", left + j * cell + cell / 2,
-                           top + i * cell + cell / 2 + 4, share > 0.5 ? "white" : "black", v);
+    for (const auto& v : row) total += v.get<int64_t>();
+    auto& cells = map.cells.emplace_back();
+    for (const auto& v : row) {
+      const int64_t n = v.get<int64_t>();
+      cells.push_back(HeatCell{total ? double(n) / double(total) : 0, n ? std::to_string(n) : "", ""});
     }
   }
-  return svg + "</svg>";
+  return heat_map_svg(map);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "hyla/core/text.h"
 #include "hyla/eval/interval.h"
+#include "hyla/io/svg.h"
 
 namespace hyla {
 
@@ -93,15 +94,7 @@ std::string percent(int64_t correct, int64_t samples) {
 std::string depth_label(double depth) { return depth < 0 ? "spread" : fmt::format("{:g}%", 100 * depth); }
 
 // Red at 0, yellow at 0.5, green at 1.
-std::string heat_colour(double share) {
-  static constexpr double red[3] = {230, 124, 115}, yellow[3] = {255, 214, 102}, green[3] = {87, 187, 138};
-  share = std::clamp(share, 0.0, 1.0);
-  const double* a = share < 0.5 ? red : yellow;
-  const double* b = share < 0.5 ? yellow : green;
-  const double t = share < 0.5 ? 2 * share : 2 * share - 1;
-  const auto mix = [&](int i) { return int(std::lround(a[i] + (b[i] - a[i]) * t)); };
-  return fmt::format("rgb({},{},{})", mix(0), mix(1), mix(2));
-}
+constexpr Rgb kAccuracyScale[] = {{230, 124, 115}, {255, 214, 102}, {87, 187, 138}};
 
 std::string join_escaped(const std::vector<std::string>& texts) {
   std::string out;
@@ -133,7 +126,7 @@ std::string heat_map(const std::string& task, const std::vector<LongCtxCell>& ce
       const Counts& c = it->second;
       const Interval ci = wilson_interval(c.correct, c.samples);
       html += fmt::format(R"~(<td style="background:{}" title="Wilson 95%: [{:.1f}%, {:.1f}%]">{:.1f}%<br><span class=n>n={}</span></td>)~",
-                          heat_colour(c.accuracy()), 100 * ci.low, 100 * ci.high, 100 * c.accuracy(), c.samples);
+                          scale_colour(kAccuracyScale, c.accuracy()), 100 * ci.low, 100 * ci.high, 100 * c.accuracy(), c.samples);
     }
     html += "</tr>";
   }

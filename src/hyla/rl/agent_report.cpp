@@ -2,14 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <vector>
 
 #include "hyla/core/text.h"
 #include "hyla/io/file.h"
-#include "hyla/train/report.h"
+#include "hyla/io/svg.h"
 
 namespace hyla {
 
@@ -19,53 +17,12 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
-
-struct Series {
-  std::string name;
-  std::vector<std::pair<double, double>> points;
-};
-
-// A line chart over steps, one polyline per series, with its axes and legend.
-std::string chart(const std::string& title, const std::vector<Series>& series) {
-  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
-  for (const Series& s : series)
-    for (auto [x, y] : s.points) {
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-    }
-  if (x0 > x1) return fmt::format("<h3>{}</h3><p>no data</p>", html_escape(title));
-  if (x1 == x0) x1 = x0 + 1;
-  const Axis xa = step_axis(x0, x1), ya = value_axis(y0, y1 == y0 ? y0 + 1 : y1);
-  const double W = 640, H = 240, L = 60, B = 30, T = 10, R = 150;
-  auto px = [&](double x) { return L + (x - xa.lo) / (xa.hi - xa.lo) * (W - L - R); };
-  auto py = [&](double y) { return H - B - (y - ya.lo) / (ya.hi - ya.lo) * (H - B - T); };
-  std::string svg = fmt::format("<h3>{}</h3><svg width='{}' height='{}' font-size='11' font-family='sans-serif'>",
-                                html_escape(title), W, H);
-  for (double t : ya.ticks)
-    svg += fmt::format("<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#ddd'/><text x='{}' y='{:.1f}' "
-                       "text-anchor='end'>{}</text>",
-                       L, W - R, py(t), py(t), L - 4, py(t) + 4, tick_label(t, ya.step));
-  for (double t : xa.ticks)
-    svg += fmt::format("<text x='{:.1f}' y='{}' text-anchor='middle'>{}</text>", px(t), H - B + 14, tick_label(t, xa.step));
-  svg += fmt::format("<text x='{}' y='{}' text-anchor='middle'>step</text>", (L + W - R) / 2, H - 2);
-  for (size_t i = 0; i < series.size(); ++i) {
-    std::string pts;
-    for (auto [x, y] : series[i].points) pts += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
-    const char* color = kColors[i % std::size(kColors)];
-    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>", color, pts);
-    if (series[i].points.size() < 40)
-      for (auto [x, y] : series[i].points)
-        svg += fmt::format("<circle cx='{:.1f}' cy='{:.1f}' r='2.5' fill='{}'/>", px(x), py(y), color);
-    svg += fmt::format("<text x='{}' y='{}' fill='{}'>{}</text>", W - R + 8, T + 14 * (i + 1), color,
-                       html_escape(series[i].name));
-  }
-  return svg + "</svg>";
-}
-
-Series column(const std::vector<json>& rows, const std::string& key, const std::string& name) {
-  Series s{name, {}};
+// The rows' numbers under `key` over steps; short series get a dot per point.
+ChartSeries column(const std::vector<json>& rows, const std::string& key, const std::string& name) {
+  ChartSeries s{name, "", {}};
   for (const json& r : rows)
     if (r.contains(key) && r[key].is_number()) s.points.push_back({r["step"].get<double>(), r[key].get<double>()});
+  s.dots = s.points.size() < 40;
   return s;
 }
 
@@ -81,18 +38,22 @@ fs::path write_rl_report(const fs::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) rows.push_back(json::parse(line));
-  std::vector<Series> dev = {column(rows, "dev_pass@1", "dev pass@1 (all)")};
+  std::vector<ChartSeries> dev = {column(rows, "dev_pass@1", "dev pass@1 (all)")};
   if (!rows.empty())
     for (const auto& [key, value] : rows.back().items())
       if (key.rfind("dev_pass@1_", 0) == 0) dev.push_back(column(rows, key, key.substr(11)));
   std::string html = std::string("<!doctype html><html><head><meta charset='utf-8'><title>hyla rl</title>") + kStyle +
                      "</head><body><h1>hyla rl: " + html_escape(run_dir.filename().string()) + "</h1>";
-  html += chart("Reward and pass rate of the rollouts", {column(rows, "reward", "mean reward"), column(rows, "pass", "pass (train rollouts)")});
-  html += chart("Dev pass@1 (greedy)", dev);
-  html += chart("Episode length", {column(rows, "mean_steps", "steps"), column(rows, "mean_tool_calls", "tool calls")});
-  html += chart("Groups dropped (equal rewards) and invalid calls",
-                {column(rows, "dropped_groups", "dropped share"), column(rows, "invalid_call_rate", "invalid-call rate")});
-  html += chart("Throughput (tokens/s)", {column(rows, "rollout_tok_s", "rollout"), column(rows, "update_tok_s", "update")});
+  html += line_chart_svg({"Reward and pass rate of the rollouts",
+                          {column(rows, "reward", "mean reward"), column(rows, "pass", "pass (train rollouts)")}});
+  html += line_chart_svg({"Dev pass@1 (greedy)", dev});
+  html += line_chart_svg(
+      {"Episode length", {column(rows, "mean_steps", "steps"), column(rows, "mean_tool_calls", "tool calls")}});
+  html += line_chart_svg({"Groups dropped (equal rewards) and invalid calls",
+                          {column(rows, "dropped_groups", "dropped share"),
+                           column(rows, "invalid_call_rate", "invalid-call rate")}});
+  html += line_chart_svg(
+      {"Throughput (tokens/s)", {column(rows, "rollout_tok_s", "rollout"), column(rows, "update_tok_s", "update")}});
   html += "</body></html>\n";
   const fs::path out = run_dir / "report.html";
   write_file_atomic(out, html);

@@ -1,0 +1,95 @@
+// RULER's retrieval tasks: a pass key in repeated noise, and needles "One of the special magic
+// numbers for KEY is: VALUE." in noise or the essay haystack.
+#include <fmt/format.h>
+
+#include "hyla/eval/longctx_task_parts.h"
+
+namespace hyla {
+namespace {
+
+std::string random_uuid(Rng& rng) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (int group : {8, 4, 4, 4, 12}) {
+    if (!s.empty()) s += '-';
+    for (int i = 0; i < group; ++i) s += kHex[rng.below(16)];
+  }
+  return s;
+}
+
+// `what`: "numbers" or "uuids".
+std::string needle(const std::string& key, const std::string& value, const char* what) {
+  return fmt::format("One of the special magic {} for {} is: {}.", what, key, value);
+}
+
+std::string needles_instruction(const char* what) {
+  return fmt::format("Some special magic {} are hidden within the following text. Make sure to memorize it. I will "
+                     "quiz you about the {} afterwards.\n",
+                     what, what);
+}
+
+// Needles that each carry a new 7-digit number for keys[k % keys.size()], all expected.
+Needles numbers_for(Rng& rng, const std::vector<std::string>& keys, int count) {
+  Needles n;
+  for (int v = 0; v < count; ++v) {
+    n.expected.push_back(random_digits(rng, 7));
+    n.planted.push_back(needle(keys[size_t(v) % keys.size()], n.expected.back(), "numbers"));
+  }
+  n.prefix = needles_instruction("numbers");
+  return n;
+}
+
+std::string all_numbers_question(const std::string& keys) {
+  return fmt::format("\nWhat are all the special magic numbers for {} mentioned in the provided text? The special "
+                     "magic numbers for {} mentioned in the provided text are",
+                     keys, keys);
+}
+
+}  // namespace
+
+LongCtxSample passkey_sample(const SampleRequest& request) {
+  const std::string key = random_digits(request.rng, 5);
+  Needles n;
+  n.prefix = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will "
+             "quiz you about the important information there.\n";
+  n.planted = {fmt::format("The pass key is {}. Remember it. {} is the pass key.", key, key)};
+  n.placement = Placement::AtDepth;
+  n.suffix = "\nWhat is the pass key? The pass key is";
+  n.expected = {key};
+  return haystack_sample(request, Filler::Noise, n);
+}
+
+LongCtxSample single_needle_sample(const SampleRequest& request, Filler filler, NeedleValue value, size_t keys) {
+  const bool uuid = value == NeedleValue::Uuid;
+  const char* what = uuid ? "uuids" : "numbers";
+  const std::vector<std::string> drawn = distinct(request.rng, request.haystack.words(), keys);
+  Needles n;
+  for (const std::string& key : drawn) {
+    const std::string v = uuid ? random_uuid(request.rng) : random_digits(request.rng, 7);
+    if (n.expected.empty()) n.expected = {v};
+    n.planted.push_back(needle(key, v, what));
+  }
+  n.placement = Placement::AtDepth;
+  n.prefix = needles_instruction(what);
+  const char* noun = uuid ? "uuid" : "number";
+  n.suffix = fmt::format("\nWhat is the special magic {} for {} mentioned in the provided text? The special magic {} "
+                         "for {} mentioned in the provided text is",
+                         noun, drawn[0], noun, drawn[0]);
+  return haystack_sample(request, filler, n);
+}
+
+LongCtxSample multivalue_sample(const SampleRequest& request) {
+  const std::vector<std::string> key = distinct(request.rng, request.haystack.words(), 1);
+  Needles n = numbers_for(request.rng, key, 4);
+  n.suffix = all_numbers_question(key[0]);
+  return haystack_sample(request, Filler::Essay, n);
+}
+
+LongCtxSample multiquery_sample(const SampleRequest& request) {
+  const std::vector<std::string> keys = distinct(request.rng, request.haystack.words(), 4);
+  Needles n = numbers_for(request.rng, keys, 4);
+  n.suffix = all_numbers_question(fmt::format("{}, {}, {}, and {}", keys[0], keys[1], keys[2], keys[3]));
+  return haystack_sample(request, Filler::Essay, n);
+}
+
+}  // namespace hyla
