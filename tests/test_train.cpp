@@ -242,14 +242,21 @@ TEST(Train, DeterministicResumeAfterKillIsBitwiseIdentical) {
   const std::string command = std::string(HYLA_BINARY) + " " + tiny().args(killed) + " --deterministic --quiet > /dev/null 2>&1";
   pid_t pid = 0;
   const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
-  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-  // Wait until a step after the step-6 checkpoint is logged, then kill the whole process group's work.
+  // In a process group of its own, so that one kill(2) reaches the shell and hyla at once: a
+  // `pkill -f` spawned from here took long enough on a loaded machine for the run to finish first.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, &attributes, const_cast<char**>(argv), environ), 0);
+  posix_spawnattr_destroy(&attributes);
+  // Wait until a step after the step-6 checkpoint is logged, then kill the process group.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
     if (std::filesystem::exists(killed + "/checkpoints/step-00000006/trainer.json") && metrics(killed).size() >= 7) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ::system(("pkill -KILL -f 'out " + killed + "'").c_str());
+  ::kill(-pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_LT(metrics(killed).size(), 12u) << "the run finished before it could be killed";
