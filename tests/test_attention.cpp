@@ -12,7 +12,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/kernels/attention.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/vec.h"
 #include "reference_ops.h"
 
 namespace hyla {

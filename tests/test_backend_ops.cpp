@@ -21,13 +21,13 @@
 
 #include "hyla/core/memory.h"
 #include "hyla/kernels/backend.h"
+#include "hyla/kernels/cpu/vec.h"
 #include "hyla/kernels/cross_entropy.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/norm.h"
 #include "hyla/kernels/residual.h"
 #include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
-#include "hyla/kernels/vec.h"
 #include "reference_ops.h"
 
 namespace hyla {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "hyla/core/error.h"
+#include "hyla/kernels/cpu/vec.h"
 #include "hyla/kernels/latent_attention.h"
-#include "hyla/kernels/vec.h"
 #include "reference_ops.h"
 
 namespace hyla {

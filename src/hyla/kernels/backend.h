@@ -8,10 +8,11 @@
 //   kda.h, kda_gates.h                                                         the KDA mixer
 //   attention.h, latent_attention.h                                            attention
 //   cross_entropy.h                                                            the loss
-// and this header's kernel_backend_name. The rest of the folder is the CPU backend's own:
-// vec.h and vmath.h are its SIMD helpers, kda_internal.h its task split, and bandwidth.h (like
-// matmul.h's measure_gemm_peak_gflops) measures this machine for benchmarks rather than computing
-// a model's values.
+// and this header's functions; bandwidth.h (like matmul.h's measure_gemm_peak_gflops) measures
+// this machine for benchmarks rather than computing a model's values. The CPU backend implements
+// them in cpu/, with what only it uses: vec.h and vmath.h its SIMD helpers, kda_internal.h its
+// task split, amx_tiles.h and latent_attention_amx.h its AMX tile paths. Nothing outside this
+// folder includes cpu/ but the tests and benchmarks of the CPU backend's own internals.
 //
 // What crosses: plain host pointers with shapes and row strides (layouts as each header states
 // them), small structs of those (AttentionDims, KdaInputs, Conv1dShape, ...), and a Workspace
@@ -19,16 +20,16 @@
 // parameters, Tensor objects, or anything an op keeps after it returns. Two places still fall
 // short of that: KdaSavedStates holds a Tensor that kda_forward sizes (its chunk states belong to
 // the caller, but their memory is taken inside the op), and the MoE experts and attention
-// residuals (model/moe_experts.cpp, model/attn_res.cpp) call vmath.h's dot directly.
+// residuals (model/moe_experts.cpp, model/attn_res.cpp) call cpu/vmath.h's dot directly.
 //
-// Which backend runs is chosen once, when the library is built: CMakeLists.txt compiles this
-// folder's sources as HYLA_KERNEL_SOURCES. A second backend (CUDA) is a second implementation of
+// Which backend runs is chosen once, when the library is built: CMakeLists.txt compiles cpu/'s
+// sources as HYLA_KERNEL_SOURCES. A second backend (CUDA) is a second implementation of
 // the headers above put there instead, and it is correct when tests/test_backend_ops.cpp passes
 // against it: every op on the same inputs as the double-precision reference in
 // tests/reference_ops.h, within the tolerances stated there.
 //
 // The CPU backend's instruction set is fixed at compile time too, by the compiler's target
-// (-march=native, or x86-64-v2 under HYLA_NATIVE=OFF): vec.h makes its 16-lane Vec one AVX-512
+// (-march=native, or x86-64-v2 under HYLA_NATIVE=OFF): cpu/vec.h makes its 16-lane Vec one AVX-512
 // register when __AVX512F__ is defined, two AVX2 registers with __AVX2__ and __FMA__, 16 plain
 // floats otherwise, and every kernel written on
 // Vec follows. The kernels with instructions of their own test their own macros and fall back to

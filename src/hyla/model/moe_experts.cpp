@@ -8,11 +8,11 @@
 #include "hyla/core/arith.h"
 #include "hyla/core/team.h"
 #include "hyla/core/threads.h"
+#include "hyla/kernels/cpu/vmath.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
-#include "hyla/kernels/vmath.h"
 
 namespace hyla {
 namespace {

@@ -4,7 +4,7 @@
 // vectorise float reductions, even under `omp simd`, so the reductions are written out.)
 #include <cstdint>
 
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla {
 

@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "hyla/kernels/kda_internal.h"
+#include "hyla/kernels/cpu/kda_internal.h"
+#include "hyla/kernels/cpu/vmath.h"
 #include "hyla/kernels/small_gemm.h"
-#include "hyla/kernels/vmath.h"
 
 namespace hyla {
 namespace {

@@ -17,9 +17,9 @@
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
 #include "hyla/core/memory.h"
-#include "hyla/kernels/amx_tiles.h"
 #include "hyla/kernels/backend.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/amx_tiles.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla {
 

@@ -10,7 +10,7 @@
 #include "hyla/core/simd.h"
 #include "hyla/core/team.h"
 #include "hyla/core/threads.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla {
 namespace {

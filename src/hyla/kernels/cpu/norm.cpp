@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hyla/core/team.h"
-#include "hyla/kernels/vmath.h"
+#include "hyla/kernels/cpu/vmath.h"
 
 namespace hyla {
 

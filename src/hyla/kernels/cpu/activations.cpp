@@ -1,7 +1,7 @@
 #include "hyla/kernels/activations.h"
 
 #include "hyla/core/team.h"
-#include "hyla/kernels/vmath.h"
+#include "hyla/kernels/cpu/vmath.h"
 
 namespace hyla {
 namespace {

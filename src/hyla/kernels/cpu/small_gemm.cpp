@@ -10,7 +10,7 @@
 #include "hyla/core/arith.h"
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla {
 namespace {

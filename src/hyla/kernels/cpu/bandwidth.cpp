@@ -9,7 +9,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/random.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla {
 namespace {

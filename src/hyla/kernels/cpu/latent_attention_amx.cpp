@@ -1,4 +1,4 @@
-#include "hyla/kernels/latent_attention_amx.h"
+#include "hyla/kernels/cpu/latent_attention_amx.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,9 +6,9 @@
 
 #include "hyla/core/arith.h"
 #include "hyla/core/error.h"
-#include "hyla/kernels/amx_tiles.h"
 #include "hyla/kernels/backend.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/amx_tiles.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla::latent_amx {
 

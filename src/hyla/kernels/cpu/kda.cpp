@@ -9,7 +9,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/simd.h"
-#include "hyla/kernels/kda_internal.h"
+#include "hyla/kernels/cpu/kda_internal.h"
 
 namespace hyla {
 

@@ -6,7 +6,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/team.h"
 #include "hyla/core/threads.h"
-#include "hyla/kernels/vec.h"
+#include "hyla/kernels/cpu/vec.h"
 
 namespace hyla {
 

@@ -9,8 +9,8 @@
 #include "hyla/core/error.h"
 #include "hyla/core/simd.h"
 #include "hyla/core/team.h"
-#include "hyla/kernels/kda_internal.h"
-#include "hyla/kernels/vmath.h"
+#include "hyla/kernels/cpu/kda_internal.h"
+#include "hyla/kernels/cpu/vmath.h"
 
 namespace hyla {
 namespace {

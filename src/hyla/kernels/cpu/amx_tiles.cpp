@@ -1,4 +1,4 @@
-#include "hyla/kernels/amx_tiles.h"
+#include "hyla/kernels/cpu/amx_tiles.h"
 
 #if defined(HYLA_AMX_TILES)
 

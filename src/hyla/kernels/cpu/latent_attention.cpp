@@ -12,9 +12,9 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/team.h"
-#include "hyla/kernels/latent_attention_amx.h"
-#include "hyla/kernels/vec.h"
-#include "hyla/kernels/vmath.h"
+#include "hyla/kernels/cpu/latent_attention_amx.h"
+#include "hyla/kernels/cpu/vec.h"
+#include "hyla/kernels/cpu/vmath.h"
 
 namespace hyla {
 
