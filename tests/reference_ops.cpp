@@ -31,6 +31,27 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 bool visible(int64_t key, int64_t pos, int64_t window) { return key <= pos && (window == 0 || pos - key < window); }
 
+// Per source of row r of an AttnRes mixture: rstd(V_n[r]) and z_n = rstd · (V_n[r] · (w ⊙ γ)).
+struct AttnResScores {
+  std::vector<double> rstd, z;
+};
+
+AttnResScores attn_res_scores(const float* const* sources, int64_t count, int64_t r, int64_t dim, const float* query,
+                              const float* norm_weight, float eps) {
+  AttnResScores scores{std::vector<double>(size_t(count)), std::vector<double>(size_t(count))};
+  for (int64_t s = 0; s < count; ++s) {
+    const float* v = sources[s] + r * dim;
+    double squares = 0, weighted = 0;
+    for (int64_t j = 0; j < dim; ++j) {
+      squares += double(v[j]) * v[j];
+      weighted += double(v[j]) * query[j] * norm_weight[j];
+    }
+    scores.rstd[size_t(s)] = 1.0 / std::sqrt(squares / double(dim) + eps);
+    scores.z[size_t(s)] = scores.rstd[size_t(s)] * weighted;
+  }
+  return scores;
+}
+
 }  // namespace
 
 void small_gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -68,6 +89,11 @@ void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows
                                : beta * std::tanh(a / beta) * sigmoid(a) * (lambda > 0 ? lambda * std::tanh(b / lambda) : b);
       h[r * width + j] = float(gated);
     }
+}
+
+void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) x[r * ld + j] = float(sigmoid(x[r * ld + j]));
 }
 
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table) {
@@ -115,6 +141,99 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
 
 void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, float* y) {
   for (int64_t i = 0; i < rows * cols; ++i) y[i] = float(double(x[i]) + (base ? double(base[i]) : 0.0));
+}
+
+void attn_res_forward(const float* const* sources, int64_t count, int64_t rows, int64_t dim, const float* query,
+                      const float* norm_weight, float eps, float* weights, float* out, Workspace&) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<double> z = attn_res_scores(sources, count, r, dim, query, norm_weight, eps).z;
+    const double top = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double x : z) sum += std::exp(x - top);
+    for (int64_t j = 0; j < dim; ++j) {
+      double o = 0;
+      for (int64_t s = 0; s < count; ++s) o += std::exp(z[size_t(s)] - top) / sum * sources[s][r * dim + j];
+      out[r * dim + j] = float(o);
+    }
+    for (int64_t s = 0; s < count; ++s) weights[r * count + s] = float(std::exp(z[size_t(s)] - top) / sum);
+  }
+}
+
+void attn_res_backward(const float* const* sources, int64_t count, int64_t rows, int64_t dim, const float* query,
+                       const float* norm_weight, float eps, const float* weights, const float* d_out,
+                       float* const* source_grads, float* d_query, float* d_norm_weight, Workspace&) {
+  std::vector<double> dc(size_t(dim), 0.0);  // dL/d(w ⊙ γ)
+  for (int64_t r = 0; r < rows; ++r) {
+    const AttnResScores scores = attn_res_scores(sources, count, r, dim, query, norm_weight, eps);
+    const float* p = weights + r * count;
+    const float* g = d_out + r * dim;
+    // out = Σ p_n V_n: dL/dp_n = g · V_n; through the softmax dz_n = p_n (dL/dp_n − Σ_m p_m dL/dp_m).
+    std::vector<double> dp(static_cast<size_t>(count));
+    double mean = 0;
+    for (int64_t s = 0; s < count; ++s) {
+      for (int64_t j = 0; j < dim; ++j) dp[size_t(s)] += double(g[j]) * sources[s][r * dim + j];
+      mean += p[s] * dp[size_t(s)];
+    }
+    for (int64_t s = 0; s < count; ++s) {
+      const double dz = p[s] * (dp[size_t(s)] - mean), rstd = scores.rstd[size_t(s)], z = scores.z[size_t(s)];
+      const float* v = sources[s] + r * dim;
+      float* dv = source_grads[s] + r * dim;
+      for (int64_t j = 0; j < dim; ++j) {
+        const double c = double(query[j]) * norm_weight[j];
+        dv[j] = float(dv[j] + p[s] * double(g[j]) + dz * (rstd * c - z * rstd * rstd * v[j] / double(dim)));
+        dc[size_t(j)] += dz * rstd * v[j];
+      }
+    }
+  }
+  for (int64_t j = 0; j < dim; ++j) {
+    d_query[j] = float(d_query[j] + dc[size_t(j)] * norm_weight[j]);
+    d_norm_weight[j] = float(d_norm_weight[j] + dc[size_t(j)] * query[j]);
+  }
+}
+
+void select_experts(const float* scores, const float* bias, int64_t n, int64_t experts, int64_t k, float scaling,
+                    int32_t* selected, float* weights) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* s = scores + t * experts;
+    std::vector<int32_t> order(static_cast<size_t>(experts));
+    for (int64_t e = 0; e < experts; ++e) order[size_t(e)] = int32_t(e);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return double(s[a]) + bias[a] > double(s[b]) + bias[b]; });
+    double sum = 0;
+    for (int64_t i = 0; i < k; ++i) sum += s[order[size_t(i)]];
+    for (int64_t i = 0; i < k; ++i) {
+      selected[t * k + i] = order[size_t(i)];
+      weights[t * k + i] = float(double(scaling) * s[order[size_t(i)]] / sum);
+    }
+  }
+}
+
+void routing_weights_backward(const float* scores, const int32_t* selected, const float* weights, int64_t n,
+                              int64_t experts, int64_t k, float scaling, const float* d_weights, float* d_scores) {
+  for (int64_t t = 0; t < n; ++t) {
+    // w_i = S s_i / Z, Z = Σ_top-k s: dL/ds_j = S/Z · dL/dw_j − Σ_i dL/dw_i · w_i / Z.
+    double z = 0, weighted = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      z += scores[t * experts + selected[t * k + i]];
+      weighted += double(d_weights[t * k + i]) * weights[t * k + i];
+    }
+    for (int64_t e = 0; e < experts; ++e) d_scores[t * experts + e] = 0.0f;
+    for (int64_t i = 0; i < k; ++i)
+      d_scores[t * experts + selected[t * k + i]] = float((double(scaling) * d_weights[t * k + i] - weighted) / z);
+  }
+}
+
+void routed_output_backward(const float* h, const float* routing_weight, int64_t rows, int64_t width, float* dh,
+                            float* weighted_h, float* d_weight) {
+  for (int64_t j = 0; j < rows; ++j) {
+    double dot = 0;
+    for (int64_t i = 0; i < width; ++i) dot += double(dh[j * width + i]) * h[j * width + i];
+    d_weight[j] = float(dot);
+    for (int64_t i = 0; i < width; ++i) {
+      dh[j * width + i] = float(double(dh[j * width + i]) * routing_weight[j]);
+      weighted_h[j * width + i] = float(double(h[j * width + i]) * routing_weight[j]);
+    }
+  }
 }
 
 double cross_entropy_loss(const float* logits, int64_t rows, int64_t classes, const int32_t* targets,

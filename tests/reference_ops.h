@@ -14,11 +14,13 @@
 #include "hyla/core/workspace.h"
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/attention.h"
+#include "hyla/kernels/attn_res.h"
 #include "hyla/kernels/conv1d.h"
 #include "hyla/kernels/kda.h"
 #include "hyla/kernels/kda_gates.h"
 #include "hyla/kernels/latent_attention.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/kernels/moe.h"
 #include "hyla/kernels/rope.h"
 
 namespace hyla::reference {
@@ -73,6 +75,7 @@ void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows,
                      int64_t ld_y, float* rstd);
 
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h);
+void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
 
 // Angles pos·θ^(−2i/dim) in double, as the SPEC writes them.
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table);
@@ -83,6 +86,26 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
                            const float* const* tails, float* y, int64_t ld_y, Workspace& workspace);
 
 void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, float* y);
+
+// ---- the attention residuals (attn_res.h) ----
+
+void attn_res_forward(const float* const* sources, int64_t count, int64_t rows, int64_t dim, const float* query,
+                      const float* norm_weight, float eps, float* weights, float* out, Workspace& workspace);
+// The analytic gradients, through the given softmax weights.
+void attn_res_backward(const float* const* sources, int64_t count, int64_t rows, int64_t dim, const float* query,
+                       const float* norm_weight, float eps, const float* weights, const float* d_out,
+                       float* const* source_grads, float* d_query, float* d_norm_weight, Workspace& workspace);
+
+// ---- the MoE (moe.h) ----
+
+// A tie of scores + bias (in double) goes to the lower expert id, as in the fast op.
+void select_experts(const float* scores, const float* bias, int64_t n, int64_t experts, int64_t k, float scaling,
+                    int32_t* selected, float* weights);
+void routing_weights_backward(const float* scores, const int32_t* selected, const float* weights, int64_t n,
+                              int64_t experts, int64_t k, float scaling, const float* d_weights, float* d_scores);
+
+void routed_output_backward(const float* h, const float* routing_weight, int64_t rows, int64_t width, float* dh,
+                            float* weighted_h, float* d_weight);
 
 // ---- the loss (cross_entropy.h) ----
 

@@ -20,10 +20,14 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/kernels/attention.h"
+#include "hyla/kernels/attn_res.h"
 #include "hyla/kernels/backend.h"
 #include "hyla/kernels/cpu/vec.h"
 #include "hyla/kernels/cross_entropy.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/latent_attention.h"
+#include "hyla/kernels/moe.h"
 #include "hyla/kernels/norm.h"
 #include "hyla/kernels/residual.h"
 #include "hyla/kernels/skinny_gemm.h"
@@ -295,6 +299,22 @@ std::vector<Case> gated_activation_cases() {
   return cases;
 }
 
+std::vector<Case> sigmoid_rows_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 550;
+  for (const auto& [rows, width] : kRowShapes) {
+    const int64_t ld = width + 3;
+    const std::vector<float> x = normal(rows * ld, ++seed, 4.0f);
+    cases.push_back({fmt::format("rows={} width={} ld={}", rows, width, ld), "f32", kF32Elementwise,
+                     [=](Backend backend) {
+                       std::vector<float> y = x;  // the gaps between rows stay as they were
+                       CALL_OP(backend, sigmoid_rows, y.data(), rows, width, ld);
+                       return Outputs{{"y", values(y)}};
+                     }});
+  }
+  return cases;
+}
+
 std::vector<Case> rope_cases() {
   struct Shape {
     int64_t heads, dim;
@@ -376,6 +396,153 @@ std::vector<Case> add_rows_cases() {
                          return Outputs{{"y", values(y)}};
                        }});
     }
+  return cases;
+}
+
+// ---- the attention residuals and the MoE ----
+
+struct AttnResShape {
+  int64_t count, rows, dim;
+};
+const AttnResShape kAttnResShapes[] = {{1, 7, 33}, {3, 13, 33}, {5, 300, 128}};
+
+// The sources at different scales (so that their norms differ) and a query that makes the
+// softmax uneven.
+struct AttnResInputs {
+  std::vector<std::vector<float>> sources;
+  std::vector<float> query, norm_weight;
+  std::vector<const float*> pointers() const {
+    std::vector<const float*> p;
+    for (const std::vector<float>& s : sources) p.push_back(s.data());
+    return p;
+  }
+};
+
+AttnResInputs attn_res_inputs(const AttnResShape& s, uint32_t seed) {
+  AttnResInputs in;
+  for (int64_t n = 0; n < s.count; ++n)
+    in.sources.push_back(normal(s.rows * s.dim, seed + uint32_t(n), 1.0f + float(n)));
+  in.query = normal(s.dim, seed + 100, 0.5f);
+  in.norm_weight = normal(s.dim, seed + 101);
+  return in;
+}
+
+constexpr float kAttnResEps = 1e-5f;
+
+std::vector<Case> attn_res_forward_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 850;
+  for (const AttnResShape& s : kAttnResShapes) {
+    const AttnResInputs in = attn_res_inputs(s, seed += 200);
+    cases.push_back({fmt::format("sources={} rows={} dim={}", s.count, s.rows, s.dim), "f32", kF32Sums,
+                     [=](Backend backend) {
+                       std::vector<float> weights(size_t(s.rows * s.count), kUnwritten),
+                           out(size_t(s.rows * s.dim), kUnwritten);
+                       Workspace workspace;
+                       CALL_OP(backend, attn_res_forward, in.pointers().data(), s.count, s.rows, s.dim,
+                               in.query.data(), in.norm_weight.data(), kAttnResEps, weights.data(), out.data(),
+                               workspace);
+                       return Outputs{{"weights", values(weights)}, {"out", values(out)}};
+                     }});
+  }
+  return cases;
+}
+
+// The gradients accumulate: every gradient buffer starts at random values.
+std::vector<Case> attn_res_backward_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1850;
+  for (const AttnResShape& s : kAttnResShapes) {
+    const AttnResInputs in = attn_res_inputs(s, seed += 200);
+    std::vector<float> weights(size_t(s.rows * s.count)), out(size_t(s.rows * s.dim));
+    Workspace workspace;
+    reference::attn_res_forward(in.pointers().data(), s.count, s.rows, s.dim, in.query.data(), in.norm_weight.data(),
+                                kAttnResEps, weights.data(), out.data(), workspace);
+    const std::vector<float> d_out = normal(s.rows * s.dim, seed + 150),
+                             source_grads = normal(s.count * s.rows * s.dim, seed + 151),
+                             d_query = normal(s.dim, seed + 152), d_norm_weight = normal(s.dim, seed + 153);
+    cases.push_back({fmt::format("sources={} rows={} dim={}", s.count, s.rows, s.dim), "f32", kF32Sums,
+                     [=](Backend backend) {
+                       std::vector<float> dv = source_grads, dw = d_query, dgamma = d_norm_weight;
+                       std::vector<float*> dv_rows;
+                       for (int64_t n = 0; n < s.count; ++n) dv_rows.push_back(dv.data() + n * s.rows * s.dim);
+                       Workspace scratch;
+                       CALL_OP(backend, attn_res_backward, in.pointers().data(), s.count, s.rows, s.dim,
+                               in.query.data(), in.norm_weight.data(), kAttnResEps, weights.data(), d_out.data(),
+                               dv_rows.data(), dw.data(), dgamma.data(), scratch);
+                       return Outputs{
+                           {"source grads", values(dv)}, {"d query", values(dw)}, {"d norm weight", values(dgamma)}};
+                     }});
+  }
+  return cases;
+}
+
+struct RoutingShape {
+  int64_t tokens, experts, k;
+};
+const RoutingShape kRoutingShapes[] = {{1, 8, 2}, {13, 64, 6}, {300, 37, 4}};
+
+// Router scores σ(logits) and a small balancing bias, as the router makes them.
+std::pair<std::vector<float>, std::vector<float>> routing_scores(const RoutingShape& s, uint32_t seed) {
+  std::vector<float> scores = normal(s.tokens * s.experts, seed, 2.0f);
+  for (float& x : scores) x = 1.0f / (1.0f + std::exp(-x));
+  return {scores, normal(s.experts, seed + 1, 0.1f)};
+}
+
+// The ids compare exactly: a different choice is off by at least 1 of at most experts − 1.
+std::vector<Case> select_experts_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 3850;
+  for (const RoutingShape& s : kRoutingShapes) {
+    const auto [scores, bias] = routing_scores(s, seed += 2);
+    cases.push_back({fmt::format("tokens={} experts={} k={}", s.tokens, s.experts, s.k), "f32", kF32Elementwise,
+                     [=](Backend backend) {
+                       std::vector<int32_t> selected(size_t(s.tokens * s.k), -1);
+                       std::vector<float> weights(size_t(s.tokens * s.k), kUnwritten);
+                       CALL_OP(backend, select_experts, scores.data(), bias.data(), s.tokens, s.experts, s.k, 2.5f,
+                               selected.data(), weights.data());
+                       return Outputs{{"selected", {selected.begin(), selected.end()}}, {"weights", values(weights)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> routing_weights_backward_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 4850;
+  for (const RoutingShape& s : kRoutingShapes) {
+    const auto [scores, bias] = routing_scores(s, seed += 3);
+    std::vector<int32_t> selected(size_t(s.tokens * s.k));
+    std::vector<float> weights(size_t(s.tokens * s.k));
+    reference::select_experts(scores.data(), bias.data(), s.tokens, s.experts, s.k, 2.5f, selected.data(),
+                              weights.data());
+    const std::vector<float> d_weights = normal(s.tokens * s.k, seed + 2);
+    cases.push_back({fmt::format("tokens={} experts={} k={}", s.tokens, s.experts, s.k), "f32", kF32Sums,
+                     [=](Backend backend) {
+                       std::vector<float> d_scores(size_t(s.tokens * s.experts), kUnwritten);
+                       CALL_OP(backend, routing_weights_backward, scores.data(), selected.data(), weights.data(),
+                               s.tokens, s.experts, s.k, 2.5f, d_weights.data(), d_scores.data());
+                       return Outputs{{"d scores", values(d_scores)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> routed_output_backward_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 2850;
+  for (const auto& [rows, width] : kRowShapes) {
+    const std::vector<float> h = normal(rows * width, seed += 3), routing_weight = normal(rows, seed + 1),
+                             dh_in = normal(rows * width, seed + 2);
+    cases.push_back({fmt::format("rows={} width={}", rows, width), "f32", kF32Sums, [=](Backend backend) {
+                       std::vector<float> dh = dh_in, weighted_h(h.size(), kUnwritten),
+                                          d_weight(size_t(rows), kUnwritten);
+                       CALL_OP(backend, routed_output_backward, h.data(), routing_weight.data(), rows, width, dh.data(),
+                               weighted_h.data(), d_weight.data());
+                       return Outputs{
+                           {"dh", values(dh)}, {"weighted h", values(weighted_h)}, {"d weight", values(d_weight)}};
+                     }});
+  }
   return cases;
 }
 
@@ -634,9 +801,15 @@ const Op kOps[] = {
     {"skinny_gemm", skinny_gemm_cases},
     {"rmsnorm_forward", rmsnorm_cases},
     {"gated_activation_forward", gated_activation_cases},
+    {"sigmoid_rows", sigmoid_rows_cases},
     {"rope", rope_cases},
     {"causal_conv1d_forward", causal_conv1d_cases},
     {"add_rows", add_rows_cases},
+    {"attn_res_forward", attn_res_forward_cases},
+    {"attn_res_backward", attn_res_backward_cases},
+    {"select_experts", select_experts_cases},
+    {"routing_weights_backward", routing_weights_backward_cases},
+    {"routed_output_backward", routed_output_backward_cases},
     {"cross_entropy_loss", cross_entropy_cases},
     {"kda_prepare_forward", kda_prepare_cases},
     {"kda_output_gate_forward", kda_output_gate_cases},
@@ -664,6 +837,15 @@ TEST_P(BackendOps, MatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::ValuesIn(kOps),
                          [](const ::testing::TestParamInfo<Op>& info) { return std::string(info.param.name); });
+
+// The model takes its attention paths from the backend: bf16 products never where the caller does
+// not allow them or the op's contract excludes them (f32 rows, a latent width not a multiple of 32).
+TEST(KernelBackend, Bf16ProductsOnlyWhereAllowed) {
+  EXPECT_FALSE(attention_use_bf16_products(false));
+  EXPECT_FALSE(latent_attention_use_bf16_products(64, /*bf16_rows=*/true, /*allowed=*/false));
+  EXPECT_FALSE(latent_attention_use_bf16_products(64, /*bf16_rows=*/false, /*allowed=*/true));
+  EXPECT_FALSE(latent_attention_use_bf16_products(48, /*bf16_rows=*/true, /*allowed=*/true));
+}
 
 // The name states the instruction set the kernels were built for: portable exactly when vec.h's
 // Vec is its plain-loop struct (aligned as a float, where the AVX-512 register aligns to 64), and

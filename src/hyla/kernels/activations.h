@@ -28,5 +28,7 @@ inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__built
 // In place over n values.
 void sigmoid_inplace(float* x, int64_t n);
 void silu_inplace(float* x, int64_t n);
+// σ in place over `rows` rows of `width` values, `ld` apart; rows in parallel.
+void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
 
 }  // namespace hyla

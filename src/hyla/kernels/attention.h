@@ -43,4 +43,9 @@ void attention_backward(const AttentionDims& dims, int64_t batch, const int64_t*
                         const float* q, const float* k, const float* v, const float* o, const float* lse,
                         const float* d_o, float* dq, float* dk, float* dv, Workspace& workspace);
 
+// Whether a forward whose caller allows bf16 rounding (`allowed`: no backward follows) is fastest
+// with bf16_products: where they run on this machine's bf16 dot-product instructions. Emulated
+// they are slower than the f32 products and less exact. The one place this choice is made.
+bool attention_use_bf16_products(bool allowed);
+
 }  // namespace hyla

@@ -7,6 +7,8 @@
 //   norm.h, activations.h, rope.h, conv1d.h, residual.h                        per-row steps
 //   kda.h, kda_gates.h                                                         the KDA mixer
 //   attention.h, latent_attention.h                                            attention
+//   attn_res.h                                                                 attention residuals
+//   moe.h                                                                      MoE routing
 //   cross_entropy.h                                                            the loss
 // and this header's functions; bandwidth.h (like matmul.h's measure_gemm_peak_gflops) measures
 // this machine for benchmarks rather than computing a model's values. The CPU backend implements
@@ -17,10 +19,9 @@
 // What crosses: plain host pointers with shapes and row strides (layouts as each header states
 // them), small structs of those (AttentionDims, KdaInputs, Conv1dShape, ...), and a Workspace
 // (core/workspace.h) for scratch that lives only for the call. What never crosses: layers,
-// parameters, Tensor objects, or anything an op keeps after it returns. Two places still fall
+// parameters, Tensor objects, or anything an op keeps after it returns. One place still falls
 // short of that: KdaSavedStates holds a Tensor that kda_forward sizes (its chunk states belong to
-// the caller, but their memory is taken inside the op), and the MoE experts and attention
-// residuals (model/moe_experts.cpp, model/attn_res.cpp) call cpu/vmath.h's dot directly.
+// the caller, but their memory is taken inside the op).
 //
 // Which backend runs is chosen once, when the library is built: CMakeLists.txt compiles cpu/'s
 // sources as HYLA_KERNEL_SOURCES. A second backend (CUDA) is a second implementation of
@@ -48,7 +49,8 @@ const char* kernel_backend_name();
 // Whether the kernels' bf16 products (AttentionDims and LatentAttentionDims::bf16_products) run
 // on bf16 dot-product instructions here. Without them they are emulated with two f32
 // multiply-adds per pair after rounding to bf16: slower than the f32 products and less exact, so
-// the model asks for them only where this is true.
+// attention_use_bf16_products and latent_attention_use_bf16_products choose them only where this
+// is true.
 bool native_bf16_products();
 
 // Whether AMX tile products run here: compiled for AMX-BF16 and granted by the kernel, which a

@@ -44,4 +44,9 @@ struct LatentCacheRows {
 void latent_attention_decode(const LatentAttentionDims& dims, int64_t batch, const LatentCacheRows* caches,
                              const float* q, float* o, Workspace& workspace);
 
+// Whether a decode whose caller allows bf16 rounding (`allowed`) is fastest with bf16_products:
+// on bf16 rows (`bf16_rows`) with latent a multiple of 32, where they run on this machine's bf16
+// dot-product instructions. The one place this choice is made.
+bool latent_attention_use_bf16_products(int64_t latent, bool bf16_rows, bool allowed);
+
 }  // namespace hyla

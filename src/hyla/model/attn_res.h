@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hyla/core/tensor.h"
+#include "hyla/core/workspace.h"
 #include "hyla/model/params.h"
 
 namespace hyla {
@@ -16,12 +17,12 @@ class AttnRes {
   AttnRes(ParamStore& store, const std::string& query_name, const std::string& norm_name, int64_t dim, float eps);
   bool defined() const { return query_ != nullptr; }
 
-  // out[r] = AR over sources[n][r] for `rows` rows of width dim. With save, keeps the source
-  // pointers (which must stay valid) and the weights for the backward.
-  void forward(const std::vector<const float*>& sources, int64_t rows, float* out, bool save);
+  // out[r] = AR over sources[n][r] for `rows` rows of width dim (kernels/attn_res.h). With save,
+  // keeps the source pointers (which must stay valid) and the weights for the backward.
+  void forward(const std::vector<const float*>& sources, int64_t rows, float* out, bool save, Workspace& workspace);
   // Adds dL/dV_n into source_grads[n] (same order as the forward's sources) and the gradients
   // of w and γ into their parameters.
-  void backward(const float* d_out, const std::vector<float*>& source_grads);
+  void backward(const float* d_out, const std::vector<float*>& source_grads, Workspace& workspace);
 
  private:
   Param* query_ = nullptr;  // w [d], initialised to 0
@@ -31,7 +32,6 @@ class AttnRes {
   std::vector<const float*> sources_;
   int64_t rows_ = 0;
   Tensor weights_;  // [rows, sources] softmax weights
-  std::vector<float> weighted_query_;  // w ⊙ γ, kept to be reused: a decoded token calls forward 17 times
 };
 
 }  // namespace hyla

@@ -1,5 +1,6 @@
 #include "hyla/model/ffn.h"
 
+#include "hyla/kernels/moe.h"
 
 namespace hyla {
 
@@ -124,7 +125,9 @@ void MoeFfn::backward(const float* dy, float* du) {
   float* d_weights = scratch.take<float>(n * k);
   for (int64_t i = 0; i < n * k; ++i) d_weights[i] = d_slot_weight[state.dispatch.token_slot[size_t(i)]];
   float* d_scores = scratch.take<float>(n * m.num_experts);
-  routing_weights_backward(state.routing, float(m.routed_scaling_factor), d_weights, d_scores);
+  const Routing& r = state.routing;
+  routing_weights_backward(r.scores, r.selected, r.weights, r.tokens, r.experts, r.k, float(m.routed_scaling_factor),
+                           d_weights, d_scores);
   if (m.balancing == Balancing::AuxLoss)
     aux_loss_backward(state.routing, state.dispatch.load.data(), float(m.aux_loss_coef), saved_loss_scale_, d_scores);
   router_.backward(saved_u_, state.routing, d_scores, du, workspace_->serial());

@@ -6,7 +6,6 @@
 
 #include "hyla/core/team.h"
 #include "hyla/kernels/activations.h"
-#include "hyla/kernels/backend.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/rope.h"
 
@@ -69,12 +68,7 @@ float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const 
                                LayerActivations& a) {
   float* proj = proj_ = a.take<float>(rows * proj_width_);
   input_proj_.forward(u, rows, proj, p);
-  if (g_proj_.defined()) {
-    const int64_t width = heads_ * v_dim_;
-    parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) sigmoid_inplace(proj + r * proj_width_ + gate_offset_, width);
-    });
-  }
+  if (g_proj_.defined()) sigmoid_rows(proj + gate_offset_, rows, heads_ * v_dim_, proj_width_);
   if (rotate_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
   return proj;
 }
@@ -193,7 +187,7 @@ void MlaMixer::forward_full(const float* u, float* y, const ForwardContext& ctx)
   float* o = o_ = a.take<float>(N * heads_ * v_dim_);
   float* lse = lse_ = a.take<float>(N * heads_);
   const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_,
-                           p == Precision::BF16 && !save && native_bf16_products()};
+                           attention_use_bf16_products(p == Precision::BF16 && !save)};
   attention_forward(dims, tokens.batch(), tokens.starts.data(), tokens.starts.data(), q, k, v, o, lse, ctx.workspace);
   output(proj, o, N, p, y, a);
   saved_rows_ = save ? N : -1;
@@ -402,7 +396,7 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
     std::memcpy(q_rows + q_starts_[size_t(s)] * ldq, q + from * ldq,
                 size_t((q_starts_[size_t(s) + 1] - q_starts_[size_t(s)]) * ldq) * sizeof(float));
   }
-  const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_, p == Precision::BF16 && native_bf16_products()};
+  const AttentionDims dims{heads_, qk_dim_, v_dim_, window_, scale_, attention_use_bf16_products(p == Precision::BF16)};
   attention_forward(dims, count, q_starts_.data(), k_starts_.data(), q_rows, k, v, o_rows,
                     scratch.take<float>(queries * heads_), *workspace_);
   for (int64_t s = 0; s < count; ++s) {
@@ -417,8 +411,9 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
 // head h's key and value rows of kv_b_proj ([Dn, R] and [Dv, R]), so each product is one batched
 // GEMM over heads whose rows are the decoding sequences. They use the f32 weights: the absorbed
 // query multiplies every cached row, so it is kept exact. Under Precision::BF16 on a bf16 cache
-// the attention itself runs on bf16 products (LatentAttentionDims::bf16_products) where the CPU
-// has them, else on f32 products over the widened rows.
+// the attention itself runs on bf16 products (LatentAttentionDims::bf16_products) where the
+// kernels find them fastest (latent_attention_use_bf16_products), else on f32 products over the
+// widened rows.
 void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<LatentCache* const> caches,
                                 const std::vector<int64_t>& sequences, const float* q, Precision p, float* o) {
   const int64_t count = int64_t(sequences.size()), R = kv_lora_rank_, width = cache_width();
@@ -446,9 +441,9 @@ void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<LatentCache*
     decode_caches_.push_back({cache.latent_bf16, cache.latent_f32, cache.length + 1});
   }
   float* o_latent = scratch.take<float>(count * heads_ * R);
-  const bool bf16_products =
-      p == Precision::BF16 && caches[0]->latent_bf16 && R % 32 == 0 && native_bf16_products();
-  const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_, bf16_products};
+  const bool bf16_rows = caches[0]->latent_bf16 != nullptr;
+  const LatentAttentionDims dims{heads_, R, rope_dim_, window_, scale_,
+                                 latent_attention_use_bf16_products(R, bf16_rows, p == Precision::BF16)};
   latent_attention_decode(dims, count, decode_caches_.data(), q_absorbed, o_latent, *workspace_);
 
   float* o_rows = scratch.take<float>(count * ldo);

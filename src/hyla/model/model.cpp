@@ -260,7 +260,7 @@ const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCa
       const float* h;
       if (attn_res) {
         AttnRes& res = sub == 0 ? layer.mixer_res : layer.ffn_res;
-        res.forward(values(wiring.sources), N, sublayer_in_[size_t(s)].data<float>(), save);
+        res.forward(values(wiring.sources), N, sublayer_in_[size_t(s)].data<float>(), save, ctx.workspace);
         h = sublayer_in_[size_t(s)].data<float>();
       } else {
         h = stream_[size_t(wiring.input)].data<float>();
@@ -284,7 +284,7 @@ const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCa
     }
   }
   if (!attn_res) return stream_[size_t(2 * L)].data<float>();
-  out_res_.forward(values(final_sources_), N, final_h_.data<float>(), save);
+  out_res_.forward(values(final_sources_), N, final_h_.data<float>(), save, ctx.workspace);
   return final_h_.data<float>();
 }
 
@@ -297,7 +297,7 @@ void Model::body_backward(const float* d_final) {
     for (int i : ids) g.push_back(stream_grad_[size_t(i)].data<float>());
     return g;
   };
-  if (attn_res) out_res_.backward(d_final, grads_of(final_sources_));
+  if (attn_res) out_res_.backward(d_final, grads_of(final_sources_), workspace_);
   else std::memcpy(stream_grad_[size_t(2 * L)].raw(), d_final, size_t(N * d) * 4);
   if (gradient_hook_) gradient_hook_(head_offset_);
   for (int64_t s = 2 * L - 1; s >= 0; --s) {
@@ -315,7 +315,8 @@ void Model::body_backward(const float* d_final) {
     RmsNorm& norm = mixer ? layer.input_norm : layer.post_attention_norm;
     if (attn_res) {
       norm.backward(du, d_h_.data<float>(), /*accumulate=*/false, workspace_);
-      (mixer ? layer.mixer_res : layer.ffn_res).backward(d_h_.data<float>(), grads_of(sublayers_[size_t(s)].sources));
+      (mixer ? layer.mixer_res : layer.ffn_res)
+          .backward(d_h_.data<float>(), grads_of(sublayers_[size_t(s)].sources), workspace_);
     } else {
       norm.backward(du, stream_grad_[size_t(base)].data<float>(), /*accumulate=*/true, workspace_);  // h: the base entry
     }

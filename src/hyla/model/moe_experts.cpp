@@ -8,8 +8,8 @@
 #include "hyla/core/arith.h"
 #include "hyla/core/team.h"
 #include "hyla/core/threads.h"
-#include "hyla/kernels/cpu/vmath.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/moe.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
 #include "hyla/kernels/small_gemm.h"
@@ -235,14 +235,8 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
       float* g = buf.grad_rows;  // dL/dy of the slots' tokens, before the routing weight
       gather_rows(dm, D, tokens, n, g);
       mm(false, n, w, D, g, D, expert.down_proj.w(), w, 0.0f, buf.h, w);  // G W_down
-      for (int64_t j = 0; j < n; ++j) {
-        // y = c · E(x)  ⇒  dL/dc = dL/dy · E(x) = (dL/dy W_down) · h.
-        float* dh = buf.h + j * w;
-        float* weighted_h = buf.h_other + j * w;
-        const float c = routing_weight[j];
-        d_weight[begin + j] = dot(dh, h + j * w, w);
-        for (int64_t r = 0; r < w; ++r) dh[r] *= c, weighted_h[r] = c * h[j * w + r];
-      }
+      // y = c · E(x)  ⇒  dL/dc = dL/dy · E(x) = (dL/dy W_down) · h.
+      routed_output_backward(h, routing_weight, n, w, buf.h, buf.h_other, d_weight + begin);
       gated_activation_backward(activation_, saved.gu + begin * 2 * w, buf.h, n, w, buf.gu);
       mm(false, n, D, 2 * w, buf.gu, 2 * w, expert.gate_up.w(), D, 0.0f, d_in + begin * D, D);  // dGU W_gu
       gather_rows(x, D, tokens, n, buf.rows);

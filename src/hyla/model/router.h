@@ -57,13 +57,4 @@ class Router {
   float scaling_ = 1.0f;
 };
 
-// Top-k of scores + bias per token into `selected` ([n, k], best first; a tie goes to the lower
-// expert id) and the normalised weights from the unbiased scores.
-void select_experts(const float* scores, const float* bias, int64_t n, int64_t experts, int64_t k, float scaling,
-                    int32_t* selected, float* weights);
-
-// dL/ds [n, E] (overwritten) from dL/dw [n, k] through the weights' normalisation; only the
-// selected experts' entries are non-zero.
-void routing_weights_backward(const Routing& routing, float scaling, const float* d_weights, float* d_scores);
-
 }  // namespace hyla

@@ -94,6 +94,12 @@ void silu_inplace(float* x, int64_t n) {
   map_inplace(x, n, [](Vec v) { return v * sigmoid(v); });
 }
 
+void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld) {
+  parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) sigmoid_inplace(x + r * ld, width);
+  });
+}
+
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h) {
   parallel_rows(rows, 2 * width, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) forward_row(act, gu + r * 2 * width, gu + r * 2 * width + width, width, h + r * width);

@@ -853,4 +853,6 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
   }
 }
 
+bool attention_use_bf16_products(bool allowed) { return allowed && native_bf16_products(); }
+
 }  // namespace hyla

@@ -12,6 +12,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/team.h"
+#include "hyla/kernels/backend.h"
 #include "hyla/kernels/cpu/latent_attention_amx.h"
 #include "hyla/kernels/cpu/vec.h"
 #include "hyla/kernels/cpu/vmath.h"
@@ -759,6 +760,10 @@ void latent_attention_decode(const LatentAttentionDims& d, int64_t batch, const 
     for (int64_t r = 0; r < g.R; ++r) out[r] *= inv;
   }
   });
+}
+
+bool latent_attention_use_bf16_products(int64_t latent, bool bf16_rows, bool allowed) {
+  return allowed && bf16_rows && latent % 32 == 0 && native_bf16_products();
 }
 
 }  // namespace hyla
