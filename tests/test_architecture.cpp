@@ -1,6 +1,8 @@
 // The tree's layering, read from the code: every `#include "hyla/<folder>/..."` in src/hyla runs
 // down the stack below (or stays in its folder), so there are no folder cycles and no arrow back
-// up. docs/architecture.md draws the same map; a new folder takes its place in both.
+// up; and only the kernels see their CPU implementation (kernels/cpu/), so a second backend
+// replaces it behind the op headers. docs/architecture.md draws the same map; a new folder takes
+// its place in both.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +28,7 @@ int64_t layer_of(const std::string& folder) {
 
 TEST(Architecture, EveryIncludeRunsDownTheLayers) {
   const std::filesystem::path root = test::source_dir() / "src" / "hyla";
-  const std::regex include(R"(^\s*#\s*include\s+"hyla/([a-z_]+)/)");
+  const std::regex include(R"(^\s*#\s*include\s+"hyla/([a-z_]+)/([a-z_]+/)?)");
   int64_t includes = 0;
   for (const auto& folder : std::filesystem::directory_iterator(root)) {
     const std::string name = folder.path().filename().string();
@@ -39,9 +41,11 @@ TEST(Architecture, EveryIncludeRunsDownTheLayers) {
       while (std::getline(in, line))
         if (std::regex_search(line, m, include)) {
           ++includes;
-          EXPECT_LE(layer_of(m[1].str()), layer_of(name))
-              << std::filesystem::relative(file.path(), root).string() << " includes hyla/" << m[1].str()
-              << "/, a folder above " << name;
+          const std::string from = std::filesystem::relative(file.path(), root).string();
+          EXPECT_LE(layer_of(m[1].str()), layer_of(name)) << from << " includes hyla/" << m[1].str()
+                                                          << "/, a folder above " << name;
+          EXPECT_FALSE(m[1].str() == "kernels" && m[2].str() == "cpu/" && name != "kernels")
+              << from << " includes the CPU backend's own header; call an op of kernels/ instead";
         }
     }
   }
