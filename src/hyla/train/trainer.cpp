@@ -186,6 +186,9 @@ class TrainingRun {
   ModelInput micro_batch(int64_t stage);
   nlohmann::json communication_since(const ReductionTraffic& traffic, const std::pair<int64_t, double>& exchanged,
                                      double busy_seconds, int64_t bytes) const;
+  void count_bad_steps(const StepResult& r);
+  nlohmann::json metrics_row(int64_t stage, double lr, const StepResult& r, double seconds) const;
+  void print_step(const nlohmann::json& row, const StepResult& r, double elapsed, double eta) const;
   void evaluate(int64_t stage, nlohmann::json& row);
   void sample();
   nlohmann::json trainer_state() const;
@@ -363,6 +366,52 @@ json TrainingRun::communication_since(const ReductionTraffic& before, const std:
           {"wait_ms", (t.wait_seconds - before.wait_seconds) * 1e3}};
 }
 
+// A skipped step counts towards max_bad_steps in a row, which stop the run; a good one resets the count.
+void TrainingRun::count_bad_steps(const StepResult& r) {
+  if (!r.skipped) {
+    bad_steps_ = 0;
+    return;
+  }
+  ++bad_steps_;
+  if (lead_)
+    fmt::print(stderr, "warning: step {}: non-finite {} (loss {}, grad norm {}); step skipped ({} in a row)\n", step_ + 1,
+               std::isfinite(r.loss) ? "gradient" : "loss", r.loss, r.grad_norm, bad_steps_);
+  HYLA_CHECK(bad_steps_ < tc_.max_bad_steps, "training stopped at step {}: {} non-finite steps in a row", step_ + 1,
+             bad_steps_);
+}
+
+// Step step_ + 1's row of metrics.jsonl (a skipped step's loss and norm are null).
+json TrainingRun::metrics_row(int64_t stage, double lr, const StepResult& r, double seconds) const {
+  const int64_t seq_len = tc_.curriculum[size_t(stage)].seq_len;
+  json row{{"step", step_ + 1}, {"stage", stage + 1}, {"seq_len", seq_len}, {"loss", r.loss}, {"lr", lr},
+           {"grad_norm", r.grad_norm}, {"tokens", r.tokens}};
+  if (r.aux_loss != 0) row["aux_loss"] = r.aux_loss;
+  if (r.skipped) {
+    row["skipped"] = true;
+    row["loss"] = nullptr;
+    row["grad_norm"] = nullptr;
+  }
+  const double tokens_per_s = double(r.tokens) / seconds;
+  row["step_ms"] = seconds * 1e3;
+  row["tokens_per_s"] = tokens_per_s;
+  row["mfu"] = tokens_per_s * 3.0 * token_flops(config_, counts_, seq_len).prefill() * 1e-9 / (peak_gflops_ * ranks_);
+  row["peak_gflops"] = peak_gflops_ * ranks_;
+  json moe = json::array();
+  for (const auto& load : model_->load_stats())
+    moe.push_back({{"max_over_mean", load.max_over_mean}, {"dead", load.dead_experts}});
+  if (!moe.empty()) row["moe"] = moe;
+  return row;
+}
+
+void TrainingRun::print_step(const json& row, const StepResult& r, double elapsed, double eta) const {
+  fmt::print("step {:>6}/{} | stage {} T={} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:6.0f} ms | {:6.0f} tok/s | "
+             "MFU {:4.1f}% of {:.0f} GFLOP/s | {} elapsed, eta {}\n",
+             step_, tc_.total_steps(), row["stage"].get<int64_t>(), row["seq_len"].get<int64_t>(),
+             r.skipped ? NAN : r.loss, row["lr"].get<double>(), r.skipped ? NAN : r.grad_norm,
+             row["step_ms"].get<double>(), row["tokens_per_s"].get<double>(), 100 * row["mfu"].get<double>(),
+             peak_gflops_ * ranks_, clock_text(elapsed), clock_text(eta));
+}
+
 void TrainingRun::evaluate(int64_t stage, json& row) {
   const PerplexityResult e = evaluate_perplexity(*model_, data_dir_, "val",
                                                  tc_.curriculum[size_t(stage)].seq_len, micro_batch_rows(stage),
@@ -440,35 +489,9 @@ void TrainingRun::run() {
     const int64_t bytes_before = world_.bytes();
     const StepResult r = train_step(*model_, optimizer_, tc_.step_settings(), lr,
                                     [&](int64_t) { return micro_batch(stage); }, reducer_);
-    json row{{"step", step_ + 1}, {"stage", stage + 1}, {"seq_len", st.seq_len}, {"loss", r.loss}, {"lr", lr},
-             {"grad_norm", r.grad_norm}, {"tokens", r.tokens}};
-    if (r.aux_loss != 0) row["aux_loss"] = r.aux_loss;
-    if (r.skipped) {
-      ++bad_steps_;
-      if (lead_)
-        fmt::print(stderr, "warning: step {}: non-finite {} (loss {}, grad norm {}); step skipped ({} in a row)\n",
-                   step_ + 1, std::isfinite(r.loss) ? "gradient" : "loss", r.loss, r.grad_norm, bad_steps_);
-      HYLA_CHECK(bad_steps_ < tc_.max_bad_steps, "training stopped at step {}: {} non-finite steps in a row", step_ + 1,
-                 bad_steps_);
-      row["skipped"] = true;
-      row["loss"] = nullptr;
-      row["grad_norm"] = nullptr;
-    } else {
-      bad_steps_ = 0;
-    }
-    const double seconds = seconds_since(t0);
-    const double tokens_per_s = double(r.tokens) / seconds;
-    const double mfu =
-        tokens_per_s * 3.0 * token_flops(config_, counts_, st.seq_len).prefill() * 1e-9 / (peak_gflops_ * ranks_);
-    row["step_ms"] = seconds * 1e3;
-    row["tokens_per_s"] = tokens_per_s;
-    row["mfu"] = mfu;
-    row["peak_gflops"] = peak_gflops_ * ranks_;
+    count_bad_steps(r);
+    json row = metrics_row(stage, lr, r, seconds_since(t0));
     if (ranks_ > 1) row["comm"] = communication_since(traffic_before, exchanged_before, busy_before, bytes_before);
-    json moe = json::array();
-    for (const auto& load : model_->load_stats())
-      moe.push_back({{"max_over_mean", load.max_over_mean}, {"dead", load.dead_experts}});
-    if (!moe.empty()) row["moe"] = moe;
     ++step_;
     const double flops = step_flops(stage);
     flops_done += flops;
@@ -482,11 +505,7 @@ void TrainingRun::run() {
     }
     if (lead_ && !o_.quiet && (step_ % tc_.log_every == 0 || last)) {
       const double elapsed = seconds_since(loop_start);
-      fmt::print("step {:>6}/{} | stage {} T={} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {:6.0f} ms | {:6.0f} tok/s | "
-                 "MFU {:4.1f}% of {:.0f} GFLOP/s | {} elapsed, eta {}\n",
-                 step_, total_steps, stage + 1, st.seq_len, row["loss"].is_null() ? NAN : r.loss, lr,
-                 row["grad_norm"].is_null() ? NAN : r.grad_norm, seconds * 1e3, tokens_per_s, 100 * mfu,
-                 peak_gflops_ * ranks_, clock_text(elapsed), clock_text(std::max(0.0, flops_left) * elapsed / flops_done));
+      print_step(row, r, elapsed, std::max(0.0, flops_left) * elapsed / flops_done);
     }
     if (evaluates_ && tc_.sample_every > 0 && step_ % tc_.sample_every == 0 && !last) sample();
     if (tc_.checkpoint_every > 0 && (step_ % tc_.checkpoint_every == 0 || last))
