@@ -38,25 +38,12 @@
 // latent_attention) __AVX512BF16__, the int8 products __AVX512VNNI__, the MXFP4 products
 // __AVX512F__ (f32) and __AVX512VNNI__ (int8 activations), and the latent-attention
 // decode's tile products __AMX_TILE__ and __AMX_BF16__ (those also need the kernel's leave at run
-// time: amx_tiles).
+// time: amx_tiles in cpu/instruction_set.h).
 
 namespace hyla {
 
 // The backend this process runs and the instruction set it was built for, as in
 // "cpu (AVX-512 BF16 VNNI)", "cpu (AVX-512)", "cpu (AVX2)" or "cpu (portable)".
 const char* kernel_backend_name();
-
-// Whether the kernels' bf16 products (AttentionDims and LatentAttentionDims::bf16_products) run
-// on bf16 dot-product instructions here. Without them they are emulated with two f32
-// multiply-adds per pair after rounding to bf16: slower than the f32 products and less exact, so
-// attention_use_bf16_products and latent_attention_use_bf16_products choose them only where this
-// is true.
-bool native_bf16_products();
-
-// Whether AMX tile products run here: compiled for AMX-BF16 and granted by the kernel, which a
-// process must ask for its tile state (arch_prctl ARCH_REQ_XCOMP_PERM); asked once. A tile
-// product multiplies 16×32 by 32×16 bf16 in one instruction: on the 2-core Xeon of BENCHMARKS.md,
-// 3.2 TFLOP/s a core, 30× vdpbf16ps's 108 GFLOP/s.
-bool amx_tiles();
 
 }  // namespace hyla

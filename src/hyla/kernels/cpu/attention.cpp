@@ -18,6 +18,7 @@
 #include "hyla/core/half.h"
 #include "hyla/core/memory.h"
 #include "hyla/kernels/backend.h"
+#include "hyla/kernels/cpu/instruction_set.h"
 #include "hyla/kernels/cpu/amx_tiles.h"
 #include "hyla/kernels/cpu/vec.h"
 

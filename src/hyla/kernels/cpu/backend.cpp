@@ -3,6 +3,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hyla/kernels/cpu/instruction_set.h"
+
 namespace hyla {
 
 // The same macros the kernels select their code on (backend.h), so the name cannot claim an

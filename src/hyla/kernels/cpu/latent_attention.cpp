@@ -13,6 +13,7 @@
 #include "hyla/core/memory.h"
 #include "hyla/core/team.h"
 #include "hyla/kernels/backend.h"
+#include "hyla/kernels/cpu/instruction_set.h"
 #include "hyla/kernels/cpu/latent_attention_amx.h"
 #include "hyla/kernels/cpu/vec.h"
 #include "hyla/kernels/cpu/vmath.h"
