@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Interleaved before/after timings of two builds, for changes that must not cost speed: the
 # training step (`hyla bench train`), prefill and decode (`hyla bench --model`), and the MLA and MoE
-# layer benchmarks. Rounds alternate A, B, A, B... in one script on an otherwise idle machine; the
-# table gives each test's median per build and the ratio B/A (> 1: B is faster, for rates).
+# layer benchmarks, on an otherwise idle machine. Round r runs both builds, A first in odd rounds
+# and B first in even ones (A B B A ...), so a drift of the machine's speed over the script falls
+# on both alike. Each test's B/A ratio is taken within each round (the pair ran minutes apart);
+# the table gives the medians per build, the geometric mean of the per-round ratios and its 95%
+# interval (t over the rounds' log ratios; > 1: B is faster, for rates).
 #
 #   bash scripts/bench-ab.sh BUILD_A BUILD_B [rounds=2]    # each holds hyla, bench_mla, bench_moe
 set -euo pipefail
@@ -33,14 +36,23 @@ run() {  # build round
 
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r/$rounds" >&2
-  run "$a" A >>"$work/rows"
-  run "$b" B >>"$work/rows"
+  if ((r % 2)); then order="A B"; else order="B A"; fi
+  for tag in $order; do
+    if [[ $tag == A ]]; then build=$a; else build=$b; fi
+    run "$build" "$tag" | jq -c --argjson round "$r" '. + {round: $round}' >>"$work/rows"
+  done
 done
-echo "| test | A (median) | B (median) | B/A |"
-echo "|---|---:|---:|---:|"
+echo "| test | A (median) | B (median) | B/A per round: geometric mean [95% interval] | rounds |"
+echo "|---|---:|---:|---:|---:|"
+# t quantiles (0.975) for 1..10 degrees of freedom; more rounds use 10's (slightly wide).
 jq -rs '
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def t975: [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228][([. , 10] | min) - 1];
+  def r3: . * 1000 | round / 1000;
   group_by(.test)[] | . as $rows | (map(select(.tag == "A").value) | median) as $a |
   (map(select(.tag == "B").value) | median) as $b |
-  "| \($rows[0].test) | \($a * 100 | round / 100) | \($b * 100 | round / 100) | \($b / $a * 1000 | round / 1000) |"
+  [group_by(.round)[] | select(length == 2) | (map(select(.tag == "B"))[0].value / map(select(.tag == "A"))[0].value | log)] as $logs |
+  ($logs | length) as $n | ($logs | add / $n) as $mean |
+  (if $n > 1 then (($logs | map(. - $mean | . * .) | add) / ($n - 1) | sqrt) * (($n - 1) | t975) / ($n | sqrt) else 0 end) as $half |
+  "| \($rows[0].test) | \($a * 100 | round / 100) | \($b * 100 | round / 100) | \($mean | exp | r3) [\($mean - $half | exp | r3), \($mean + $half | exp | r3)] | \($n) |"
 ' "$work/rows"

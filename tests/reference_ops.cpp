@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "hyla/core/error.h"
 
@@ -96,6 +97,29 @@ void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld) {
     for (int64_t j = 0; j < width; ++j) x[r * ld + j] = float(sigmoid(x[r * ld + j]));
 }
 
+void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      const double sj = s[r * ld_s + j];
+      d[r * ld_d + j] = float(double(d[r * ld_d + j]) * sj * (1.0 - sj));
+    }
+}
+
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) y[r * width + j] = float(double(x[r * width + j]) * s[r * ld_s + j]);
+}
+
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
+                           float* d_logit, int64_t ld_logit) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < width; ++j) {
+      const double g = s[r * ld_s + j], d = dy[r * width + j];
+      d_logit[r * ld_logit + j] = float(d * x[r * width + j] * g * (1.0 - g));
+      dy[r * width + j] = float(d * g);
+    }
+}
+
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table) {
   const int64_t pairs = dim / 2;
   for (int64_t r = 0; r < rows; ++r)
@@ -106,8 +130,8 @@ void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double thet
     }
 }
 
-void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout x_layout,
-                  float* y, RopeLayout y_layout) {
+void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout x_layout,
+                  float* y, HeadLayout y_layout) {
   const int64_t pairs = dim / 2;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads; ++h)
@@ -141,6 +165,60 @@ void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, c
 
 void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, float* y) {
   for (int64_t i = 0; i < rows * cols; ++i) y[i] = float(double(x[i]) + (base ? double(base[i]) : 0.0));
+}
+
+void copy_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
+                HeadLayout dst_layout) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < width; ++i)
+        dst[r * dst_layout.row_stride + h * dst_layout.head_stride + i] =
+            src[r * src_layout.row_stride + h * src_layout.head_stride + i];
+}
+
+void copy_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, bf16* dst,
+                HeadLayout dst_layout) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < width; ++i)
+        dst[r * dst_layout.row_stride + h * dst_layout.head_stride + i] =
+            to_bf16(src[r * src_layout.row_stride + h * src_layout.head_stride + i]);
+}
+
+void copy_heads(const bf16* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
+                HeadLayout dst_layout) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < width; ++i)
+        dst[r * dst_layout.row_stride + h * dst_layout.head_stride + i] =
+            to_f32(src[r * src_layout.row_stride + h * src_layout.head_stride + i]);
+}
+
+void sum_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
+               int64_t dst_stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < width; ++i) {
+      double sum = 0;
+      for (int64_t h = 0; h < heads; ++h) sum += src[r * src_layout.row_stride + h * src_layout.head_stride + i];
+      dst[r * dst_stride + i] = float(sum);
+    }
+}
+
+void gather_rows(const float* x, int64_t width, const int32_t* ids, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < width; ++i) out[j * width + i] = x[int64_t(ids[j]) * width + i];
+}
+
+void scatter_add_rows(const float* x, int64_t width, const int32_t* ids, int64_t n, float* y) {
+  int64_t rows = 0;  // the rows of y the ids reach
+  for (int64_t j = 0; j < n; ++j) rows = std::max<int64_t>(rows, ids[j] + 1);
+  std::vector<double> sum(size_t(rows * width), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < width; ++i) sum[size_t(r * width + i)] = y[r * width + i];
+  for (int64_t j = 0; j < n; ++j)
+    if (ids[j] >= 0)
+      for (int64_t i = 0; i < width; ++i) sum[size_t(ids[j] * width + i)] += x[j * width + i];
+  narrow(sum, y);
 }
 
 void attn_res_forward(const float* const* sources, int64_t count, int64_t rows, int64_t dim, const float* query,
@@ -234,6 +312,91 @@ void routed_output_backward(const float* h, const float* routing_weight, int64_t
       weighted_h[j * width + i] = float(double(h[j * width + i]) * routing_weight[j]);
     }
   }
+}
+
+void combine_expert_rows(const float* slot_rows, int64_t width, const int32_t* token_slot, const float* slot_weight,
+                         int64_t tokens, int64_t k, bool accumulate, float* y) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < width; ++i) {
+      double sum = accumulate ? double(y[t * width + i]) : 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t slot = token_slot[t * k + j];
+        sum += (slot_weight ? double(slot_weight[slot]) : 1.0) * slot_rows[slot * width + i];
+      }
+      y[t * width + i] = float(sum);
+    }
+}
+
+void quantile_margins(const float* scores, const float* bias, const int32_t* selected, int64_t tokens, int64_t experts,
+                      int64_t k, float* margins) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<bool> chosen(size_t(experts), false);
+    for (int64_t i = 0; i < k; ++i) chosen[size_t(selected[t * k + i])] = true;
+    double alpha = -INFINITY;
+    for (int64_t e = 0; e < experts; ++e)
+      if (!chosen[size_t(e)]) alpha = std::max(alpha, double(scores[t * experts + e]) + bias[e]);
+    for (int64_t e = 0; e < experts; ++e) margins[t * experts + e] = float(scores[t * experts + e] - alpha);
+  }
+}
+
+void margin_histograms(const float* margins, int64_t tokens, int64_t experts, float lo, float bin_width, int64_t bins,
+                       int64_t* counts) {
+  for (int64_t i = 0; i < experts * bins; ++i) counts[i] = 0;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < experts; ++e) {
+      const double bin = std::floor((double(margins[t * experts + e]) - lo) / bin_width);
+      ++counts[e * bins + int64_t(std::clamp(bin, 0.0, double(bins - 1)))];
+    }
+}
+
+void kth_largest_per_column(const float* values, int64_t rows, int64_t cols, int64_t rank, float*, float* out) {
+  for (int64_t c = 0; c < cols; ++c) {
+    std::vector<float> column;
+    for (int64_t r = 0; r < rows; ++r) column.push_back(values[r * cols + c]);
+    std::sort(column.begin(), column.end(), std::greater<float>());
+    out[c] = column[size_t(rank - 1)];
+  }
+}
+
+double aux_loss_sum(const float* scores, const int64_t* load, int64_t tokens, int64_t experts, int64_t k) {
+  double sum = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    double f_dot_s = 0, z = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      f_dot_s += double(load[e]) / double(tokens * k) * scores[t * experts + e];
+      z += scores[t * experts + e];
+    }
+    sum += f_dot_s / z;
+  }
+  return sum;
+}
+
+void aux_loss_sum_backward(const float* scores, const int64_t* load, int64_t tokens, int64_t experts, int64_t k,
+                           float c, float* d_scores) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    double f_dot_s = 0, z = 0;
+    for (int64_t e = 0; e < experts; ++e) {
+      f_dot_s += double(load[e]) / double(tokens * k) * scores[t * experts + e];
+      z += scores[t * experts + e];
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      const double f = double(load[e]) / double(tokens * k);
+      d_scores[t * experts + e] = float(d_scores[t * experts + e] + double(c) * (f - f_dot_s / z) / z);
+    }
+  }
+}
+
+void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t block, int8_t* values, float* scales) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / block; ++b) {
+      double max_abs = 0;
+      for (int64_t i = 0; i < block; ++i) max_abs = std::max(max_abs, std::fabs(double(w[r * cols + b * block + i])));
+      const double scale = float(max_abs / 127.0);  // the values are w / the stored f32 scale
+      scales[r * (cols / block) + b] = float(scale);
+      for (int64_t i = 0; i < block; ++i)
+        values[r * cols + b * block + i] =
+            scale > 0 ? int8_t(std::clamp(std::nearbyint(w[r * cols + b * block + i] / scale), -127.0, 127.0)) : 0;
+    }
 }
 
 double cross_entropy_loss(const float* logits, int64_t rows, int64_t classes, const int32_t* targets,

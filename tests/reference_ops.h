@@ -15,10 +15,12 @@
 #include "hyla/kernels/activations.h"
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/attn_res.h"
+#include "hyla/kernels/balancing.h"
 #include "hyla/kernels/conv1d.h"
 #include "hyla/kernels/kda.h"
 #include "hyla/kernels/kda_gates.h"
 #include "hyla/kernels/latent_attention.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/moe.h"
 #include "hyla/kernels/rope.h"
@@ -76,16 +78,33 @@ void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows,
 
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h);
 void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
+void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d);
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y);
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
+                           float* d_logit, int64_t ld_logit);
 
 // Angles pos·θ^(−2i/dim) in double, as the SPEC writes them.
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table);
-void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout x_layout,
-                  float* y, RopeLayout y_layout);
+void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout x_layout,
+                  float* y, HeadLayout y_layout);
 
 void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
                            const float* const* tails, float* y, int64_t ld_y, Workspace& workspace);
 
 void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, float* y);
+
+// ---- copies between layouts (layout.h) ----
+
+void copy_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
+                HeadLayout dst_layout);
+void copy_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, bf16* dst,
+                HeadLayout dst_layout);
+void copy_heads(const bf16* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
+                HeadLayout dst_layout);
+void sum_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
+               int64_t dst_stride);
+void gather_rows(const float* x, int64_t width, const int32_t* ids, int64_t n, float* out);
+void scatter_add_rows(const float* x, int64_t width, const int32_t* ids, int64_t n, float* y);
 
 // ---- the attention residuals (attn_res.h) ----
 
@@ -106,6 +125,25 @@ void routing_weights_backward(const float* scores, const int32_t* selected, cons
 
 void routed_output_backward(const float* h, const float* routing_weight, int64_t rows, int64_t width, float* dh,
                             float* weighted_h, float* d_weight);
+void combine_expert_rows(const float* slot_rows, int64_t width, const int32_t* token_slot, const float* slot_weight,
+                         int64_t tokens, int64_t k, bool accumulate, float* y);
+
+// ---- load balancing (balancing.h) ----
+
+void quantile_margins(const float* scores, const float* bias, const int32_t* selected, int64_t tokens, int64_t experts,
+                      int64_t k, float* margins);
+void margin_histograms(const float* margins, int64_t tokens, int64_t experts, float lo, float bin_width, int64_t bins,
+                       int64_t* counts);
+// A full sort of each column; scratch is not used.
+void kth_largest_per_column(const float* values, int64_t rows, int64_t cols, int64_t rank, float* scratch,
+                            float* out);
+double aux_loss_sum(const float* scores, const int64_t* load, int64_t tokens, int64_t experts, int64_t k);
+void aux_loss_sum_backward(const float* scores, const int64_t* load, int64_t tokens, int64_t experts, int64_t k,
+                           float c, float* d_scores);
+
+// ---- weight quantisation (int8_gemm.h) ----
+
+void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t block, int8_t* values, float* scales);
 
 // ---- the loss (cross_entropy.h) ----
 

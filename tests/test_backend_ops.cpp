@@ -22,11 +22,13 @@
 #include "hyla/core/memory.h"
 #include "hyla/kernels/attention.h"
 #include "hyla/kernels/attn_res.h"
+#include "hyla/kernels/balancing.h"
 #include "hyla/kernels/backend.h"
 #include "hyla/kernels/cpu/vec.h"
 #include "hyla/kernels/cross_entropy.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/latent_attention.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/moe.h"
 #include "hyla/kernels/norm.h"
 #include "hyla/kernels/residual.h"
@@ -315,10 +317,53 @@ std::vector<Case> sigmoid_rows_cases() {
   return cases;
 }
 
+// σ values in (0, 1) with gaps between rows, as sigmoid_rows leaves them in a projection's columns.
+std::vector<float> sigmoid_values(int64_t n, uint32_t seed) {
+  std::vector<float> s = normal(n, seed, 3.0f);
+  for (float& x : s) x = 1.0f / (1.0f + std::exp(-x));
+  return s;
+}
+
+std::vector<Case> sigmoid_rows_backward_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 560;
+  for (const auto& [rows, width] : kRowShapes) {
+    const int64_t ld_s = width + 5, ld_d = width + 2;
+    const std::vector<float> s = sigmoid_values(rows * ld_s, ++seed), d_in = normal(rows * ld_d, seed + 100);
+    cases.push_back({fmt::format("rows={} width={} ld_s={} ld_d={}", rows, width, ld_s, ld_d), "f32",
+                     kF32Elementwise, [=](Backend backend) {
+                       std::vector<float> d = d_in;
+                       CALL_OP(backend, sigmoid_rows_backward, s.data(), ld_s, rows, width, d.data(), ld_d);
+                       return Outputs{{"d", values(d)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> sigmoid_gate_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 570;
+  for (const auto& [rows, width] : kRowShapes) {
+    const int64_t ld_s = 2 * width + 1, ld_logit = width + 3;
+    const std::vector<float> x = normal(rows * width, ++seed), s = sigmoid_values(rows * ld_s, seed + 100),
+                             dy_in = normal(rows * width, seed + 200);
+    cases.push_back({fmt::format("rows={} width={} ld_s={} ld_logit={}", rows, width, ld_s, ld_logit), "f32",
+                     kF32Elementwise, [=](Backend backend) {
+                       std::vector<float> y(x.size(), kUnwritten), dy = dy_in;
+                       std::vector<float> d_logit(size_t(rows * ld_logit), kUnwritten);
+                       CALL_OP(backend, sigmoid_gate_forward, x.data(), s.data(), ld_s, rows, width, y.data());
+                       CALL_OP(backend, sigmoid_gate_backward, x.data(), s.data(), ld_s, rows, width, dy.data(),
+                               d_logit.data(), ld_logit);
+                       return Outputs{{"y", values(y)}, {"dx", values(dy)}, {"d logit", values(d_logit)}};
+                     }});
+  }
+  return cases;
+}
+
 std::vector<Case> rope_cases() {
   struct Shape {
     int64_t heads, dim;
-    RopeLayout layout;  // the same for x and y
+    HeadLayout layout;  // the same for x and y
     double theta;
     std::vector<int64_t> positions;
   };
@@ -396,6 +441,109 @@ std::vector<Case> add_rows_cases() {
                          return Outputs{{"y", values(y)}};
                        }});
     }
+  return cases;
+}
+
+// ---- copies between layouts ----
+
+// Head splits as the MLA mixer makes them: a projection's per-head blocks (gaps between heads and
+// rows) into packed heads, one vector broadcast to every head ({ld, 0}), and single rows.
+struct HeadCopyShape {
+  int64_t rows, heads, width;
+  HeadLayout src, dst;
+};
+const HeadCopyShape kHeadCopyShapes[] = {
+    {1, 1, 7, {7, 0}, {9, 0}},
+    {13, 3, 5, {40, 12}, {15, 5}},
+    {300, 4, 16, {100, 24}, {64, 16}},
+    {200, 8, 9, {11, 0}, {8 * 24, 24}},  // a shared vector copied to every head
+};
+
+// Extent of a layout's elements, so a case allocates every position it may write.
+int64_t span_of(const HeadCopyShape& s, HeadLayout layout) {
+  return (s.rows - 1) * layout.row_stride + (s.heads - 1) * layout.head_stride + s.width;
+}
+
+std::vector<Case> copy_heads_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 5850;
+  for (const HeadCopyShape& s : kHeadCopyShapes) {
+    const std::vector<float> src = normal(span_of(s, s.src), ++seed);
+    const std::string shape = fmt::format("rows={} heads={} width={} src=({}, {}) dst=({}, {})", s.rows, s.heads,
+                                          s.width, s.src.row_stride, s.src.head_stride, s.dst.row_stride,
+                                          s.dst.head_stride);
+    cases.push_back({shape, "f32 to bf16", kExact, [=](Backend backend) {
+                       std::vector<bf16> dst(size_t(span_of(s, s.dst)), to_bf16(kUnwritten));
+                       CALL_OP(backend, copy_heads, src.data(), s.src, s.rows, s.heads, s.width, dst.data(), s.dst);
+                       std::vector<double> out;
+                       for (bf16 x : dst) out.push_back(to_f32(x));
+                       return Outputs{{"dst", out}};
+                     }});
+    const std::vector<bf16> src16 = as<bf16>(src);
+    cases.push_back({shape, "bf16 to f32", kExact, [=](Backend backend) {
+                       std::vector<float> dst(size_t(span_of(s, s.dst)), kUnwritten);
+                       CALL_OP(backend, copy_heads, src16.data(), s.src, s.rows, s.heads, s.width, dst.data(), s.dst);
+                       return Outputs{{"dst", values(dst)}};
+                     }});
+  }
+  for (const HeadCopyShape& s : kHeadCopyShapes) {
+    const std::vector<float> src = normal(span_of(s, s.src), ++seed);
+    cases.push_back({fmt::format("rows={} heads={} width={} src=({}, {}) dst=({}, {})", s.rows, s.heads, s.width,
+                                 s.src.row_stride, s.src.head_stride, s.dst.row_stride, s.dst.head_stride),
+                     "f32", kExact, [=](Backend backend) {
+                       std::vector<float> dst(size_t(span_of(s, s.dst)), kUnwritten);
+                       CALL_OP(backend, copy_heads, src.data(), s.src, s.rows, s.heads, s.width, dst.data(), s.dst);
+                       return Outputs{{"dst", values(dst)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> sum_heads_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 5950;
+  for (const HeadCopyShape& s : kHeadCopyShapes) {
+    if (s.src.head_stride == 0) continue;
+    const std::vector<float> src = normal(span_of(s, s.src), ++seed);
+    const int64_t dst_stride = s.width + 4;
+    cases.push_back({fmt::format("rows={} heads={} width={} src=({}, {}) dst_stride={}", s.rows, s.heads, s.width,
+                                 s.src.row_stride, s.src.head_stride, dst_stride),
+                     "f32", kF32Sums, [=](Backend backend) {
+                       std::vector<float> dst(size_t(s.rows * dst_stride), kUnwritten);
+                       CALL_OP(backend, sum_heads, src.data(), s.src, s.rows, s.heads, s.width, dst.data(), dst_stride);
+                       return Outputs{{"dst", values(dst)}};
+                     }});
+  }
+  return cases;
+}
+
+// Token ids into a table of `vocab` rows, repeats included; −1 (a skipped row) for the scatter.
+std::vector<int32_t> token_ids(int64_t n, int64_t vocab, uint32_t seed, bool with_skips) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  for (int64_t j = 0; j < n; ++j) ids.push_back(with_skips && j % 7 == 3 ? -1 : int32_t(rng() % uint32_t(vocab)));
+  return ids;
+}
+
+std::vector<Case> gather_scatter_rows_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 6050;
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {{1, 3, 7}, {37, 11, 33}, {600, 50, 130}};  // rows, vocab, width
+  for (const auto& [n, vocab, width] : shapes) {
+    const std::vector<float> table = normal(vocab * width, ++seed), x = normal(n * width, seed + 100);
+    const std::vector<int32_t> ids = token_ids(n, vocab, seed, false), skipping = token_ids(n, vocab, seed, true);
+    const std::string shape = fmt::format("rows={} vocab={} width={}", n, vocab, width);
+    cases.push_back({shape, "f32", kExact, [=](Backend backend) {
+                       std::vector<float> out(size_t(n * width), kUnwritten);
+                       CALL_OP(backend, gather_rows, table.data(), width, ids.data(), n, out.data());
+                       return Outputs{{"gathered", values(out)}};
+                     }});
+    cases.push_back({shape + " with -1 ids", "f32", kF32Sums, [=](Backend backend) {
+                       std::vector<float> y = table;  // adds to what is there
+                       CALL_OP(backend, scatter_add_rows, x.data(), width, skipping.data(), n, y.data());
+                       return Outputs{{"scattered", values(y)}};
+                     }});
+  }
   return cases;
 }
 
@@ -541,6 +689,92 @@ std::vector<Case> routed_output_backward_cases() {
                                weighted_h.data(), d_weight.data());
                        return Outputs{
                            {"dh", values(dh)}, {"weighted h", values(weighted_h)}, {"d weight", values(d_weight)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> combine_expert_rows_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 6150;
+  for (const RoutingShape& s : kRoutingShapes) {
+    const int64_t width = s.experts + 9, slots = s.tokens * s.k;
+    const std::vector<float> slot_rows = normal(slots * width, ++seed), slot_weight = normal(slots, seed + 1),
+                             y_in = normal(s.tokens * width, seed + 2);
+    std::vector<int32_t> token_slot(static_cast<size_t>(slots));
+    for (int64_t i = 0; i < slots; ++i) token_slot[size_t(i)] = int32_t(i);
+    std::shuffle(token_slot.begin(), token_slot.end(), std::mt19937(seed));
+    for (const bool weighted : {true, false})
+      for (const bool accumulate : {false, true})
+        cases.push_back({fmt::format("tokens={} k={} width={}{}{}", s.tokens, s.k, width, weighted ? " weighted" : "",
+                                     accumulate ? " accumulate" : ""),
+                         "f32", kF32Sums, [=](Backend backend) {
+                           std::vector<float> y = accumulate ? y_in : std::vector<float>(y_in.size(), kUnwritten);
+                           CALL_OP(backend, combine_expert_rows, slot_rows.data(), width, token_slot.data(),
+                                   weighted ? slot_weight.data() : nullptr, s.tokens, s.k, accumulate, y.data());
+                           return Outputs{{"y", values(y)}};
+                         }});
+  }
+  return cases;
+}
+
+// The quantile rule's margins and thresholds, and the aux loss, on routings select_experts made.
+std::vector<Case> balancing_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 6250;
+  for (const RoutingShape& s : kRoutingShapes) {
+    const auto [scores, bias] = routing_scores(s, seed += 3);
+    std::vector<int32_t> selected(size_t(s.tokens * s.k));
+    std::vector<float> weights(size_t(s.tokens * s.k));
+    reference::select_experts(scores.data(), bias.data(), s.tokens, s.experts, s.k, 2.5f, selected.data(),
+                              weights.data());
+    std::vector<int64_t> load(size_t(s.experts), 0);
+    for (int32_t e : selected) ++load[size_t(e)];
+    std::vector<float> margins(size_t(s.tokens * s.experts));
+    reference::quantile_margins(scores.data(), bias.data(), selected.data(), s.tokens, s.experts, s.k, margins.data());
+    const int64_t rank = std::min<int64_t>(s.tokens, s.tokens * s.k / s.experts + 1), bins = 64;
+    const std::vector<float> d_in = normal(s.tokens * s.experts, seed + 2);
+    const std::string shape = fmt::format("tokens={} experts={} k={}", s.tokens, s.experts, s.k);
+    cases.push_back({shape, "f32", kF32Elementwise, [=](Backend backend) {
+                       std::vector<float> m(margins.size(), kUnwritten);
+                       CALL_OP(backend, quantile_margins, scores.data(), bias.data(), selected.data(), s.tokens,
+                               s.experts, s.k, m.data());
+                       return Outputs{{"margins", values(m)}};
+                     }});
+    cases.push_back({shape + fmt::format(" rank={} bins={}", rank, bins), "f32", kExact, [=](Backend backend) {
+                       std::vector<int64_t> counts(size_t(s.experts * bins), -1);
+                       CALL_OP(backend, margin_histograms, margins.data(), s.tokens, s.experts, -1.2f, 2.4f / bins,
+                               bins, counts.data());
+                       std::vector<float> scratch(margins.size()), kth(size_t(s.experts), kUnwritten);
+                       CALL_OP(backend, kth_largest_per_column, margins.data(), s.tokens, s.experts, rank,
+                               scratch.data(), kth.data());
+                       return Outputs{{"histograms", {counts.begin(), counts.end()}}, {"thresholds", values(kth)}};
+                     }});
+    cases.push_back({shape, "f32", kF32Sums, [=](Backend backend) {
+                       const double sum =
+                           CALL_OP(backend, aux_loss_sum, scores.data(), load.data(), s.tokens, s.experts, s.k);
+                       std::vector<float> d = d_in;
+                       CALL_OP(backend, aux_loss_sum_backward, scores.data(), load.data(), s.tokens, s.experts, s.k,
+                               0.7f, d.data());
+                       return Outputs{{"aux loss sum", {sum}}, {"d scores", values(d)}};
+                     }});
+  }
+  return cases;
+}
+
+// The values compare exactly: both divide by the stored f32 scale.
+std::vector<Case> quantize_int8_weights_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 6350;
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {{1, 16, 16}, {13, 64, 32}, {300, 256, 128}};  // rows, cols, block
+  for (const auto& [rows, cols, block] : shapes) {
+    std::vector<float> w = normal(rows * cols, ++seed);
+    std::fill_n(w.begin(), block, 0.0f);  // an all-zero block: scale 0, values 0
+    cases.push_back({fmt::format("rows={} cols={} block={}", rows, cols, block), "f32", kExact, [=](Backend backend) {
+                       std::vector<int8_t> q(w.size(), -128);
+                       std::vector<float> scales(size_t(rows * cols / block), kUnwritten);
+                       CALL_OP(backend, quantize_int8_weights, w.data(), rows, cols, block, q.data(), scales.data());
+                       return Outputs{{"values", {q.begin(), q.end()}}, {"scales", values(scales)}};
                      }});
   }
   return cases;
@@ -802,14 +1036,22 @@ const Op kOps[] = {
     {"rmsnorm_forward", rmsnorm_cases},
     {"gated_activation_forward", gated_activation_cases},
     {"sigmoid_rows", sigmoid_rows_cases},
+    {"sigmoid_rows_backward", sigmoid_rows_backward_cases},
+    {"sigmoid_gate", sigmoid_gate_cases},
     {"rope", rope_cases},
     {"causal_conv1d_forward", causal_conv1d_cases},
     {"add_rows", add_rows_cases},
+    {"copy_heads", copy_heads_cases},
+    {"sum_heads", sum_heads_cases},
+    {"gather_scatter_rows", gather_scatter_rows_cases},
     {"attn_res_forward", attn_res_forward_cases},
     {"attn_res_backward", attn_res_backward_cases},
     {"select_experts", select_experts_cases},
     {"routing_weights_backward", routing_weights_backward_cases},
     {"routed_output_backward", routed_output_backward_cases},
+    {"combine_expert_rows", combine_expert_rows_cases},
+    {"balancing", balancing_cases},
+    {"quantize_int8_weights", quantize_int8_weights_cases},
     {"cross_entropy_loss", cross_entropy_cases},
     {"kda_prepare_forward", kda_prepare_cases},
     {"kda_output_gate_forward", kda_output_gate_cases},

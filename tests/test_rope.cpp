@@ -37,7 +37,7 @@ TEST(Rope, BackwardIsTheTransposeAndWorksInPlaceOnStridedRows) {
   for (float& e : x) e = normal(rng);
   for (float& e : g) e = normal(rng);
   rope_table(positions.data(), rows, dim, 500.0, table.data());
-  const RopeLayout layout{ld, head_stride};
+  const HeadLayout layout{ld, head_stride};
   rope_forward(table.data(), rows, heads, dim, x.data(), layout, rx.data(), layout);
   rtg = g;
   rope_backward(table.data(), rows, heads, dim, rtg.data(), layout, rtg.data(), layout);  // in place

@@ -30,5 +30,14 @@ void sigmoid_inplace(float* x, int64_t n);
 void silu_inplace(float* x, int64_t n);
 // σ in place over `rows` rows of `width` values, `ld` apart; rows in parallel.
 void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
+// d ⊙= σ'(z) = s(1 − s), given s = σ(z) as sigmoid_rows left it: rows of `width`, s `ld_s` apart
+// and d `ld_d` apart.
+void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d);
+
+// An output gate y = x ⊙ σ(z) over rows of `width` (x and y packed), given s = σ(z) `ld_s` apart.
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y);
+// Its backward: dz = dy ⊙ x ⊙ s(1 − s) into d_logit (`ld_logit` apart), and dy becomes dx = dy ⊙ s.
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
+                           float* d_logit, int64_t ld_logit);
 
 }  // namespace hyla

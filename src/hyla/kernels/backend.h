@@ -5,10 +5,11 @@
 //   matmul.h (gemm, gemm_batched), small_gemm.h, skinny_gemm.h, int8_gemm.h,
 //   mxfp4_gemm.h                                                               matrix products
 //   norm.h, activations.h, rope.h, conv1d.h, residual.h                        per-row steps
+//   layout.h                                                                   copies between layouts
 //   kda.h, kda_gates.h                                                         the KDA mixer
 //   attention.h, latent_attention.h                                            attention
 //   attn_res.h                                                                 attention residuals
-//   moe.h                                                                      MoE routing
+//   moe.h, balancing.h                                                         MoE routing and balancing
 //   cross_entropy.h                                                            the loss
 // and this header's functions; bandwidth.h (like matmul.h's measure_gemm_peak_gflops) measures
 // this machine for benchmarks rather than computing a model's values. The CPU backend implements

@@ -39,6 +39,10 @@ struct Int8PackedMatrix {
 int64_t int8_packed_bytes(int64_t rows, int64_t cols, int64_t block);
 // Packs row-major values [rows, cols] and scales [rows, cols / block] into dst (int8_packed_bytes).
 void int8_pack(const int8_t* values, const float* scales, int64_t rows, int64_t cols, int64_t block, uint8_t* dst);
+// Quantises weights w [rows, cols] (cols a multiple of block) into values [rows, cols] and scales
+// [rows, cols / block]: per block s = max|w| / 127 and q = round(w / s) in [−127, 127] (0 where
+// s = 0). Rows in parallel.
+void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t block, int8_t* values, float* scales);
 
 // Quantised activation rows, carved out of a caller's workspace (int8_rows_bytes): values
 // [rows, cols], scales s_x [rows, cols / block], and per step of int8_step(block) columns the

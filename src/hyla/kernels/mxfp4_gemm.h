@@ -55,6 +55,9 @@ int64_t mxfp4_blocks_first_nan_scale(const uint8_t* blocks, int64_t n);
 // even code) under the scale 2^(floor(log2 max|x|) − 2), the OCP recipe: the block's largest
 // magnitude lands in [4, 8) and saturates to 6. codes: 16 bytes in the file form.
 uint8_t mxfp4_quantize_block(const float* x, uint8_t* codes);
+// Quantises weights w [rows, cols] (cols a multiple of 32) into codes [rows, cols / 2] and scales
+// [rows, cols / 32], mxfp4_quantize_block per block. Rows in parallel.
+void quantize_mxfp4_weights(const float* w, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales);
 
 // Which code runs: the AVX-512 kernel where hyla was compiled for it, else the AVX2 one where
 // compiled for AVX2 and FMA, else the portable one. Avx2 and Portable force those (tests,

@@ -4,6 +4,8 @@
 // rotation by the negative angle (the transpose of a rotation is its inverse).
 #include <cstdint>
 
+#include "hyla/kernels/layout.h"
+
 namespace hyla {
 
 // cos and sin of each row's angles, [rows, dim]: row r holds cos of pairs 0..dim/2−1, then their
@@ -11,16 +13,11 @@ namespace hyla {
 // positions near 2^20 an f32 angle would be off by ~0.06 rad.
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table);
 
-// Where `heads` vectors of one row lie: vector h of row r starts at base + r·row_stride + h·head_stride.
-struct RopeLayout {
-  int64_t row_stride, head_stride;
-};
-
 // y = rotation of x, per row (by that row's table entry) and head. y may alias x.
-void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout x_layout,
-                  float* y, RopeLayout y_layout);
+void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout x_layout,
+                  float* y, HeadLayout y_layout);
 // dx = rotation of dy by the negative angles. dx may alias dy.
 void rope_backward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* dy,
-                   RopeLayout dy_layout, float* dx, RopeLayout dx_layout);
+                   HeadLayout dy_layout, float* dx, HeadLayout dx_layout);
 
 }  // namespace hyla

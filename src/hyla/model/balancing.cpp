@@ -1,12 +1,10 @@
 #include "hyla/model/balancing.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "hyla/core/error.h"
+#include "hyla/kernels/balancing.h"
 
 namespace hyla {
 
@@ -21,11 +19,6 @@ ExpertLoadStats load_stats_of(const std::vector<int64_t>& tokens_per_expert) {
   }
   if (total > 0) stats.max_over_mean = float(double(busiest) * double(tokens_per_expert.size()) / double(total));
   return stats;
-}
-
-float kth_largest(float* values, int64_t n, int64_t rank) {
-  std::nth_element(values, values + rank - 1, values + n, std::greater<float>());
-  return values[rank - 1];
 }
 
 LoadBalancer::LoadBalancer(const MoeConfig& config)
@@ -48,20 +41,7 @@ void LoadBalancer::record(const Routing& routing, const float* bias, bool traini
   step_tokens_ += n;
   if (rule_ != Balancing::Quantile) return;
   margins_.resize(size_t(step_tokens_ * E));  // capacity stays across steps
-  const float* s = routing.s();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n; ++t) {
-    // α_t, the (k+1)-th largest of s_t + b, is the largest among the experts not selected (the
-    // selection is exactly the top k; quantile balancing requires k < E).
-    float alpha = -INFINITY;
-    for (int64_t e = 0; e < E; ++e) {
-      bool chosen = false;
-      for (int64_t i = 0; i < k; ++i) chosen |= ids[t * k + i] == e;
-      if (!chosen) alpha = std::max(alpha, s[t * E + e] + bias[e]);
-    }
-    float* margin = margins_.data() + (first + t) * E;
-    for (int64_t e = 0; e < E; ++e) margin[e] = s[t * E + e] - alpha;
-  }
+  quantile_margins(routing.s(), bias, ids, n, E, k, margins_.data() + first * E);
 }
 
 void LoadBalancer::discard() {
@@ -88,15 +68,8 @@ void LoadBalancer::export_counts(const float* bias, bool histograms, int64_t* ou
   std::copy(step_load_.begin(), step_load_.end(), out);
   out[E] = T;
   if (!histograms || rule_ != Balancing::Quantile) return;
-  int64_t* bins = out + E + 1;
-  std::fill(bins, bins + E * kHistogramBins, 0);
   const auto [lo, w] = histogram_range(bias, E);
-#pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t bin = int64_t(std::floor((margins_[size_t(t * E + e)] - lo) / w));
-      ++bins[e * kHistogramBins + std::clamp<int64_t>(bin, 0, kHistogramBins - 1)];
-    }
+  margin_histograms(margins_.data(), T, E, lo, w, kHistogramBins, out + E + 1);
 }
 
 float kth_largest_of_histogram(const int64_t* bins, int64_t n_bins, float lo, float w, int64_t rank) {
@@ -125,14 +98,9 @@ void LoadBalancer::update(float* bias, const int64_t* counts, bool histograms) {
       for (int64_t e = 0; e < E; ++e) bias[e] = -thresholds_[size_t(e)];
     } else {
       HYLA_ASSERT(T == step_tokens_);
-      column_.resize(size_t(omp_get_max_threads()));
-#pragma omp parallel for schedule(dynamic, 4)
-      for (int64_t e = 0; e < E; ++e) {
-        std::vector<float>& column = column_[size_t(omp_get_thread_num())];
-        column.resize(size_t(T));
-        for (int64_t t = 0; t < T; ++t) column[size_t(t)] = margins_[size_t(t * E + e)];
-        bias[e] = -kth_largest(column.data(), T, rank);
-      }
+      columns_.resize(margins_.size());
+      kth_largest_per_column(margins_.data(), T, E, rank, columns_.data(), thresholds_.data());
+      for (int64_t e = 0; e < E; ++e) bias[e] = -thresholds_[size_t(e)];
     }
     double mean = 0.0;
     for (int64_t e = 0; e < E; ++e) mean += bias[e];
@@ -157,38 +125,13 @@ ExpertLoadStats LoadBalancer::stats() const { return load_stats_of(step_tokens_ 
 float aux_loss_value(const Routing& routing, const int64_t* load, float coef) {
   const int64_t n = routing.tokens, E = routing.experts;
   if (n == 0) return 0.0f;
-  const float* s = routing.s();
-  const double inv_slots = 1.0 / double(n * routing.k);
   // Σ_e f_e P_e = (1/n) Σ_t (f · s_t) / Σ_j s_{t,j}
-  double sum = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : sum)
-  for (int64_t t = 0; t < n; ++t) {
-    double f_dot_s = 0.0, total = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      f_dot_s += double(load[e]) * s[t * E + e];
-      total += s[t * E + e];
-    }
-    sum += f_dot_s * inv_slots / total;
-  }
-  return float(coef * double(E) * sum / double(n));
+  return float(coef * double(E) * aux_loss_sum(routing.s(), load, n, E, routing.k) / double(n));
 }
 
 void aux_loss_backward(const Routing& routing, const int64_t* load, float coef, float scale, float* d_scores) {
   const int64_t n = routing.tokens, E = routing.experts;
-  const float* s = routing.s();
-  const float inv_slots = 1.0f / float(n * routing.k);
-  const float c = coef * float(E) / float(n) * scale;
-  // ∂/∂s_{t,e} of (1/n) Σ_t (f · s_t)/Z_t is (f_e − (f · s_t)/Z_t) / (n Z_t), Z_t = Σ_j s_{t,j}.
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n; ++t) {
-    float f_dot_s = 0.0f, total = 0.0f;
-    for (int64_t e = 0; e < E; ++e) {
-      f_dot_s += float(load[e]) * inv_slots * s[t * E + e];
-      total += s[t * E + e];
-    }
-    const float mean = f_dot_s / total, g = c / total;
-    for (int64_t e = 0; e < E; ++e) d_scores[t * E + e] += g * (float(load[e]) * inv_slots - mean);
-  }
+  aux_loss_sum_backward(routing.s(), load, n, E, routing.k, coef * float(E) / float(n) * scale, d_scores);
 }
 
 }  // namespace hyla

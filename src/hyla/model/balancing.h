@@ -17,11 +17,9 @@ struct ExpertLoadStats {
 
 ExpertLoadStats load_stats_of(const std::vector<int64_t>& tokens_per_expert);
 
-// The `rank`-th largest (1-based) of n values; reorders them. The quantile rule's per-expert
-// threshold: a multi-process version replaces this exact selection over the local tokens by an
-// estimate from a per-expert histogram of the same values all-reduced once per step.
-float kth_largest(float* values, int64_t n, int64_t rank);
-
+// The quantile rule's per-expert threshold is an exact selection over one process's tokens
+// (kth_largest_per_column); with several processes, an estimate from a per-expert histogram of the
+// same margins, all-reduced once per step.
 // Bins per expert of the quantile rule's margin histogram, over the range the margins can take
 // under the current bias (s ∈ [0, 1]: s_{t,e} − α_t ∈ [−1 − max b, 1 − min b]).
 constexpr int64_t kHistogramBins = 1024;
@@ -63,7 +61,7 @@ class LoadBalancer {
   // Quantile rule: s_{t,e} − α_t for each token of the step, [step_tokens_, E], where α_t is the
   // (k+1)-th largest of s_t + b (b is fixed within a step, so α_t is known at record time).
   std::vector<float> margins_;
-  std::vector<std::vector<float>> column_;  // per thread: one expert's margins over the step's tokens
+  std::vector<float> columns_;  // the margins by expert, for the exact thresholds
   std::vector<float> thresholds_;           // [E] β from the summed histograms
 };
 

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "hyla/core/error.h"
+#include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/expert_exchange.h"
 #include "hyla/model/model.h"
 #include "hyla/model/mxfp4_weights.h"

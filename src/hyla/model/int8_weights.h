@@ -21,8 +21,4 @@ int64_t int8_block_from_metadata(const std::map<std::string, std::string>& metad
 // Fails unless every scale is finite and >= 0, naming `source` and the scales tensor of `weight`.
 void check_int8_scales(const float* scales, int64_t n, const std::string& source, const std::string& weight);
 
-// Quantises w [rows, cols] (cols a multiple of block) into values [rows, cols] and scales
-// [rows, cols / block].
-void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t block, int8_t* values, float* scales);
-
 }  // namespace hyla

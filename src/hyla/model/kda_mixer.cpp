@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "hyla/kernels/conv1d.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/norm.h"
 
 namespace hyla {
@@ -195,8 +196,7 @@ void KdaMixer::backward(const float* dy, float* du) {
   for (int which = 0; which < 3; ++which) {
     causal_conv1d_backward(conv, proj_ + which * HK, P, weights[which]->value.data<float>(),
                            dproj + which * HK, P, dconv_in, HK, weights[which]->g(), *workspace_);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r) std::copy(dconv_in + r * HK, dconv_in + (r + 1) * HK, dproj + r * P + which * HK);
+    copy_heads(dconv_in, {HK, 0}, N, 1, HK, dproj + which * HK, {P, 0});
   }
   // Low-rank gates: the lifted logits' gradients back through f_b / g_b into the f_a / g_a columns.
   const int64_t f_first = 3 * HK, g_first = f_first + f_proj_.out();

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
-#include "hyla/core/team.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/norm.h"
 
@@ -22,9 +22,7 @@ bf16* bf16_rows(int slot, const float* x, int64_t rows, int64_t cols, int64_t ld
     capacity[slot] = n;
   }
   bf16* out = static_cast<bf16*>(buffers[slot].get());
-  parallel_rows(rows, cols, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) convert(x + r * ld, out + r * cols, size_t(cols));
-  });
+  copy_heads(x, {ld, 0}, rows, 1, cols, out, {cols, 0});
   return out;
 }
 

@@ -4,20 +4,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "hyla/core/team.h"
 #include "hyla/kernels/activations.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/matmul.h"
 #include "hyla/kernels/rope.h"
 
 namespace hyla {
-namespace {
-
-// The sequence of batch row r.
-int64_t sequence_of(const TokenBatch& tokens, int64_t r) {
-  return std::upper_bound(tokens.starts.begin(), tokens.starts.end(), r) - tokens.starts.begin() - 1;
-}
-
-}  // namespace
 
 StateSpec MlaMixer::state_spec(const ModelConfig& config, LayerType type) {
   const MlaConfig& m = config.mla;
@@ -78,14 +70,10 @@ float* MlaMixer::queries(const float* proj, int64_t rows, Precision p, bool save
   const int64_t ldq = heads_ * qk_dim_;
   float* q = q_ = a.take<float>(rows * ldq);
   const float* unrotated = q;
-  RopeLayout unrotated_layout{ldq, qk_dim_};
+  HeadLayout unrotated_layout{ldq, qk_dim_};
   if (q_lora_rank_ == 0) {  // q is the first block of proj's columns; copy it out (q_pe too when not rotated)
     const int64_t copied = rotate_ ? nope_dim_ : qk_dim_;
-    parallel_rows(rows, ldq, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        for (int64_t h = 0; h < heads_; ++h)
-          std::memcpy(q + r * ldq + h * qk_dim_, proj + r * proj_width_ + h * qk_dim_, size_t(copied) * sizeof(float));
-    });
+    copy_heads(proj, {proj_width_, qk_dim_}, rows, heads_, copied, q, {ldq, qk_dim_});
     unrotated = proj;
     unrotated_layout = {proj_width_, qk_dim_};
   } else {
@@ -110,14 +98,9 @@ float* MlaMixer::latents(const float* proj, int64_t rows, bool save, LayerActiva
 float* MlaMixer::rotated_key_pe(const float* proj, int64_t rows, LayerActivations& a) {
   if (!rope_dim_) return nullptr;
   float* k_pe = a.take<float>(rows * rope_dim_);
-  if (!rotate_) {
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(k_pe + r * rope_dim_, proj + r * proj_width_ + kv_offset_ + kv_lora_rank_,
-                  size_t(rope_dim_) * sizeof(float));
-    return k_pe;
-  }
-  rope_forward(rope_, rows, 1, rope_dim_, proj + kv_offset_ + kv_lora_rank_, {proj_width_, 0}, k_pe,
-               {rope_dim_, 0});
+  const float* unrotated = proj + kv_offset_ + kv_lora_rank_;
+  if (rotate_) rope_forward(rope_, rows, 1, rope_dim_, unrotated, {proj_width_, 0}, k_pe, {rope_dim_, 0});
+  else copy_heads(unrotated, {proj_width_, 0}, rows, 1, rope_dim_, k_pe, {rope_dim_, 0});
   return k_pe;
 }
 
@@ -128,16 +111,10 @@ void MlaMixer::up_project(const float* latent, int64_t ld_latent, const float* k
   Frame scratch(workspace_->serial());
   float* kv = scratch.take<float>(rows * heads_ * per_head);
   kv_b_proj_.forward(latent, rows, kv, p, 0.0f, ld_latent);
-  parallel_rows(rows, ldk, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t h = 0; h < heads_; ++h) {
-        const float* src = kv + (r * heads_ + h) * per_head;
-        float* kh = k + r * ldk + h * qk_dim_;
-        std::memcpy(kh, src, size_t(nope_dim_) * sizeof(float));
-        if (rope_dim_) std::memcpy(kh + nope_dim_, k_pe + r * ld_pe, size_t(rope_dim_) * sizeof(float));
-        std::memcpy(v + r * ldv + h * v_dim_, src + nope_dim_, size_t(v_dim_) * sizeof(float));
-      }
-  });
+  const HeadLayout kv_layout{heads_ * per_head, per_head};
+  copy_heads(kv, kv_layout, rows, heads_, nope_dim_, k, {ldk, qk_dim_});
+  if (rope_dim_) copy_heads(k_pe, {ld_pe, 0}, rows, heads_, rope_dim_, k + nope_dim_, {ldk, qk_dim_});
+  copy_heads(kv + nope_dim_, kv_layout, rows, heads_, v_dim_, v, {ldv, v_dim_});
 }
 
 // y = W_o (o ⊙ σ(g)) (or W_o o without the gate).
@@ -146,13 +123,7 @@ void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
     float* gated = gated_ = a.take<float>(rows * width);
-    parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* gate = proj + r * proj_width_ + gate_offset_;
-#pragma omp simd
-        for (int64_t j = 0; j < width; ++j) gated[r * width + j] = o[r * width + j] * gate[j];
-      }
-    });
+    sigmoid_gate_forward(o, proj + gate_offset_, proj_width_, rows, width, gated);
     attended = gated;
   }
   o_proj_.forward(attended, rows, y, p);
@@ -211,21 +182,8 @@ void MlaMixer::backward(const float* dy, float* du) {
   o_proj_.backward_input(dy, N, d_o, p);
   o_proj_.backward_weight(g_proj_.defined() ? gated_ : o, dy, N, p);
   float* dproj = scratch.take<float>(N * proj_width_);
-  if (g_proj_.defined()) {
-    parallel_rows(N, ldo, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* gate = proj + r * proj_width_ + gate_offset_;
-        float* d_gate = dproj + r * proj_width_ + gate_offset_;
-        float* d_or = d_o + r * ldo;
-        const float* orow = o + r * ldo;
-#pragma omp simd
-        for (int64_t j = 0; j < ldo; ++j) {
-          d_gate[j] = d_or[j] * orow[j] * gate[j] * (1.0f - gate[j]);
-          d_or[j] *= gate[j];
-        }
-      }
-    });
-  }
+  if (g_proj_.defined())
+    sigmoid_gate_backward(o, proj + gate_offset_, proj_width_, N, ldo, d_o, dproj + gate_offset_, proj_width_);
 
   // Attention
   float* dq = scratch.take<float>(N * ldq);
@@ -239,19 +197,10 @@ void MlaMixer::backward(const float* dy, float* du) {
   // over heads, rotated back (when rotated), in proj's k_pe columns.
   float* dkv = scratch.take<float>(N * heads_ * per_head);
   float* dk_pe = dproj + kv_offset_ + kv_lora_rank_;
-  parallel_rows(N, ldq, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* sum = dk_pe + r * proj_width_;
-      std::fill(sum, sum + rope_dim_, 0.0f);
-      for (int64_t h = 0; h < heads_; ++h) {
-        const float* dkh = dk + r * ldq + h * qk_dim_;
-        float* dst = dkv + (r * heads_ + h) * per_head;
-        std::memcpy(dst, dkh, size_t(nope_dim_) * sizeof(float));
-        std::memcpy(dst + nope_dim_, dv + r * ldo + h * v_dim_, size_t(v_dim_) * sizeof(float));
-        for (int64_t i = 0; i < rope_dim_; ++i) sum[i] += dkh[nope_dim_ + i];
-      }
-    }
-  });
+  const HeadLayout kv_layout{heads_ * per_head, per_head};
+  copy_heads(dk, {ldq, qk_dim_}, N, heads_, nope_dim_, dkv, kv_layout);
+  copy_heads(dv, {ldo, v_dim_}, N, heads_, v_dim_, dkv + nope_dim_, kv_layout);
+  sum_heads(dk + nope_dim_, {ldq, qk_dim_}, N, heads_, rope_dim_, dk_pe, proj_width_);
   if (rotate_) rope_backward(rope_, N, 1, rope_dim_, dk_pe, {proj_width_, 0}, dk_pe, {proj_width_, 0});
   kv_b_proj_.backward_weight(c_, dkv, N, p);
   float* dc = scratch.take<float>(N * kv_lora_rank_);
@@ -261,12 +210,7 @@ void MlaMixer::backward(const float* dy, float* du) {
   // Queries
   if (q_lora_rank_ == 0) {
     const int64_t copied = rotate_ ? nope_dim_ : qk_dim_;
-    parallel_rows(N, ldq, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        for (int64_t h = 0; h < heads_; ++h)
-          std::memcpy(dproj + r * proj_width_ + h * qk_dim_, dq + r * ldq + h * qk_dim_,
-                      size_t(copied) * sizeof(float));
-    });
+    copy_heads(dq, {ldq, qk_dim_}, N, heads_, copied, dproj, {proj_width_, qk_dim_});
     if (rotate_)
       rope_backward(rope_, N, heads_, rope_dim_, dq + nope_dim_, {ldq, qk_dim_}, dproj + nope_dim_,
                     {proj_width_, qk_dim_});
@@ -336,23 +280,17 @@ void MlaMixer::forward_cached(const float* u, float* y, const ForwardContext& ct
 // Rows [length, length + new) of each cache = [c | k_pe] of the sequence's new tokens.
 void MlaMixer::append_to_caches(const TokenBatch& tokens, const float* c, const float* k_pe,
                                 std::span<LatentCache* const> caches) {
-  const int64_t N = tokens.rows, width = cache_width();
-  parallel_rows(N, width, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = sequence_of(tokens, r);
-      const LatentCache& cache = *caches[size_t(b)];
-      const int64_t row = cache.length + r - tokens.starts[size_t(b)];
-      if (cache.latent_bf16) {
-        bf16* dst = cache.latent_bf16 + row * width;
-        convert(c + r * kv_lora_rank_, dst, size_t(kv_lora_rank_));
-        if (rope_dim_) convert(k_pe + r * rope_dim_, dst + kv_lora_rank_, size_t(rope_dim_));
-      } else {
-        float* dst = cache.latent_f32 + row * width;
-        std::memcpy(dst, c + r * kv_lora_rank_, size_t(kv_lora_rank_) * sizeof(float));
-        if (rope_dim_) std::memcpy(dst + kv_lora_rank_, k_pe + r * rope_dim_, size_t(rope_dim_) * sizeof(float));
-      }
-    }
-  });
+  const int64_t width = cache_width();
+  for (int64_t b = 0; b < tokens.batch(); ++b) {
+    const LatentCache& cache = *caches[size_t(b)];
+    const int64_t n = tokens.length(b), first = tokens.starts[size_t(b)];
+    const auto append = [&](auto* rows) {
+      copy_heads(c + first * kv_lora_rank_, {kv_lora_rank_, 0}, n, 1, kv_lora_rank_, rows, {width, 0});
+      if (rope_dim_) copy_heads(k_pe + first * rope_dim_, {rope_dim_, 0}, n, 1, rope_dim_, rows + kv_lora_rank_, {width, 0});
+    };
+    if (cache.latent_bf16) append(cache.latent_bf16 + cache.length * width);
+    else append(cache.latent_f32 + cache.length * width);
+  }
 }
 
 // Chunks of several tokens: up-project each sequence's visible cached latents (its new tokens
@@ -375,15 +313,13 @@ void MlaMixer::prefill_attention(const TokenBatch& tokens, std::span<LatentCache
   const int64_t count = int64_t(sequences.size()), queries = q_starts_.back(), keys = k_starts_.back();
   Frame scratch(workspace_->serial());
   float* latent = scratch.take<float>(keys * width);
-  parallel_rows(keys, width, [&](int64_t begin, int64_t end) {
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t s = std::upper_bound(k_starts_.begin(), k_starts_.end(), j) - k_starts_.begin() - 1;
-      const LatentCache& cache = *caches[size_t(sequences[size_t(s)])];
-      const int64_t row = first_key_[size_t(s)] + j - k_starts_[size_t(s)];
-      if (cache.latent_bf16) convert(cache.latent_bf16 + row * width, latent + j * width, size_t(width));
-      else std::memcpy(latent + j * width, cache.latent_f32 + row * width, size_t(width) * sizeof(float));
-    }
-  });
+  for (int64_t s = 0; s < count; ++s) {
+    const LatentCache& cache = *caches[size_t(sequences[size_t(s)])];
+    const int64_t first = first_key_[size_t(s)], rows = k_starts_[size_t(s) + 1] - k_starts_[size_t(s)];
+    float* into = latent + k_starts_[size_t(s)] * width;
+    if (cache.latent_bf16) copy_heads(cache.latent_bf16 + first * width, {width, 0}, rows, 1, width, into, {width, 0});
+    else copy_heads(cache.latent_f32 + first * width, {width, 0}, rows, 1, width, into, {width, 0});
+  }
   float* k = scratch.take<float>(keys * ldq);
   float* v = scratch.take<float>(keys * ldo);
   up_project(latent, width, latent + kv_lora_rank_, width, keys, p, k, v);
@@ -428,12 +364,9 @@ void MlaMixer::decode_attention(const TokenBatch& tokens, std::span<LatentCache*
   if (nope_dim_)
     gemm_batched(heads_, Trans::N, Trans::N, count, R, nope_dim_, 1.0f, q_rows, ldq, qk_dim_, w_kvb, R, head_rows,
                  0.0f, q_absorbed, heads_ * width, width);
-  for (int64_t s = 0; s < count; ++s)
-    for (int64_t h = 0; h < heads_; ++h) {
-      float* dst = q_absorbed + (s * heads_ + h) * width;
-      if (!nope_dim_) std::fill(dst, dst + R, 0.0f);
-      std::memcpy(dst + R, q_rows + s * ldq + h * qk_dim_ + nope_dim_, size_t(rope_dim_) * sizeof(float));
-    }
+  else
+    for (int64_t r = 0; r < count * heads_; ++r) std::fill_n(q_absorbed + r * width, R, 0.0f);
+  copy_heads(q_rows + nope_dim_, {ldq, qk_dim_}, count, heads_, rope_dim_, q_absorbed + R, {heads_ * width, width});
 
   decode_caches_.clear();
   for (int64_t b : sequences) {

@@ -10,9 +10,10 @@
 #include "hyla/io/file.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/cross_entropy.h"
-#include "hyla/model/model_files.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/residual.h"
 #include "hyla/kernels/skinny_gemm.h"
+#include "hyla/model/model_files.h"
 
 namespace hyla {
 namespace fs = std::filesystem;
@@ -184,9 +185,7 @@ void Model::embed(const ModelInput& in) {
                config_.max_position_embeddings);
   float* x0 = stream_[0].data<float>();
   const float* table = embed_->v();
-  parallel_rows(N, d, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) std::memcpy(x0 + r * d, table + int64_t(in.ids[size_t(r)]) * d, size_t(d) * 4);
-  });
+  gather_rows(table, d, in.ids.data(), N, x0);
 
   // Images: each patch row's embedding is W_patch · patch + b + row_embed[r] + col_embed[c].
   patch_rows_.clear();
@@ -326,17 +325,9 @@ void Model::body_backward(const float* d_final) {
   const float* dx0 = stream_grad_[0].data<float>();
   float* dembed = embed_->g();
   const ModelInput& in = *input_;
-  std::vector<bool> is_patch(size_t(N), false);
-  for (int64_t r : patch_rows_) is_patch[size_t(r)] = true;
-#pragma omp parallel for schedule(static)
-  for (int64_t j0 = 0; j0 < d; j0 += 16) {  // columns split across threads: no two threads add to one element
-    const int64_t j1 = std::min(d, j0 + 16);
-    for (int64_t r = 0; r < N; ++r) {
-      if (is_patch[size_t(r)]) continue;
-      float* row = dembed + int64_t(in.ids[size_t(r)]) * d;
-      for (int64_t j = j0; j < j1; ++j) row[j] += dx0[r * d + j];
-    }
-  }
+  embedded_ids_.assign(in.ids.begin(), in.ids.end());
+  for (int64_t r : patch_rows_) embedded_ids_[size_t(r)] = -1;  // a patch row's gradient goes to the patch projection
+  scatter_add_rows(dx0, d, embedded_ids_.data(), N, dembed);
   if (patch_rows_.empty()) return;
   const int64_t pads = int64_t(patch_rows_.size());
   Tensor dpatch = Tensor::empty(DType::F32, {pads, d});

@@ -176,6 +176,7 @@ class Model {
   std::vector<Tensor> sublayer_u_;   // RMSNorm(h) per sublayer: the mixer's / FFN's input
   Tensor sublayer_out_, d_u_, d_h_, final_h_, final_normed_, d_final_, logits_chunk_;
   std::vector<int64_t> patch_rows_;  // rows that hold image patches (for the vision gradients)
+  std::vector<int32_t> embedded_ids_;  // the embedding backward's token ids, -1 at patch rows
   std::vector<std::pair<int64_t, int64_t>> patch_grid_;  // (grid row, grid column) of each patch
   Tensor patches_;                   // [patch rows, P·P·C] normalised pixels
   std::vector<LayerCache*> slots_;  // one layer's cache slot per sequence, during a cached forward

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "hyla/core/team.h"
+#include "hyla/kernels/moe.h"
 
 namespace hyla {
 
@@ -32,19 +32,8 @@ void ExpertDispatch::build(const Routing& routing) {
 
 void combine_slots(const ExpertDispatch& dispatch, const float* slot_rows, int64_t width, bool weighted,
                    bool accumulate, float* y) {
-  const int64_t k = dispatch.k;
-  parallel_rows(dispatch.tokens, k * width, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* out = y + t * width;
-      if (!accumulate) std::fill(out, out + width, 0.0f);
-      for (int64_t i = 0; i < k; ++i) {
-        const int64_t slot = dispatch.token_slot[size_t(t * k + i)];
-        const float c = weighted ? dispatch.slot_weight[size_t(slot)] : 1.0f;
-        const float* row = slot_rows + slot * width;
-        for (int64_t j = 0; j < width; ++j) out[j] += c * row[j];
-      }
-    }
-  });
+  combine_expert_rows(slot_rows, width, dispatch.token_slot.data(), weighted ? dispatch.slot_weight.data() : nullptr,
+                      dispatch.tokens, dispatch.k, accumulate, y);
 }
 
 }  // namespace hyla

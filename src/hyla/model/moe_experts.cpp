@@ -1,7 +1,5 @@
 #include "hyla/model/moe_experts.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -9,6 +7,7 @@
 #include "hyla/core/team.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/int8_gemm.h"
+#include "hyla/kernels/layout.h"
 #include "hyla/kernels/moe.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/kernels/skinny_gemm.h"
@@ -32,10 +31,6 @@ struct BlockProduct {
 // smallest needs the most) or for the MXFP4 products.
 int64_t int8_workspace_floats(int64_t rows, int64_t cols) {
   return (std::max(int8_rows_bytes(rows, cols, 16), mxfp4_q8_rows_bytes(rows, cols)) + 3) / 4;
-}
-
-void gather_rows(const float* x, int64_t width, const int32_t* rows, int64_t n, float* out) {
-  for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * width, x + int64_t(rows[j]) * width, size_t(width) * sizeof(float));
 }
 
 }  // namespace
@@ -106,9 +101,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   const bf16* x16 = nullptr;
   if (packed_bf16) {
     bf16* converted = frame.take<bf16>(dispatch.tokens * D);
-    parallel_rows(dispatch.tokens, D, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) convert(x + t * D, converted + t * D, size_t(D));
-    });
+    copy_heads(x, {D, 0}, dispatch.tokens, 1, D, converted, {D, 0});
     x16 = converted;
   }
   parallel_for(int64_t(blocks_.size()), 1, [&](int thread, int64_t first_block, int64_t last_block) {
@@ -217,14 +210,12 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
   const int64_t D = in_, w = width_;
   plan(dispatch, first, last, /*whole_experts=*/true);
   workspace.reserve();
-#pragma omp parallel
-  {
-  Frame thread_frame(workspace.thread(omp_get_thread_num()));
+  parallel_for(int64_t(blocks_.size()), 1, [&](int thread, int64_t first_block, int64_t last_block) {
+  Frame thread_frame(workspace.thread(thread));
   const BlockBuffers buf = block_buffers(thread_frame);
   const BlockProduct mm{precision, buf.pack};
-#pragma omp for schedule(dynamic, 1)
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Block whole = blocks_[i];
+  for (int64_t i = first_block; i < last_block; ++i) {
+    const Block whole = blocks_[size_t(i)];
     const GatedMlp& expert = experts_[size_t(whole.expert)];
     const int64_t parts = ceil_div(whole.size, kTokenBlock);
     for (int64_t p = 0; p < parts; ++p) {
@@ -244,7 +235,7 @@ void RoutedExperts::backward(const float* x, const float* dm, const ExpertDispat
       mm(true, D, w, n, g, D, buf.h_other, w, 1.0f, expert.down_proj.dw(), w);                  // += Gᵀ (c ⊙ H)
     }
   }
-  }
+  });
 }
 
 }  // namespace hyla

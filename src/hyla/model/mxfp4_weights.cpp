@@ -1,7 +1,6 @@
 #include "hyla/model/mxfp4_weights.h"
 
 #include "hyla/core/error.h"
-#include "hyla/core/team.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 
 namespace hyla {
@@ -40,17 +39,6 @@ void pack_mxfp4_weight(const ModelWeights& weights, const std::string& name, int
   const Tensor codes = weights.get(name), scales = weights.get(mxfp4_scale_name(name));
   check_mxfp4_scales(scales.data<uint8_t>(), scales.numel(), source, name);
   mxfp4_pack(codes.data<uint8_t>(), scales.data<uint8_t>(), rows, cols, dst);
-}
-
-void quantize_mxfp4_weights(const float* w, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales) {
-  HYLA_ASSERT(cols % kMxfp4Block == 0);
-  const int64_t blocks = cols / kMxfp4Block;
-  parallel_rows(rows, cols, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t b = 0; b < blocks; ++b)
-        scales[r * blocks + b] =
-            mxfp4_quantize_block(w + r * cols + b * kMxfp4Block, codes + r * cols / 2 + b * kMxfp4Block / 2);
-  });
 }
 
 }  // namespace hyla

@@ -24,8 +24,4 @@ void check_mxfp4_weight(const ModelWeights& weights, const std::string& name, co
 void pack_mxfp4_weight(const ModelWeights& weights, const std::string& name, int64_t rows, int64_t cols,
                        uint8_t* dst, const std::string& source);
 
-// Quantises w [rows, cols] (cols a multiple of 32) into codes [rows, cols / 2] and scales
-// [rows, cols / 32] (mxfp4_quantize_block per block).
-void quantize_mxfp4_weights(const float* w, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales);
-
 }  // namespace hyla

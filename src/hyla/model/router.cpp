@@ -52,8 +52,7 @@ void Router::route_into(const float* u, Routing& routing) const {
 void Router::backward(const float* u, const Routing& routing, float* d_scores, float* du, Arena& scratch) {
   const int64_t n = routing.tokens;
   const float* s = routing.s();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n * experts_; ++i) d_scores[i] *= s[i] * (1.0f - s[i]);  // σ' = σ(1 − σ)
+  sigmoid_rows_backward(s, experts_, n, experts_, d_scores, experts_);
   if (latent_ == 0) {
     weight_.backward_weight(u, d_scores, n, Precision::F32);
     weight_.backward_input(d_scores, n, du, Precision::F32, 1.0f);

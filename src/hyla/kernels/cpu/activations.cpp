@@ -100,6 +100,44 @@ void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld) {
   });
 }
 
+void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d) {
+  parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* sr = s + r * ld_s;
+      float* dr = d + r * ld_d;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) dr[j] *= sr[j] * (1.0f - sr[j]);
+    }
+  });
+}
+
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y) {
+  parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* gate = s + r * ld_s;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) y[r * width + j] = x[r * width + j] * gate[j];
+    }
+  });
+}
+
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
+                           float* d_logit, int64_t ld_logit) {
+  parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* gate = s + r * ld_s;
+      const float* xr = x + r * width;
+      float* dyr = dy + r * width;
+      float* dz = d_logit + r * ld_logit;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) {
+        dz[j] = dyr[j] * xr[j] * gate[j] * (1.0f - gate[j]);
+        dyr[j] *= gate[j];
+      }
+    }
+  });
+}
+
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h) {
   parallel_rows(rows, 2 * width, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) forward_row(act, gu + r * 2 * width, gu + r * 2 * width + width, width, h + r * width);

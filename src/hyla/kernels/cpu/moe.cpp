@@ -1,5 +1,6 @@
 #include "hyla/kernels/moe.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "hyla/core/team.h"
@@ -17,6 +18,23 @@ void routed_output_backward(const float* h, const float* routing_weight, int64_t
     d_weight[j] = dot(dh_row, h + j * w, w);
     for (int64_t r = 0; r < w; ++r) dh_row[r] *= c, weighted_row[r] = c * h[j * w + r];
   }
+}
+
+void combine_expert_rows(const float* slot_rows, int64_t width, const int32_t* token_slot, const float* slot_weight,
+                         int64_t tokens, int64_t k, bool accumulate, float* y) {
+  parallel_rows(tokens, k * width, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* out = y + t * width;
+      if (!accumulate) std::fill(out, out + width, 0.0f);
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t slot = token_slot[t * k + i];
+        const float c = slot_weight ? slot_weight[slot] : 1.0f;
+        const float* row = slot_rows + slot * width;
+#pragma omp simd
+        for (int64_t j = 0; j < width; ++j) out[j] += c * row[j];
+      }
+    }
+  });
 }
 
 void select_experts(const float* scores, const float* bias, int64_t n, int64_t experts, int64_t k, float scaling,

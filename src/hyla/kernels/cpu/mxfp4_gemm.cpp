@@ -584,4 +584,15 @@ void mxfp4_matmul_rows(const float* x, int64_t n, int64_t ld_x, std::span<const 
                 });
 }
 
+void quantize_mxfp4_weights(const float* w, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales) {
+  HYLA_ASSERT(cols % kMxfp4Block == 0);
+  const int64_t blocks = cols / kMxfp4Block;
+  parallel_rows(rows, cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t b = 0; b < blocks; ++b)
+        scales[r * blocks + b] =
+            mxfp4_quantize_block(w + r * cols + b * kMxfp4Block, codes + r * cols / 2 + b * kMxfp4Block / 2);
+  });
+}
+
 }  // namespace hyla

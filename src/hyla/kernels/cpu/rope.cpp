@@ -8,8 +8,8 @@ namespace hyla {
 namespace {
 
 // sign = +1 rotates by the table's angles, −1 by their negatives.
-void rotate(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout lx, float* y,
-            RopeLayout ly, float sign) {
+void rotate(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout lx, float* y,
+            HeadLayout ly, float sign) {
   const int64_t pairs = dim / 2;
   parallel_rows(rows, heads * dim, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -47,13 +47,13 @@ void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double thet
   });
 }
 
-void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, RopeLayout x_layout,
-                  float* y, RopeLayout y_layout) {
+void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout x_layout,
+                  float* y, HeadLayout y_layout) {
   rotate(table, rows, heads, dim, x, x_layout, y, y_layout, 1.0f);
 }
 
 void rope_backward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* dy,
-                   RopeLayout dy_layout, float* dx, RopeLayout dx_layout) {
+                   HeadLayout dy_layout, float* dx, HeadLayout dx_layout) {
   rotate(table, rows, heads, dim, dy, dy_layout, dx, dx_layout, -1.0f);
 }
 
