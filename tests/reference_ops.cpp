@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <type_traits>
 
 #include "hyla/core/error.h"
 
@@ -167,31 +168,36 @@ void add_rows(const float* x, const float* base, int64_t rows, int64_t cols, flo
   for (int64_t i = 0; i < rows * cols; ++i) y[i] = float(double(x[i]) + (base ? double(base[i]) : 0.0));
 }
 
+namespace {
+float widened(float x) { return x; }
+float widened(bf16 x) { return to_f32(x); }
+template <typename To>
+To stored(float x) {
+  if constexpr (std::is_same_v<To, bf16>) return to_bf16(x);
+  else return x;
+}
+
+template <typename From, typename To>
+void copy_heads_as(const From* src, HeadLayout ls, int64_t rows, int64_t heads, int64_t width, To* dst, HeadLayout ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < width; ++i)
+        dst[r * ld.row_stride + h * ld.head_stride + i] =
+            stored<To>(widened(src[r * ls.row_stride + h * ls.head_stride + i]));
+}
+}  // namespace
+
 void copy_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
                 HeadLayout dst_layout) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < width; ++i)
-        dst[r * dst_layout.row_stride + h * dst_layout.head_stride + i] =
-            src[r * src_layout.row_stride + h * src_layout.head_stride + i];
+  copy_heads_as(src, src_layout, rows, heads, width, dst, dst_layout);
 }
-
 void copy_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, bf16* dst,
                 HeadLayout dst_layout) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < width; ++i)
-        dst[r * dst_layout.row_stride + h * dst_layout.head_stride + i] =
-            to_bf16(src[r * src_layout.row_stride + h * src_layout.head_stride + i]);
+  copy_heads_as(src, src_layout, rows, heads, width, dst, dst_layout);
 }
-
 void copy_heads(const bf16* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,
                 HeadLayout dst_layout) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < width; ++i)
-        dst[r * dst_layout.row_stride + h * dst_layout.head_stride + i] =
-            to_f32(src[r * src_layout.row_stride + h * src_layout.head_stride + i]);
+  copy_heads_as(src, src_layout, rows, heads, width, dst, dst_layout);
 }
 
 void sum_heads(const float* src, HeadLayout src_layout, int64_t rows, int64_t heads, int64_t width, float* dst,

@@ -637,6 +637,21 @@ std::pair<std::vector<float>, std::vector<float>> routing_scores(const RoutingSh
   return {scores, normal(s.experts, seed + 1, 0.1f)};
 }
 
+// Scores, bias and the reference's top-k of them.
+struct Routed {
+  std::vector<float> scores, bias, weights;
+  std::vector<int32_t> selected;
+};
+Routed routed(const RoutingShape& s, uint32_t seed) {
+  Routed r;
+  std::tie(r.scores, r.bias) = routing_scores(s, seed);
+  r.selected.resize(size_t(s.tokens * s.k));
+  r.weights.resize(size_t(s.tokens * s.k));
+  reference::select_experts(r.scores.data(), r.bias.data(), s.tokens, s.experts, s.k, 2.5f, r.selected.data(),
+                            r.weights.data());
+  return r;
+}
+
 // The ids compare exactly: a different choice is off by at least 1 of at most experts − 1.
 std::vector<Case> select_experts_cases() {
   std::vector<Case> cases;
@@ -659,11 +674,7 @@ std::vector<Case> routing_weights_backward_cases() {
   std::vector<Case> cases;
   uint32_t seed = 4850;
   for (const RoutingShape& s : kRoutingShapes) {
-    const auto [scores, bias] = routing_scores(s, seed += 3);
-    std::vector<int32_t> selected(size_t(s.tokens * s.k));
-    std::vector<float> weights(size_t(s.tokens * s.k));
-    reference::select_experts(scores.data(), bias.data(), s.tokens, s.experts, s.k, 2.5f, selected.data(),
-                              weights.data());
+    const auto [scores, bias, weights, selected] = routed(s, seed += 3);
     const std::vector<float> d_weights = normal(s.tokens * s.k, seed + 2);
     cases.push_back({fmt::format("tokens={} experts={} k={}", s.tokens, s.experts, s.k), "f32", kF32Sums,
                      [=](Backend backend) {
@@ -723,11 +734,7 @@ std::vector<Case> balancing_cases() {
   std::vector<Case> cases;
   uint32_t seed = 6250;
   for (const RoutingShape& s : kRoutingShapes) {
-    const auto [scores, bias] = routing_scores(s, seed += 3);
-    std::vector<int32_t> selected(size_t(s.tokens * s.k));
-    std::vector<float> weights(size_t(s.tokens * s.k));
-    reference::select_experts(scores.data(), bias.data(), s.tokens, s.experts, s.k, 2.5f, selected.data(),
-                              weights.data());
+    const auto [scores, bias, weights, selected] = routed(s, seed += 3);
     std::vector<int64_t> load(size_t(s.experts), 0);
     for (int32_t e : selected) ++load[size_t(e)];
     std::vector<float> margins(size_t(s.tokens * s.experts));
