@@ -14,6 +14,7 @@
 
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
+#include "hyla/rl/rl_config.h"
 #include "hyla/train/train_config.h"
 #include "hyla/train/train_step.h"
 #include "model_test_util.h"
@@ -70,6 +71,19 @@ TEST(TrainConfig, SchedulesAndStages) {
   EXPECT_NEAR(learning_rate(c, 40), 1.0, 1e-12);       // stable
   EXPECT_NEAR(learning_rate(c, 79), 0.5, 1e-12);       // stable, stage 2 scale
   EXPECT_NEAR(learning_rate(c, 99), 0.1 * 0.5, 1e-9);  // decayed to the floor
+  // "constant" (TRAIN.json's third type, RL.json's only one): warmup, then flat to the last step.
+  const TrainConfig constant = TrainConfig::from_json({{"optimizer", {{"lr", 1.0}}},
+                                                       {"schedule", {{"type", "constant"}, {"warmup_steps", 10}}},
+                                                       {"curriculum", json::array({{{"seq_len", 4}, {"tokens", 400}, {"batch_tokens", 8}}})}});
+  EXPECT_EQ(constant.to_json()["schedule"]["type"], "constant");
+  EXPECT_NEAR(learning_rate(constant, 4), 0.5, 1e-12);
+  EXPECT_NEAR(learning_rate(constant, 10), 1.0, 1e-12);
+  EXPECT_NEAR(learning_rate(constant, 49), 1.0, 1e-12);
+  const RlConfig rl;  // lr 2e-5 after 5 warmup steps
+  EXPECT_NEAR(learning_rate(rl.optimizer, 0, 100, 1.0), 2e-5 / 5, 1e-15);
+  EXPECT_NEAR(learning_rate(rl.optimizer, 4, 100, 1.0), 2e-5, 1e-15);
+  EXPECT_NEAR(learning_rate(rl.optimizer, 99, 100, 1.0), 2e-5, 1e-15);
+  expect_config_error({{"schedule", {{"type", "linear"}}}}, "schedule.type must be \"cosine\", \"wsd\" or \"constant\"");
 }
 
 // The extracted step: micro-batches accumulate into one update; a non-finite step changes no weight.

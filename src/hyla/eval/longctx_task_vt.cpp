@@ -21,7 +21,8 @@ bool parse_variable_tracking(const std::string& name, int& chains, int& hops) {
 
 LongCtxSample variable_tracking_sample(const SampleRequest& request) {
   int chain_count = 0, hops = 0;
-  HYLA_ASSERT(parse_variable_tracking(request.task.name, chain_count, hops));
+  const bool parsed = parse_variable_tracking(request.task.name, chain_count, hops);
+  HYLA_ASSERT(parsed);
   Rng& rng = request.rng;
   std::set<std::string> names;
   auto new_name = [&] {

@@ -25,9 +25,6 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 inline float silu(float x) { return x * sigmoid(x); }
 inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
 
-// In place over n values.
-void sigmoid_inplace(float* x, int64_t n);
-void silu_inplace(float* x, int64_t n);
 // σ in place over `rows` rows of `width` values, `ld` apart; rows in parallel.
 void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
 // d ⊙= σ'(z) = s(1 − s), given s = σ(z) as sigmoid_rows left it: rows of `width`, s `ld_s` apart

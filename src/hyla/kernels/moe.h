@@ -1,6 +1,6 @@
 #pragma once
-// The MoE's arithmetic around its expert products (SPEC §5): the router's selection and weights,
-// and the routing weight's gradient.
+// The MoE's arithmetic around its expert products (SPEC §5): the router's selection and weights
+// and their gradient, the routed output's backward, and the weighted sum of a token's expert rows.
 #include <cstdint>
 
 namespace hyla {

@@ -100,6 +100,7 @@ void LoadBalancer::update(float* bias, const int64_t* counts, bool histograms) {
       HYLA_ASSERT(T == step_tokens_);
       columns_.resize(margins_.size());
       kth_largest_per_column(margins_.data(), T, E, rank, columns_.data(), thresholds_.data());
+      std::vector<float>().swap(columns_);  // T·E floats per MoE layer would otherwise stay held between steps
       for (int64_t e = 0; e < E; ++e) bias[e] = -thresholds_[size_t(e)];
     }
     double mean = 0.0;

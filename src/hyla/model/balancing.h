@@ -20,6 +20,7 @@ ExpertLoadStats load_stats_of(const std::vector<int64_t>& tokens_per_expert);
 // The quantile rule's per-expert threshold is an exact selection over one process's tokens
 // (kth_largest_per_column); with several processes, an estimate from a per-expert histogram of the
 // same margins, all-reduced once per step.
+
 // Bins per expert of the quantile rule's margin histogram, over the range the margins can take
 // under the current bias (s ∈ [0, 1]: s_{t,e} − α_t ∈ [−1 − max b, 1 − min b]).
 constexpr int64_t kHistogramBins = 1024;
@@ -61,8 +62,8 @@ class LoadBalancer {
   // Quantile rule: s_{t,e} − α_t for each token of the step, [step_tokens_, E], where α_t is the
   // (k+1)-th largest of s_t + b (b is fixed within a step, so α_t is known at record time).
   std::vector<float> margins_;
-  std::vector<float> columns_;  // the margins by expert, for the exact thresholds
-  std::vector<float> thresholds_;           // [E] β from the summed histograms
+  std::vector<float> columns_;     // the margins by expert for the exact thresholds; freed after each update
+  std::vector<float> thresholds_;  // [E] β of the last update (exact, or from the summed histograms)
 };
 
 // aux_loss = coef · E · Σ_e f_e P_e with f_e = load_e / (tokens·k) (load: the routing's slots per

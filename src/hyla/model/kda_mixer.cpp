@@ -1,6 +1,5 @@
 #include "hyla/model/kda_mixer.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "hyla/kernels/conv1d.h"

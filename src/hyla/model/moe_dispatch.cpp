@@ -1,6 +1,5 @@
 #include "hyla/model/moe_dispatch.h"
 
-#include <algorithm>
 
 #include "hyla/kernels/moe.h"
 

@@ -5,7 +5,6 @@
 
 #include "hyla/core/arith.h"
 #include "hyla/core/team.h"
-#include "hyla/core/threads.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/layout.h"
 #include "hyla/kernels/moe.h"

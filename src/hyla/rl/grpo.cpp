@@ -2,13 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "hyla/core/clock.h"
 #include "hyla/core/error.h"
@@ -16,8 +15,8 @@
 #include "hyla/eval/agent_eval.h"
 #include "hyla/infer/sampler.h"
 #include "hyla/io/file.h"
-#include "hyla/rl/rl_config.h"
 #include "hyla/rl/agent_report.h"
+#include "hyla/rl/rl_config.h"
 #include "hyla/train/checkpoint.h"
 #include "hyla/train/optimizer.h"
 #include "hyla/train/train_step.h"
@@ -217,8 +216,9 @@ std::vector<Trajectory> play_rollouts(Scheduler& scheduler, const Tokenizer& tok
 }
 
 // The update on the rollouts of the groups that teach something (none: no update).
-StepResult update_on_kept_groups(Model& model, AdamW& optimizer, const RlConfig& rc, double lr,
-                                 const std::vector<Trajectory>& rollouts, const GroupAdvantages& groups, Model* reference) {
+std::optional<StepResult> update_on_kept_groups(Model& model, AdamW& optimizer, const RlConfig& rc, double lr,
+                                                const std::vector<Trajectory>& rollouts, const GroupAdvantages& groups,
+                                                Model* reference) {
   std::vector<const Trajectory*> kept;
   std::vector<double> advantages;
   for (size_t i = 0; i < rollouts.size(); ++i)
@@ -226,7 +226,7 @@ StepResult update_on_kept_groups(Model& model, AdamW& optimizer, const RlConfig&
       kept.push_back(&rollouts[i]);
       advantages.push_back(groups.advantages[i]);
     }
-  if (kept.empty()) return {};
+  if (kept.empty()) return std::nullopt;
   return grpo_update(model, optimizer, rc, lr, kept, advantages, reference);
 }
 
@@ -317,13 +317,13 @@ void run_rl(const RlOptions& o) {
 
     const auto t1 = std::chrono::steady_clock::now();
     const double lr = learning_rate(rc.optimizer, step, total, 1.0);
-    const bool updates = groups.dropped < rc.tasks_per_step;
-    const StepResult update = update_on_kept_groups(*model, optimizer, rc, lr, rollouts, groups, reference.get());
-    if (updates) scheduler.weights_changed();
+    const std::optional<StepResult> update =
+        update_on_kept_groups(*model, optimizer, rc, lr, rollouts, groups, reference.get());
+    if (update) scheduler.weights_changed();
     const double update_seconds = seconds_since(t1);
     ++step;
 
-    json row = rl_metrics_row(step, stage, lr, rc, rollouts, groups.dropped, rollout_seconds, updates ? &update : nullptr,
+    json row = rl_metrics_row(step, stage, lr, rc, rollouts, groups.dropped, rollout_seconds, update ? &*update : nullptr,
                               update_seconds);
     const bool eval_now = rc.eval_every > 0 && (step % rc.eval_every == 0 || step == total);
     if (eval_now) {

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "hyla/agent/environment.h"
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
-#include "hyla/agent/environment.h"
 #include "hyla/train/train_config.h"
 
 namespace hyla {
@@ -87,20 +87,16 @@ json RlConfig::to_json() const {
   json stages = json::array();
   for (const RlStage& s : curriculum)
     stages.push_back({{"steps", s.steps}, {"environments", s.environments}, {"max_steps", s.max_steps}, {"max_tokens", s.max_tokens}});
+  json optimizer_json = adamw_json(optimizer);
+  optimizer_json["grad_clip"] = optimizer.grad_clip;  // RL.json keeps these inside "optimizer"
+  optimizer_json["warmup_steps"] = optimizer.warmup_steps;
   return {{"seed", seed},
           {"precision", precision == Precision::F32 ? "f32" : "bf16"},
           {"group_size", group_size},
           {"tasks_per_step", tasks_per_step},
           {"temperature", temperature},
           {"fault_share", fault_share},
-          {"optimizer",
-           {{"lr", optimizer.lr},
-            {"beta1", optimizer.beta1},
-            {"beta2", optimizer.beta2},
-            {"eps", optimizer.eps},
-            {"weight_decay", optimizer.weight_decay},
-            {"grad_clip", optimizer.grad_clip},
-            {"warmup_steps", optimizer.warmup_steps}}},
+          {"optimizer", optimizer_json},
           {"std_normalize", std_normalize},
           {"kl_coef", kl_coef},
           {"epochs", epochs},

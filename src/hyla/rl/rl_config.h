@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "hyla/model/context.h"
 #include "hyla/agent/agent.h"
+#include "hyla/model/context.h"
 #include "hyla/train/optimizer_config.h"
 
 namespace hyla {

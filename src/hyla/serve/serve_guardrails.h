@@ -1,5 +1,5 @@
 #pragma once
-// `hyla serve`'s guardrails on /v1/chat/completions: the agent runtime's rules (rl/guardrails.h)
+// `hyla serve`'s guardrails on /v1/chat/completions: the agent runtime's rules (agent/guardrails.h)
 // applied to a conversation the client drives. The server never runs a tool, so it guards the
 // conversation it is given and the reply it returns:
 // - before generating: the conversation ends with `max_consecutive_failures` failed tool results

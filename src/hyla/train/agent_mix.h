@@ -1,6 +1,6 @@
 #pragma once
 // Agent demonstrations mixed into training (TRAIN.json's "agent", the SFT stage of agentic RL):
-// the expert (rl/agent.h's run_expert) plays tasks of the environments' train split, with faults
+// the expert (agent/agent.h's run_expert) plays tasks of the environments' train split, with faults
 // injected into its calls and recovered from, and each trajectory becomes one sequence in SPEC §8's
 // chat format. Only the assistant's own rows are scored (its replies and <|im_end|>): the system
 // turn, the task and the tool observations get no loss, exactly the rows an RL update trains on.

@@ -36,10 +36,6 @@ std::vector<CheckpointInfo> checkpoints(const fs::path& run_dir) {
   return list;
 }
 
-}  // namespace
-
-namespace {
-
 std::string part_name(const char* kind, int64_t part, int64_t parts) {
   return parts == 1 ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{:05d}-of-{:05d}.safetensors", kind, part + 1, parts);
 }
@@ -84,6 +80,61 @@ void write_model_part(const fs::path& temp, const Model& model, const fs::path& 
                     nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}}.dump(2) + "\n");
 }
 
+// What interrupted saves left in RUN_DIR/checkpoints: half-built step-N.tmp-* and step-N.old-*
+// directories, which can be gigabytes each.
+void remove_unfinished_checkpoints(const fs::path& run_dir) {
+  const fs::path root = run_dir / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos))
+      fs::remove_all(entry.path(), ec);
+  }
+}
+
+void remove_checkpoints(const fs::path& run_dir) { fs::remove_all(run_dir / "checkpoints"); }
+
+// The newest complete checkpoint of a run, if any.
+std::optional<CheckpointInfo> latest_checkpoint(const fs::path& run_dir) {
+  auto all = checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+nlohmann::json load_trainer_state(const CheckpointInfo& checkpoint) {
+  return parse_json_file((checkpoint.dir / "trainer.json").string());
+}
+
+std::vector<fs::path> optimizer_files(const CheckpointInfo& checkpoint) {
+  const nlohmann::json state = load_trainer_state(checkpoint);
+  const fs::path trainer = checkpoint.dir / "trainer.json";
+  HYLA_CHECK(state.contains("optimizer") && state["optimizer"].is_array() && !state["optimizer"].empty(),
+             "{}: no \"optimizer\" list of files", trainer.string());
+  std::vector<fs::path> files;
+  for (const auto& name : state["optimizer"]) {
+    HYLA_CHECK(name.is_string(), "{}: \"optimizer\" must list file names", trainer.string());
+    files.push_back(checkpoint.dir / name.get<std::string>());
+    HYLA_CHECK(fs::exists(files.back()), "{}: lists {}, which is missing", trainer.string(), files.back().string());
+  }
+  return files;
+}
+
+// A resumed run's metrics.jsonl keeps the rows up to its checkpoint's step (a killed run wrote more).
+void truncate_metrics(const std::filesystem::path& file, int64_t step) {
+  if (!std::filesystem::exists(file)) return;
+  std::ifstream in(file);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t(0)) <= step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // a line cut by the kill: dropped
+    }
+  }
+  write_file_atomic(file, kept);
+}
+
 }  // namespace
 
 void save_model(const fs::path& dir, const Model& model, const fs::path& tokenizer, const ProcessLayout& layout) {
@@ -125,63 +176,6 @@ void save_checkpoint(const fs::path& run_dir, int64_t step, const Model& model, 
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) fs::remove_all(all[i].dir);
 }
 
-void remove_unfinished_checkpoints(const fs::path& run_dir) {
-  const fs::path root = run_dir / "checkpoints";
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) return;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) == 0 && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos))
-      fs::remove_all(entry.path(), ec);
-  }
-}
-
-void remove_checkpoints(const fs::path& run_dir) { fs::remove_all(run_dir / "checkpoints"); }
-
-namespace {
-
-nlohmann::json load_trainer_state(const CheckpointInfo& checkpoint) {
-  return parse_json_file((checkpoint.dir / "trainer.json").string());
-}
-
-std::vector<fs::path> optimizer_files(const CheckpointInfo& checkpoint) {
-  const nlohmann::json state = load_trainer_state(checkpoint);
-  const fs::path trainer = checkpoint.dir / "trainer.json";
-  HYLA_CHECK(state.contains("optimizer") && state["optimizer"].is_array() && !state["optimizer"].empty(),
-             "{}: no \"optimizer\" list of files", trainer.string());
-  std::vector<fs::path> files;
-  for (const auto& name : state["optimizer"]) {
-    HYLA_CHECK(name.is_string(), "{}: \"optimizer\" must list file names", trainer.string());
-    files.push_back(checkpoint.dir / name.get<std::string>());
-    HYLA_CHECK(fs::exists(files.back()), "{}: lists {}, which is missing", trainer.string(), files.back().string());
-  }
-  return files;
-}
-
-// A resumed run's metrics.jsonl keeps the rows up to its checkpoint's step (a killed run wrote more).
-void truncate_metrics(const std::filesystem::path& file, int64_t step) {
-  if (!std::filesystem::exists(file)) return;
-  std::ifstream in(file);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    try {
-      if (nlohmann::json::parse(line).value("step", int64_t(0)) <= step) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
-      // a line cut by the kill: dropped
-    }
-  }
-  write_file_atomic(file, kept);
-}
-
-}  // namespace
-
-std::optional<CheckpointInfo> latest_checkpoint(const fs::path& run_dir) {
-  auto all = checkpoints(run_dir);
-  if (all.empty()) return std::nullopt;
-  return all.back();
-}
-
-
 void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bool overwrite) {
   std::filesystem::create_directories(run_dir);
   remove_unfinished_checkpoints(run_dir);
@@ -195,15 +189,11 @@ void prepare_run_directory(const std::filesystem::path& run_dir, bool resume, bo
   }
 }
 
-
 nlohmann::json resume_run(const fs::path& run_dir, Model& model, AdamW& optimizer, const std::string& model_source,
                           bool lead, const std::function<bool(const Param&)>& holds) {
   const auto checkpoint = latest_checkpoint(run_dir);
   HYLA_CHECK(checkpoint.has_value(), "{}: --resume but no checkpoint", run_dir.string());
-  const std::unique_ptr<Model> saved = Model::load(checkpoint->dir / "model", {.holds = holds});
-  HYLA_CHECK(saved->config().to_json() == model.config().to_json(), "{}: the checkpoint's model differs from {}",
-             checkpoint->dir.string(), model_source);
-  copy_weights(model, *saved);
+  load_weights(model, checkpoint->dir / "model", model_source, holds);
   optimizer.load(optimizer_files(*checkpoint));
   nlohmann::json state = load_trainer_state(*checkpoint);
   if (lead) {
@@ -213,10 +203,14 @@ nlohmann::json resume_run(const fs::path& run_dir, Model& model, AdamW& optimize
   return state;
 }
 
-void copy_weights(Model& into, Model& from) {
-  HYLA_ASSERT(into.params().numel() == from.params().numel());
-  std::memcpy(into.params().values(), from.params().values(), size_t(into.params().numel()) * 4);
-  into.params().refresh_bf16();
+void load_weights(Model& model, const fs::path& dir, const std::string& model_source,
+                  const std::function<bool(const Param&)>& holds) {
+  const std::unique_ptr<Model> saved = Model::load(dir, {.holds = holds});
+  HYLA_CHECK(saved->config().to_json() == model.config().to_json(), "{}: its config.json differs from {}",
+             dir.string(), model_source);
+  HYLA_ASSERT(model.params().numel() == saved->params().numel());
+  std::memcpy(model.params().values(), saved->params().values(), size_t(model.params().numel()) * 4);
+  model.params().refresh_bf16();
 }
 
 }  // namespace hyla

@@ -44,16 +44,6 @@ void save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const M
                      const nlohmann::json& trainer_state, const std::filesystem::path& tokenizer, int64_t keep,
                      const ProcessLayout& layout = {single_process(), 1});
 
-// Removes what interrupted saves left in RUN_DIR/checkpoints (half-built step-N.tmp-* and step-N.old-*
-// directories, which can be gigabytes each).
-void remove_unfinished_checkpoints(const std::filesystem::path& run_dir);
-
-// Deletes every checkpoint of a run (a new run replacing an old one).
-void remove_checkpoints(const std::filesystem::path& run_dir);
-
-// The newest complete checkpoint of a run, if any.
-std::optional<CheckpointInfo> latest_checkpoint(const std::filesystem::path& run_dir);
-
 // Makes a run directory ready for a run (the lead process only): creates it, removes unfinished
 // checkpoints, and unless resuming refuses one that holds an earlier run's checkpoints (keep-N
 // pruning would delete the new run's lower-numbered ones, and a later --resume would continue
@@ -69,7 +59,10 @@ nlohmann::json resume_run(const std::filesystem::path& run_dir, Model& model, Ad
                           const std::string& model_source, bool lead,
                           const std::function<bool(const Param&)>& holds = {});
 
-// Copies every held parameter of `from` into `into` (the same model config) and refreshes the bf16 copies.
-void copy_weights(Model& into, Model& from);
+// Loads the weights of model directory `dir` into `model` (the parameters `holds` accepts; all
+// when empty) and refreshes the bf16 copies: `hyla train --init`, and resume_run. A directory
+// whose config.json differs from the model's is an error naming it and `model_source`.
+void load_weights(Model& model, const std::filesystem::path& dir, const std::string& model_source,
+                  const std::function<bool(const Param&)>& holds = {});
 
 }  // namespace hyla

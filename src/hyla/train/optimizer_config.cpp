@@ -10,12 +10,31 @@
 
 namespace hyla {
 
+const char* schedule_name(ScheduleType type) {
+  switch (type) {
+    case ScheduleType::Constant: return "constant";
+    case ScheduleType::Cosine: return "cosine";
+    case ScheduleType::WarmupStableDecay: return "wsd";
+  }
+  return "?";
+}
+
+std::optional<ScheduleType> schedule_from_name(const std::string& name) {
+  for (const ScheduleType type : {ScheduleType::Constant, ScheduleType::Cosine, ScheduleType::WarmupStableDecay})
+    if (name == schedule_name(type)) return type;
+  return std::nullopt;
+}
+
 void read_adamw(JsonFields& optimizer, OptimizerConfig& c) {
   optimizer.read("lr", c.lr);
   optimizer.read("beta1", c.beta1);
   optimizer.read("beta2", c.beta2);
   optimizer.read("eps", c.eps);
   optimizer.read("weight_decay", c.weight_decay);
+}
+
+nlohmann::json adamw_json(const OptimizerConfig& c) {
+  return {{"lr", c.lr}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}, {"weight_decay", c.weight_decay}};
 }
 
 void validate_optimizer(const OptimizerConfig& c, const OptimizerKeys& keys, const std::string& source) {

@@ -2,6 +2,8 @@
 // The optimiser settings that TRAIN.json and RL.json share: AdamW's, gradient clipping, and the
 // learning-rate schedule (a linear warmup, then constant, cosine or warmup-stable-decay).
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "hyla/model/context.h"
@@ -11,6 +13,9 @@ namespace hyla {
 class JsonFields;
 
 enum class ScheduleType { Constant, Cosine, WarmupStableDecay };
+// As config files spell them: "constant", "cosine", "wsd".
+const char* schedule_name(ScheduleType type);
+std::optional<ScheduleType> schedule_from_name(const std::string& name);
 
 struct OptimizerConfig {
   // AdamW (decoupled weight decay; SPEC §9's no-decay groups).
@@ -38,6 +43,8 @@ struct OptimizerKeys {
 
 // Reads AdamW's keys (lr, beta1, beta2, eps, weight_decay) from a file's "optimizer" object.
 void read_adamw(JsonFields& optimizer, OptimizerConfig& config);
+// The same keys as a file's "optimizer" object holds them.
+nlohmann::json adamw_json(const OptimizerConfig& config);
 
 // Every rule of the settings; an error names `source` and the key.
 void validate_optimizer(const OptimizerConfig& config, const OptimizerKeys& keys, const std::string& source);

@@ -40,7 +40,7 @@ class RowSource {
 
 // The sources `config` asks for, in the order their rows join a micro-batch (images, long
 // context, agent demonstrations), each announced on stdout. `images_dirs` are `--images`; the
-// tokenizer must outlive the sources.
+// config and the tokenizer must outlive the sources.
 std::vector<std::unique_ptr<RowSource>> make_row_sources(const TrainConfig& config,
                                                          const std::vector<std::string>& images_dirs,
                                                          const Tokenizer& tokenizer, const VisionConfig& vision);

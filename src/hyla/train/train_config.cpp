@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "hyla/agent/environment.h"
 #include "hyla/core/error.h"
 #include "hyla/eval/longctx_tasks.h"
-#include "hyla/agent/environment.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
@@ -23,7 +23,7 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   int64_t seed = int64_t(c.seed);
   f.read("seed", seed);
   c.seed = uint64_t(seed);
-  std::string schedule = "cosine";
+  std::string schedule = schedule_name(c.optimizer.schedule);
   c.precision = read_precision(f);
 
   JsonFields opt = f.object("optimizer");
@@ -34,9 +34,9 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
 
   JsonFields sched = f.object("schedule");
   sched.read("type", schedule);
-  if (schedule != "cosine" && schedule != "wsd")
-    sched.fail_rule("schedule.type must be \"cosine\" or \"wsd\", got \"" + schedule + "\"");
-  c.optimizer.schedule = schedule == "cosine" ? ScheduleType::Cosine : ScheduleType::WarmupStableDecay;
+  const std::optional<ScheduleType> type = schedule_from_name(schedule);
+  if (!type) sched.fail_rule("schedule.type must be \"cosine\", \"wsd\" or \"constant\", got \"" + schedule + "\"");
+  c.optimizer.schedule = *type;
   sched.read("warmup_steps", c.optimizer.warmup_steps);
   sched.read("min_lr_ratio", c.optimizer.min_lr_ratio);
   sched.read("decay_fraction", c.optimizer.decay_fraction);
@@ -234,16 +234,11 @@ json TrainConfig::to_json() const {
   for (const ImageAugment& a : image_augment) augment_json.push_back({{"flip", a.flip}, {"shift", a.shift}});
   return {{"seed", seed},
           {"precision", precision == Precision::BF16 ? "bf16" : "f32"},
-          {"optimizer",
-           {{"lr", optimizer.lr},
-            {"beta1", optimizer.beta1},
-            {"beta2", optimizer.beta2},
-            {"eps", optimizer.eps},
-            {"weight_decay", optimizer.weight_decay}}},
+          {"optimizer", adamw_json(optimizer)},
           {"grad_clip", optimizer.grad_clip},
           {"grad_accum", grad_accum},
           {"schedule",
-           {{"type", optimizer.schedule == ScheduleType::Cosine ? "cosine" : "wsd"},
+           {{"type", schedule_name(optimizer.schedule)},
             {"warmup_steps", optimizer.warmup_steps},
             {"min_lr_ratio", optimizer.min_lr_ratio},
             {"decay_fraction", optimizer.decay_fraction}}},

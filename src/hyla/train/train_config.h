@@ -64,7 +64,7 @@ struct TrainConfig {
   double longctx_ratio = 0;
   std::vector<std::string> longctx_tasks;
   std::string longctx_haystack;
-  // Agent demonstrations (rl/agent.h's expert playing the environments' train split, faults
+  // Agent demonstrations (agent/agent.h's expert playing the environments' train split, faults
   // injected and recovered from) join every micro-batch: this many rows per text row, in SPEC §8's
   // chat format, loss on the assistant's turns only (the SFT stage of docs/agent.md). 0: none.
   double agent_ratio = 0;

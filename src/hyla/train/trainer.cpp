@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -180,12 +179,12 @@ class TrainingRun {
   void run();
 
  private:
-  void start();  // resumes, initialises from --init, or initialises; writes run.json for a new run
+  void start();  // resumes, initialises from --init, or initialises; writes run.json for a new run; builds the loader
   void print_setup() const;
   void announce(int64_t stage) const;
   ModelInput micro_batch(int64_t stage);
-  nlohmann::json communication_since(const ReductionTraffic& traffic, const std::pair<int64_t, double>& exchanged,
-                                     double busy_seconds, int64_t bytes) const;
+  nlohmann::json communication_since(const ReductionTraffic& before, const std::pair<int64_t, double>& exchanged_before,
+                                     double busy_before, int64_t bytes_before) const;
   void count_bad_steps(const StepResult& r);
   nlohmann::json metrics_row(int64_t stage, double lr, const StepResult& r, double seconds) const;
   void print_step(const nlohmann::json& row, const StepResult& r, double elapsed, double eta) const;
@@ -264,10 +263,7 @@ void TrainingRun::start() {
     for (auto& source : sources_)
       if (state.contains(source->name())) source->set_state(state.at(source->name()));
   } else if (!o_.init_dir.empty()) {
-    auto init = Model::load(o_.init_dir, {.holds = experts_.holds});
-    HYLA_CHECK(init->config().to_json() == config_.to_json(), "--init {}: its config.json differs from {}", o_.init_dir,
-               o_.model_config);
-    copy_weights(*model_, *init);
+    load_weights(*model_, o_.init_dir, o_.model_config, experts_.holds);
     if (lead_) fmt::print("initialised from {}\n", o_.init_dir);
   } else {
     model_->initialize(tc_.seed);
@@ -447,8 +443,6 @@ json TrainingRun::trainer_state() const {
 }
 
 void TrainingRun::run() {
-  if (lead_) prepare_run_directory(run_dir_, o_.resume, o_.overwrite);
-  world_.barrier();  // the run directory is in order before any process reads it
   sources_ = make_row_sources(tc_, o_.images_dirs, tokenizer_, config_.vision);
   start();
   // Timed in CPU time: on a shared machine the wall-clock peak drops with the other load and MFU
@@ -521,6 +515,11 @@ void TrainingRun::run() {
 
 void run_training(const TrainOptions& o) {
   if (o.deterministic) set_threads(1);
+  // The run directory first: its refusal (an earlier run's checkpoints) comes before the model's
+  // memory is taken, and it is in order before any process reads it.
+  Collective& world = processes();
+  if (world.rank() == 0) prepare_run_directory(o.run_dir, o.resume, o.overwrite);
+  world.barrier();
   TrainingRun(o).run();
 }
 

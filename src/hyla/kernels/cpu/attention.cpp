@@ -17,7 +17,6 @@
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
 #include "hyla/core/memory.h"
-#include "hyla/kernels/backend.h"
 #include "hyla/kernels/cpu/instruction_set.h"
 #include "hyla/kernels/cpu/amx_tiles.h"
 #include "hyla/kernels/cpu/vec.h"

@@ -12,7 +12,6 @@
 #include "hyla/core/error.h"
 #include "hyla/core/memory.h"
 #include "hyla/core/team.h"
-#include "hyla/kernels/backend.h"
 #include "hyla/kernels/cpu/instruction_set.h"
 #include "hyla/kernels/cpu/latent_attention_amx.h"
 #include "hyla/kernels/cpu/vec.h"

@@ -6,7 +6,6 @@
 
 #include "hyla/core/arith.h"
 #include "hyla/core/error.h"
-#include "hyla/kernels/backend.h"
 #include "hyla/kernels/cpu/instruction_set.h"
 #include "hyla/kernels/cpu/amx_tiles.h"
 #include "hyla/kernels/cpu/vec.h"

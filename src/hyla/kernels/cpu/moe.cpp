@@ -67,19 +67,20 @@ void routing_weights_backward(const float* scores, const int32_t* selected, cons
   const float* s = scores;
   const int32_t* ids = selected;
   const float* w = weights;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n; ++t) {
-    float* ds = d_scores + t * E;
-    std::memset(ds, 0, size_t(E) * sizeof(float));
-    // w_i = S s_i / Z  ⇒  dL/ds_j = S/Z · (dL/dw_j − Σ_i dL/dw_i · w_i / S), Z = Σ_top-k s.
-    float z = 0.0f, weighted = 0.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      z += s[t * E + ids[t * k + i]];
-      weighted += d_weights[t * k + i] * w[t * k + i];
+  parallel_rows(n, E + 2 * k, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* ds = d_scores + t * E;
+      std::memset(ds, 0, size_t(E) * sizeof(float));
+      // w_i = S s_i / Z  ⇒  dL/ds_j = S/Z · (dL/dw_j − Σ_i dL/dw_i · w_i / S), Z = Σ_top-k s.
+      float z = 0.0f, weighted = 0.0f;
+      for (int64_t i = 0; i < k; ++i) {
+        z += s[t * E + ids[t * k + i]];
+        weighted += d_weights[t * k + i] * w[t * k + i];
+      }
+      const float scale = scaling / z, mean = weighted / scaling;
+      for (int64_t i = 0; i < k; ++i) ds[ids[t * k + i]] = scale * (d_weights[t * k + i] - mean);
     }
-    const float scale = scaling / z, mean = weighted / scaling;
-    for (int64_t i = 0; i < k; ++i) ds[ids[t * k + i]] = scale * (d_weights[t * k + i] - mean);
-  }
+  });
 }
 
 }  // namespace hyla

@@ -24,6 +24,10 @@ inline vec::Vec sigmoid(vec::Vec x) {
   return vec::broadcast(1.0f) / (vec::broadcast(1.0f) + vec::exp(vec::zero() - x));
 }
 
+// σ and silu in place over n values, on the calling thread (defined in activations.cpp).
+void sigmoid_inplace(float* x, int64_t n);
+void silu_inplace(float* x, int64_t n);
+
 // Σ a[i]·b[i].
 inline float dot(const float* a, const float* b, int64_t n) {
   vec::Vec acc = vec::zero();
