@@ -406,22 +406,22 @@ void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t b
 }
 
 double cross_entropy_loss(const float* logits, int64_t rows, int64_t classes, const int32_t* targets,
-                          const float* weights) {
+                          const float* weights, float logit_scale) {
   const std::vector<double> x = widen(logits, rows * classes);
-  return reference::cross_entropy_loss(x.data(), rows, classes, targets, weights);
+  return reference::cross_entropy_loss(x.data(), rows, classes, targets, weights, logit_scale);
 }
 
 double cross_entropy_loss(const double* logits, int64_t rows, int64_t classes, const int32_t* targets,
-                          const float* weights) {
+                          const float* weights, float logit_scale) {
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t t = targets[r];
     if (t < 0) continue;
     const double* x = logits + r * classes;
-    const double top = *std::max_element(x, x + classes);
+    const double s = logit_scale, top = s * *std::max_element(x, x + classes);
     double sum = 0.0;
-    for (int64_t j = 0; j < classes; ++j) sum += std::exp(x[j] - top);
-    total += (weights ? double(weights[r]) : 1.0) * (top + std::log(sum) - x[t]);
+    for (int64_t j = 0; j < classes; ++j) sum += std::exp(s * x[j] - top);
+    total += (weights ? double(weights[r]) : 1.0) * (top + std::log(sum) - s * x[t]);
   }
   return total;
 }

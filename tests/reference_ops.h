@@ -148,9 +148,9 @@ void quantize_int8_weights(const float* w, int64_t rows, int64_t cols, int64_t b
 // ---- the loss (cross_entropy.h) ----
 
 double cross_entropy_loss(const float* logits, int64_t rows, int64_t classes, const int32_t* targets,
-                          const float* weights);
+                          const float* weights, float logit_scale = 1.0f);
 double cross_entropy_loss(const double* logits, int64_t rows, int64_t classes, const int32_t* targets,
-                          const float* weights);
+                          const float* weights, float logit_scale = 1.0f);
 
 // ---- the KDA mixer (kda.h, kda_gates.h) ----
 

@@ -799,11 +799,12 @@ std::vector<Case> cross_entropy_cases() {
       for (int64_t r = 0; r < rows; ++r) targets.push_back(r % 4 == 0 ? -1 : int32_t(rng() % uint32_t(classes)));
       std::vector<float> weights = normal(rows, seed + 50);  // negative ones too, as policy gradients have
       weights[1] = 0.0f;
-      cases.push_back({fmt::format("rows={} classes={}{} (rows 0, 4, ... without target)", rows, classes,
-                                   weighted ? " weighted" : ""),
+      const float logit_scale = weighted ? 1.0f / 0.7f : 1.0f;  // a policy's rows, sampled at temperature 0.7
+      cases.push_back({fmt::format("rows={} classes={}{} logit_scale={} (rows 0, 4, ... without target)", rows,
+                                   classes, weighted ? " weighted" : "", logit_scale),
                        "f32", kLoss, [=](Backend backend) {
                          const double loss = CALL_OP(backend, cross_entropy_loss, logits.data(), rows, classes,
-                                                     targets.data(), weighted ? weights.data() : nullptr);
+                                                     targets.data(), weighted ? weights.data() : nullptr, logit_scale);
                          return Outputs{{"loss", {loss}}};
                        }});
     }

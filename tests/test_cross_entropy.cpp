@@ -33,9 +33,9 @@ Batch make_batch(int64_t rows, int64_t classes) {
   return b;
 }
 
-double reference_loss(const std::vector<double>& logits, const Batch& b, bool weighted) {
+double reference_loss(const std::vector<double>& logits, const Batch& b, bool weighted, float logit_scale = 1.0f) {
   return reference::cross_entropy_loss(logits.data(), b.rows, b.classes, b.targets.data(),
-                                       weighted ? b.weights.data() : nullptr);
+                                       weighted ? b.weights.data() : nullptr, logit_scale);
 }
 
 TEST(CrossEntropy, LossMatchesReference) {
@@ -63,30 +63,35 @@ TEST(CrossEntropy, NoTargetsNoLoss) {
 // The gradient overwrites the logits: rows without a target become 0, the others
 // grad_scale · d(Σ loss)/dx, checked against central differences of the reference in double
 // (h = 1e-4 on O(1) logits: truncation ~1e-9). The kernel rounds each entry to f32 once after a
-// double softmax: 1e-6 of the largest gradient covers it, a wrong scale or sign does not.
+// double softmax: 1e-6 of the largest gradient covers it, a wrong scale or sign does not. The
+// logits are read at temperatures 1 and 0.7 (logit_scale 1/0.7, as a policy sampled at 0.7).
 TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
   const Batch b = make_batch(9, 37);
   const float grad_scale = 0.3f;
+  for (const float logit_scale : {1.0f, 1.0f / 0.7f})
   for (const bool weighted : {false, true}) {
     const float* w = weighted ? b.weights.data() : nullptr;
     std::vector<float> g = b.logits;
-    const double loss = cross_entropy_loss_and_gradient(g.data(), b.rows, b.classes, b.targets.data(), w, grad_scale);
-    EXPECT_EQ(loss, cross_entropy_loss(b.logits.data(), b.rows, b.classes, b.targets.data(), w));
+    const double loss =
+        cross_entropy_loss_and_gradient(g.data(), b.rows, b.classes, b.targets.data(), w, grad_scale, logit_scale);
+    EXPECT_EQ(loss, cross_entropy_loss(b.logits.data(), b.rows, b.classes, b.targets.data(), w, logit_scale));
+    EXPECT_NEAR(loss, reference_loss({b.logits.begin(), b.logits.end()}, b, weighted, logit_scale), 1e-5);
     std::vector<double> x(b.logits.begin(), b.logits.end());
     double worst = 0.0, scale = 0.0;
     for (size_t i = 0; i < x.size(); ++i) {
       const double x0 = x[i], h = 1e-4;
       x[i] = x0 + h;
-      const double plus = reference_loss(x, b, weighted);
+      const double plus = reference_loss(x, b, weighted, logit_scale);
       x[i] = x0 - h;
-      const double minus = reference_loss(x, b, weighted);
+      const double minus = reference_loss(x, b, weighted, logit_scale);
       x[i] = x0;
       const double fd = double(grad_scale) * (plus - minus) / (2.0 * h);
       worst = std::max(worst, std::abs(fd - double(g[i])));
       scale = std::max(scale, std::abs(fd));
     }
     EXPECT_GT(scale, 0.0);
-    EXPECT_LE(worst, 1e-6 * scale) << "weighted " << weighted << ": worst error " << worst << " at scale " << scale;
+    EXPECT_LE(worst, 1e-6 * scale) << "weighted " << weighted << " logit_scale " << logit_scale << ": worst error "
+                                   << worst << " at scale " << scale;
     for (int64_t r : {0, 4})
       for (int64_t j = 0; j < b.classes; ++j) EXPECT_EQ(g[size_t(r * b.classes + j)], 0.0f) << "row " << r;
   }

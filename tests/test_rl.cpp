@@ -59,25 +59,26 @@ struct RlFixture {
 TEST(Grpo, AnUpdateMovesARolloutInItsAdvantagesDirection) {
   RlFixture f;
   const Trajectory a = f.demo(0), b = f.demo(1);
-  for (const char* variant : {"plain", "reused batch (clipped)", "kl penalty"}) {
+  for (const char* variant : {"plain", "reused batch (clipped)", "kl penalty", "sampled at temperature 0.7"}) {
     for (double advantage : {1.0, -1.0}) {
       Model model(f.config);
       test::randomize_params(model.params(), 9);
       RlConfig rc = RlFixture::update_config();
       std::unique_ptr<Model> reference;
       if (std::string(variant) == "reused batch (clipped)") rc.epochs = 2;
+      if (std::string(variant) == "sampled at temperature 0.7") rc.temperature = 0.7;
       if (std::string(variant) == "kl penalty") {
         rc.kl_coef = 0.01;
         reference = std::make_unique<Model>(f.config);
         test::randomize_params(reference->params(), 10);
       }
       AdamW optimizer(model.params(), rc.optimizer);
-      const double before = sampled_logprob(model, a, Precision::F32);
+      const double before = sampled_logprob(model, a, Precision::F32, rc.temperature);
       // A second rollout of the same group, advantage 0: it adds rows to the batch, never a gradient.
       const StepResult r = grpo_update(model, optimizer, rc, rc.optimizer.lr, {&a, &b}, {advantage, 0.0}, reference.get());
       EXPECT_FALSE(r.skipped) << variant;
       EXPECT_EQ(r.tokens, int64_t(a.ids.size() + b.ids.size() - 2) * rc.epochs) << variant;
-      const double after = sampled_logprob(model, a, Precision::F32);
+      const double after = sampled_logprob(model, a, Precision::F32, rc.temperature);
       if (advantage > 0) {
         EXPECT_GT(after, before) << variant;
       } else {
@@ -85,6 +86,38 @@ TEST(Grpo, AnUpdateMovesARolloutInItsAdvantagesDirection) {
       }
     }
   }
+}
+
+// The update's loss is the policy that sampled: at temperature τ, the training forward's loss over
+// a rollout's sampled rows equals −(1/T) Σ log softmax(logits / τ)[sampled id], the log-probability
+// read off the logits (sampled_logprob), not the model's temperature-1 distribution.
+TEST(Grpo, TheLossReadsThePolicyAtItsSamplingTemperature) {
+  RlFixture f;
+  const Trajectory a = f.demo(0);
+  Model model(f.config);
+  test::randomize_params(model.params(), 9);
+  ModelInput in;
+  const int64_t n = int64_t(a.ids.size()) - 1;
+  in.tokens = TokenBatch::packed({n});
+  in.ids.assign(a.ids.begin(), a.ids.end() - 1);
+  int64_t scored = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const bool sampled = a.sampled[size_t(r) + 1] != 0;
+    in.targets.push_back(sampled ? a.ids[size_t(r) + 1] : -1);
+    scored += sampled;
+  }
+  ASSERT_GT(scored, 0);
+  double at_one = 0;
+  for (const double temperature : {1.0, 0.7}) {
+    in.temperature = float(temperature);
+    const double loss = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None}).loss.loss;
+    const double want = -sampled_logprob(model, a, Precision::F32, temperature) / double(scored);
+    EXPECT_NEAR(loss, want, 1e-5 * std::abs(want)) << "temperature " << temperature;
+    if (temperature == 1.0) at_one = loss;
+    else EXPECT_GT(std::abs(loss - at_one), 1e-3) << "the temperature changes the loss";
+  }
+  in.temperature = 0.0f;
+  EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None}), Error);
 }
 
 // The loss is a mean over the batch's scored tokens: splitting the same rollouts into micro-batches

@@ -176,6 +176,8 @@ void Model::embed(const ModelInput& in) {
              "model input: {} loss weights for {} targets", in.loss_weights.size(), in.targets.size());
   for (size_t r = 0; r < in.loss_weights.size(); ++r)
     HYLA_CHECK(std::isfinite(in.loss_weights[r]), "model input: loss weight {} at row {}", in.loss_weights[r], r);
+  HYLA_CHECK(std::isfinite(in.temperature) && in.temperature > 0, "model input: temperature {} (the loss's) must be > 0",
+             in.temperature);
   for (int64_t r = 0; r < N; ++r)
     HYLA_CHECK(in.ids[size_t(r)] >= 0 && in.ids[size_t(r)] < V, "model input: token id {} at row {} is outside [0, {})",
                in.ids[size_t(r)], r, V);
@@ -355,6 +357,7 @@ LossResult Model::head_loss(const float* normed, const ModelInput& in, Precision
   }
   if (!logits_chunk_.defined()) logits_chunk_ = Tensor::empty(DType::F32, {kChunk, V});
   const float grad_scale = result.targets ? loss_scale / float(result.targets) : 0.0f;
+  const float logit_scale = 1.0f / in.temperature;
   double total = 0;
   for (int64_t r0 = 0; r0 < N; r0 += kChunk) {
     const int64_t n = std::min(kChunk, N - r0);
@@ -363,9 +366,9 @@ LossResult Model::head_loss(const float* normed, const ModelInput& in, Precision
     const int32_t* chunk_targets = targets.data() + r0;
     const float* chunk_weights = weights ? weights + r0 : nullptr;
     if (!d_normed) {
-      total += cross_entropy_loss(logits, n, V, chunk_targets, chunk_weights);
+      total += cross_entropy_loss(logits, n, V, chunk_targets, chunk_weights, logit_scale);
     } else {  // each row's gradient scaled to its share of the mean
-      total += cross_entropy_loss_and_gradient(logits, n, V, chunk_targets, chunk_weights, grad_scale);
+      total += cross_entropy_loss_and_gradient(logits, n, V, chunk_targets, chunk_weights, grad_scale, logit_scale);
       lm_head_.backward_input(logits, n, d_normed + r0 * d, p);
       lm_head_.backward_weight(normed + r0 * d, logits, n, p);
     }

@@ -31,6 +31,9 @@ struct ModelInput {
   std::vector<int32_t> ids;          // [rows]
   std::vector<int32_t> targets;      // [rows] or empty: no loss
   std::vector<float> loss_weights;   // [rows] or empty: 1 for every row with a target
+  // The loss reads the logits divided by this (> 0): rows a policy sampled at a temperature are
+  // scored under the distribution that sampled them. 1: the model's own distribution.
+  float temperature = 1.0f;
   std::vector<Image> images;
   int32_t image_pad_id = -1;         // the tokenizer's <|image_pad|> id (needed with images)
 };

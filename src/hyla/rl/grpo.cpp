@@ -11,6 +11,7 @@
 
 #include "hyla/core/clock.h"
 #include "hyla/core/error.h"
+#include "hyla/core/random.h"
 #include "hyla/core/threads.h"
 #include "hyla/eval/agent_eval.h"
 #include "hyla/infer/sampler.h"
@@ -36,7 +37,7 @@ struct Packed {
 };
 
 Packed pack(const std::vector<const Trajectory*>& rollouts, const std::vector<double>& advantages,
-            int64_t micro_batch_tokens) {
+            int64_t micro_batch_tokens, double temperature) {
   Packed p;
   std::vector<int64_t> lengths;
   ModelInput in;
@@ -47,6 +48,7 @@ Packed pack(const std::vector<const Trajectory*>& rollouts, const std::vector<do
     for (size_t r = 0; r < in.targets.size(); ++r)
       if (in.targets[r] >= 0) rows.push_back(int64_t(r));
     p.scored_rows.push_back(std::move(rows));
+    in.temperature = float(temperature);  // the update scores the policy that sampled
     p.micro_batches.push_back(std::move(in));
     in = ModelInput{};
     lengths.clear();
@@ -81,17 +83,21 @@ void normalize_over_batch(Packed& p) {
   }
 }
 
-// The log-probability of each scored row's target under `model` (rows in Packed order).
+// The log-probability of each scored row's target under `model` at the batch's temperature (rows
+// in Packed order).
 std::vector<double> target_logprobs(Model& model, const ModelInput& batch, const std::vector<int64_t>& rows,
                                     Precision precision) {
   ModelInput in;
   in.tokens = batch.tokens;
   in.ids = batch.ids;
-  const ForwardResult out = model.forward(in, {.precision = precision, .outputs = Outputs::Rows, .rows = rows});
+  ForwardResult out = model.forward(in, {.precision = precision, .outputs = Outputs::Rows, .rows = rows});
   const int64_t V = out.logits.dim(1);
+  float* logits = out.logits.data<float>();
+  if (batch.temperature != 1.0f)
+    for (int64_t j = 0; j < int64_t(rows.size()) * V; ++j) logits[j] /= batch.temperature;
   std::vector<double> lp(rows.size());
   for (size_t i = 0; i < rows.size(); ++i)
-    lp[i] = log_probability(out.logits.data<float>() + int64_t(i) * V, V, batch.targets[size_t(rows[i])]);
+    lp[i] = log_probability(logits + int64_t(i) * V, V, batch.targets[size_t(rows[i])]);
   return lp;
 }
 
@@ -117,8 +123,8 @@ GroupAdvantages group_advantages(const std::vector<double>& rewards, int64_t gro
   return g;
 }
 
-double sampled_logprob(Model& model, const Trajectory& trajectory, Precision precision) {
-  const Packed packed = pack({&trajectory}, {0.0}, int64_t(trajectory.ids.size()));
+double sampled_logprob(Model& model, const Trajectory& trajectory, Precision precision, double temperature) {
+  const Packed packed = pack({&trajectory}, {0.0}, int64_t(trajectory.ids.size()), temperature);
   double sum = 0;
   for (size_t m = 0; m < packed.micro_batches.size(); ++m)
     for (double lp : target_logprobs(model, packed.micro_batches[m], packed.scored_rows[m], precision)) sum += lp;
@@ -130,7 +136,7 @@ StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, doubl
                        Model* reference) {
   HYLA_ASSERT(rollouts.size() == advantages.size() && !rollouts.empty());
   HYLA_ASSERT((reference != nullptr) == (rc.kl_coef > 0));
-  Packed packed = pack(rollouts, advantages, rc.micro_batch_tokens);
+  Packed packed = pack(rollouts, advantages, rc.micro_batch_tokens, rc.temperature);
   const StepSettings settings = rc.step_settings(int64_t(packed.micro_batches.size()));
   // The log-probabilities under the weights that sampled (for the ratio) and under the starting
   // model (for the KL penalty): one forward per micro-batch each.
@@ -191,8 +197,16 @@ EngineOptions rollout_engine(const RlConfig& rc) {
   return engine;
 }
 
+// Where a run's window of the train split's task stream starts: RL.json's seed picks it, so runs
+// with different seeds see different tasks as well as draw different samples (a seed's claim then
+// covers the task stream too). Below 2^40: task_seed keeps the split in the index's top bits.
+uint64_t first_task_of(uint64_t seed) {
+  uint64_t state = seed;
+  return splitmix64(state) >> 24;
+}
+
 // Step `step`'s rollouts: tasks_per_step tasks of the stage's environments (in turn, from the
-// train split's seed stream), each played group_size times through the batching engine.
+// seed's window of the train split), each played group_size times through the batching engine.
 std::vector<Trajectory> play_rollouts(Scheduler& scheduler, const Tokenizer& tokenizer, const RlConfig& rc, int64_t step) {
   const int64_t stage = rc.stage_of(step);
   const AgentLimits limits = rc.limits_of(stage);
@@ -202,7 +216,7 @@ std::vector<Trajectory> play_rollouts(Scheduler& scheduler, const Tokenizer& tok
   FaultConfig faults;
   faults.share = rc.fault_share;
   for (int64_t t = 0; t < rc.tasks_per_step; ++t) {
-    const uint64_t index = uint64_t(step * rc.tasks_per_step + t);
+    const uint64_t index = first_task_of(rc.seed) + uint64_t(step * rc.tasks_per_step + t);
     for (int64_t g = 0; g < rc.group_size; ++g)
       sessions.emplace_back(*envs[index % envs.size()], Split::Train, index / envs.size(), faults, limits, tokenizer);
   }

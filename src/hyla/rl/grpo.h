@@ -45,7 +45,8 @@ StepResult grpo_update(Model& model, AdamW& optimizer, const RlConfig& rc, doubl
                        const std::vector<const Trajectory*>& rollouts, const std::vector<double>& advantages,
                        Model* reference);
 
-// Σ log-probability of a trajectory's sampled ids under `model` (what an update moves).
-double sampled_logprob(Model& model, const Trajectory& trajectory, Precision precision);
+// Σ log-probability of a trajectory's sampled ids under `model` at `temperature` (what an update
+// at that sampling temperature moves).
+double sampled_logprob(Model& model, const Trajectory& trajectory, Precision precision, double temperature);
 
 }  // namespace hyla
