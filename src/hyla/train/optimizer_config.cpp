@@ -4,24 +4,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
 
 namespace hyla {
 
+namespace {
+constexpr std::pair<ScheduleType, const char*> kScheduleNames[] = {
+    {ScheduleType::Constant, "constant"}, {ScheduleType::Cosine, "cosine"}, {ScheduleType::WarmupStableDecay, "wsd"}};
+}  // namespace
+
 const char* schedule_name(ScheduleType type) {
-  switch (type) {
-    case ScheduleType::Constant: return "constant";
-    case ScheduleType::Cosine: return "cosine";
-    case ScheduleType::WarmupStableDecay: return "wsd";
-  }
+  for (const auto& [t, name] : kScheduleNames)
+    if (t == type) return name;
   return "?";
 }
 
 std::optional<ScheduleType> schedule_from_name(const std::string& name) {
-  for (const ScheduleType type : {ScheduleType::Constant, ScheduleType::Cosine, ScheduleType::WarmupStableDecay})
-    if (name == schedule_name(type)) return type;
+  for (const auto& [t, spelled] : kScheduleNames)
+    if (name == spelled) return t;
   return std::nullopt;
 }
 
