@@ -23,6 +23,7 @@ constexpr const char* kInstructions =
 
 ChatOptions chat_options(const Environment& environment) {
   ChatOptions options;
+  options.compact_tools = true;  // one line per tool: demonstrations a small model can learn fit ~256 tokens
   for (const Tool& tool : environment.tools()) options.tools.push_back(tool.definition());
   return options;
 }

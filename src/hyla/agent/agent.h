@@ -118,7 +118,9 @@ class AgentSession {
   std::vector<nlohmann::json> last_observations_;
 };
 
-// An episode's chat options: the environment's tools, offered in the system turn.
+// An episode's chat options: the environment's tools, offered in the system turn one line each
+// (ChatOptions::compact_tools). SFT demonstrations, RL, `hyla eval agent` and `hyla agent` all
+// build their prompts here, so every one sees the same prompt.
 ChatOptions chat_options(const Environment& environment);
 
 // The ids of an assistant reply as hyla's chat format lays them out after "<|im_start|>assistant\n":

@@ -1,5 +1,7 @@
-// Calculator chains: compute an expression of 3-5 operands (shifted: 6-7) with the `calc` tool,
-// one operation per call as the expert does it, or in fewer calls.
+// Calculator chains: compute an expression of 3-5 operands (shifted: 6-7) with the `calc` tool.
+// The expert sends the task's whole expression in one call and answers with the result: copying
+// the expression into the call and the result into the answer is the skill a small model can
+// learn from demonstrations (one operation per call made them long and their numbers new).
 #include <fmt/format.h>
 
 #include "hyla/core/random.h"
@@ -23,13 +25,10 @@ class CalculatorEpisode final : public Episode {
     Rng rng(seed);
     const bool shifted = split == Split::Shifted;
     const int64_t n = shifted ? 6 + int64_t(rng.below(2)) : 3 + int64_t(rng.below(3));
-    operands_.push_back(1 + int64_t(rng.below(20)));
-    std::string text = std::to_string(operands_[0]);
+    std::string text = std::to_string(1 + int64_t(rng.below(20)));
     for (int64_t i = 1; i < n; ++i) {
       const char op = "+-*"[rng.below(3)];
       const int64_t x = op == '*' ? 2 + int64_t(rng.below(8)) : 1 + int64_t(rng.below(50));
-      ops_.push_back(op);
-      operands_.push_back(x);
       text = i == 1 ? fmt::format("{} {} {}", text, op, x) : fmt::format("({}) {} {}", text, op, x);
     }
     expression_ = text;
@@ -50,23 +49,15 @@ class CalculatorEpisode final : public Episode {
   }
 
   ExpertMove expert(const std::vector<json>& results) const override {
-    int64_t value = operands_[0];
-    if (!results.empty()) {
-      const json& last = results.back();
-      if (!last.contains("result")) return {true, {}, "Answer: unknown"};
-      value = last["result"].get<int64_t>();
-    }
-    const size_t step = results.size();
-    if (step == ops_.size()) return {true, {}, fmt::format("Answer: {}", value)};
-    const std::string expression = fmt::format("{} {} {}", value, ops_[step], operands_[step + 1]);
-    return {false, {"calc", json{{"expression", expression}}.dump()}, {}};
+    if (results.empty()) return {false, {"calc", json{{"expression", expression_}}.dump()}, {}};
+    const json& last = results.back();
+    if (!last.contains("result")) return {true, {}, "Answer: unknown"};
+    return {true, {}, fmt::format("Answer: {}", last["result"].get<int64_t>())};
   }
 
   ToolCall rephrase(const ToolCall& call, int attempt) const override { return parenthesized(call, attempt); }
 
  private:
-  std::vector<int64_t> operands_;
-  std::vector<char> ops_;
   std::string expression_, task_;
   int64_t answer_ = 0;
 };

@@ -88,7 +88,23 @@ std::string call_body(const ToolCall& call) {
   return "{\"name\": " + nlohmann::json(call.name).dump() + ", \"arguments\": " + call.arguments + "}";
 }
 
-std::string tools_system_prompt(std::span<const std::string> functions) {
+// "name(a, b): description" per tool, its arguments in the definition's order.
+std::string compact_tools_prompt(std::span<const std::string> functions) {
+  std::string text = "Tools; call one as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>:";
+  for (const std::string& f : functions) {
+    const nlohmann::ordered_json definition = nlohmann::ordered_json::parse(f);
+    std::string arguments;
+    if (definition.contains("parameters") && definition["parameters"].contains("properties"))
+      for (const auto& [name, schema] : definition["parameters"]["properties"].items())
+        arguments += (arguments.empty() ? "" : ", ") + name;
+    text += "\n" + definition.value("name", std::string()) + "(" + arguments + "): " +
+            definition.value("description", std::string());
+  }
+  return text;
+}
+
+std::string tools_system_prompt(std::span<const std::string> functions, bool compact) {
+  if (compact) return compact_tools_prompt(functions);
   std::string text =
       "# Tools\n\nYou may call one or more functions to assist with the user query. The available functions are "
       "listed inside <tools></tools>:\n<tools>\n";
@@ -107,7 +123,7 @@ void render_hyla(std::span<const ChatMessage> messages, bool add_generation_prom
   std::vector<ChatMessage> offered;
   if (options.offers_tools()) {
     offered.assign(messages.begin(), messages.end());
-    const std::string offer = tools_system_prompt(options.tools);
+    const std::string offer = tools_system_prompt(options.tools, options.compact_tools);
     if (!offered.empty() && offered.front().role == "system") offered.front().content += "\n\n" + offer;
     else offered.insert(offered.begin(), ChatMessage{"system", offer, {}, {}, {}});
     messages = offered;

@@ -4,7 +4,8 @@
 // - hyla's ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" turns; an assistant's tool calls follow
 //   its content as "<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>", a tool's result is a
 //   "tool" turn's "<tool_response>\n{result}\n</tool_response>", and offered tools are listed in the
-//   system turn, one JSON function definition per line inside <tools></tools>;
+//   system turn, one JSON function definition per line inside <tools></tools> (or, with
+//   ChatOptions::compact_tools, one line "name(arg, ...): description" per tool);
 // - Kimi K2 (Kimi Linear's template, chat_kimi_k2.cpp) and Kimi K3's XTML (chat_kimi_k3.cpp), each
 //   rendered exactly as the checkpoint's own Jinja template renders it (tests/data/chat holds the
 //   goldens that scripts/chat-template-goldens.py draws from those templates).
@@ -50,6 +51,10 @@ struct ChatOptions {
                                      // Kimi templates declare them (K3 says what the model may do)
   bool thinking = true;              // Kimi K3: the think channel (its template's default)
   std::string thinking_effort = "max";  // Kimi K3: low, high or max; empty: not said
+  // hyla's format: each offered tool as one line, "name(arg, ...): description", instead of its
+  // JSON definition, with the call syntax in one line: a prompt short enough for a small model's
+  // agent episodes (the Kimi formats declare their tools as their templates do).
+  bool compact_tools = false;
   bool offers_tools() const { return !tools.empty() && tool_choice != "none"; }
 };
 

@@ -38,8 +38,9 @@ void AgentDemoSampler::next(int64_t rows, ImageSequences& out) {
     AgentSession session(env, Split::Train, first_index_ + drawn_ / environments_.size(), faults_, limits_, tokenizer_);
     ++drawn_;
     run_expert(session);
-    // A demonstration that hit its fallback shows nothing worth imitating.
-    if (session.trajectory().status == EpisodeStatus::Answered) append_trajectory(session.trajectory(), out);
+    // Only demonstrations that end right: one that hit its fallback shows nothing worth imitating,
+    // and one a silent fault made wrong would teach the model to copy a wrong number into its answer.
+    if (session.trajectory().correct()) append_trajectory(session.trajectory(), out);
   } while (out.rows() < rows);
 }
 
