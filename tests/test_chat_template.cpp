@@ -80,6 +80,26 @@ TEST(ChatTemplate, OffersToolsInTheSystemTurnUnlessToolChoiceIsNone) {
   EXPECT_EQ(chat.apply(with_system, false, options), chat.apply(with_system));
 }
 
+// Agent episodes offer their tools one line each, arguments in the definition's order; the call
+// syntax is said once. A reply is read back the same way.
+TEST(ChatTemplate, CompactToolsAreOneLineEach) {
+  const ChatTemplate chat(test::small_tokenizer());
+  ChatOptions options = offering({
+      R"({"name": "transfer", "description": "Move money.", "parameters": {"type": "object", "properties": {"from": {}, "to": {}, "amount": {}}}})",
+      R"({"name": "get_time", "description": "The time now."})"});
+  options.compact_tools = true;
+  const std::vector<ChatMessage> messages = {{"system", "Be brief.", {}, {}, {}}, {"user", "Hi", {}, {}, {}}};
+  const std::string text = chat.apply(messages, false, options);
+  EXPECT_EQ(text,
+            "<|im_start|>system\nBe brief.\n\nTools; call one as <tool_call>{\"name\": ..., \"arguments\": {...}}"
+            "</tool_call>:\ntransfer(from, to, amount): Move money.\nget_time(): The time now.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n");
+  const AssistantReply r = chat.parse_reply(
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", options);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_time");
+}
+
 TEST(ChatTemplate, ParsesToolCallBlocksAndLeavesBrokenOnesAsText) {
   const ChatTemplate chat(test::small_tokenizer());
   const ChatOptions offered = offering();
