@@ -80,19 +80,19 @@ TEST(ChatTemplate, OffersToolsInTheSystemTurnUnlessToolChoiceIsNone) {
   EXPECT_EQ(chat.apply(with_system, false, options), chat.apply(with_system));
 }
 
-// Agent episodes offer their tools one line each, arguments in the definition's order; the call
-// syntax is said once. A reply is read back the same way.
+// Agent episodes offer their tools one line each, the required arguments in their order and then
+// the optional ones; the call syntax is said once. A reply is read back the same way.
 TEST(ChatTemplate, CompactToolsAreOneLineEach) {
   const ChatTemplate chat(test::small_tokenizer());
   ChatOptions options = offering({
-      R"({"name": "transfer", "description": "Move money.", "parameters": {"type": "object", "properties": {"from": {}, "to": {}, "amount": {}}}})",
+      R"({"name": "transfer", "description": "Move money.", "parameters": {"type": "object", "properties": {"amount": {}, "from": {}, "memo": {}, "to": {}}, "required": ["from", "to", "amount"]}})",
       R"({"name": "get_time", "description": "The time now."})"});
   options.compact_tools = true;
   const std::vector<ChatMessage> messages = {{"system", "Be brief.", {}, {}, {}}, {"user", "Hi", {}, {}, {}}};
   const std::string text = chat.apply(messages, false, options);
   EXPECT_EQ(text,
             "<|im_start|>system\nBe brief.\n\nTools; call one as <tool_call>{\"name\": ..., \"arguments\": {...}}"
-            "</tool_call>:\ntransfer(from, to, amount): Move money.\nget_time(): The time now.<|im_end|>\n"
+            "</tool_call>:\ntransfer(from, to, amount, memo?): Move money.\nget_time(): The time now.<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n");
   const AssistantReply r = chat.parse_reply(
       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", options);

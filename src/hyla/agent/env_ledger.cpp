@@ -61,13 +61,15 @@ class LedgerEpisode final : public Episode {
   ExpertMove expert(const std::vector<json>& results) const override {
     if (results.size() < payments_.size()) {
       const Payment& p = payments_[results.size()];
-      return {false, {"transfer", json{{"amount", p.amount}, {"from", p.from}, {"to", p.to}}.dump()}, {}};
+      // The task's own order ("alice pays bob 12"): what the model copies from comes in this order.
+      const nlohmann::ordered_json arguments = {{"from", p.from}, {"to", p.to}, {"amount", p.amount}};
+      return {false, {"transfer", arguments.dump()}, {}};
     }
     return {true, {}, "Answer: done"};
   }
 
   ToolCall rephrase(const ToolCall& call, int attempt) const override {
-    json args = json::parse(call.arguments);
+    nlohmann::ordered_json args = nlohmann::ordered_json::parse(call.arguments);
     args["memo"] = fmt::format("attempt {}", attempt + 1);
     return {call.name, args.dump()};
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "hyla/core/error.h"
 #include "hyla/core/text.h"
@@ -88,16 +89,20 @@ std::string call_body(const ToolCall& call) {
   return "{\"name\": " + nlohmann::json(call.name).dump() + ", \"arguments\": " + call.arguments + "}";
 }
 
-// "name(a, b): description" per tool, its arguments in the definition's order.
+// "name(a, b, c?): description" per tool: the required arguments in their "required" order (the
+// schema's properties object may come sorted), then the optional ones marked "?".
 std::string compact_tools_prompt(std::span<const std::string> functions) {
   std::string text = "Tools; call one as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>:";
   for (const std::string& f : functions) {
     const nlohmann::ordered_json definition = nlohmann::ordered_json::parse(f);
-    std::string arguments;
-    if (definition.contains("parameters") && definition["parameters"].contains("properties"))
-      for (const auto& [name, schema] : definition["parameters"]["properties"].items())
-        arguments += (arguments.empty() ? "" : ", ") + name;
-    text += "\n" + definition.value("name", std::string()) + "(" + arguments + "): " +
+    std::vector<std::string> arguments;
+    const nlohmann::ordered_json parameters = definition.value("parameters", nlohmann::ordered_json::object());
+    if (parameters.contains("required"))
+      for (const auto& name : parameters["required"]) arguments.push_back(name.get<std::string>());
+    if (parameters.contains("properties"))
+      for (const auto& [name, schema] : parameters["properties"].items())
+        if (std::find(arguments.begin(), arguments.end(), name) == arguments.end()) arguments.push_back(name + "?");
+    text += "\n" + definition.value("name", std::string()) + fmt::format("({}): ", fmt::join(arguments, ", ")) +
             definition.value("description", std::string());
   }
   return text;
@@ -173,12 +178,9 @@ AssistantReply parse_hyla(std::string_view text, const ChatOptions& options, boo
     const size_t close = text.find(kCallClose, body);
     // A block the model did not close (e.g. cut off by max_tokens) is parsed up to the end.
     const std::string_view inner = trim_space(text.substr(body, close == std::string_view::npos ? std::string_view::npos : close - body));
-    nlohmann::json j;
-    try {
-      j = parse_json(inner, "tool call");
-    } catch (const Error&) {
-      // not a call: stays text
-    }
+    // In the model's own key order (a reply's arguments read back as it wrote them); not JSON:
+    // not a call, it stays text.
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(inner, nullptr, /*allow_exceptions=*/false);
     const size_t next = close == std::string_view::npos ? text.size() : close + kCallClose.size();
     if (j.is_object() && j.contains("name") && j["name"].is_string()) {
       content += text.substr(at, open - at);
