@@ -1,10 +1,13 @@
 // Countdown: reach a target from 3-4 numbers (shifted: 5), each used at most once, with + - * /.
 // Every task is solvable (the target is built from the numbers); `check` evaluates a candidate
-// and says whether it is a solution. The answer is the expression.
+// and says whether it is a solution. The answer is the expression. The expert finds its solution
+// by search over what the task shows (the numbers and the target), never from how the task was
+// made.
 #include <fmt/format.h>
 
 #include <algorithm>
 
+#include "hyla/core/error.h"
 #include "hyla/core/random.h"
 #include "hyla/agent/arithmetic.h"
 #include "hyla/agent/tool_environment.h"
@@ -31,16 +34,11 @@ class CountdownEpisode final : public Episode {
       }
       const ArithmeticResult r = evaluate_arithmetic(text);
       if (r.ok && r.value > 0 && r.value <= 1000) {
-        solution_ = text;
         target_ = r.value;
         break;
       }
     }
-    // A near miss the expert may try first: the same numbers, the last operation changed.
-    const size_t last = solution_.find_last_of("+-*");
-    near_miss_ = solution_;
-    near_miss_[last] = solution_[last] == '+' ? '-' : '+';
-    try_near_miss_ = rng.below(2) == 0 && evaluate_arithmetic(near_miss_).value != target_;
+    wants_near_miss_ = rng.below(2) == 0;
     task_ = fmt::format("Reach {} using the numbers {} (each at most once) with + - * /.", target_, fmt::join(numbers_, ", "));
   }
   const std::string& task() const override { return task_; }
@@ -68,11 +66,39 @@ class CountdownEpisode final : public Episode {
     return {r.ok && !misuse(r) && r.value == target_, r.ok};
   }
 
+  // The first ((a op b) op c) ... over every order of all the numbers (lexicographic) and every
+  // choice of + − × that reaches the target: the family every task is built from, so one exists.
+  std::string searched_solution() const {
+    std::vector<int64_t> order = numbers_;
+    std::sort(order.begin(), order.end());
+    const size_t ops = order.size() - 1;
+    size_t choices = 1;
+    for (size_t i = 0; i < ops; ++i) choices *= 3;
+    do {
+      for (size_t c = 0; c < choices; ++c) {
+        std::string text = std::to_string(order[0]);
+        for (size_t i = 1, code = c; i < order.size(); ++i, code /= 3)
+          text = i == 1 ? fmt::format("{} {} {}", text, "+-*"[code % 3], order[i])
+                        : fmt::format("({}) {} {}", text, "+-*"[code % 3], order[i]);
+        const ArithmeticResult r = evaluate_arithmetic(text);
+        if (r.ok && r.value == target_) return text;
+      }
+    } while (std::next_permutation(order.begin(), order.end()));
+    HYLA_ASSERT(false && "every countdown task is built from its numbers");
+    return {};
+  }
+
   ExpertMove expert(const std::vector<json>& results) const override {
-    const size_t checks = try_near_miss_ ? 2 : 1;
+    const std::string solution = searched_solution();
+    // A near miss it may check first: the same numbers, the last operation changed.
+    std::string near_miss = solution;
+    const size_t last = near_miss.find_last_of("+-*");
+    near_miss[last] = near_miss[last] == '+' ? '-' : '+';
+    const bool try_near_miss = wants_near_miss_ && evaluate_arithmetic(near_miss).value != target_;
+    const size_t checks = try_near_miss ? 2 : 1;
     if (results.size() < checks)
-      return {false, {"check", json{{"expression", results.empty() && try_near_miss_ ? near_miss_ : solution_}}.dump()}, {}};
-    return {true, {}, "Answer: " + solution_};
+      return {false, {"check", json{{"expression", results.empty() && try_near_miss ? near_miss : solution}}.dump()}, {}};
+    return {true, {}, "Answer: " + solution};
   }
 
   ToolCall rephrase(const ToolCall& call, int attempt) const override { return parenthesized(call, attempt); }
@@ -80,8 +106,8 @@ class CountdownEpisode final : public Episode {
  private:
   std::vector<int64_t> numbers_;
   int64_t target_ = 0;
-  std::string solution_, near_miss_, task_;
-  bool try_near_miss_ = false;
+  std::string task_;
+  bool wants_near_miss_ = false;
 };
 
 }  // namespace
