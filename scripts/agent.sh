@@ -1,39 +1,67 @@
 #!/usr/bin/env bash
-# Agents end to end (docs/agent.md): prepares the King James Bible (4096-token BPE), trains
-# configs/agent.json on KJV text with expert demonstrations of the four tool environments mixed into
-# every step (configs/train-agent-sft.json: loss on the assistant's turns, faults in a fifth of the
-# calls), runs GRPO from that model once per RL seed (configs/rl-agent.json), then evaluates the SFT
-# model and every RL model on the held-out test split: 25 tasks per environment, 16 trials each.
-# Saves runs/agent/sft and runs/agent/rl (the first seed's), reports in runs/agent/*.html.
-#   bash scripts/agent.sh [BUILD_DIR]          RL_SEEDS="1 2 3" for three RL seeds (default: 1)
+# Agents end to end (docs/agent.md), base -> SFT -> RL -> evaluation:
+# 1. scripts/base.sh: a base model that can copy (KJV + dense pass keys; ~13 min);
+# 2. SFT from it (configs/train-agent-sft.json): expert demonstrations of calculator and lookup,
+#    faults off, pass keys kept in the mix (~21 min); scripts/sft-pick.sh then takes the first
+#    checkpoint whose dev pass@1 at temperature 1 lies in [20%, 40%] with pass@8 >= pass@1 + 20;
+# 3. GRPO from that checkpoint once per RL seed (configs/rl-agent.json; format_reward 0: pass or
+#    fail only);
+# 4. the picked SFT model and every RL model on the test split (100 tasks per environment x 8
+#    trials) without faults (the headline), with faults in 20% of calls (recovery), and on the
+#    shifted split.
+# Every step skips what is already done, so after an interruption rerun it to continue.
+# Saves runs/agent/sft (the picked checkpoint) and runs/agent/rl (the first seed's); reports in
+# runs/agent/*.html.
+#   bash scripts/agent.sh [BUILD_DIR]          RL_SEEDS="1 2 3" (the default) for the RL seeds
 # Needs jq.
 set -euo pipefail
 build=${1:-build}
 hyla="$build/hyla"
 out=runs/agent
-seeds=${RL_SEEDS:-1}
+seeds=${RL_SEEDS:-1 2 3}
+envs=calculator,lookup
 mkdir -p data "$out"
-bash scripts/prepare-kjv.sh "$build"
-
 start=$(date +%s)
-"$hyla" train --config configs/agent.json --train configs/train-agent-sft.json --data data/kjv --out "$out/sft-run" --overwrite
-rm -rf "$out/sft"
-cp -r "$out/sft-run/model" "$out/sft"
+bash scripts/base.sh "$build"
+base_done=$(date +%s)
+
+if [[ ! -f "$out/sft-run/model/config.json" ]]; then
+  resume=--overwrite
+  [[ -d "$out/sft-run/checkpoints" ]] && resume=--resume
+  "$hyla" train --config configs/agent.json --train configs/train-agent-sft.json --data data/kjv \
+    --init runs/base/model --out "$out/sft-run" $resume
+fi
+if [[ ! -f "$out/sft/config.json" ]]; then
+  picked=$(ENVS=$envs bash scripts/sft-pick.sh "$out/sft-run" "$build")
+  rm -rf "$out/sft.tmp" && cp -r "$picked" "$out/sft.tmp" && mv "$out/sft.tmp" "$out/sft"
+  echo "SFT: picked $picked"
+fi
 sft_done=$(date +%s)
 
 models=(-m "$out/sft" --label sft)
 for seed in $seeds; do
-  jq ".seed = $seed" configs/rl-agent.json > "$out/rl-seed$seed.json"
-  "$hyla" rl --config "$out/rl-seed$seed.json" -m "$out/sft" --out "$out/rl-run-seed$seed" --overwrite
-  models+=(-m "$out/rl-run-seed$seed/model" --label "rl seed $seed")
+  run="$out/rl-run-seed$seed"
+  if [[ ! -f "$run/model/config.json" ]]; then
+    jq ".seed = $seed" configs/rl-agent.json > "$out/rl-seed$seed.json"
+    resume=--overwrite
+    [[ -d "$run/checkpoints" ]] && resume=--resume
+    "$hyla" rl --config "$out/rl-seed$seed.json" -m "$out/sft" --out "$run" $resume
+  fi
+  models+=(-m "$run/model" --label "rl seed $seed")
 done
 first=${seeds%% *}
 rm -rf "$out/rl"
 cp -r "$out/rl-run-seed$first/model" "$out/rl"
 rl_done=$(date +%s)
 
-"$hyla" eval agent "${models[@]}" --split test --tasks 25 --trials 16 --faults 0.2 \
-  --out "$out/eval-test.json" --report "$out/eval-test.html"
+for eval in "test 0" "test 0.2" "shifted 0"; do
+  read -r split faults <<<"$eval"
+  name="eval-$split-faults$faults"
+  [[ -f "$out/$name.json" ]] && continue
+  "$hyla" eval agent "${models[@]}" --envs "$envs" --split "$split" --tasks 100 --trials 8 --faults "$faults" \
+    --max-steps 6 --out "$out/$name.json" --report "$out/$name.html"
+done
 done=$(date +%s)
-echo "times: SFT $(( (sft_done - start) / 60 )) min, RL $(( (rl_done - sft_done) / 60 )) min," \
-  "evaluation $(( (done - rl_done) / 60 )) min; models in $out/sft and $out/rl, report $out/eval-test.html"
+echo "times: base $(( (base_done - start) / 60 )) min, SFT $(( (sft_done - base_done) / 60 )) min," \
+  "RL $(( (rl_done - sft_done) / 60 )) min, evaluation $(( (done - rl_done) / 60 )) min;" \
+  "models in $out/sft and $out/rl, reports $out/eval-*.html"
