@@ -297,6 +297,23 @@ TEST(Engine, ConcurrentRequestsMatchOneAtATime) {
   EXPECT_EQ(s.generated_tokens, 5 * 12);
 }
 
+// <|image_pad|> rows are a request's image patches: a model never generates one, even when it
+// is by far the likeliest token (a generated pad would make the conversation's next prompt
+// invalid: an agent evaluation once stopped on it).
+TEST(Engine, NeverGeneratesAnImagePad) {
+  EngineFixture f;
+  Engine engine(f.model, f.tokenizer, EngineFixture::exact(1, 256, 8));
+  const int32_t pad = f.tokenizer.special_id("<|image_pad|>");
+  for (const float temperature : {0.0f, 1.0f}) {
+    GenerationRequest r = f.request("The quick brown fox", 12);
+    r.sampling.temperature = temperature;
+    r.sampling.logit_bias = {{pad, 100.0f}};
+    const GenerationOutput out = engine.submit(r).get();
+    EXPECT_EQ(out.tokens.size(), 12u);
+    EXPECT_EQ(std::count(out.tokens.begin(), out.tokens.end(), pad), 0) << "temperature " << temperature;
+  }
+}
+
 TEST(Engine, PromptStateReuseGivesIdenticalOutputs) {
   EngineFixture f;
   EngineOptions o = EngineFixture::exact(2, 512, 16);
