@@ -40,8 +40,14 @@ void check_sampling(const SamplingParams& params) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { check_sampling(params); }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab, const uint8_t* allowed) {
-  const int32_t token = draw(adjust(logits, vocab, allowed), vocab);
+int32_t Sampler::sample(const float* logits, int64_t vocab, const uint8_t* allowed, int32_t banned) {
+  const float* adjusted = adjust(logits, vocab, allowed);
+  int32_t token = draw(adjusted, vocab);
+  if (token == banned) {
+    if (adjusted != adjusted_.data()) adjusted_.assign(logits, logits + vocab);
+    adjusted_[size_t(banned)] = -INFINITY;
+    token = draw(adjusted_.data(), vocab);
+  }
   if (params_.frequency_penalty != 0 || params_.presence_penalty != 0) {
     if (drawn_count_.empty()) drawn_count_.assign(size_t(vocab), 0);
     if (drawn_count_[size_t(token)]++ == 0) drawn_.push_back(token);

@@ -31,7 +31,9 @@ class Sampler {
   // Picks a token from logits [vocab] and remembers it for the penalties. `allowed`, when given,
   // flags [vocab] the tokens that may be drawn; at least one must be. Without top-k/top-p this is
   // O(vocab) with no sort.
-  int32_t sample(const float* logits, int64_t vocab, const uint8_t* allowed = nullptr);
+  // `banned` (≥ 0) is never returned: drawn anyway, the draw is redone without it, so the common
+  // case costs nothing beyond the plain draw.
+  int32_t sample(const float* logits, int64_t vocab, const uint8_t* allowed = nullptr, int32_t banned = -1);
 
  private:
   const float* adjust(const float* logits, int64_t vocab, const uint8_t* allowed);

@@ -94,10 +94,6 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   end_ids_ = ChatTemplate(tokenizer).end_ids();
   sample_vocab_ = std::min<int64_t>(model.config().vocab_size, tokenizer.vocab_size());
   if (auto id = tokenizer.token_id("<|image_pad|>")) image_pad_id_ = *id;
-  if (image_pad_id_ >= 0 && image_pad_id_ < sample_vocab_) {
-    generable_.assign(size_t(sample_vocab_), 1);
-    generable_[size_t(image_pad_id_)] = 0;
-  }
   stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
 }
 
@@ -382,10 +378,10 @@ bool Scheduler::advance_sequence(const StepBatch& batch, size_t i) {
     a.output.finish_reason = FinishReason::Length;
     return true;
   }
-  const uint8_t* allowed = generable_.empty() ? nullptr : generable_.data();
+  const uint8_t* allowed = nullptr;
   if (a.grammar && !(allowed = grammar_mask(a))) return true;
   const float* row = first + (scored ? rows - 1 : 0) * V;  // the sequence's last row
-  const int32_t token = a.sampler.sample(row, sample_vocab_, allowed);
+  const int32_t token = a.sampler.sample(row, sample_vocab_, allowed, image_pad_id_ < sample_vocab_ ? image_pad_id_ : -1);
   record_token(a, token, row, prefilling, batch.returned);
   const std::optional<FinishReason> reason = stream_token(a, token);
   if (!reason) {
@@ -432,7 +428,7 @@ const uint8_t* Scheduler::grammar_mask(Active& a) {
   }
   if (a.request.stop_at_end_tokens && a.grammar->can_end())
     for (const int32_t id : end_ids_) a.allowed[size_t(id)] = 1;
-  if (!generable_.empty()) a.allowed[size_t(image_pad_id_)] = 0;
+  if (image_pad_id_ >= 0 && image_pad_id_ < sample_vocab_) a.allowed[size_t(image_pad_id_)] = 0;
   if (std::find(a.allowed.begin(), a.allowed.begin() + sample_vocab_, 1) == a.allowed.begin() + sample_vocab_) {
     // No token of this vocabulary continues the grammar: the output is as complete as it gets.
     a.output.finish_reason = FinishReason::Length;

@@ -176,10 +176,9 @@ class Scheduler {
   PrefixCache prefix_cache_;
   std::vector<int32_t> end_ids_;
   int64_t sample_vocab_ = 0;  // ids past the tokenizer's vocabulary (a model's may be padded) are never sampled
-  int32_t image_pad_id_ = -1;  // the tokenizer's <|image_pad|>, -1 without one
-  // 0 at <|image_pad|>, 1 elsewhere (empty without one): its rows are a request's image patches, so
-  // a model never generates it (a generated one would make the conversation's next prompt invalid).
-  std::vector<uint8_t> generable_;
+  // The tokenizer's <|image_pad|>, -1 without one. Its rows are a request's image patches, so a
+  // model never generates it (a generated one would make the conversation's next prompt invalid).
+  int32_t image_pad_id_ = -1;
   std::unique_ptr<GrammarVocabulary> grammar_vocabulary_;  // built for the first constrained request
   std::deque<std::unique_ptr<Active>> waiting_;
   std::vector<std::unique_ptr<Active>> running_;
