@@ -12,32 +12,54 @@
 namespace hyla {
 
 LongCtxSampler::LongCtxSampler(const std::vector<std::string>& tasks, const std::string& haystack_file,
-                               const Tokenizer& tokenizer, uint64_t training_seed)
+                               const Tokenizer& tokenizer, uint64_t training_seed,
+                               const std::map<std::string, double>& weights)
     : tokenizer_(tokenizer),
       haystack_(read_file(haystack_file), tokenizer),
       seed_(hash_string(fmt::format("hyla-longctx-train|{}", training_seed))) {
-  for (const std::string& name : tasks) tasks_.push_back(longctx_task(name));
+  for (const std::string& name : tasks) {
+    tasks_.push_back(longctx_task(name));
+    const auto weight = weights.find(name);
+    weights_.push_back(weight == weights.end() ? 1.0 : weight->second);
+  }
 }
+
+const LongCtxSampler::StageTasks& LongCtxSampler::stage_tasks(int64_t seq_len, const std::vector<std::string>& tasks) {
+  const auto known = stages_.find({seq_len, tasks});
+  if (known != stages_.end()) return known->second;
+  StageTasks stage;
+  double sum = 0;
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), tasks_[t].name) == tasks.end()) continue;
+    try {
+      make_longctx_sample(tasks_[t], haystack_, tokenizer_, seq_len, 0.5, seed_, 0);
+    } catch (const Error& e) {
+      throw Error(fmt::format("longctx: task {} does not fit a sequence of {} tokens (the stage's seq_len): {}; leave "
+                              "it out of the stage's longctx_tasks",
+                              tasks_[t].name, seq_len, e.what()));
+    }
+    stage.tasks.push_back(t);
+    stage.cumulative_weights.push_back(sum += weights_[t]);
+  }
+  HYLA_CHECK(!stage.tasks.empty(), "longctx: none of the tasks {} is the sampler's", fmt::join(tasks, ", "));
+  return stages_.emplace(std::pair{seq_len, tasks}, std::move(stage)).first->second;
+}
+
+void LongCtxSampler::check_fit(int64_t seq_len, const std::vector<std::string>& tasks) { stage_tasks(seq_len, tasks); }
 
 void LongCtxSampler::next(int64_t rows, int64_t seq_len, const std::vector<std::string>& tasks, ImageSequences& out) {
   out.clear();
-  std::vector<size_t>& fitting = fitting_[{seq_len, tasks}];
-  if (fitting.empty()) {
-    for (size_t t = 0; t < tasks_.size(); ++t) {
-      if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), tasks_[t].name) == tasks.end()) continue;
-      try {
-        make_longctx_sample(tasks_[t], haystack_, tokenizer_, seq_len, 0.5, seed_, 0);
-        fitting.push_back(t);
-      } catch (const Error&) {  // the task needs more than seq_len tokens: left out of this stage
-      }
-    }
-    HYLA_CHECK(!fitting.empty(), "longctx: no task {}fits a sequence of {} tokens (the stage's seq_len)",
-               tasks.empty() ? "" : fmt::format("of {} ", fmt::join(tasks, ", ")), seq_len);
-  }
+  const StageTasks& stage = stage_tasks(seq_len, tasks);
   const int32_t end = tokenizer_.special_id("<|endoftext|>");
   do {
     Rng rng(seed_ ^ (drawn_ * 0x9e3779b97f4a7c15ull));
-    const LongCtxTask& task = tasks_[fitting[rng.below(fitting.size())]];
+    // One task draws nothing, so a single-task stream does not depend on the weights.
+    size_t pick = 0;
+    if (stage.tasks.size() > 1) {
+      const double u = rng.uniform() * stage.cumulative_weights.back();
+      while (pick + 1 < stage.tasks.size() && u >= stage.cumulative_weights[pick]) ++pick;
+    }
+    const LongCtxTask& task = tasks_[stage.tasks[pick]];
     const LongCtxSample sample =
         make_longctx_sample(task, haystack_, tokenizer_, seq_len, rng.uniform(), seed_, drawn_++);
     std::vector<int32_t> ids = sample.prompt;

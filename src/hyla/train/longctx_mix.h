@@ -18,12 +18,16 @@ namespace hyla {
 
 class LongCtxSampler {
  public:
-  // Reads the haystack text; the tokenizer must outlive the sampler.
+  // Reads the haystack text; the tokenizer must outlive the sampler. `weights`: a task's chance of
+  // being drawn relative to the others (1 for a task it does not name).
   LongCtxSampler(const std::vector<std::string>& tasks, const std::string& haystack_file, const Tokenizer& tokenizer,
-                 uint64_t training_seed);
-  // Samples of `seq_len` tokens (tasks drawn uniformly among `tasks` that fit it, depths
-  // uniformly) until they hold `rows` rows, at least one sample. `tasks` names a subset of the
-  // sampler's tasks; empty: all of them.
+                 uint64_t training_seed, const std::map<std::string, double>& weights = {});
+  // Fails, naming the task, unless every one of `tasks` (a subset of the sampler's; empty: all of
+  // them) fits a sequence of `seq_len` tokens. A stage that lists a task it can never draw would
+  // otherwise train without it in silence.
+  void check_fit(int64_t seq_len, const std::vector<std::string>& tasks);
+  // Samples of `seq_len` tokens (tasks drawn among `tasks` by weight, depths uniformly) until they
+  // hold `rows` rows, at least one sample. `tasks` as for check_fit, which it implies.
   void next(int64_t rows, int64_t seq_len, const std::vector<std::string>& tasks, ImageSequences& out);
   uint64_t drawn() const { return drawn_; }
   nlohmann::json state() const { return {{"drawn", drawn_}}; }
@@ -33,10 +37,16 @@ class LongCtxSampler {
   const Tokenizer& tokenizer_;
   Haystack haystack_;
   std::vector<LongCtxTask> tasks_;
+  std::vector<double> weights_;  // by task index
   uint64_t seed_;
   uint64_t drawn_ = 0;
-  // By seq_len and task subset: the indexes of the tasks whose samples fit it.
-  std::map<std::pair<int64_t, std::vector<std::string>>, std::vector<size_t>> fitting_;
+  // The tasks a stage draws from: their indexes and cumulative weights.
+  struct StageTasks {
+    std::vector<size_t> tasks;
+    std::vector<double> cumulative_weights;
+  };
+  const StageTasks& stage_tasks(int64_t seq_len, const std::vector<std::string>& tasks);
+  std::map<std::pair<int64_t, std::vector<std::string>>, StageTasks> stages_;  // by seq_len and task list
 };
 
 }  // namespace hyla

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "hyla/core/error.h"
 #include "hyla/data/image_batches.h"
 #include "hyla/eval/next_token_input.h"
 #include "hyla/train/agent_mix.h"
@@ -62,9 +63,12 @@ class ImageRows final : public SampledRows<ImageRecordSampler> {
 class LongCtxRows final : public SampledRows<LongCtxSampler> {
  public:
   LongCtxRows(const TrainConfig& c, const Tokenizer& tokenizer)
-      : SampledRows(c.longctx_tasks, c.longctx_haystack, tokenizer, c.seed), config_(c) {
-    fmt::print("longctx: {} ({}), {:g} rows per text row where a stage sets none, one sample per stage length\n",
-               fmt::join(c.longctx_tasks, ", "), c.longctx_haystack, c.longctx_ratio);
+      : SampledRows(c.longctx_tasks, c.longctx_haystack, tokenizer, c.seed, c.longctx_weights), config_(c) {
+    fmt::print("longctx: {} ({}), {:g} rows per text row where a stage sets none, one sample per stage length{}\n",
+               fmt::join(c.longctx_tasks, ", "), c.longctx_haystack, c.longctx_ratio,
+               c.longctx_weights.empty() ? "" : fmt::format(", tasks weighted {}", c.longctx_weights));
+    for (int64_t stage = 0; stage < int64_t(c.curriculum.size()); ++stage)
+      if (c.longctx_ratio_of(stage) > 0) sampler_.check_fit(c.curriculum[size_t(stage)].seq_len, c.longctx_tasks_of(stage));
   }
   const char* name() const override { return "longctx"; }
   int64_t rows(int64_t stage, double text_rows) const override {
@@ -76,9 +80,12 @@ class LongCtxRows final : public SampledRows<LongCtxSampler> {
     append_image_sequences(in, sequences_, in.image_pad_id);
   }
   bool runs_at_stage_length() const override { return true; }
+  double loss_share(int64_t stage) const override { return config_.longctx_answer_share_of(stage); }
   std::string stage_note(int64_t stage) const override {
-    return fmt::format(", longctx {:g} rows per text row of {}", config_.longctx_ratio_of(stage),
-                       fmt::join(config_.longctx_tasks_of(stage), ", "));
+    const double share = loss_share(stage);
+    return fmt::format(", longctx {:g} rows per text row of {}{}", config_.longctx_ratio_of(stage),
+                       fmt::join(config_.longctx_tasks_of(stage), ", "),
+                       share == -1 ? "" : fmt::format(" (answers {:g}% of the loss)", 100 * share));
   }
 
  private:
@@ -104,6 +111,40 @@ class AgentRows final : public SampledRows<AgentDemoSampler> {
 };
 
 }  // namespace
+
+void apply_loss_shares(ModelInput& in, const std::vector<LossShare>& shares) {
+  const int64_t n = int64_t(in.targets.size());
+  std::vector<int64_t> owner(size_t(n), -1);  // the share range of each row, -1: the rest
+  double shared = 0;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    const LossShare& s = shares[i];
+    HYLA_ASSERT(s.first >= 0 && s.first <= s.end && s.end <= n);
+    if (s.share == -1) continue;
+    HYLA_ASSERT(s.share > 0 && s.share < 1);
+    for (int64_t r = s.first; r < s.end; ++r) owner[size_t(r)] = int64_t(i);
+  }
+  std::vector<int64_t> scored(shares.size(), 0);
+  int64_t rest = 0, total = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (in.targets[size_t(r)] < 0) continue;
+    ++total;
+    if (owner[size_t(r)] < 0) ++rest;
+    else ++scored[size_t(owner[size_t(r)])];
+  }
+  for (size_t i = 0; i < shares.size(); ++i)
+    if (scored[i] > 0) shared += shares[i].share;
+  if (shared == 0) return;
+  HYLA_ASSERT(shared < 1 || rest == 0);
+  const double scale = rest > 0 ? 1.0 : 1.0 / shared;  // nothing else scored: the shares make up the whole
+  if (in.loss_weights.empty()) in.loss_weights.assign(size_t(n), 1.0f);
+  for (int64_t r = 0; r < n; ++r) {
+    if (in.targets[size_t(r)] < 0) continue;
+    const int64_t i = owner[size_t(r)];
+    const double factor = i < 0 ? (1 - shared) * double(total) / double(rest)
+                                : scale * shares[size_t(i)].share * double(total) / double(scored[size_t(i)]);
+    in.loss_weights[size_t(r)] *= float(factor);
+  }
+}
 
 std::vector<std::unique_ptr<RowSource>> make_row_sources(const TrainConfig& c, const std::vector<std::string>& images_dirs,
                                                          const Tokenizer& tokenizer, const VisionConfig& vision) {

@@ -32,11 +32,27 @@ class RowSource {
   // Whether its rows run at the stage's sequence length (they then count in the run's FLOPs
   // estimate); rows of their own, shorter lengths do not.
   virtual bool runs_at_stage_length() const { return false; }
+  // The share of the micro-batch's loss this source's scored rows carry at `stage`, in (0, 1), or
+  // -1: each of its scored rows counts as one, as a text row does.
+  virtual double loss_share(int64_t /*stage*/) const { return -1; }
   // What the stage announcement adds about this source (", ..."), or nothing.
   virtual std::string stage_note(int64_t /*stage*/) const { return {}; }
   virtual nlohmann::json state() const = 0;
   virtual void set_state(const nlohmann::json& state) = 0;
 };
+
+// Rows [first, end) of a micro-batch and the share of its loss they carry (RowSource::loss_share).
+struct LossShare {
+  int64_t first = 0, end = 0;
+  double share = -1;
+};
+
+// Sets `in.loss_weights` so that the scored rows of each range with a share carry that share of
+// the micro-batch's loss and the other scored rows the rest, the weights summing to the number of
+// scored rows (a mean stays a mean). A range without scored rows carries nothing, and its share
+// goes to the rest; where nothing else is scored, the shares are scaled to sum to 1. Ranges
+// whose share is -1 are left as they are. The shares must sum to less than 1.
+void apply_loss_shares(ModelInput& in, const std::vector<LossShare>& shares);
 
 // The sources `config` asks for, in the order their rows join a micro-batch (images, long
 // context, agent demonstrations), each announced on stdout. `images_dirs` are `--images`; the

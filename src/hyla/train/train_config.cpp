@@ -55,6 +55,7 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
       s.read("lr_scale", stage.lr_scale);
       s.read("longctx_ratio", stage.longctx_ratio);
       s.read("longctx_tasks", stage.longctx_tasks);
+      s.read("longctx_answer_share", stage.longctx_answer_share);
       s.finish();
       c.curriculum.push_back(stage);
     }
@@ -95,6 +96,15 @@ TrainConfig TrainConfig::from_json(const json& j, const std::string& source) {
   longctx.read("ratio", c.longctx_ratio);
   longctx.read("tasks", c.longctx_tasks);
   longctx.read("haystack", c.longctx_haystack);
+  longctx.read("answer_share", c.longctx_answer_share);
+  if (longctx.has("weights")) {
+    const json& weights = longctx.raw("weights");
+    if (!weights.is_object()) longctx.fail_rule("longctx.weights must be an object: task name -> weight");
+    for (const auto& [task, weight] : weights.items()) {
+      if (!weight.is_number()) longctx.fail_rule(fmt::format("longctx.weights.{} must be a number", task));
+      c.longctx_weights[task] = weight.get<double>();
+    }
+  }
   longctx.finish();
   JsonFields agent = f.object("agent");
   agent.read("ratio", c.agent_ratio);
@@ -137,6 +147,13 @@ void TrainConfig::validate(const std::string& source) const {
     if (!s.longctx_tasks.empty())
       rule(longctx_ratio > 0,
            fmt::format("{}.longctx_tasks is set but longctx.ratio is 0: set longctx (ratio, tasks, haystack) first", at));
+    if (s.longctx_answer_share != -1) {
+      rule(longctx_ratio > 0,
+           fmt::format("{}.longctx_answer_share is set but longctx.ratio is 0: set longctx (ratio, tasks, haystack) first", at));
+      rule(s.longctx_answer_share > 0 && s.longctx_answer_share < 1,
+           fmt::format("{}.longctx_answer_share ({}) must lie in (0, 1) (or -1: longctx.answer_share)", at,
+                       s.longctx_answer_share));
+    }
     for (const std::string& task : s.longctx_tasks)
       rule(std::find(longctx_tasks.begin(), longctx_tasks.end(), task) != longctx_tasks.end(),
            fmt::format("{}.longctx_tasks: '{}' is not in longctx.tasks ({})", at, task, fmt::join(longctx_tasks, ", ")));
@@ -181,6 +198,14 @@ void TrainConfig::validate(const std::string& source) const {
       }
     }
   }
+  rule(longctx_answer_share == -1 || (longctx_answer_share > 0 && longctx_answer_share < 1),
+       fmt::format("longctx.answer_share ({}) must lie in (0, 1) (or -1: every scored token counts once)",
+                   longctx_answer_share));
+  for (const auto& [task, weight] : longctx_weights) {
+    rule(std::find(longctx_tasks.begin(), longctx_tasks.end(), task) != longctx_tasks.end(),
+         fmt::format("longctx.weights: '{}' is not in longctx.tasks ({})", task, fmt::join(longctx_tasks, ", ")));
+    rule(std::isfinite(weight) && weight > 0, fmt::format("longctx.weights.{} ({}) must be positive", task, weight));
+  }
   rule(zero_stage == 0 || zero_stage == 1, fmt::format("distributed.zero_stage ({}) must be 0 or 1", zero_stage));
   rule(expert_parallel >= 1, fmt::format("distributed.expert_parallel ({}) must be >= 1", expert_parallel));
   rule(expert_parallel == 1 || zero_stage == 0, "distributed.zero_stage 1 does not combine with expert_parallel > 1 yet");
@@ -213,6 +238,11 @@ const std::vector<std::string>& TrainConfig::longctx_tasks_of(int64_t stage) con
   return own.empty() ? longctx_tasks : own;
 }
 
+double TrainConfig::longctx_answer_share_of(int64_t stage) const {
+  const double own = curriculum[size_t(stage)].longctx_answer_share;
+  return own == -1 ? longctx_answer_share : own;
+}
+
 int64_t TrainConfig::stage_of(int64_t step) const {
   int64_t end = 0;
   for (size_t i = 0; i < curriculum.size(); ++i) {
@@ -229,6 +259,7 @@ json TrainConfig::to_json() const {
                       {"lr_scale", s.lr_scale}});
     if (s.longctx_ratio != -1) stages.back()["longctx_ratio"] = s.longctx_ratio;
     if (!s.longctx_tasks.empty()) stages.back()["longctx_tasks"] = s.longctx_tasks;
+    if (s.longctx_answer_share != -1) stages.back()["longctx_answer_share"] = s.longctx_answer_share;
   }
   json augment_json = json::array();
   for (const ImageAugment& a : image_augment) augment_json.push_back({{"flip", a.flip}, {"shift", a.shift}});
@@ -251,7 +282,12 @@ json TrainConfig::to_json() const {
             {"temperature", sample_temperature}}},
           {"max_bad_steps", max_bad_steps},
           {"images", {{"ratio", image_ratio}, {"weights", image_weights}, {"augment", augment_json}}},
-          {"longctx", {{"ratio", longctx_ratio}, {"tasks", longctx_tasks}, {"haystack", longctx_haystack}}},
+          {"longctx",
+           {{"ratio", longctx_ratio},
+            {"tasks", longctx_tasks},
+            {"haystack", longctx_haystack},
+            {"weights", longctx_weights},
+            {"answer_share", longctx_answer_share}}},
           {"agent", {{"ratio", agent_ratio}, {"environments", agent_environments}, {"fault_share", agent_fault_share}}},
           {"distributed", {{"zero_stage", zero_stage}, {"expert_parallel", expert_parallel}, {"bucket_mb", bucket_mb}}}};
 }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct CurriculumStage {
   // The synthetic tasks this stage draws from, a subset of longctx.tasks; empty: all of them. A
   // ladder can teach one retrieval task first and add the others once copying is learnt.
   std::vector<std::string> longctx_tasks;
+  // The share of each micro-batch's loss its long-context answers carry in this stage; -1:
+  // TRAIN.json's longctx.answer_share.
+  double longctx_answer_share = -1;
   int64_t steps() const { return (tokens + batch_tokens - 1) / batch_tokens; }
   int64_t sequences() const { return batch_tokens / seq_len; }
 };
@@ -60,10 +64,19 @@ struct TrainConfig {
   // Synthetic long-context sequences (eval/longctx_tasks.h: the suite's generators, drawn from a
   // training seed stream the evaluation never uses) join every micro-batch: this many rows per text
   // row, each sample filling the stage's seq_len, loss on its answer only. Haystacks are cut from
-  // `longctx_haystack` (a text file, one sentence a line). 0: none.
+  // `longctx_haystack` (a text file, one sentence a line). 0: none. Every task a stage lists must
+  // fit its seq_len (checked when training starts).
   double longctx_ratio = 0;
   std::vector<std::string> longctx_tasks;
   std::string longctx_haystack;
+  // A task's chance of being drawn, relative to the others a stage lists (longctx.weights; 1 for a
+  // task it does not name).
+  std::map<std::string, double> longctx_weights;
+  // The share of each micro-batch's loss the long-context answers carry, in (0, 1): their scored
+  // tokens are weighted to it and every other scored token to the rest, so the answers weigh the
+  // same at 256 tokens as at 32K, where one sample's text row would otherwise outweigh them a
+  // hundred times. -1: no weighting (every scored token counts once).
+  double longctx_answer_share = -1;
   // Agent demonstrations (agent/agent.h's expert playing the environments' train split, faults
   // injected and recovered from) join every micro-batch: this many rows per text row, in SPEC §8's
   // chat format, loss on the assistant's turns only (the SFT stage of docs/agent.md). 0: none.
@@ -89,6 +102,8 @@ struct TrainConfig {
   double longctx_ratio_of(int64_t stage) const;
   // The tasks stage `stage` draws from: its own list, else longctx.tasks.
   const std::vector<std::string>& longctx_tasks_of(int64_t stage) const;
+  // The long-context answers' share of the loss in stage `stage`: its own, else longctx.answer_share.
+  double longctx_answer_share_of(int64_t stage) const;
   // What train_step reads.
   StepSettings step_settings() const { return {precision, grad_accum, optimizer.grad_clip}; }
 };

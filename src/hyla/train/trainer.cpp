@@ -327,8 +327,15 @@ ModelInput TrainingRun::micro_batch(int64_t stage) {
   if (ranks_ > 1) keep_rows_of(windows_, world_.rank(), ranks_);
   ModelInput in = next_token_input(windows_);
   const double text_rows = double(in.ids.size());
-  for (const auto& source : sources_)
-    if (const int64_t rows = source->rows(stage, text_rows); rows > 0) source->append(in, stage, rows);
+  std::vector<LossShare> shares;
+  for (const auto& source : sources_) {
+    const int64_t rows = source->rows(stage, text_rows);
+    if (rows == 0) continue;
+    const int64_t first = int64_t(in.targets.size());
+    source->append(in, stage, rows);
+    shares.push_back({first, int64_t(in.targets.size()), source->loss_share(stage)});
+  }
+  apply_loss_shares(in, shares);
   return in;
 }
 
