@@ -26,12 +26,14 @@ namespace {
 void add_fetch(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("fetch", "Write a corpus that ships with the system as plain text");
   static std::string corpus, out;
-  cmd->add_option("corpus", corpus, "Corpus: kjv (the King James Bible, via the `bible` program)")
+  cmd->add_option("corpus", corpus,
+                  "Corpus: kjv (the King James Bible, via the `bible` program) or devil (The Devil's Dictionary, "
+                  "Debian package dict-devil: the long-context suite's held-out haystack)")
       ->required()
-      ->check(CLI::IsMember({"kjv"}));
+      ->check(CLI::IsMember({"kjv", "devil"}));
   cmd->add_option("--out", out, "Output text file")->required();
   cmd->callback([] {
-    const std::string text = kjv_text();
+    const std::string text = corpus == "kjv" ? kjv_text() : devil_text();
     write_file_atomic(out, text);
     fmt::print("wrote {}: {} bytes\n", out, text.size());
   });

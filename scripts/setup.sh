@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin       # multi-process runs
   clang libclang-rt-14-dev         # libFuzzer target (scripts/fuzz.sh)
   bible-kjv dataset-fashion-mnist  # demo corpora
+  dict-devil                       # the long-context suite's held-out haystack
   fonts-dejavu-core                # the fonts `hyla data prepare-documents` draws with
   curl                             # end-to-end server tests
   util-linux                       # flock around the tests' one npm install

@@ -79,6 +79,28 @@ TEST(Corpus, KjvFromTheBibleProgram) {
   EXPECT_EQ(text.find("Ge1:"), std::string::npos);
 }
 
+TEST(Corpus, DevilTextStartsAtThePrefaceWithOneSentenceALine) {
+  const std::string dict = "00-database-short\n     The Devil's Dictionary\n\n      PREFACE\n\n"
+                           "_The Devil's Dictionary_ was begun in 1881.  It went on\nuntil 1906, \"slowly.\" Then it ended!\n\n"
+                           "ZEUS, n.  The chief of Grecian gods, adored\nby the Romans as Jupiter.\n"
+                           "    He zedjagged so wyde\n    Thet non coude pas.\n\n abcdefghijklmnopqrstuvwxyz\n";
+  EXPECT_EQ(devil_plain_text(dict),
+            "The Devil's Dictionary was begun in 1881.\nIt went on until 1906, \"slowly.\"\nThen it ended!\n\n"
+            "ZEUS, n.\nThe chief of Grecian gods, adored by the Romans as Jupiter.\nHe zedjagged so wyde Thet non coude pas.\n");
+  expect_error([] { devil_plain_text("EXCESS, n.  In morals.\n"); }, "not The Devil's Dictionary: it has no PREFACE line");
+}
+
+// Debian's dict-devil, which scripts/setup.sh installs.
+TEST(Corpus, DevilFromTheDebianPackage) {
+  const std::string text = devil_text();
+  EXPECT_GT(text.size(), 300'000u);
+  EXPECT_LT(text.size(), 400'000u);
+  EXPECT_EQ(text.rfind("The Devil's Dictionary was begun in a weekly paper in 1881, and was continued", 0), 0u);
+  EXPECT_NE(text.find("\nZOOLOGY, n.\nThe science and history of the animal kingdom"), std::string::npos);
+  EXPECT_EQ(text.find('_'), std::string::npos);
+  EXPECT_GT(documents_of(text).size(), 900u);
+}
+
 TEST(TokenShard, WritesTheDocumentedHeaderAndReadsBack) {
   test::TempDir dir;
   for (int32_t vocab : {1000, 100000}) {

@@ -1,10 +1,13 @@
 #include "hyla/data/corpus.h"
 
 #include <sys/wait.h>
+#include <zlib.h>
 
 #include <array>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 
 #include "hyla/core/error.h"
 
@@ -65,6 +68,80 @@ std::string kjv_plain_text(std::string_view output) {
 }
 
 std::string kjv_text() { return kjv_plain_text(run_bible()); }
+
+namespace {
+
+// A paragraph's text as sentences, one a line: its lines joined by single spaces, the italics
+// marks (_word_) dropped, and a break after '.', '?' or '!' (and any closing quote or bracket)
+// where a space and a capital letter or an opening quote follow.
+void append_sentences(std::string_view paragraph, std::string& out) {
+  std::string joined;
+  for (const char c : paragraph) {
+    if (c == '_') continue;
+    const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+    if (space) {
+      if (!joined.empty() && joined.back() != ' ') joined += ' ';
+    } else {
+      joined += c;
+    }
+  }
+  while (!joined.empty() && joined.back() == ' ') joined.pop_back();
+  size_t start = 0;
+  for (size_t i = 0; i < joined.size(); ++i) {
+    if (joined[i] != '.' && joined[i] != '?' && joined[i] != '!') continue;
+    size_t end = i + 1;
+    while (end < joined.size() && (joined[end] == '"' || joined[end] == '\'' || joined[end] == ')')) ++end;
+    if (end + 1 < joined.size() && joined[end] == ' ' &&
+        (std::isupper(uint8_t(joined[end + 1])) || joined[end + 1] == '"')) {
+      out.append(joined, start, end - start).append("\n");
+      start = end + 1;
+      i = end;
+    }
+  }
+  if (start < joined.size()) out.append(joined, start).append("\n");
+}
+
+}  // namespace
+
+std::string devil_plain_text(std::string_view dict) {
+  size_t preface = std::string_view::npos;
+  for (size_t at = 0; at < dict.size();) {
+    const size_t end = std::min(dict.find('\n', at), dict.size());
+    std::string_view line = dict.substr(at, end - at);
+    line.remove_prefix(std::min(line.find_first_not_of(' '), line.size()));
+    if (line == "PREFACE") {
+      preface = end;
+      break;
+    }
+    at = end + 1;
+  }
+  HYLA_CHECK(preface != std::string_view::npos, "not The Devil's Dictionary: it has no PREFACE line");
+  std::string_view rest = dict.substr(preface);
+  std::string text;
+  while (true) {
+    std::string_view paragraph = next_document(rest);
+    if (paragraph.empty()) break;
+    paragraph.remove_prefix(paragraph.find_first_not_of(" \t"));
+    if (paragraph.find_first_of(" \n") == std::string_view::npos) continue;  // the dictionary's alphabet line
+    if (!text.empty()) text += '\n';
+    append_sentences(paragraph, text);
+  }
+  HYLA_CHECK(!text.empty(), "The Devil's Dictionary holds no text after its preface heading");
+  return text;
+}
+
+std::string devil_text() {
+  const char* path = "/usr/share/dictd/devil.dict.dz";
+  HYLA_CHECK(std::filesystem::exists(path), "{} is missing (Debian package dict-devil)", path);
+  const std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path, "rb"), gzclose);
+  HYLA_CHECK(file != nullptr, "cannot open {}", path);
+  std::string dict;
+  std::array<char, 1 << 16> buffer;
+  int n = 0;
+  while ((n = gzread(file.get(), buffer.data(), unsigned(buffer.size()))) > 0) dict.append(buffer.data(), size_t(n));
+  HYLA_CHECK(n == 0 && gzeof(file.get()), "{}: corrupt or truncated gzip data", path);
+  return devil_plain_text(dict);
+}
 
 std::string_view next_document(std::string_view& rest) {
   // Skip blank lines.

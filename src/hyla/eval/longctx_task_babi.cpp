@@ -1,5 +1,6 @@
-// bAbI's stories (Weston et al., 2015) spread evenly, in order, through the essay haystack: where
-// is a person (QA1), where is an object (QA2), where was an object before a place (QA3).
+// bAbI's stories (Weston et al., 2015) at random places, in order, in the essay haystack (as
+// BABILong places them): where is a person (QA1), where is an object (QA2), where was an object
+// before a place (QA3).
 #include <fmt/format.h>
 
 #include <array>
@@ -120,7 +121,7 @@ LongCtxSample babi_sample(const SampleRequest& request, int qa) {
   const Story story = qa == 1 ? qa1_story(request.rng) : object_story(request.rng, qa == 3, 14);
   Needles n;
   n.planted = story.facts;
-  n.placement = Placement::InOrder;
+  n.placement = Placement::Spread;
   n.prefix = "Answer the question from the story told in the following text. Only give the answer.\n";
   n.suffix = fmt::format("\nQuestion: {} Answer: the", story.question);
   n.expected = {story.answer};

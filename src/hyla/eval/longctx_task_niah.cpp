@@ -1,5 +1,5 @@
 // RULER's retrieval tasks: a pass key in repeated noise, and needles "One of the special magic
-// numbers for KEY is: VALUE." in noise or the essay haystack.
+// numbers for KEY is: VALUE." in noise, in the essay haystack, or in a haystack of such needles.
 #include <fmt/format.h>
 
 #include "hyla/eval/longctx_task_parts.h"
@@ -26,6 +26,19 @@ std::string needles_instruction(const char* what) {
   return fmt::format("Some special magic {} are hidden within the following text. Make sure to memorize it. I will "
                      "quiz you about the {} afterwards.\n",
                      what, what);
+}
+
+// RULER's preamble where one needle is hidden. `noun`: "number" or "uuid".
+std::string needle_instruction(const char* noun) {
+  return fmt::format("A special magic {} is hidden within the following text. Make sure to memorize it. I will quiz "
+                     "you about the {} afterwards.\n",
+                     noun, noun);
+}
+
+std::string one_value_question(const char* noun, const std::string& key) {
+  return fmt::format("\nWhat is the special magic {} for {} mentioned in the provided text? The special magic {} for {} "
+                     "mentioned in the provided text is",
+                     noun, key, noun, key);
 }
 
 // Needles that each carry a new 7-digit number for keys[k % keys.size()], all expected.
@@ -70,12 +83,32 @@ LongCtxSample single_needle_sample(const SampleRequest& request, Filler filler, 
     n.planted.push_back(needle(key, v, what));
   }
   n.placement = Placement::AtDepth;
-  n.prefix = needles_instruction(what);
   const char* noun = uuid ? "uuid" : "number";
-  n.suffix = fmt::format("\nWhat is the special magic {} for {} mentioned in the provided text? The special magic {} "
-                         "for {} mentioned in the provided text is",
-                         noun, drawn[0], noun, drawn[0]);
+  n.prefix = keys == 1 ? needle_instruction(noun) : needles_instruction(what);
+  n.suffix = one_value_question(noun, drawn[0]);
   return haystack_sample(request, filler, n);
+}
+
+LongCtxSample needle_haystack_sample(const SampleRequest& request, NeedleValue value) {
+  Rng& rng = request.rng;
+  const bool uuid = value == NeedleValue::Uuid;
+  const char* what = uuid ? "uuids" : "numbers";
+  const std::vector<std::string>& words = request.haystack.words();
+  auto new_value = [&] { return uuid ? random_uuid(rng) : random_digits(rng, 7); };
+  const std::string key = uuid ? random_uuid(rng) : words[rng.below(words.size())];
+  Needles n;
+  n.expected = {new_value()};
+  n.planted = {needle(key, n.expected[0], what)};
+  n.placement = Placement::AtDepth;
+  n.prefix = needles_instruction(what);
+  n.suffix = one_value_question(uuid ? "uuid" : "number", key);
+  n.filler_sentence = [&, key, what] {
+    std::string other;
+    do other = uuid ? random_uuid(rng) : words[rng.below(words.size())];
+    while (other == key);
+    return needle(other, new_value(), what);
+  };
+  return haystack_sample(request, Filler::Generated, n);
 }
 
 LongCtxSample multivalue_sample(const SampleRequest& request) {

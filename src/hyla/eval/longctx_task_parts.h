@@ -5,6 +5,7 @@
 // builds the contexts; each family writes its instruction, facts, question and answers.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -29,13 +30,17 @@ struct SampleRequest {
 
 // ---- planted sentences in a haystack ----------------------------------------------------------
 
-// What fills the context around the planted sentences: RULER's repeated noise, or the haystack text.
-enum class Filler : uint8_t { Noise, Essay };
+// RULER's repeated-noise haystack: one unit, repeated.
+inline constexpr std::string_view kNoise =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+
+// What fills the context around the planted sentences: RULER's repeated noise, the haystack text,
+// or sentences the task generates (Needles::filler_sentence: RULER's haystack made of needles).
+enum class Filler : uint8_t { Noise, Essay, Generated };
 
 enum class Placement : uint8_t {
   AtDepth,  // the first at the request's depth, the others at random places
-  InOrder,  // spread evenly, in their order
-  Spread,   // at random places
+  Spread,   // at random places, in their order (BABILong's facts among the text)
 };
 
 struct Needles {
@@ -43,6 +48,7 @@ struct Needles {
   std::vector<std::string> planted;  // in the order they appear
   Placement placement = Placement::Spread;
   std::vector<std::string> expected;
+  std::function<std::string()> filler_sentence;  // Filler::Generated's next sentence
 };
 
 // The sample whose context is filler up to the length with `needles` planted in it (no filler
@@ -94,15 +100,22 @@ inline std::string random_digits(Rng& rng, int digits) {
   return s;
 }
 
+// `n` distinct indexes below `size`, in the order drawn.
+inline std::vector<size_t> distinct_indices(Rng& rng, size_t size, size_t n) {
+  HYLA_ASSERT(n <= size);
+  std::set<size_t> chosen;
+  std::vector<size_t> out;
+  while (out.size() < n) {
+    const size_t i = size_t(rng.below(size));
+    if (chosen.insert(i).second) out.push_back(i);
+  }
+  return out;
+}
+
 // `n` distinct picks from `pool`.
 inline std::vector<std::string> distinct(Rng& rng, const std::vector<std::string>& pool, size_t n) {
-  HYLA_ASSERT(n <= pool.size());
-  std::set<size_t> chosen;
   std::vector<std::string> out;
-  while (out.size() < n) {
-    const size_t i = size_t(rng.below(pool.size()));
-    if (chosen.insert(i).second) out.push_back(pool[i]);
-  }
+  for (size_t i : distinct_indices(rng, pool.size(), n)) out.push_back(pool[i]);
   return out;
 }
 
@@ -113,6 +126,9 @@ enum class NeedleValue : uint8_t { Number, Uuid };
 LongCtxSample passkey_sample(const SampleRequest& request);
 // `keys` needles with distinct keys; the first is asked, the others distract.
 LongCtxSample single_needle_sample(const SampleRequest& request, Filler filler, NeedleValue value, size_t keys);
+// RULER's niah_multikey_2/3: the asked needle at the depth, every other sentence a needle with
+// another key (a word and a number, or two UUIDs).
+LongCtxSample needle_haystack_sample(const SampleRequest& request, NeedleValue value);
 LongCtxSample multivalue_sample(const SampleRequest& request);
 LongCtxSample multiquery_sample(const SampleRequest& request);
 

@@ -1,8 +1,9 @@
-// RULER's variable tracking: chains of "VAR X = VAR Y." in noise; the answer is every variable
-// that ends up holding the first chain's value.
+// RULER's variable tracking: chains of "VAR X = VAR Y." at random places, in order, in noise; the
+// answer is every variable that ends up holding the first chain's value.
 #include <fmt/format.h>
 
 #include <charconv>
+#include <set>
 
 #include "hyla/eval/longctx_task_parts.h"
 
@@ -19,12 +20,25 @@ bool parse_variable_tracking(const std::string& name, int& chains, int& hops) {
          chains <= 4 && hops >= 1 && hops <= 16;
 }
 
-LongCtxSample variable_tracking_sample(const SampleRequest& request) {
-  int chain_count = 0, hops = 0;
-  const bool parsed = parse_variable_tracking(request.task.name, chain_count, hops);
-  HYLA_ASSERT(parsed);
-  Rng& rng = request.rng;
-  std::set<std::string> names;
+namespace {
+
+constexpr const char* kInstruction = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n";
+
+std::string question(const std::string& value, int hops) {
+  return fmt::format("\nQuestion: Find all variables that are assigned the value {} in the text above. Answer: "
+                     "According to the chain(s) of variable assignment in the text above, {} variables are "
+                     "assigned the value {}, they are:",
+                     value, hops + 1, value);
+}
+
+// `chain_count` chains of `hops` assignments after their value, interleaved (each in its own
+// order); the variables are new to `names`. `expected`: the first chain's variables.
+struct Chains {
+  std::vector<std::string> sentences, expected;
+  std::string value;  // the first chain's
+};
+
+Chains make_chains(Rng& rng, std::set<std::string>& names, int chain_count, int hops) {
   auto new_name = [&] {
     for (;;) {
       std::string n(5, 'A');
@@ -32,7 +46,7 @@ LongCtxSample variable_tracking_sample(const SampleRequest& request) {
       if (names.insert(n).second) return n;
     }
   };
-  Needles n;
+  Chains out;
   std::vector<std::vector<std::string>> chains(static_cast<size_t>(chain_count));
   std::vector<std::string> values;
   for (auto& chain : chains) {
@@ -42,27 +56,45 @@ LongCtxSample variable_tracking_sample(const SampleRequest& request) {
     values.push_back(value);
     std::string previous = new_name();
     chain.push_back(fmt::format("VAR {} = {}.", previous, value));
-    if (&chain == &chains[0]) n.expected.push_back(previous);
+    if (&chain == &chains[0]) out.expected.push_back(previous);
     for (int h = 0; h < hops; ++h) {
       const std::string next = new_name();
       chain.push_back(fmt::format("VAR {} = VAR {}.", next, previous));
-      if (&chain == &chains[0]) n.expected.push_back(next);
+      if (&chain == &chains[0]) out.expected.push_back(next);
       previous = next;
     }
   }
-  // Interleave the chains, each in its own order.
   std::vector<size_t> taken(chains.size(), 0);
   for (size_t left = size_t(chain_count) * size_t(hops + 1); left > 0; --left) {
     size_t c = size_t(rng.below(chains.size()));
     while (taken[c] == chains[c].size()) c = (c + 1) % chains.size();
-    n.planted.push_back(chains[c][taken[c]++]);
+    out.sentences.push_back(chains[c][taken[c]++]);
   }
-  n.placement = Placement::InOrder;
-  n.prefix = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n";
-  n.suffix = fmt::format("\nQuestion: Find all variables that are assigned the value {} in the text above. Answer: "
-                         "According to the chain(s) of variable assignment in the text above, {} variables are "
-                         "assigned the value {}, they are:",
-                         values[0], hops + 1, values[0]);
+  out.value = values[0];
+  return out;
+}
+
+}  // namespace
+
+// RULER's one-shot form: after the instruction, a worked example (chains of the same shape, no
+// noise, the question and its answer), then the task's context and question.
+LongCtxSample variable_tracking_sample(const SampleRequest& request) {
+  int chain_count = 0, hops = 0;
+  const bool parsed = parse_variable_tracking(request.task.name, chain_count, hops);
+  HYLA_ASSERT(parsed);
+  std::set<std::string> names;
+  const Chains example = make_chains(request.rng, names, chain_count, hops);
+  const Chains task = make_chains(request.rng, names, chain_count, hops);
+  std::string shown;
+  for (const std::string& sentence : example.sentences) shown += " " + sentence;
+  LongCtxSample worked;
+  worked.expected = example.expected;
+  Needles n;
+  n.planted = task.sentences;
+  n.expected = task.expected;
+  n.placement = Placement::Spread;
+  n.prefix = fmt::format("{}{}{} {}\n", kInstruction, shown, question(example.value, hops), longctx_answer(worked));
+  n.suffix = question(task.value, hops);
   return haystack_sample(request, Filler::Noise, n);
 }
 

@@ -34,6 +34,12 @@ const std::array kTasks = {
           [](const SampleRequest& r) { return single_needle_sample(r, Filler::Essay, NeedleValue::Uuid, 1); }},
     Named{"niah_multikey", LongCtxTier::Retrieval, true, 16, "the asked needle among 3 distractor needles with other keys",
           [](const SampleRequest& r) { return single_needle_sample(r, Filler::Essay, NeedleValue::Number, 4); }},
+    Named{"niah_multikey_2", LongCtxTier::Retrieval, true, 16,
+          "word -> 7-digit number in a haystack made of such needles for other words",
+          [](const SampleRequest& r) { return needle_haystack_sample(r, NeedleValue::Number); }},
+    Named{"niah_multikey_3", LongCtxTier::Retrieval, true, 40,
+          "UUID -> UUID in a haystack made of such needles for other UUIDs",
+          [](const SampleRequest& r) { return needle_haystack_sample(r, NeedleValue::Uuid); }},
     Named{"niah_multivalue", LongCtxTier::Retrieval, false, 48, "one key with 4 values, all expected",
           multivalue_sample},
     Named{"niah_multiquery", LongCtxTier::Retrieval, false, 48, "4 keys asked at once, all values expected",
@@ -53,8 +59,9 @@ const std::array kTasks = {
           [](const SampleRequest& r) { return babi_sample(r, 2); }},
     Named{"qa3", LongCtxTier::Synthesis, false, 12, "bAbI QA3: where was an object before a place (its path)",
           [](const SampleRequest& r) { return babi_sample(r, 3); }},
-    Named{"mqar", LongCtxTier::Synthesis, false, 32,
-          "multi-query associative recall: the values of 4 keys among key-value pairs filling the context",
+    Named{"mqar", LongCtxTier::Synthesis, false, 56,
+          "multi-query associative recall: one-token key-value pairs fill the context (noise after 256 of them); 16 "
+          "keys asked, each answered with its value and scored",
           associative_recall_sample},
 };
 
@@ -69,9 +76,6 @@ bool is_variable_tracking(const std::string& name) {
   int chains = 0, hops = 0;
   return parse_variable_tracking(name, chains, hops);
 }
-
-// RULER's repeated-noise haystack: one unit, repeated.
-constexpr std::string_view kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 
 // The context as planted sentences (owned ids) placed among haystack sentences (views).
 struct Context {
@@ -107,9 +111,6 @@ std::vector<size_t> positions(const SampleRequest& request, Placement placement,
     case Placement::AtDepth:
       at = {size_t(std::llround(request.depth * double(n)))};
       for (size_t i = 1; i < count; ++i) at.push_back(size_t(request.rng.below(n + 1)));
-      break;
-    case Placement::InOrder:
-      for (size_t i = 0; i < count; ++i) at.push_back(size_t(std::llround(double(i + 1) * double(n) / double(count + 1))));
       break;
     case Placement::Spread:  // several may share a place
       at.resize(count);
@@ -183,6 +184,10 @@ Haystack::Haystack(std::string_view text, const Tokenizer& tokenizer) {
   HYLA_CHECK(words.size() >= 64, "the haystack text has {} distinct words of 3-10 letters; the tasks need at least 64",
              words.size());
   words_.assign(words.begin(), words.end());
+  std::vector<std::pair<size_t, std::string>> by_tokens;
+  for (const std::string& w : words_) by_tokens.emplace_back(tokenizer.encode(" " + w).size(), w);
+  std::sort(by_tokens.begin(), by_tokens.end());
+  for (size_t i = 0; i < std::min<size_t>(by_tokens.size(), 1024); ++i) short_words_.push_back(by_tokens[i].second);
 }
 
 std::vector<int32_t>::const_iterator Haystack::begin(int64_t i) const {
@@ -228,17 +233,20 @@ LongCtxSample haystack_sample(const SampleRequest& request, Filler filler, const
                          int64_t(tokenizer.encode(needles.suffix).size()) - planted_tokens - 16;
   HYLA_CHECK(budget >= 0, "{} needs at least {} tokens, more than the length {}", request.task.name,
              request.length - budget, request.length);
-  Context context;  // views into the haystack and `noise`
+  Context context;  // views into the haystack, `noise` and `generated`
   const std::vector<int32_t> noise =
       filler == Filler::Noise ? tokenizer.encode(" " + std::string(kNoise)) : std::vector<int32_t>();
+  std::vector<std::vector<int32_t>> generated;  // each inner buffer stays put as the outer one grows
+  HYLA_ASSERT(filler != Filler::Generated || needles.filler_sentence);
   if (!request.no_context) {
     const Haystack& haystack = request.haystack;
     int64_t used = 0;
     int64_t next = int64_t(request.rng.below(uint64_t(haystack.sentences())));
     for (;;) {
-      std::span<const int32_t> piece = filler == Filler::Noise
-                                           ? std::span<const int32_t>(noise)
-                                           : std::span<const int32_t>(&*haystack.begin(next), size_t(haystack.tokens(next)));
+      std::span<const int32_t> piece;
+      if (filler == Filler::Noise) piece = noise;
+      else if (filler == Filler::Essay) piece = std::span<const int32_t>(&*haystack.begin(next), size_t(haystack.tokens(next)));
+      else piece = generated.emplace_back(tokenizer.encode(" " + needles.filler_sentence()));
       if (used + int64_t(piece.size()) > budget) break;
       context.filler.push_back(piece);
       used += int64_t(piece.size());

@@ -19,7 +19,7 @@
 
 namespace hyla {
 
-inline constexpr const char* kLongCtxGenerator = "hyla-longctx-1";
+inline constexpr const char* kLongCtxGenerator = "hyla-longctx-2";
 
 enum class LongCtxTier : uint8_t { Retrieval, Synthesis };
 const char* to_string(LongCtxTier tier);  // "retrieval", "synthesis"
@@ -49,11 +49,14 @@ class Haystack {
   int64_t tokens(int64_t i) const;
   // The text's distinct lower-case words of 3–10 letters, sorted: the keys and the common words.
   const std::vector<std::string>& words() const { return words_; }
+  // The 1024 words (or all, if fewer) that take the fewest tokens after a space, by tokens then
+  // alphabetically: MQAR's keys and values. One token each under a tokenizer trained on such text.
+  const std::vector<std::string>& short_words() const { return short_words_; }
 
  private:
   std::vector<int32_t> ids_;
   std::vector<int64_t> offsets_;
-  std::vector<std::string> words_;
+  std::vector<std::string> words_, short_words_;
 };
 
 struct LongCtxSample {
