@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Agents end to end (docs/agent.md), base -> SFT -> RL -> evaluation:
-# 1. scripts/base.sh: a base model that can copy (KJV + dense pass keys; ~13 min);
+# 1. scripts/base.sh: a base model that can copy (KJV + dense pass keys; ~15 min);
 # 2. SFT from it (configs/train-agent-sft.json): expert demonstrations of calculator and lookup,
 #    faults off, pass keys kept in the mix (~22 min); scripts/sft-pick.sh then takes the first
 #    checkpoint whose dev pass@1 at temperature 1 lies in [20%, 40%] with pass@8 >= pass@1 + 20;
