@@ -47,7 +47,7 @@ void add_eval_longctx(CLI::App& eval) {
   static std::vector<double> depths = {0, 0.25, 0.5, 0.75, 1};
   static int64_t samples = 0, max_sequences = 8, prefill_chunk = 2048;
   static uint64_t seed = 1;
-  static bool print_json = false, no_control = false;
+  static bool print_json = false, no_control = false, paraphrase = false;
   auto* model_option = cmd->add_option("-m,--model", model_dir, "Model directory");
   auto* server_option = cmd->add_option("--server", server, "Ask a running `hyla serve` instead (http://host:port), "
                                                             "with the same token ids through /v1/completions");
@@ -67,6 +67,9 @@ void add_eval_longctx(CLI::App& eval) {
                                                "(hyla data fetch kjv --out data/kjv.txt)");
   cmd->add_option("--train-text", train_text_file, "The model's training text: checks that no planted sentence is in it");
   cmd->add_flag("--no-control", no_control, "Skip the no-context control");
+  cmd->add_flag("--paraphrase", paraphrase,
+                "Paraphrased templates: every instruction, planted sentence and question in other words than "
+                "RULER's (the ones training draws), the same keys, values and places");
   cmd->add_option("--max-sequences", max_sequences, "Sequences decoded together (fewer where --memory says)")
       ->check(positive());
   cmd->add_option("--memory", memory, "State memory all sequences of a length may take (e.g. 4GiB)");
@@ -86,6 +89,7 @@ void add_eval_longctx(CLI::App& eval) {
     o.depths = depths;
     o.samples = samples;
     o.seed = seed;
+    o.wording = paraphrase ? LongCtxWording::Paraphrased : LongCtxWording::Ruler;
     o.max_sequences = max_sequences;
     const std::optional<int64_t> budget = parse_byte_size(memory);
     HYLA_CHECK(budget && *budget > 0, "--memory {}: give bytes with a unit (e.g. 4GiB)", memory);
@@ -113,8 +117,8 @@ void add_eval_longctx(CLI::App& eval) {
       fmt::print("{}\n", json);
       return;
     }
-    fmt::print("generator {}, seed {}, model {}, haystack {}\n", result.generator, result.seed, result.model,
-               result.haystack);
+    fmt::print("generator {}, seed {}, wording {}, model {}, haystack {}\n", result.generator, result.seed,
+               to_string(result.wording), result.model, result.haystack);
     auto cell_text = [](const LongCtxCell& c) {
       const Interval ci = wilson_interval(c.correct, c.samples);
       return fmt::format("{:5.1f}% [{:.1f}, {:.1f}] n={}", 100 * c.accuracy(), 100 * ci.low, 100 * ci.high, c.samples);

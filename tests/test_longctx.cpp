@@ -58,8 +58,9 @@ const Haystack& haystack() {
 }
 
 LongCtxSample sample(const std::string& task, int64_t length, double depth = 0.5, uint64_t index = 0,
-                     bool no_context = false) {
-  return make_longctx_sample(longctx_task(task), haystack(), test::small_tokenizer(), length, depth, 3, index, no_context);
+                     bool no_context = false, LongCtxWording wording = LongCtxWording::Ruler) {
+  return make_longctx_sample(longctx_task(task), haystack(), test::small_tokenizer(), length, depth, 3, index, no_context,
+                             wording);
 }
 
 std::string text_of(const LongCtxSample& s) { return test::small_tokenizer().decode(s.prompt); }
@@ -131,14 +132,15 @@ std::string solve_story(const std::string& text) {
 // What a perfect reader answers, from the prompt's text alone.
 std::set<std::string> solve(const std::string& task, const std::string& text) {
   const std::string q = question_of(text);
-  if (task == "passkey") return {all_matches(text, R"(The pass key is (\d+)\. Remember it)").at(0)};
+  if (task == "passkey") return {all_matches(text, R"((?:The pass key|The secret code) is (\d+)\. (?:Remember|Keep))").at(0)};
   if (task.rfind("niah", 0) == 0) {
     std::map<std::string, std::vector<std::string>> values;
-    const std::regex needle(R"(One of the special magic (?:numbers|uuids) for ([\w-]+) is: ([0-9a-f-]+)\.)");
+    const std::regex needle(
+        R"((?:One of the special magic (?:numbers|uuids) for|A hidden (?:number|uuid) that goes with) ([\w-]+) is:? ([0-9a-f-]+)\.)");
     for (auto it = std::sregex_iterator(text.begin(), text.end(), needle); it != std::sregex_iterator(); ++it)
       values[(*it)[1]].push_back((*it)[2]);
-    // The asked keys: "for KEY mentioned", or "for K1, K2, K3, and K4 mentioned".
-    std::string asked = all_matches(q, R"(for (.+?) mentioned)").at(0);
+    // The asked keys: "for KEY mentioned", "with KEY in the text", or "for K1, K2, K3, and K4 mentioned".
+    std::string asked = all_matches(q, R"((?:for|with) (.+?) (?:mentioned|in the text))").at(0);
     if (const size_t last = asked.find(", and "); last != std::string::npos) asked.replace(last, 6, ", ");
     std::set<std::string> out;
     for (const std::string& key : all_matches(asked, R"(([^, ]+))")) out.insert(values[key].begin(), values[key].end());
@@ -149,7 +151,7 @@ std::set<std::string> solve(const std::string& task, const std::string& text) {
     const std::regex statement(R"(VAR ([A-Z]{5}) = (VAR ([A-Z]{5})|(\d+))\.)");
     for (auto it = std::sregex_iterator(text.begin(), text.end(), statement); it != std::sregex_iterator(); ++it)
       value[(*it)[1]] = (*it)[4].matched ? (*it)[4].str() : value.at((*it)[3]);
-    const std::string asked = all_matches(q, R"(assigned the value (\d+) in)").at(0);
+    const std::string asked = all_matches(q, R"((?:assigned|holding) the value (\d+) in)").at(0);
     std::set<std::string> out;
     for (const auto& [var, v] : value)
       if (v == asked) out.insert(var);
@@ -178,11 +180,12 @@ std::set<std::string> solve(const std::string& task, const std::string& text) {
 
 TEST(LongCtxTasks, EveryTaskFillsItsLengthAndAPerfectReaderFindsTheAnswer) {
   const Tokenizer& tok = test::small_tokenizer();
+  for (const LongCtxWording wording : {LongCtxWording::Ruler, LongCtxWording::Paraphrased})
   for (const std::string& task : default_longctx_tasks()) {
     for (const int64_t length : {2048, 4096}) {
       for (uint64_t index = 0; index < 3; ++index) {
-        SCOPED_TRACE(task + " at " + std::to_string(length) + ", sample " + std::to_string(index));
-        const LongCtxSample s = sample(task, length, 0.5, index);
+        SCOPED_TRACE(task + " at " + std::to_string(length) + ", sample " + std::to_string(index) + ", " + to_string(wording));
+        const LongCtxSample s = sample(task, length, 0.5, index, false, wording);
         const int64_t used = int64_t(s.prompt.size()) + longctx_task(task).max_tokens;
         EXPECT_LE(used, length);
         EXPECT_GE(used, length * 9 / 10);  // filled, not a short prompt
@@ -193,13 +196,27 @@ TEST(LongCtxTasks, EveryTaskFillsItsLengthAndAPerfectReaderFindsTheAnswer) {
                                    << tok.decode(std::span(whole).subspan(differ > 5 ? differ - 5 : 0, 10)) << "'";
         EXPECT_EQ(solve(task, text), std::set<std::string>(s.expected.begin(), s.expected.end()));
         EXPECT_EQ(share_found(text.substr(0, text.rfind('\n')), s.expected), 1.0) << "the answer is not in the context";
-        const LongCtxSample again = sample(task, length, 0.5, index);
+        const LongCtxSample again = sample(task, length, 0.5, index, false, wording);
         EXPECT_EQ(again.prompt, s.prompt);
         EXPECT_EQ(again.expected, s.expected);
       }
       EXPECT_NE(sample(task, length, 0.5, 0).prompt, sample(task, length, 0.5, 1).prompt);
     }
   }
+}
+
+// The paraphrased form asks the same facts in other words: the same expected answers, and neither
+// the instruction nor the question is RULER's.
+TEST(LongCtxTasks, ParaphrasedTemplatesAskTheSameFactsInOtherWords) {
+  for (const std::string& task : default_longctx_tasks()) {
+    SCOPED_TRACE(task);
+    const LongCtxSample ruler = sample(task, 2048, 0.25, 1), other = sample(task, 2048, 0.25, 1, false, LongCtxWording::Paraphrased);
+    EXPECT_EQ(other.expected, ruler.expected);
+    const std::string a = text_of(ruler), b = text_of(other);
+    EXPECT_NE(a.substr(0, a.find('\n')), b.substr(0, b.find('\n')));
+    EXPECT_NE(question_of(a), question_of(b));
+  }
+  EXPECT_EQ(std::string(to_string(LongCtxWording::Paraphrased)), "paraphrased");
 }
 
 TEST(LongCtxTasks, TheNeedleSitsAtItsDepth) {
@@ -332,6 +349,7 @@ TEST(LongCtxCli, WritesResultsAndNamesBadArguments) {
   EXPECT_NE(ok.output.find("generator hyla-longctx-2, seed 1"), std::string::npos) << ok.output;
   const nlohmann::json r = parse_json_file((out / "r.json").string());
   EXPECT_EQ(r["generator"], "hyla-longctx-2");
+  EXPECT_EQ(r["wording"], "ruler");
   EXPECT_EQ(r["cells"].size(), 2u);
   EXPECT_TRUE(std::filesystem::exists(out / "r.html"));
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{

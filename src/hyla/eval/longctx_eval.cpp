@@ -150,6 +150,7 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
 
   LongCtxResult result;
   result.seed = options.seed;
+  result.wording = options.wording;
   result.model = options.server;
   result.haystack = haystack_source;
   result.contamination_checked = !options.train_text.empty();
@@ -212,7 +213,8 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
       for (int64_t i = 0; i < samples_of(length); ++i)
         jobs.push_back({c,
                         [&haystack, &tokenizer, &options, &task, length, depth = cell.depth, i] {
-                          return make_longctx_sample(task, haystack, tokenizer, length, depth, options.seed, uint64_t(i));
+                          return make_longctx_sample(task, haystack, tokenizer, length, depth, options.seed, uint64_t(i),
+                                                     /*no_context=*/false, options.wording);
                         },
                         task.max_tokens});
     }
@@ -235,7 +237,7 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
         const double depth = options.depths[size_t(i) % options.depths.size()];
         auto make = [&haystack, &tokenizer, &options, &task = tasks[t], control_length, depth, i] {
           return make_longctx_sample(task, haystack, tokenizer, control_length, depth, options.seed, uint64_t(i),
-                                     /*no_context=*/true);
+                                     /*no_context=*/true, options.wording);
         };
         longest = std::max<int64_t>(longest, int64_t(make().prompt.size()) + tasks[t].max_tokens);
         jobs.push_back({t, make, tasks[t].max_tokens});

@@ -21,6 +21,7 @@ struct LongCtxOptions {
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};  // for tasks that place one needle
   int64_t samples = 0;     // per cell; 0: 100 up to 8K, 25 up to 128K, 5 beyond
   uint64_t seed = 1;
+  LongCtxWording wording = LongCtxWording::Ruler;
   int64_t max_sequences = 8;                  // decoded together, fewer where memory_budget says
   int64_t memory_budget = int64_t(8) << 30;   // state bytes all sequences of a length may take
   int64_t prefill_chunk = 2048;
@@ -69,6 +70,7 @@ struct LongCtxLength {
 struct LongCtxResult {
   std::string generator = kLongCtxGenerator;
   uint64_t seed = 1;
+  LongCtxWording wording = LongCtxWording::Ruler;
   std::string model;     // the server's URL; the caller names a local model
   std::string haystack;  // the haystack text's source
   std::vector<LongCtxCell> cells;       // by task, then length, then depth

@@ -144,6 +144,7 @@ std::string format_length(int64_t tokens) {
 ojson longctx_json(const LongCtxResult& result) {
   ojson out = {{"generator", result.generator},
                {"seed", result.seed},
+               {"wording", to_string(result.wording)},
                {"model", result.model},
                {"haystack", result.haystack},
                {"seconds", result.seconds}};
@@ -221,10 +222,11 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci,.n{color:#777;fo
 .maps h3{margin:12px 0 0}
 </style></head><body>)~";
   html += fmt::format(
-      "<h1>hyla eval longctx</h1><p>generator <code>{}</code>, seed {}, model <code>{}</code>, haystack <code>{}</code>, "
-      "{:.1f} s</p><p>A sample is right when every expected string is in the answer (case ignored); intervals are "
+      "<h1>hyla eval longctx</h1><p>generator <code>{}</code>, seed {}, wording {}, model <code>{}</code>, haystack "
+      "<code>{}</code>, {:.1f} s</p><p>A sample is right when every expected string is in the answer (case ignored); intervals are "
       "Wilson 95%.</p>",
-      html_escape(result.generator), result.seed, html_escape(result.model), html_escape(result.haystack),
+      html_escape(result.generator), result.seed, to_string(result.wording), html_escape(result.model),
+      html_escape(result.haystack),
       result.seconds);
 
   // Retrieval vs synthesis: each tier pooled per length, and what it keeps from L to 8L.

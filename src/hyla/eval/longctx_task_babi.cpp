@@ -122,8 +122,10 @@ LongCtxSample babi_sample(const SampleRequest& request, int qa) {
   Needles n;
   n.planted = story.facts;
   n.placement = Placement::Spread;
-  n.prefix = "Answer the question from the story told in the following text. Only give the answer.\n";
-  n.suffix = fmt::format("\nQuestion: {} Answer: the", story.question);
+  n.prefix = request.paraphrased ? "Read the story hidden in the text below and answer the question about it in one word.\n"
+                                 : "Answer the question from the story told in the following text. Only give the answer.\n";
+  n.suffix = request.paraphrased ? fmt::format("\nFrom the story, answer this: {} The answer is the", story.question)
+                                 : fmt::format("\nQuestion: {} Answer: the", story.question);
   n.expected = {story.answer};
   return haystack_sample(request, Filler::Essay, n);
 }

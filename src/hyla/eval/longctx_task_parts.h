@@ -25,6 +25,7 @@ struct SampleRequest {
   int64_t length;
   double depth;
   bool no_context;
+  bool paraphrased;  // LongCtxWording::Paraphrased: each family's other words for its template
   Rng& rng;
 };
 

@@ -22,13 +22,21 @@ bool parse_variable_tracking(const std::string& name, int& chains, int& hops) {
 
 namespace {
 
-constexpr const char* kInstruction = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n";
+std::string instruction(bool paraphrased) {
+  return paraphrased ? "Follow the chains of variable assignments hidden in the text below and keep track of every "
+                       "value.\n"
+                     : "Memorize and track the chain(s) of variable assignment hidden in the following text.\n";
+}
 
-std::string question(const std::string& value, int hops) {
-  return fmt::format("\nQuestion: Find all variables that are assigned the value {} in the text above. Answer: "
-                     "According to the chain(s) of variable assignment in the text above, {} variables are "
-                     "assigned the value {}, they are:",
-                     value, hops + 1, value);
+std::string question(bool paraphrased, const std::string& value, int hops) {
+  return paraphrased ? fmt::format("\nQuestion: Which variables end up holding the value {} in the text above? Answer: "
+                                   "Following the assignments in the text above, {} variables hold the value {}, "
+                                   "they are:",
+                                   value, hops + 1, value)
+                     : fmt::format("\nQuestion: Find all variables that are assigned the value {} in the text above. "
+                                   "Answer: According to the chain(s) of variable assignment in the text above, {} "
+                                   "variables are assigned the value {}, they are:",
+                                   value, hops + 1, value);
 }
 
 // `chain_count` chains of `hops` assignments after their value, interleaved (each in its own
@@ -93,8 +101,9 @@ LongCtxSample variable_tracking_sample(const SampleRequest& request) {
   n.planted = task.sentences;
   n.expected = task.expected;
   n.placement = Placement::Spread;
-  n.prefix = fmt::format("{}{}{} {}\n", kInstruction, shown, question(example.value, hops), longctx_answer(worked));
-  n.suffix = question(task.value, hops);
+  const bool p = request.paraphrased;
+  n.prefix = fmt::format("{}{}{} {}\n", instruction(p), shown, question(p, example.value, hops), longctx_answer(worked));
+  n.suffix = question(p, task.value, hops);
   return haystack_sample(request, Filler::Noise, n);
 }
 

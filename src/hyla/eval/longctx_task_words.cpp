@@ -10,11 +10,17 @@ namespace hyla {
 
 LongCtxSample common_words_sample(const SampleRequest& request) {
   const std::string prefix =
-      "Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
-      "ones that appear most often.\n";
+      request.paraphrased
+          ? "Here is a numbered list of words; some words occur more often than the rest. Remember which ones occur "
+            "most.\n"
+          : "Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
+            "ones that appear most often.\n";
   const std::string suffix =
-      "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 words that appear "
-      "most often in the list are:";
+      request.paraphrased
+          ? "\nQuestion: Which 10 words occur most often in the list above? Answer: The 10 words that occur most often "
+            "in the list are:"
+          : "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 words that appear "
+            "most often in the list are:";
   const int64_t budget = list_budget(request, prefix, suffix, 0);
   const std::vector<std::string>& words = request.haystack.words();
   LongCtxSample sample;
@@ -48,11 +54,17 @@ LongCtxSample common_words_sample(const SampleRequest& request) {
 
 LongCtxSample frequent_words_sample(const SampleRequest& request) {
   const std::string prefix =
-      "Read the following coded text and track the frequency of each coded word. Find the three most "
-      "frequently appeared coded words.\n";
+      request.paraphrased
+          ? "Below is a text in code words. Count how often each code word occurs and find the three that occur "
+            "most.\n"
+          : "Read the following coded text and track the frequency of each coded word. Find the three most "
+            "frequently appeared coded words.\n";
   const std::string suffix =
-      "\nQuestion: What are the three most frequently appeared words in the above coded text? Answer: "
-      "According to the coded text above, the three most frequently appeared words are:";
+      request.paraphrased
+          ? "\nQuestion: Which three code words occur most often in the coded text above? Answer: The three code "
+            "words that occur most often in the coded text are:"
+          : "\nQuestion: What are the three most frequently appeared words in the above coded text? Answer: "
+            "According to the coded text above, the three most frequently appeared words are:";
   const int64_t budget = list_budget(request, prefix, suffix, 0);
   std::vector<std::string> coded;
   std::set<std::string> seen;

@@ -137,6 +137,8 @@ LongCtxSample with_prompt(const SampleRequest& request, std::string_view prefix,
 
 const char* to_string(LongCtxTier tier) { return tier == LongCtxTier::Retrieval ? "retrieval" : "synthesis"; }
 
+const char* to_string(LongCtxWording wording) { return wording == LongCtxWording::Ruler ? "ruler" : "paraphrased"; }
+
 LongCtxTask longctx_task(const std::string& name) {
   int chains = 0, hops = 0;
   if (parse_variable_tracking(name, chains, hops)) return {name, LongCtxTier::Synthesis, false, 10 + 6 * (hops + 1)};
@@ -276,12 +278,13 @@ LongCtxSample list_sample(const SampleRequest& request, std::string_view prefix,
 }
 
 LongCtxSample make_longctx_sample(const LongCtxTask& task, const Haystack& haystack, const Tokenizer& tokenizer,
-                                  int64_t length, double depth, uint64_t seed, uint64_t index, bool no_context) {
+                                  int64_t length, double depth, uint64_t seed, uint64_t index, bool no_context,
+                                  LongCtxWording wording) {
   const auto make = is_variable_tracking(task.name) ? variable_tracking_sample : listed(task.name).make;
   HYLA_CHECK(!task.uses_depth || (depth >= 0 && depth <= 1), "depth {} is outside [0, 1]", depth);
   Rng rng(hash_string(fmt::format("{}|{}|{}|{}|{:.6f}|{}", kLongCtxGenerator, seed, task.name, length,
                                   task.uses_depth ? depth : -1.0, index)));
-  LongCtxSample sample = make({task, haystack, tokenizer, length, depth, no_context, rng});
+  LongCtxSample sample = make({task, haystack, tokenizer, length, depth, no_context, wording == LongCtxWording::Paraphrased, rng});
   sample.depth = task.uses_depth ? depth : -1;
   return sample;
 }

@@ -24,6 +24,12 @@ inline constexpr const char* kLongCtxGenerator = "hyla-longctx-2";
 enum class LongCtxTier : uint8_t { Retrieval, Synthesis };
 const char* to_string(LongCtxTier tier);  // "retrieval", "synthesis"
 
+// The words around a sample's facts: RULER's templates (what training draws), or paraphrases of
+// every instruction, planted sentence and question (the held-out form: a score on them is not a
+// memorised template). The draws (keys, values, places) are the same in both.
+enum class LongCtxWording : uint8_t { Ruler, Paraphrased };
+const char* to_string(LongCtxWording wording);  // "ruler", "paraphrased"
+
 struct LongCtxTask {
   std::string name;  // as the user gave it: "passkey", "vt_2x8", ...
   LongCtxTier tier = LongCtxTier::Retrieval;
@@ -69,7 +75,8 @@ struct LongCtxSample {
 // Sample `index` of a cell. `no_context`: the same instruction and question with the context
 // left out (the control that must score at chance). Throws when the length cannot hold the task.
 LongCtxSample make_longctx_sample(const LongCtxTask& task, const Haystack& haystack, const Tokenizer& tokenizer,
-                                  int64_t length, double depth, uint64_t seed, uint64_t index, bool no_context = false);
+                                  int64_t length, double depth, uint64_t seed, uint64_t index, bool no_context = false,
+                                  LongCtxWording wording = LongCtxWording::Ruler);
 
 // The answer a model should write after the prompt: the expected strings joined by ", ", after a
 // space, ending with a full stop (what training on the tasks teaches).
