@@ -26,10 +26,10 @@ bash scripts/base.sh "$build"
 base_done=$(date +%s)
 
 if [[ ! -f "$out/sft-run/model/config.json" ]]; then
-  resume=--overwrite
-  [[ -d "$out/sft-run/checkpoints" ]] && resume=--resume
+  sft_start=(--init runs/base/model --overwrite)
+  [[ -d "$out/sft-run/checkpoints" ]] && sft_start=(--resume)  # the checkpoint holds the weights
   "$hyla" train --config configs/agent.json --train configs/train-agent-sft.json --data data/kjv \
-    --init runs/base/model --out "$out/sft-run" $resume
+    --out "$out/sft-run" "${sft_start[@]}"
 fi
 if [[ ! -f "$out/sft/config.json" ]]; then
   picked=$(ENVS=$envs bash scripts/sft-pick.sh "$out/sft-run" "$build")
