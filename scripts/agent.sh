@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Agents end to end (docs/agent.md), base -> SFT -> RL -> evaluation:
 # 1. scripts/base.sh: a base model that can copy (KJV + dense pass keys; ~15 min);
-# 2. SFT from it (configs/train-agent-sft.json): expert demonstrations of calculator and lookup,
-#    faults off, pass keys kept in the mix (~22 min); scripts/sft-pick.sh then takes the first
-#    checkpoint whose dev pass@1 at temperature 1 lies in [20%, 40%] with pass@8 >= pass@1 + 20;
+# 2. SFT from it (configs/train-agent-sft.json, 1,500 steps, ~14 min): expert demonstrations of
+#    calculator and lookup, faults off, pass keys kept in the mix; scripts/sft-pick.sh then takes the
+#    first checkpoint whose dev pass@1 at temperature 1 lies in [20%, 40%] with pass@8 >= pass@1 + 20;
 # 3. GRPO from that checkpoint once per RL seed (configs/rl-agent.json; format_reward 0: pass or
 #    fail only);
 # 4. the picked SFT model and every RL model on the test split (100 tasks per environment x 8
-#    trials) without faults (the headline), with faults in 20% of calls (recovery), and on the
-#    shifted split.
+#    trials at temperature 1) without faults (the headline), with faults in 20% of calls
+#    (recovery), and on the shifted split; then greedy on the test split (one trial).
 # Every step skips what is already done, so after an interruption rerun it to continue.
 # Saves runs/agent/sft (the picked checkpoint) and runs/agent/rl (the first seed's); reports in
 # runs/agent/*.html.
@@ -54,12 +54,14 @@ rm -rf "$out/rl"
 cp -r "$out/rl-run-seed$first/model" "$out/rl"
 rl_done=$(date +%s)
 
-for eval in "test 0" "test 0.2" "shifted 0"; do
-  read -r split faults <<<"$eval"
+# split, faults, temperature, trials: the headline at temperature 1, then faults, the shifted split, greedy
+for eval in "test 0 1 8" "test 0.2 1 8" "shifted 0 1 8" "test 0 0 1"; do
+  read -r split faults temperature trials <<<"$eval"
   name="eval-$split-faults$faults"
+  [[ $temperature == 0 ]] && name+="-greedy"
   [[ -f "$out/$name.json" ]] && continue
-  "$hyla" eval agent "${models[@]}" --envs "$envs" --split "$split" --tasks 100 --trials 8 --faults "$faults" \
-    --max-steps 6 --out "$out/$name.json" --report "$out/$name.html"
+  "$hyla" eval agent "${models[@]}" --envs "$envs" --split "$split" --tasks 100 --trials "$trials" \
+    --temperature "$temperature" --faults "$faults" --max-steps 6 --out "$out/$name.json" --report "$out/$name.html"
 done
 done=$(date +%s)
 echo "times: base $(( (base_done - start) / 60 )) min, SFT $(( (sft_done - base_done) / 60 )) min," \
