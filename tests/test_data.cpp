@@ -1,12 +1,14 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <array>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "hyla/core/error.h"
 #include "hyla/core/progress.h"
+#include "hyla/core/random.h"
 #include "hyla/core/threads.h"
 #include "hyla/data/corpus.h"
 #include "hyla/data/fashion_mnist.h"
@@ -54,6 +56,16 @@ std::vector<std::string> documents_of(std::string_view text) {
   std::vector<std::string> docs;
   for (std::string_view d = next_document(text); !d.empty(); d = next_document(text)) docs.emplace_back(d);
   return docs;
+}
+
+TEST(Rng, PickDrawsInProportionToTheWeights) {
+  Rng rng(5);
+  const std::vector<double> cumulative = {1, 1, 4};  // weights 1, 0, 3
+  std::array<int, 3> counts{};
+  for (int i = 0; i < 4000; ++i) ++counts[rng.pick(cumulative)];
+  EXPECT_EQ(counts[1], 0);
+  EXPECT_NEAR(counts[2] / 4000.0, 0.75, 0.03);
+  EXPECT_EQ(rng.pick(std::vector<double>{2.5}), 0u);
 }
 
 TEST(Corpus, DocumentsAreBlankLineSeparatedBlocks) {

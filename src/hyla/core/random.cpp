@@ -47,6 +47,13 @@ uint64_t Rng::below(uint64_t n) {
   return x % n;
 }
 
+size_t Rng::pick(std::span<const double> cumulative_weights) {
+  const double u = uniform() * cumulative_weights.back();
+  size_t i = 0;
+  while (i + 1 < cumulative_weights.size() && u >= cumulative_weights[i]) ++i;
+  return i;
+}
+
 double Rng::normal() {
   if (cached_normal_bits_) {
     const double z = std::bit_cast<double>(cached_normal_bits_);

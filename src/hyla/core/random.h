@@ -4,6 +4,7 @@
 // (std::normal_distribution is implementation-defined).
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace hyla {
@@ -19,6 +20,8 @@ class Rng {
   double uniform();                             // [0, 1)
   double uniform(double lo, double hi);         // [lo, hi)
   uint64_t below(uint64_t n);                   // [0, n), unbiased
+  // An index drawn in proportion to weights given as their running sums (non-empty, increasing).
+  size_t pick(std::span<const double> cumulative_weights);
   double normal();                              // N(0, 1)
   std::array<uint64_t, 5> state() const;        // includes the cached normal draw
   void set_state(const std::array<uint64_t, 5>& s);

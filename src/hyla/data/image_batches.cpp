@@ -87,9 +87,7 @@ ImageRecordSampler::ImageRecordSampler(const std::vector<fs::path>& dirs, const 
 
 int64_t ImageRecordSampler::draw() {
   if (cumulative_weights_.empty()) return int64_t(rng_.below(total_));
-  const double u = rng_.uniform() * cumulative_weights_.back();
-  size_t set = 0;
-  while (set + 1 < sets_.size() && u >= cumulative_weights_[set]) ++set;
+  const size_t set = rng_.pick(cumulative_weights_);
   uint64_t first = 0;
   for (size_t s = 0; s < set; ++s) first += sets_[s].size();
   return int64_t(first + rng_.below(sets_[set].size()));

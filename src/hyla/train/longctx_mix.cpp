@@ -33,7 +33,7 @@ const LongCtxSampler::StageTasks& LongCtxSampler::stage_tasks(int64_t seq_len, c
     if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), tasks_[t].name) == tasks.end()) continue;
     try {
       make_longctx_sample(tasks_[t], haystack_, tokenizer_, seq_len, 0.5, seed_, 0);
-    } catch (const Error& e) {
+    } catch (const LongCtxDoesNotFit& e) {
       throw Error(fmt::format("longctx: task {} does not fit a sequence of {} tokens (the stage's seq_len): {}; leave "
                               "it out of the stage's longctx_tasks",
                               tasks_[t].name, seq_len, e.what()));
@@ -54,11 +54,7 @@ void LongCtxSampler::next(int64_t rows, int64_t seq_len, const std::vector<std::
   do {
     Rng rng(seed_ ^ (drawn_ * 0x9e3779b97f4a7c15ull));
     // One task draws nothing, so a single-task stream does not depend on the weights.
-    size_t pick = 0;
-    if (stage.tasks.size() > 1) {
-      const double u = rng.uniform() * stage.cumulative_weights.back();
-      while (pick + 1 < stage.tasks.size() && u >= stage.cumulative_weights[pick]) ++pick;
-    }
+    const size_t pick = stage.tasks.size() > 1 ? rng.pick(stage.cumulative_weights) : 0;
     const LongCtxTask& task = tasks_[stage.tasks[pick]];
     const LongCtxSample sample =
         make_longctx_sample(task, haystack_, tokenizer_, seq_len, rng.uniform(), seed_, drawn_++);
