@@ -316,6 +316,30 @@ TEST(Train, ANewRunInAnOldRunDirectoryNeedsResumeOrOverwrite) {
   EXPECT_NE(test::run_hyla(tiny().args(out) + " --resume --overwrite").exit_code, 0);  // one or the other
 }
 
+// --init takes a model's weights; its config must match but for the position limit, which no weight
+// depends on (the long-context ladder raises it from the base model's).
+TEST(Train, InitStartsFromAModelAndMayRaiseItsPositionLimitOnly) {
+  const std::string from = (tiny().dir / "init-from").string();
+  ASSERT_EQ(test::run_hyla(tiny().args(from) + " --steps 2 --quiet").exit_code, 0);
+  nlohmann::json c = parse_json_file(tiny().config);
+  c["max_position_embeddings"] = 2 * c["max_position_embeddings"].get<int64_t>();
+  test::write_bytes(tiny().dir / "longer.json", c.dump());
+  const std::string longer = "train --config " + (tiny().dir / "longer.json").string() + " --train " + tiny().train +
+                             " --data " + tiny().data + " --steps 1 --quiet --init " + from + "/model --out ";
+  auto r = test::run_hyla(longer + (tiny().dir / "init-longer").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialised from " + from + "/model"), std::string::npos) << r.output;
+  c["hidden_size"] = 2 * c["hidden_size"].get<int64_t>();
+  test::write_bytes(tiny().dir / "wider.json", c.dump());
+  r = test::run_hyla("train --config " + (tiny().dir / "wider.json").string() + " --train " + tiny().train + " --data " +
+                     tiny().data + " --steps 1 --quiet --init " + from + "/model --out " + (tiny().dir / "init-wider").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("its config.json differs from " + (tiny().dir / "wider.json").string() +
+                          " (beyond max_position_embeddings)"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(Train, BadInputsAreClearErrors) {
   auto r = test::run_hyla("train --config " + tiny().config + " --train " + tiny().train + " --data /nonexistent --out " +
                           (tiny().dir / "x").string());

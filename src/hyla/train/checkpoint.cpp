@@ -204,10 +204,12 @@ nlohmann::json resume_run(const fs::path& run_dir, Model& model, AdamW& optimize
 }
 
 void load_weights(Model& model, const fs::path& dir, const std::string& model_source,
-                  const std::function<bool(const Param&)>& holds) {
+                  const std::function<bool(const Param&)>& holds, bool extends_context) {
   const std::unique_ptr<Model> saved = Model::load(dir, {.holds = holds});
-  HYLA_CHECK(saved->config().to_json() == model.config().to_json(), "{}: its config.json differs from {}",
-             dir.string(), model_source);
+  ModelConfig saved_config = saved->config();
+  if (extends_context) saved_config.max_position_embeddings = model.config().max_position_embeddings;
+  HYLA_CHECK(saved_config.to_json() == model.config().to_json(), "{}: its config.json differs from {}{}", dir.string(),
+             model_source, extends_context ? " (beyond max_position_embeddings)" : "");
   HYLA_ASSERT(model.params().numel() == saved->params().numel());
   std::memcpy(model.params().values(), saved->params().values(), size_t(model.params().numel()) * 4);
   model.params().refresh_bf16();

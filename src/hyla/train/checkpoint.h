@@ -61,8 +61,10 @@ nlohmann::json resume_run(const std::filesystem::path& run_dir, Model& model, Ad
 
 // Loads the weights of model directory `dir` into `model` (the parameters `holds` accepts; all
 // when empty) and refreshes the bf16 copies: `hyla train --init`, and resume_run. A directory
-// whose config.json differs from the model's is an error naming it and `model_source`.
+// whose config.json differs from the model's is an error naming it and `model_source`, except in
+// max_position_embeddings when `extends_context` (--init: no weight depends on the position limit,
+// so a run may raise it, as the long-context ladder does from the base model).
 void load_weights(Model& model, const std::filesystem::path& dir, const std::string& model_source,
-                  const std::function<bool(const Param&)>& holds = {});
+                  const std::function<bool(const Param&)>& holds = {}, bool extends_context = false);
 
 }  // namespace hyla

@@ -263,7 +263,7 @@ void TrainingRun::start() {
     for (auto& source : sources_)
       if (state.contains(source->name())) source->set_state(state.at(source->name()));
   } else if (!o_.init_dir.empty()) {
-    load_weights(*model_, o_.init_dir, o_.model_config, experts_.holds);
+    load_weights(*model_, o_.init_dir, o_.model_config, experts_.holds, /*extends_context=*/true);
     if (lead_) fmt::print("initialised from {}\n", o_.init_dir);
   } else {
     model_->initialize(tc_.seed);
