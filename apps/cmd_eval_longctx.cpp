@@ -126,6 +126,8 @@ void add_eval_longctx(CLI::App& eval) {
     for (const LongCtxCell& c : result.cells)
       fmt::print("{:<18} {:<9} {:>6} {:>6}  {}\n", c.task, to_string(c.tier), format_length(c.length),
                  c.depth < 0 ? std::string("spread") : fmt::format("{:.2f}", c.depth), cell_text(c));
+    for (const LongCtxResult::Skipped& s : result.skipped)
+      fmt::print("skipped: {} at {} ({})\n", s.task, format_length(s.length), s.reason);
     for (const LongCtxLength& l : result.lengths)
       fmt::print("length {:>6}: {} samples in {:.1f} s ({:.0f} prompt tok/s), {} sequence(s) of {:.1f} MiB state, "
                  "peak RSS {:.0f} MiB\n",

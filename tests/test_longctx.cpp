@@ -16,6 +16,7 @@
 #include "hyla/core/error.h"
 #include "hyla/core/random.h"
 #include "hyla/eval/longctx_eval.h"
+#include "hyla/eval/longctx_report.h"
 #include "hyla/eval/longctx_tasks.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/serve/server.h"
@@ -335,6 +336,35 @@ TEST(LongCtxEval, LocalAndServedAnswersAgreeAndCellsAddUp) {
   remote.server = "http://127.0.0.1:1";
   test::expect_error([&] { evaluate_longctx(nullptr, test::small_tokenizer(), haystack_text(), "t", remote); },
                      "--server http://127.0.0.1:1:");
+}
+
+TEST(LongCtxEval, ATaskIsSkippedAtALengthItDoesNotFitAndSaysWhy) {
+  const NanoModelDir nano;
+  LongCtxOptions o;
+  o.tasks = {"passkey", "qa2"};
+  o.lengths = {256, 1024};
+  o.depths = {0.5};
+  o.samples = 1;
+  o.max_sequences = 1;
+  o.precision = Precision::F32;
+  o.no_context_control = false;
+  o.progress = false;
+  auto model = Model::load(nano.dir.path());
+  const LongCtxResult r = evaluate_longctx(model.get(), test::small_tokenizer(), haystack_text(), "sample text", o);
+  ASSERT_EQ(r.skipped.size(), 1u);
+  EXPECT_EQ(r.skipped[0].task, "qa2");
+  EXPECT_EQ(r.skipped[0].length, 256);
+  EXPECT_NE(r.skipped[0].reason.find("qa2 needs at least"), std::string::npos) << r.skipped[0].reason;
+  ASSERT_EQ(r.cells.size(), 3u);  // passkey at both lengths, qa2 at 1024 only
+  EXPECT_EQ(r.cells[2].task, "qa2");
+  EXPECT_EQ(r.cells[2].length, 1024);
+  const nlohmann::ordered_json j = longctx_json(r);
+  EXPECT_EQ(j["skipped"][0]["task"], "qa2");
+  EXPECT_NE(longctx_html(r).find("Not run where the length cannot hold the task"), std::string::npos);
+  o.tasks = {"qa2"};
+  o.lengths = {256};
+  test::expect_error([&] { evaluate_longctx(model.get(), test::small_tokenizer(), haystack_text(), "t", o); },
+                     "no task fits any of the lengths: qa2 needs at least");
 }
 
 TEST(LongCtxCli, WritesResultsAndNamesBadArguments) {

@@ -155,9 +155,15 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
   result.haystack = haystack_source;
   result.contamination_checked = !options.train_text.empty();
   // Cells in the order reported: task, length, depth.
-  std::vector<size_t> task_of_cell;
   for (size_t t = 0; t < tasks.size(); ++t)
-    for (const int64_t length : options.lengths)
+    for (const int64_t length : options.lengths) {
+      try {
+        make_longctx_sample(tasks[t], haystack, tokenizer, length, 0.5, options.seed, 0, /*no_context=*/false,
+                            options.wording);
+      } catch (const LongCtxDoesNotFit& e) {
+        result.skipped.push_back({tasks[t].name, length, e.what()});
+        continue;
+      }
       for (const double depth : tasks[t].uses_depth ? options.depths : std::vector<double>{-1.0}) {
         LongCtxCell cell;
         cell.task = tasks[t].name;
@@ -167,6 +173,8 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
         cell.depth = depth;
         result.cells.push_back(std::move(cell));
       }
+    }
+  HYLA_CHECK(!result.cells.empty(), "no task fits any of the lengths: {}", result.skipped.front().reason);
   auto samples_of = [&](int64_t length) { return options.samples > 0 ? options.samples : default_longctx_samples(length); };
   uint64_t total = 0;
   for (const LongCtxCell& cell : result.cells) total += uint64_t(samples_of(cell.length));

@@ -76,6 +76,14 @@ struct LongCtxResult {
   std::vector<LongCtxCell> cells;       // by task, then length, then depth
   std::vector<LongCtxLength> lengths;   // in the order run
   std::vector<LongCtxCell> no_context;  // one per task (length 0), when the control ran
+  // Tasks left out at a length they do not fit (a one-shot example or a chain longer than it),
+  // with the generator's reason; a grid of lengths may start below some tasks' size.
+  struct Skipped {
+    std::string task;
+    int64_t length = 0;
+    std::string reason;
+  };
+  std::vector<Skipped> skipped;
   // The contamination check: samples whose inserted sentences were searched in the training text,
   // and those found (with the first few sentences found).
   bool contamination_checked = false;

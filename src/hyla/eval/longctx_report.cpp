@@ -168,6 +168,10 @@ ojson longctx_json(const LongCtxResult& result) {
                      {"examples", examples}});
   }
   out["cells"] = cells;
+  ojson skipped = ojson::array();
+  for (const LongCtxResult::Skipped& s : result.skipped)
+    skipped.push_back({{"task", s.task}, {"length", s.length}, {"reason", s.reason}});
+  out["skipped"] = skipped;
 
   ojson tiers = ojson::array();
   for (const TierScores& tier : pool_tiers(result.cells)) {
@@ -293,6 +297,12 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.ci,.n{color:#777;fo
         format_length(l.length), l.samples, l.seconds, l.seconds > 0 ? double(l.prompt_tokens) / l.seconds : 0.0,
         l.sequences, double(l.state_bytes_per_sequence) / kMiB, double(l.peak_rss_bytes) / kMiB);
   html += "</table>";
+  if (!result.skipped.empty()) {
+    html += "<p>Not run where the length cannot hold the task:</p><ul>";
+    for (const LongCtxResult::Skipped& s : result.skipped)
+      html += fmt::format("<li>{} at {}: {}</li>", html_escape(s.task), format_length(s.length), html_escape(s.reason));
+    html += "</ul>";
+  }
 
   html += "<h2>Controls</h2><h3>No context (must score at chance)</h3>";
   if (result.no_context.empty()) {

@@ -233,8 +233,9 @@ LongCtxSample haystack_sample(const SampleRequest& request, Filler filler, const
   // 16 tokens spare: the last piece is tokenised again with the question (assemble).
   const int64_t budget = request.length - fixed_tokens(request, needles.prefix) -
                          int64_t(tokenizer.encode(needles.suffix).size()) - planted_tokens - 16;
-  HYLA_CHECK(budget >= 0, "{} needs at least {} tokens, more than the length {}", request.task.name,
-             request.length - budget, request.length);
+  if (budget < 0)
+    throw LongCtxDoesNotFit(fmt::format("{} needs at least {} tokens, more than the length {}", request.task.name,
+                                        request.length - budget, request.length));
   Context context;  // views into the haystack, `noise` and `generated`
   const std::vector<int32_t> noise =
       filler == Filler::Noise ? tokenizer.encode(" " + std::string(kNoise)) : std::vector<int32_t>();
@@ -265,7 +266,8 @@ LongCtxSample haystack_sample(const SampleRequest& request, Filler filler, const
 int64_t list_budget(const SampleRequest& request, std::string_view prefix, std::string_view suffix, int64_t reserve) {
   const int64_t budget = request.length - fixed_tokens(request, prefix) -
                          int64_t(request.tokenizer.encode(suffix).size()) - reserve - 16;
-  HYLA_CHECK(budget > 16, "{} needs more than {} tokens", request.task.name, request.length);
+  if (budget <= 16)
+    throw LongCtxDoesNotFit(fmt::format("{} needs more than {} tokens", request.task.name, request.length));
   return budget;
 }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hyla/core/error.h"
 #include "hyla/data/tokenizer.h"
 
 namespace hyla {
@@ -72,8 +73,15 @@ struct LongCtxSample {
   double depth = -1;                  // where the needle went, as a fraction of the context; −1: spread
 };
 
+// A length too short for a task (its instruction, one-shot example and facts alone exceed it).
+class LongCtxDoesNotFit : public Error {
+ public:
+  using Error::Error;
+};
+
 // Sample `index` of a cell. `no_context`: the same instruction and question with the context
-// left out (the control that must score at chance). Throws when the length cannot hold the task.
+// left out (the control that must score at chance). Throws LongCtxDoesNotFit when the length
+// cannot hold the task.
 LongCtxSample make_longctx_sample(const LongCtxTask& task, const Haystack& haystack, const Tokenizer& tokenizer,
                                   int64_t length, double depth, uint64_t seed, uint64_t index, bool no_context = false,
                                   LongCtxWording wording = LongCtxWording::Ruler);
