@@ -347,10 +347,11 @@ TEST(LongCtxEval, ATaskIsSkippedAtALengthItDoesNotFitAndSaysWhy) {
   o.samples = 1;
   o.max_sequences = 1;
   o.precision = Precision::F32;
-  o.no_context_control = false;
   o.progress = false;
   auto model = Model::load(nano.dir.path());
   const LongCtxResult r = evaluate_longctx(model.get(), test::small_tokenizer(), haystack_text(), "sample text", o);
+  ASSERT_EQ(r.no_context.size(), 2u) << "qa2's control runs at the shortest length it fits";
+  EXPECT_EQ(r.no_context[1].samples, 1);
   ASSERT_EQ(r.skipped.size(), 1u);
   EXPECT_EQ(r.skipped[0].task, "qa2");
   EXPECT_EQ(r.skipped[0].length, 256);

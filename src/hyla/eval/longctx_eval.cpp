@@ -178,8 +178,14 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
   auto samples_of = [&](int64_t length) { return options.samples > 0 ? options.samples : default_longctx_samples(length); };
   uint64_t total = 0;
   for (const LongCtxCell& cell : result.cells) total += uint64_t(samples_of(cell.length));
-  const int64_t control_length = *std::min_element(options.lengths.begin(), options.lengths.end());
-  if (options.no_context_control) total += uint64_t(samples_of(control_length)) * tasks.size();
+  // The no-context control runs a task at the shortest length it fits (0: it fits none).
+  std::vector<int64_t> control_length(tasks.size(), 0);
+  for (const LongCtxCell& cell : result.cells) {
+    int64_t& shortest = control_length[cell.task_index];
+    shortest = shortest == 0 ? cell.length : std::min(shortest, cell.length);
+  }
+  if (options.no_context_control)
+    for (const int64_t length : control_length) total += length > 0 ? uint64_t(samples_of(length)) : 0;
   std::optional<Progress> progress;
   if (options.progress) progress.emplace("eval longctx", total, "samples");
 
@@ -236,19 +242,22 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
     std::vector<Job> jobs;
     int64_t longest = 0;
     for (size_t t = 0; t < tasks.size(); ++t) {
+      const int64_t length = control_length[t];
+      if (length == 0) continue;
       LongCtxCell cell;
       cell.task = tasks[t].name;
       cell.task_index = t;
       cell.tier = tasks[t].tier;
+      const size_t control = result.no_context.size();
       result.no_context.push_back(std::move(cell));
-      for (int64_t i = 0; i < samples_of(control_length); ++i) {
+      for (int64_t i = 0; i < samples_of(length); ++i) {
         const double depth = options.depths[size_t(i) % options.depths.size()];
-        auto make = [&haystack, &tokenizer, &options, &task = tasks[t], control_length, depth, i] {
-          return make_longctx_sample(task, haystack, tokenizer, control_length, depth, options.seed, uint64_t(i),
+        auto make = [&haystack, &tokenizer, &options, &task = tasks[t], length, depth, i] {
+          return make_longctx_sample(task, haystack, tokenizer, length, depth, options.seed, uint64_t(i),
                                      /*no_context=*/true, options.wording);
         };
         longest = std::max<int64_t>(longest, int64_t(make().prompt.size()) + tasks[t].max_tokens);
-        jobs.push_back({t, make, tasks[t].max_tokens});
+        jobs.push_back({control, make, tasks[t].max_tokens});
       }
     }
     LongCtxLength cost;
