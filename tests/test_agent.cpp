@@ -123,6 +123,7 @@ struct Fixture {
 // and works around them; its trajectory's ids are exactly its messages encoded in hyla's chat format.
 TEST(AgentRuntime, TheExpertSolvesEveryTaskAndRecoversFromExplicitFaults) {
   Fixture f;
+  int64_t transient_faults = 0;
   for (const std::string& name : environment_names()) {
     const auto env = make_environment(name);
     const ChatTemplate chat(f.tokenizer, ChatFormat::Hyla);
@@ -145,9 +146,12 @@ TEST(AgentRuntime, TheExpertSolvesEveryTaskAndRecoversFromExplicitFaults) {
         run_expert(faulty);
         EXPECT_TRUE(faulty.trajectory().correct()) << name << " " << i << " " << to_string(faulty.trajectory().status) << ": " << chat.apply(faulty.trajectory().messages, false, options).substr(1000);
         EXPECT_EQ(faulty.trajectory().ids, chat.encode(faulty.trajectory().messages, false, options));
+        EXPECT_EQ(faulty.trajectory().transient_retried, faulty.trajectory().faults[0]) << "the expert retries each";
+        transient_faults += faulty.trajectory().faults[0];
       }
     }
   }
+  EXPECT_GT(transient_faults, 20);
 }
 
 // Silent faults are injected where the expert cannot see them: some episodes end wrong.
@@ -220,6 +224,20 @@ void play(AgentSession& s, const Tokenizer& tokenizer, const std::vector<std::st
     ids.push_back(tokenizer.special_id("<|im_end|>"));
     s.reply(ids, std::vector<double>(ids.size(), logprob));
   }
+}
+
+TEST(Faults, ARetryIsTheSameCallMadeAgainAfterATransientError) {
+  Fixture f;
+  const auto env = make_environment("calculator");
+  AgentSession s(*env, Split::Test, 1, {1.0, {1, 0, 0, 0}}, f.limits, f.tokenizer);
+  auto call = [](const std::string& expression) {
+    return "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"" + expression + "\"}}\n</tool_call>";
+  };
+  play(s, f.tokenizer, {call("2+3"), call("2 + 3"), call("2+3"), call("2+3"), "Answer: 5"});
+  const Trajectory& t = s.trajectory();
+  EXPECT_EQ(t.faults[0], 2) << "each distinct call meets its transient fault once";
+  EXPECT_EQ(t.transient_retried, 1) << "only \"2+3\" was made again; a reworded call is not a retry";
+  EXPECT_EQ(t.failed_calls, 2);
 }
 
 TEST(Guardrails, InvalidCallsAreObservationsAndRepeatedFailuresEndTheEpisode) {

@@ -31,6 +31,7 @@ ojson summarize(const std::vector<const Trajectory*>& episodes) {
   std::map<std::pair<std::string, uint64_t>, TaskResult> tasks;
   double steps = 0, calls = 0, invalid = 0, generated = 0, reward = 0, prompt = 0, cached = 0;
   std::array<int64_t, 4> met{}, recovered{};
+  int64_t transient_faults = 0, transient_retried = 0;
   std::map<std::string, int64_t> statuses;
   for (EpisodeStatus s : kEpisodeStatuses) statuses[to_string(s)] = 0;
   for (const Trajectory* t : episodes) {
@@ -45,6 +46,8 @@ ojson summarize(const std::vector<const Trajectory*>& episodes) {
     prompt += double(t->prompt_tokens);
     cached += double(t->cached_prompt_tokens);
     ++statuses[to_string(t->status)];
+    transient_faults += t->faults[0];
+    transient_retried += t->transient_retried;
     for (size_t k = 0; k < kFaultKinds.size(); ++k)
       if (t->faults[k] > 0) {
         ++met[k];
@@ -94,6 +97,10 @@ ojson summarize(const std::vector<const Trajectory*>& episodes) {
                                           {"recovered", recovered[k]},
                                           {"rate", met[k] > 0 ? ojson(double(recovered[k]) / double(met[k])) : ojson(nullptr)}};
   out["recovery"] = recovery;
+  out["transient_retry"] = {
+      {"faults", transient_faults},
+      {"retried", transient_retried},
+      {"rate", transient_faults > 0 ? ojson(double(transient_retried) / double(transient_faults)) : ojson(nullptr)}};
   ojson guardrails = ojson::object();
   for (EpisodeStatus s : kEpisodeStatuses) guardrails[to_string(s)] = statuses[to_string(s)];
   out["status"] = guardrails;

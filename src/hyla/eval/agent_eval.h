@@ -5,7 +5,9 @@
 // - pass^k (all of k trials succeed) and pass@k (at least one of k does), k = 1 … trials, by the
 //   unbiased estimators C(c,k)/C(n,k) and 1 − C(n−c,k)/C(n,k) of a task with c successes in n;
 // - mean steps and tool calls, the invalid-call rate, recovery per fault kind (the success rate of
-//   episodes that met such a fault), and the guardrails' counters (episodes by status).
+//   episodes that met such a fault, bounded by the task's own success rate), the retry rate (the
+//   share of explicit transient faults whose call the policy made again, which then works), and
+//   the guardrails' counters (episodes by status).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -155,11 +155,17 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
   result.haystack = haystack_source;
   result.contamination_checked = !options.train_text.empty();
   // Cells in the order reported: task, length, depth.
+  auto samples_of = [&](int64_t length) { return options.samples > 0 ? options.samples : default_longctx_samples(length); };
   for (size_t t = 0; t < tasks.size(); ++t)
     for (const int64_t length : options.lengths) {
+      const std::vector<double> depths = tasks[t].uses_depth ? options.depths : std::vector<double>{0.0};
+      // Whether a sample fits depends on its drawn keys and values, so every sample of the task at
+      // this length is sized (without its context: the size check comes first and costs little).
       try {
-        make_longctx_sample(tasks[t], haystack, tokenizer, length, 0.5, options.seed, 0, /*no_context=*/false,
-                            options.wording);
+        for (const double depth : depths)
+          for (int64_t i = 0; i < samples_of(length); ++i)
+            make_longctx_sample(tasks[t], haystack, tokenizer, length, depth, options.seed, uint64_t(i),
+                                /*no_context=*/true, options.wording);
       } catch (const LongCtxDoesNotFit& e) {
         result.skipped.push_back({tasks[t].name, length, e.what()});
         continue;
@@ -175,7 +181,6 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
       }
     }
   HYLA_CHECK(!result.cells.empty(), "no task fits any of the lengths: {}", result.skipped.front().reason);
-  auto samples_of = [&](int64_t length) { return options.samples > 0 ? options.samples : default_longctx_samples(length); };
   uint64_t total = 0;
   for (const LongCtxCell& cell : result.cells) total += uint64_t(samples_of(cell.length));
   // The no-context control runs a task at the shortest length it fits (0: it fits none).
@@ -232,6 +237,7 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
                         },
                         task.max_tokens});
     }
+    if (jobs.empty()) continue;  // every task skipped at this length
     LongCtxLength cost;
     cost.length = length;
     run(result.cells, jobs, length, /*planted=*/true, cost);
