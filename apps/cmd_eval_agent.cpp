@@ -76,8 +76,8 @@ void add_eval_agent(CLI::App& eval) {
     }
     fmt::print("split {}, {} tasks x {} trials per environment, temperature {}, faults {}\n", split, tasks, trials,
                temperature, fault_share);
-    fmt::print("{:<24} {:<11} {:>22} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>9}\n", "model", "env", "pass@1 [95%]",
-               "pass^2", "pass^4", "pass@4", "pass@N", "steps", "calls", "invalid", "recov.et");
+    fmt::print("{:<24} {:<11} {:>22} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>9} {:>9}\n", "model", "env",
+               "pass@1 [95%]", "pass^2", "pass^4", "pass@4", "pass@N", "steps", "calls", "invalid", "recov.et", "retry.et");
     for (const auto& m : results["models"])
       for (const auto& [env, s] : m["summary"].items()) {
         auto at = [&](const char* table, int64_t k) {
@@ -85,12 +85,14 @@ void add_eval_agent(CLI::App& eval) {
           return s[table].contains(key) ? fmt::format("{:.3f}", s[table][key].get<double>()) : std::string("-");
         };
         const ojson& et = s["recovery"]["explicit_transient"];
-        fmt::print("{:<24} {:<11} {:>6.3f} [{:.3f}, {:.3f}] {:>7} {:>7} {:>7} {:>7} {:>6.2f} {:>6.2f} {:>8.3f} {:>9}\n",
+        const ojson& retry = s["transient_retry"];
+        fmt::print("{:<24} {:<11} {:>6.3f} [{:.3f}, {:.3f}] {:>7} {:>7} {:>7} {:>7} {:>6.2f} {:>6.2f} {:>8.3f} {:>9} {:>9}\n",
                    m["label"].get<std::string>(), env, s["pass@1"].get<double>(), s["pass@1_interval"][0].get<double>(),
                    s["pass@1_interval"][1].get<double>(), at("pass^k", 2), at("pass^k", 4), at("pass@k", 4),
                    at("pass@k", s["trials"].get<int64_t>()), s["mean_steps"].get<double>(), s["mean_tool_calls"].get<double>(),
                    s["invalid_call_rate"].get<double>(),
-                   et["rate"].is_null() ? std::string("-") : fmt::format("{:.2f}", et["rate"].get<double>()));
+                   et["rate"].is_null() ? std::string("-") : fmt::format("{:.2f}", et["rate"].get<double>()),
+                   retry["rate"].is_null() ? std::string("-") : fmt::format("{:.2f}", retry["rate"].get<double>()));
       }
   });
 }

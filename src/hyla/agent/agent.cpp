@@ -90,6 +90,7 @@ json Trajectory::summary() const {
           {"prompt_tokens", prompt_tokens},
           {"cached_prompt_tokens", cached_prompt_tokens},
           {"faults", faults_json},
+          {"transient_retried", transient_retried},
           {"seconds", seconds}};
 }
 
@@ -168,7 +169,10 @@ void AgentSession::observe(const ToolCall& call) {
     ++t_.invalid_calls;
     observation = {{"error", "invalid call: " + checked.error}};
   } else {
-    const FaultKind fault = faults_.next(call.name + " " + checked.arguments.dump());
+    const std::string call_key = call.name + " " + checked.arguments.dump();
+    t_.transient_retried += int64_t(awaiting_retry_.erase(call_key));
+    const FaultKind fault = faults_.next(call_key);
+    if (fault == FaultKind::ExplicitTransient) awaiting_retry_.insert(call_key);
     if (fault != FaultKind::None)
       ++t_.faults[size_t(std::find(kFaultKinds.begin(), kFaultKinds.end(), fault) - kFaultKinds.begin())];
     if (fault == FaultKind::ExplicitTransient) observation = {{"error", kTransientFaultError}};
@@ -244,6 +248,13 @@ void AgentSession::reply(std::span<const int32_t> ids, std::span<const double> l
 void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const SamplingParams& sampling) {
   std::map<Scheduler::RequestId, size_t> in_flight;
   std::vector<int64_t> turns(sessions.size(), 0);
+  // Sessions that open with the same prompt (a group's rollouts) wait for the first of them to read
+  // it: the scheduler keeps a snapshot before a prompt's last token, which they then restore whole,
+  // so the group reads its prompt once. They are released at the leader's first generated text (or
+  // its reply's end, if no text came), not after its whole first reply: the group decodes together.
+  std::map<std::vector<int32_t>, size_t> leader_of;
+  std::map<size_t, std::vector<size_t>> waiting_on;  // leader -> the sessions its prompt's snapshot releases
+  std::vector<uint8_t> prompt_read(sessions.size(), 0);
   auto submit = [&](size_t j) {
     GenerationRequest request;
     request.prompt = sessions[j].ids();
@@ -253,18 +264,28 @@ void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const Sa
     request.logprobs = true;
     const AgentSession* session = &sessions[j];
     request.is_cancelled = [session] { return session->over_time(); };  // the wall-clock budget, mid-turn too
+    if (waiting_on.contains(j))
+      request.on_text = [&prompt_read, j](std::string_view) {
+        prompt_read[j] = 1;
+        return true;
+      };
     in_flight[scheduler.add(std::move(request))] = j;
   };
-  // Sessions that open with the same prompt (a group's rollouts) wait for the first of them to
-  // finish its first turn: its prompt is then a snapshot they restore whole, read once for the group.
-  std::map<std::vector<int32_t>, size_t> leader_of;
-  std::map<size_t, std::vector<size_t>> waiting_on;  // leader -> the sessions its first reply releases
+  auto release = [&](size_t leader) {
+    const auto released = waiting_on.find(leader);
+    if (released == waiting_on.end()) return;
+    const std::vector<size_t> followers = std::move(released->second);
+    waiting_on.erase(released);
+    for (size_t k : followers) submit(k);
+  };
+  std::vector<size_t> leaders;
   for (size_t j = 0; j < sessions.size(); ++j) {
     if (sessions[j].done()) continue;
     const auto [it, first] = leader_of.try_emplace(sessions[j].ids(), j);
-    if (first) submit(j);
+    if (first) leaders.push_back(j);
     else waiting_on[it->second].push_back(j);
   }
+  for (size_t j : leaders) submit(j);
   while (!in_flight.empty()) {
     for (Scheduler::Finished& f : scheduler.step()) {
       const auto it = in_flight.find(f.id);
@@ -277,11 +298,13 @@ void run_agents(Scheduler& scheduler, std::span<AgentSession> sessions, const Sa
       if (f.output.finish_reason == FinishReason::Cancelled) s.time_out();
       else s.reply(f.output.tokens, f.output.token_logprobs);
       if (!s.done()) submit(j);
-      if (const auto released = waiting_on.find(j); released != waiting_on.end()) {
-        for (size_t k : released->second) submit(k);
-        waiting_on.erase(released);
-      }
+      release(j);
     }
+    for (size_t j = 0; j < sessions.size(); ++j)
+      if (prompt_read[j]) {
+        prompt_read[j] = 0;
+        release(j);
+      }
   }
 }
 

@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,6 +71,7 @@ struct Trajectory {
   int64_t steps = 0, tool_calls = 0, invalid_calls = 0, failed_calls = 0, generated_tokens = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0;  // read by the model over the turns, and of those restored from the prefix cache
   std::array<int64_t, 4> faults{};  // calls that met each kind (kFaultKinds' order)
+  int64_t transient_retried = 0;    // explicit transient faults whose call the policy made again (a retry works)
   double seconds = 0;
   bool correct() const { return verdict.correct && status == EpisodeStatus::Answered; }
   nlohmann::json summary() const;  // counters and outcome, one metrics line
@@ -116,6 +118,7 @@ class AgentSession {
   bool done_ = false;
   int32_t end_id_, start_id_;
   std::vector<nlohmann::json> last_observations_;
+  std::set<std::string> awaiting_retry_;  // calls an explicit transient fault answered, not yet made again
 };
 
 // An episode's chat options: the environment's tools, offered in the system turn one line each

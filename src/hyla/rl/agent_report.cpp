@@ -90,6 +90,7 @@ std::string agent_eval_html(const ojson& results) {
     for (const auto& [k, v] : first["pass@k"].items()) html += "<th>pass@" + k + "</th>";
     html += "<th>steps</th><th>tool calls</th><th>invalid calls</th>";
     for (const auto& [k, v] : first["recovery"].items()) html += "<th>recovery " + html_escape(k) + "</th>";
+    html += "<th>transient faults retried</th>";
     for (const auto& [k, v] : first["status"].items()) html += "<th>" + html_escape(k) + "</th>";
     html += "</tr>";
     for (const std::string& env : envs) {
@@ -103,6 +104,10 @@ std::string agent_eval_html(const ojson& results) {
         html += v["rate"].is_null() ? "<td>–</td>"
                                     : fmt::format("<td>{:.2f} ({}/{})</td>", v["rate"].get<double>(), v["recovered"].get<int64_t>(),
                                                   v["episodes"].get<int64_t>());
+      const ojson retry = s.value("transient_retry", ojson{{"rate", nullptr}});  // absent before the counter
+      html += retry["rate"].is_null() ? "<td>–</td>"
+                                      : fmt::format("<td>{:.2f} ({}/{})</td>", retry["rate"].get<double>(),
+                                                    retry["retried"].get<int64_t>(), retry["faults"].get<int64_t>());
       for (const auto& [k, v] : s["status"].items()) html += fmt::format("<td>{}</td>", v.get<int64_t>());
       html += "</tr>";
     }
