@@ -31,8 +31,11 @@ const LongCtxSampler::StageTasks& LongCtxSampler::stage_tasks(int64_t seq_len, c
   double sum = 0;
   for (size_t t = 0; t < tasks_.size(); ++t) {
     if (!tasks.empty() && std::find(tasks.begin(), tasks.end(), tasks_[t].name) == tasks.end()) continue;
+    // A sample's size depends on its drawn keys and values: 32 draws (sized without their context,
+    // which costs little) must all fit.
     try {
-      make_longctx_sample(tasks_[t], haystack_, tokenizer_, seq_len, 0.5, seed_, 0);
+      for (int i = 0; i < 32; ++i)
+        make_longctx_sample(tasks_[t], haystack_, tokenizer_, seq_len, i / 31.0, seed_, uint64_t(i), /*no_context=*/true);
     } catch (const LongCtxDoesNotFit& e) {
       throw Error(fmt::format("longctx: task {} does not fit a sequence of {} tokens (the stage's seq_len): {}; leave "
                               "it out of the stage's longctx_tasks",
@@ -56,8 +59,12 @@ void LongCtxSampler::next(int64_t rows, int64_t seq_len, const std::vector<std::
     // One task draws nothing, so a single-task stream does not depend on the weights.
     const size_t pick = stage.tasks.size() > 1 ? rng.pick(stage.cumulative_weights) : 0;
     const LongCtxTask& task = tasks_[stage.tasks[pick]];
-    const LongCtxSample sample =
-        make_longctx_sample(task, haystack_, tokenizer_, seq_len, rng.uniform(), seed_, drawn_++);
+    LongCtxSample sample;
+    try {
+      sample = make_longctx_sample(task, haystack_, tokenizer_, seq_len, rng.uniform(), seed_, drawn_++);
+    } catch (const LongCtxDoesNotFit&) {
+      continue;  // a rare draw whose keys tokenise too long for a length its task fits: the next draw replaces it
+    }
     std::vector<int32_t> ids = sample.prompt;
     const size_t scored_from = ids.size();
     tokenizer_.encode_append(longctx_answer(sample), false, ids);

@@ -23,11 +23,13 @@ class LongCtxSampler {
   LongCtxSampler(const std::vector<std::string>& tasks, const std::string& haystack_file, const Tokenizer& tokenizer,
                  uint64_t training_seed, const std::map<std::string, double>& weights = {});
   // Fails, naming the task, unless every one of `tasks` (a subset of the sampler's; empty: all of
-  // them) fits a sequence of `seq_len` tokens. A stage that lists a task it can never draw would
-  // otherwise train without it in silence.
+  // them) fits a sequence of `seq_len` tokens (32 draws of each, since the size of a sample depends
+  // on its drawn keys and values). A stage that lists a task it can never draw would otherwise
+  // train without it in silence.
   void check_fit(int64_t seq_len, const std::vector<std::string>& tasks);
   // Samples of `seq_len` tokens (tasks drawn among `tasks` by weight, depths uniformly) until they
-  // hold `rows` rows, at least one sample. `tasks` as for check_fit, which it implies.
+  // hold `rows` rows, at least one sample; a rare draw too long for the length is replaced by the
+  // next. `tasks` as for check_fit, which it implies.
   void next(int64_t rows, int64_t seq_len, const std::vector<std::string>& tasks, ImageSequences& out);
   uint64_t drawn() const { return drawn_; }
   nlohmann::json state() const { return {{"drawn", drawn_}}; }
