@@ -248,7 +248,7 @@ std::optional<StepResult> update_on_kept_groups(Model& model, AdamW& optimizer, 
 json rl_metrics_row(int64_t step, int64_t stage, double lr, const RlConfig& rc, const std::vector<Trajectory>& rollouts,
                     int64_t dropped_groups, double rollout_seconds, const StepResult* update, double update_seconds) {
   int64_t correct = 0, generated = 0, steps_sum = 0, calls = 0, invalid = 0, transient_met = 0, transient_recovered = 0;
-  int64_t transient_faults = 0, transient_retried = 0;
+  int64_t transient_faults = 0, transient_retried = 0, prompt_read = 0;
   double reward_sum = 0;
   for (const Trajectory& r : rollouts) {
     reward_sum += r.reward;
@@ -257,6 +257,7 @@ json rl_metrics_row(int64_t step, int64_t stage, double lr, const RlConfig& rc, 
     steps_sum += r.steps;
     calls += r.tool_calls;
     invalid += r.invalid_calls;
+    prompt_read += r.prompt_tokens - r.cached_prompt_tokens;
     transient_faults += r.faults[0];
     transient_retried += r.transient_retried;
     if (r.faults[0] > 0) {
@@ -278,6 +279,7 @@ json rl_metrics_row(int64_t step, int64_t stage, double lr, const RlConfig& rc, 
            {"transient_recovery", transient_met > 0 ? json(double(transient_recovered) / double(transient_met)) : json(nullptr)},
            {"transient_retry", transient_faults > 0 ? json(double(transient_retried) / double(transient_faults)) : json(nullptr)},
            {"generated_tokens", generated},
+           {"prompt_tokens_read", prompt_read},  // not restored from the prefix cache: rows the model ran besides decoding
            {"rollout_tok_s", double(generated) / rollout_seconds},
            {"update_tok_s", update_seconds > 0 ? double(trained_rows) / update_seconds : 0.0},
            {"rollout_s", rollout_seconds},
