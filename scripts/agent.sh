@@ -6,9 +6,13 @@
 #    first checkpoint whose dev pass@1 at temperature 1 lies in [20%, 40%] with pass@8 >= pass@1 + 20;
 # 3. GRPO from that checkpoint once per RL seed (configs/rl-agent.json; format_reward 0: pass or
 #    fail only);
-# 4. the picked SFT model and every RL model on the test split (100 tasks per environment x 8
-#    trials at temperature 1) without faults (the headline), with faults in 20% of calls
-#    (recovery), and on the shifted split; then greedy on the test split (one trial).
+# 4. the fault-tolerant branch: SFT continued from the picked model on demonstrations with faults
+#    in half of the calls (configs/train-agent-sft-faults.json, 600 steps: the expert retries a call
+#    that timed out and rewords one that was rejected), then GRPO from it (the first RL seed);
+# 5. the picked SFT model and every RL model on the test split (100 tasks per environment x 8
+#    trials at temperature 1) without faults (the headline), with faults in 20% of calls (recovery
+#    and retries, the branch's two models too), and on the shifted split; then greedy on the test
+#    split (one trial).
 # Every step skips what is already done, so after an interruption rerun it to continue.
 # Saves runs/agent/sft (the picked checkpoint) and runs/agent/rl (the first seed's); reports in
 # runs/agent/*.html.
@@ -52,6 +56,21 @@ done
 first=${seeds%% *}
 rm -rf "$out/rl"
 cp -r "$out/rl-run-seed$first/model" "$out/rl"
+
+if [[ ! -f "$out/sft-faults-run/model/config.json" ]]; then
+  from=(--init "$out/sft" --overwrite)
+  [[ -d "$out/sft-faults-run/checkpoints" ]] && from=(--resume)
+  "$hyla" train --config configs/agent.json --train configs/train-agent-sft-faults.json --data data/kjv \
+    --out "$out/sft-faults-run" "${from[@]}"
+fi
+run="$out/rl-faults-run"
+if [[ ! -f "$run/model/config.json" ]]; then
+  jq ".seed = $first" configs/rl-agent.json > "$out/rl-faults.json"
+  resume=--overwrite
+  [[ -d "$run/checkpoints" ]] && resume=--resume
+  "$hyla" rl --config "$out/rl-faults.json" -m "$out/sft-faults-run/model" --out "$run" $resume
+fi
+branch=(-m "$out/sft-faults-run/model" --label "sft+faults" -m "$run/model" --label "rl+faults seed $first")
 rl_done=$(date +%s)
 
 # split, faults, temperature, trials: the headline at temperature 1, then faults, the shifted split, greedy
@@ -60,7 +79,9 @@ for eval in "test 0 1 8" "test 0.2 1 8" "shifted 0 1 8" "test 0 0 1"; do
   name="eval-$split-faults$faults"
   [[ $temperature == 0 ]] && name+="-greedy"
   [[ -f "$out/$name.json" ]] && continue
-  "$hyla" eval agent "${models[@]}" --envs "$envs" --split "$split" --tasks 100 --trials "$trials" \
+  evaluated=("${models[@]}")
+  [[ $faults != 0 ]] && evaluated+=("${branch[@]}")
+  "$hyla" eval agent "${evaluated[@]}" --envs "$envs" --split "$split" --tasks 100 --trials "$trials" \
     --temperature "$temperature" --faults "$faults" --max-steps 6 --out "$out/$name.json" --report "$out/$name.html"
 done
 done=$(date +%s)
