@@ -42,16 +42,19 @@ if [[ ! -f "$out/sft/config.json" ]]; then
 fi
 sft_done=$(date +%s)
 
+# GRPO (configs/rl-agent.json with RL seed $2) from model $3 into $out/$1, resumed if interrupted.
+grpo() {
+  local run="$out/$1" resume=--overwrite
+  [[ -f "$run/model/config.json" ]] && return
+  jq ".seed = $2" configs/rl-agent.json > "$run.json"
+  [[ -d "$run/checkpoints" ]] && resume=--resume
+  "$hyla" rl --config "$run.json" -m "$3" --out "$run" $resume
+}
+
 models=(-m "$out/sft" --label sft)
 for seed in $seeds; do
-  run="$out/rl-run-seed$seed"
-  if [[ ! -f "$run/model/config.json" ]]; then
-    jq ".seed = $seed" configs/rl-agent.json > "$out/rl-seed$seed.json"
-    resume=--overwrite
-    [[ -d "$run/checkpoints" ]] && resume=--resume
-    "$hyla" rl --config "$out/rl-seed$seed.json" -m "$out/sft" --out "$run" $resume
-  fi
-  models+=(-m "$run/model" --label "rl seed $seed")
+  grpo "rl-run-seed$seed" "$seed" "$out/sft"
+  models+=(-m "$out/rl-run-seed$seed/model" --label "rl seed $seed")
 done
 first=${seeds%% *}
 rm -rf "$out/rl"
@@ -63,14 +66,8 @@ if [[ ! -f "$out/sft-faults-run/model/config.json" ]]; then
   "$hyla" train --config configs/agent.json --train configs/train-agent-sft-faults.json --data data/kjv \
     --out "$out/sft-faults-run" "${from[@]}"
 fi
-run="$out/rl-faults-run"
-if [[ ! -f "$run/model/config.json" ]]; then
-  jq ".seed = $first" configs/rl-agent.json > "$out/rl-faults.json"
-  resume=--overwrite
-  [[ -d "$run/checkpoints" ]] && resume=--resume
-  "$hyla" rl --config "$out/rl-faults.json" -m "$out/sft-faults-run/model" --out "$run" $resume
-fi
-branch=(-m "$out/sft-faults-run/model" --label "sft+faults" -m "$run/model" --label "rl+faults seed $first")
+grpo rl-faults-run "$first" "$out/sft-faults-run/model"
+branch=(-m "$out/sft-faults-run/model" --label "sft+faults" -m "$out/rl-faults-run/model" --label "rl+faults seed $first")
 rl_done=$(date +%s)
 
 # split, faults, temperature, trials: the headline at temperature 1, then faults, the shifted split, greedy
