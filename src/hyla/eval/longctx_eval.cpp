@@ -158,7 +158,7 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
   auto samples_of = [&](int64_t length) { return options.samples > 0 ? options.samples : default_longctx_samples(length); };
   for (size_t t = 0; t < tasks.size(); ++t)
     for (const int64_t length : options.lengths) {
-      const std::vector<double> depths = tasks[t].uses_depth ? options.depths : std::vector<double>{0.0};
+      const std::vector<double> depths = tasks[t].uses_depth ? options.depths : std::vector<double>{-1.0};
       // Whether a sample fits depends on its drawn keys and values, so every sample of the task at
       // this length is sized (without its context: the size check comes first and costs little).
       try {
@@ -170,7 +170,7 @@ LongCtxResult evaluate_longctx(Model* model, const Tokenizer& tokenizer, const s
         result.skipped.push_back({tasks[t].name, length, e.what()});
         continue;
       }
-      for (const double depth : tasks[t].uses_depth ? options.depths : std::vector<double>{-1.0}) {
+      for (const double depth : depths) {
         LongCtxCell cell;
         cell.task = tasks[t].name;
         cell.task_index = t;
