@@ -8,11 +8,11 @@
 #    fail only);
 # 4. the fault-tolerant branch: SFT continued from the picked model on demonstrations with faults
 #    in half of the calls (configs/train-agent-sft-faults.json, 600 steps: the expert retries a call
-#    that timed out and rewords one that was rejected), then GRPO from it (the first RL seed);
+#    that timed out and rewords one that was rejected), then GRPO from it once per RL seed;
 # 5. the picked SFT model and every RL model on the test split (100 tasks per environment x 8
-#    trials at temperature 1) without faults (the headline), with faults in 20% of calls (recovery
-#    and retries, the branch's two models too), and on the shifted split; then greedy on the test
-#    split (one trial).
+#    trials at temperature 1) without faults (the headline) and with faults in 20% of calls
+#    (recovery and retries), both with the branch's models beside them; the headline models on the
+#    shifted split; then greedy on the test split (one trial).
 # Every step skips what is already done, so after an interruption rerun it to continue.
 # Saves runs/agent/sft (the picked checkpoint) and runs/agent/rl (the first seed's); reports in
 # runs/agent/*.html.
@@ -66,8 +66,11 @@ if [[ ! -f "$out/sft-faults-run/model/config.json" ]]; then
   "$hyla" train --config configs/agent.json --train configs/train-agent-sft-faults.json --data data/kjv \
     --out "$out/sft-faults-run" "${from[@]}"
 fi
-grpo rl-faults-run "$first" "$out/sft-faults-run/model"
-branch=(-m "$out/sft-faults-run/model" --label "sft+faults" -m "$out/rl-faults-run/model" --label "rl+faults seed $first")
+branch=(-m "$out/sft-faults-run/model" --label "sft+faults")
+for seed in $seeds; do
+  grpo "rl-faults-run-seed$seed" "$seed" "$out/sft-faults-run/model"
+  branch+=(-m "$out/rl-faults-run-seed$seed/model" --label "rl+faults seed $seed")
+done
 rl_done=$(date +%s)
 
 # split, faults, temperature, trials: the headline at temperature 1, then faults, the shifted split, greedy
@@ -77,7 +80,7 @@ for eval in "test 0 1 8" "test 0.2 1 8" "shifted 0 1 8" "test 0 0 1"; do
   [[ $temperature == 0 ]] && name+="-greedy"
   [[ -f "$out/$name.json" ]] && continue
   evaluated=("${models[@]}")
-  [[ $faults != 0 ]] && evaluated+=("${branch[@]}")
+  [[ $split == test && $temperature != 0 ]] && evaluated+=("${branch[@]}")
   "$hyla" eval agent "${evaluated[@]}" --envs "$envs" --split "$split" --tasks 100 --trials "$trials" \
     --temperature "$temperature" --faults "$faults" --max-steps 6 --out "$out/$name.json" --report "$out/$name.html"
 done
