@@ -13,7 +13,9 @@
 #    trials at temperature 1) without faults (the headline) and with faults in 20% of calls
 #    (recovery and retries), both with the branch's models beside them; the headline models on the
 #    shifted split; then greedy on the test split (one trial).
-# Every step skips what is already done, so after an interruption rerun it to continue.
+# About 100 minutes alone with three seeds (2-core AMD EPYC), so it runs in resumable segments:
+# every step saves its model or JSON and skips what is already done; after an interruption rerun
+# it to continue.
 # Saves runs/agent/sft (the picked checkpoint) and runs/agent/rl (the first seed's); reports in
 # runs/agent/*.html.
 #   bash scripts/agent.sh [BUILD_DIR]          RL_SEEDS="1 2 3" (the default) for the RL seeds
