@@ -10,7 +10,9 @@
 #               Dictionary), RULER's templates;
 #   paraphrase  the same facts in other words (--paraphrase), held-out haystack, 512/2K/8K;
 #   extrapolate pass key and the single needle in noise at 16K/32K/64K (8x the last stage), depths
-#               0.5 and 1.
+#               0.5 and 1;
+#   far         the same two tasks at 256K (SAMPLES_FAR, default 2, per depth; ~15 minutes);
+#   million     the pass key at 1M, depths 0.5 and 1, one sample each (a 1M read is ~17 minutes here).
 # Each with the no-context control and the contamination check against the training text.
 # Resumable: training continues from its last checkpoint, and an evaluation whose JSON exists is
 # skipped (delete it to rerun). SAMPLES (default 20) sets samples per cell up to 8K, SAMPLES_LONG
@@ -48,6 +50,8 @@ evaluate heldout --samples "$samples" --lengths 256,512,1K,2K,4K,8K --depths 0,0
 evaluate paraphrase --paraphrase --samples "$samples" --lengths 512,2K,8K --depths 0,0.5,1 \
   --tasks passkey,niah_single_essay,niah_multikey,vt_1x4,qa1,mqar
 evaluate extrapolate --samples "$samples_long" --lengths 16K,32K,64K --depths 0.5,1 --tasks passkey,niah_single_noise
+evaluate far --samples "${SAMPLES_FAR:-2}" --lengths 256K --depths 0.5,1 --tasks passkey,niah_single_noise
+evaluate million --samples 1 --lengths 1M --depths 0.5,1 --tasks passkey
 done=$(date +%s)
 echo "times: training $(( (trained - start) / 60 )) min, evaluation $(( (done - trained) / 60 )) min;" \
   "model in $out/run/model, reports in $out/*.html"
