@@ -42,8 +42,8 @@ for name in "${names[@]}"; do
   fi
   if [[ ! -f "$out/$name-speed.json" ]]; then
     echo "twins: $name prefill at 8K and 64K, decode at depths 8K and 64K" >&2
-    { "$hyla" bench -m "$run/model" -p 8192,65536 -n 16 -r 1 --json
-      "$hyla" bench -m "$run/model" -p 1 -n 32 -d 8192,65536 -r 1 --json | jq 'map(select(.test | startswith("tg")))'
+    { "$hyla" bench -m "$run/model" -p 8192,65536 -n 16 -r 2 --json
+      "$hyla" bench -m "$run/model" -p 1 -n 128 -d 8192,65536 -r 5 --json | jq 'map(select(.test | startswith("tg")))'
     } | jq -s 'add' > "$out/$name-speed.tmp" && mv "$out/$name-speed.tmp" "$out/$name-speed.json"
   fi
 done
@@ -62,7 +62,7 @@ for name in "${names[@]}"; do
                  correct: (map(.correct) | add), samples: (map(.samples) | add),
                  worst_depth: (map(.accuracy) | min)})),
      no_context: ($eval[0].controls.no_context | map({task, accuracy})),
-     speed: ($speed[0] | map({test, tokens_per_s}))}'
+     speed: ($speed[0] | map({test, tokens_per_s, roofline_fraction}))}'
 done | jq -s '.' > "$out/summary.json"
 
 jq -r '
@@ -81,7 +81,8 @@ jq -r '
   "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
   (.[] | "| \(.model) | \(.parameters) | \(.train_tokens_per_s | map(.median | round | tostring) | join(" / ")) | " +
     ([.speed[] | select(.test == "pp8192" or .test == "pp65536") | .tokens_per_s | round | tostring] | join(" | ")) + " | " +
-    ([.speed[] | select(.test | startswith("tg")) | .tokens_per_s | round | tostring] | join(" | ")) + " | " +
+    ([.speed[] | select(.test | test("^tg128 @ d")) | "\(.tokens_per_s | round)" +
+      (if .roofline_fraction then " (\(.roofline_fraction | pct) of its bound)" else "" end)] | join(" | ")) + " | " +
     "\(.state_bytes_8k / 1024 | round) KiB | \(.state_bytes_64k / 1024 | round) KiB |")
 ' "$out/summary.json" > "$out/summary.md"
 
