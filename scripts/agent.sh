@@ -31,12 +31,15 @@ start=$(date +%s)
 bash scripts/base.sh "$build"
 base_done=$(date +%s)
 
-if [[ ! -f "$out/sft-run/model/config.json" ]]; then
-  sft_start=(--init runs/base/model --overwrite)
-  [[ -d "$out/sft-run/checkpoints" ]] && sft_start=(--resume)  # the checkpoint holds the weights
-  "$hyla" train --config configs/agent.json --train configs/train-agent-sft.json --data data/kjv \
-    --out "$out/sft-run" "${sft_start[@]}"
-fi
+# SFT (TRAIN.json $2) from model $3 into $out/$1, resumed if interrupted.
+sft() {
+  local run="$out/$1" from=(--init "$3" --overwrite)
+  [[ -f "$run/model/config.json" ]] && return
+  [[ -d "$run/checkpoints" ]] && from=(--resume)  # the checkpoint holds the weights
+  "$hyla" train --config configs/agent.json --train "$2" --data data/kjv --out "$run" "${from[@]}"
+}
+
+sft sft-run configs/train-agent-sft.json runs/base/model
 if [[ ! -f "$out/sft/config.json" ]]; then
   picked=$(ENVS=$envs bash scripts/sft-pick.sh "$out/sft-run" "$build")
   rm -rf "$out/sft.tmp" && cp -r "$picked" "$out/sft.tmp" && mv "$out/sft.tmp" "$out/sft"
@@ -62,12 +65,7 @@ first=${seeds%% *}
 rm -rf "$out/rl"
 cp -r "$out/rl-run-seed$first/model" "$out/rl"
 
-if [[ ! -f "$out/sft-faults-run/model/config.json" ]]; then
-  from=(--init "$out/sft" --overwrite)
-  [[ -d "$out/sft-faults-run/checkpoints" ]] && from=(--resume)
-  "$hyla" train --config configs/agent.json --train configs/train-agent-sft-faults.json --data data/kjv \
-    --out "$out/sft-faults-run" "${from[@]}"
-fi
+sft sft-faults-run configs/train-agent-sft-faults.json "$out/sft"
 branch=(-m "$out/sft-faults-run/model" --label "sft+faults")
 for seed in $seeds; do
   grpo "rl-faults-run-seed$seed" "$seed" "$out/sft-faults-run/model"
