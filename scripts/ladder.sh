@@ -13,9 +13,9 @@
 #               0.5 and 1;
 #   far         the same two tasks at 256K (SAMPLES_FAR, default 2, per depth; about 50 minutes
 #               on 2 cores: ~720 prompt tokens/s);
-#   million     only with MILLION=1: the pass key at 1M, depths 0.5 and 1, one sample each. Its own
-#               segment: the latent attention's cost per token grows with the length, so a 1M read
-#               takes about 1.5-2 hours here, both reads about 3.5.
+#   million     only with MILLION=1: the pass key at 1M, depths 1 then 0.5, one sample each, each its
+#               own segment (million-depth1.json, million-depth0.5.json): the latent attention's
+#               cost per token grows with the length, so a 1M read takes about 1.5-2 hours here.
 # Each with the no-context control and the contamination check against the training text.
 # Resumable: training continues from its last checkpoint, and an evaluation whose JSON exists is
 # skipped (delete it to rerun). SAMPLES (default 20) sets samples per cell up to 8K, SAMPLES_LONG
@@ -55,7 +55,9 @@ evaluate paraphrase --paraphrase --samples "$samples" --lengths 512,2K,8K --dept
 evaluate extrapolate --samples "$samples_long" --lengths 16K,32K,64K --depths 0.5,1 --tasks passkey,niah_single_noise
 evaluate far --samples "${SAMPLES_FAR:-2}" --lengths 256K --depths 0.5,1 --tasks passkey,niah_single_noise
 if [[ ${MILLION:-0} == 1 ]]; then
-  evaluate million --samples 1 --lengths 1M --depths 0.5,1 --tasks passkey
+  for depth in 1 0.5; do  # one segment each: the needle by the question first, the middle second
+    evaluate "million-depth$depth" --samples 1 --lengths 1M --depths "$depth" --tasks passkey
+  done
 fi
 done=$(date +%s)
 echo "times: training $(( (trained - start) / 60 )) min, evaluation $(( (done - trained) / 60 )) min;" \
