@@ -15,7 +15,7 @@
 #               on 2 cores: ~720 prompt tokens/s);
 #   million     only with MILLION=1: the pass key at 1M, depths 1 then 0.5, one sample each, each its
 #               own segment (million-depth1.json, million-depth0.5.json): the latent attention's
-#               cost per token grows with the length, so a 1M read takes about 1.5-2 hours here.
+#               cost per token grows with the length, so a 1M read takes about 70 minutes here.
 # Each with the no-context control and the contamination check against the training text.
 # Resumable: training continues from its last checkpoint, and an evaluation whose JSON exists is
 # skipped (delete it to rerun). SAMPLES (default 20) sets samples per cell up to 8K, SAMPLES_LONG
