@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "hyla/core/byte_size.h"
 #include "hyla/data/gguf_vocab.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/io/file.h"
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 void add_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand("convert", "Convert between hyla model directories, llama.cpp kimi-k3 / kimi-linear GGUF and Kimi HF checkpoints");
-  static std::string in, out, to, from, type = "bf16", weight_dtype = "f32";
+  static std::string in, out, to, from, type = "bf16", weight_dtype = "f32", split_max_size;
   static bool force = false;
   cmd->add_option("-m,--model", in, "Model directory, GGUF file, or Hugging Face Kimi K3 / Kimi Linear checkpoint")->required();
   cmd->add_option("--out", out, "Output GGUF file (--to gguf) or model directory (--to hyla)")->required();
@@ -30,6 +31,9 @@ void add_convert(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->add_option("--weight-dtype", weight_dtype, "Model directory weights: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->add_option("--split-max-size", split_max_size,
+                  "Write the GGUF as a split set (OUT-00001-of-0000N.gguf, as llama-gguf-split): the first shard the "
+                  "metadata, each other at most this many tensor bytes (e.g. 4G; binary units)");
   cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->callback([] {
     const ModelFiles files = open_model_files(in);
@@ -45,9 +49,16 @@ void add_convert(CLI::App& app) {
       HYLA_CHECK(force || !fs::exists(out) || is_gguf_file(out),
                  "convert: {} exists and is not a GGUF file; give --force to replace it", out);
       GgufExportOptions options{.matrices = ggml_type_from_name(type)};
+      if (!split_max_size.empty()) {
+        const std::optional<int64_t> bytes = parse_byte_size(split_max_size);
+        HYLA_CHECK(bytes && *bytes > 0, "convert: --split-max-size '{}' is not a size (e.g. 4G, 500M)", split_max_size);
+        options.split_max_bytes = uint64_t(*bytes);
+      }
       if (tokenizer) add_gguf_tokenizer(*tokenizer, config.vocab_size, options.tokenizer);
-      const std::string arch = save_kimi_gguf(out, config, weights, options);
-      fmt::print("wrote {}: llama.cpp {} GGUF, matrices {}, {}\n", out, arch, type,
+      const GgufExport written = save_kimi_gguf(out, config, weights, options);
+      fmt::print("wrote {}{}: llama.cpp {} GGUF, matrices {}, {}\n", written.files.front().string(),
+                 written.files.size() > 1 ? fmt::format(" … {} ({} shards)", written.files.back().string(), written.files.size()) : "",
+                 written.arch, type,
                  tokenizer ? "with the vocabulary" : "no vocabulary (token ids only)");
       return;
     }

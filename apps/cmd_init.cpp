@@ -40,7 +40,7 @@ void add_init(CLI::App& app) {
       const ModelConfig config = ModelConfig::load(config_path);
       GgufExportOptions options{.matrices = ggml_type_from_name(type), .name = "hyla init"};
       if (!tokenizer.empty()) add_gguf_tokenizer(Tokenizer::load(tokenizer), config.vocab_size, options.tokenizer);
-      const std::string arch = save_kimi_gguf(out, config, *initialized_weights(config, seed, experts == "mxfp4"), options);
+      const std::string arch = save_kimi_gguf(out, config, *initialized_weights(config, seed, experts == "mxfp4"), options).arch;
       const ParamCounts counts = count_parameters(config);
       fmt::print("wrote {}: llama.cpp {} GGUF, {} bytes ({} parameters, {} active per token, seed {}, matrices {}, "
                  "experts {})\n", out, arch, std::filesystem::file_size(out), counts.total_sum(), counts.active_sum(),

@@ -11,6 +11,7 @@
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/model/config.h"
+#include "hyla/io/gguf.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model.h"
 #include "hyla/model/model_files.h"
@@ -73,12 +74,32 @@ void print_config(const ModelConfig& c) {
                               : "off");
 }
 
+// A GGUF's (or split set's) own tensors: ggml type, shape as stored, bytes, shard; and bytes per type.
+void print_gguf_tensors(const fs::path& path) {
+  const GgufFile gguf(path);
+  fmt::print("{}{}\n", gguf.path().string(),
+             gguf.shard_count() > 1 ? fmt::format(": a split set of {} shards", gguf.shard_count()) : "");
+  fmt::print("\n{:<44} {:>7} {:>24} {:>12} {:>5}\n", "GGUF tensor", "type", "ne", "bytes", "shard");
+  std::map<std::string, std::pair<int64_t, uint64_t>> per_type;  // tensors, bytes
+  for (const GgufTensor& t : gguf.tensors()) {
+    const std::string type = ggml_type_name(t.type);
+    fmt::print("{:<44} {:>7} {:>24} {:>12} {:>5}\n", t.name, type, fmt::format("[{}]", fmt::join(t.ne, ", ")), t.bytes,
+               t.shard + 1);
+    per_type[type].first += 1, per_type[type].second += t.bytes;
+  }
+  for (const auto& [type, n] : per_type)
+    fmt::print("  {:<8} {:>6} tensors {:>12}\n", type, n.first, human_bytes(double(n.second)));
+  fmt::print("\n");
+}
+
 void inspect(const fs::path& dir) {
   const ModelFiles files = open_model_files(dir);
   const ModelConfig& config = files.config;
   const ModelWeights& weights = *files.weights;
-  if (files.format == ModelFiles::Format::Gguf)
+  if (files.format == ModelFiles::Format::Gguf) {
+    print_gguf_tensors(dir);
     fmt::print("llama.cpp GGUF, architecture {}, read as hyla's tensors:\n", kimi_gguf_arch(config));
+  }
   if (files.format == ModelFiles::Format::HuggingFace) fmt::print("Hugging Face checkpoint, read as hyla's tensors:\n");
   print_config(config);
 

@@ -210,7 +210,7 @@ TEST(KimiGguf, RoundTripKeepsTheLogits) {
     EXPECT_EQ(kimi_gguf_arch(config), arch);
     const auto original = Model::load(dir / "model");
     const Tensor want = logits_of(*original);
-    EXPECT_EQ(save_kimi_gguf(dir / "m.gguf", config, ModelWeights(dir / "model"), {}), arch);
+    EXPECT_EQ(save_kimi_gguf(dir / "m.gguf", config, ModelWeights(dir / "model"), {}).arch, arch);
     ASSERT_TRUE(is_gguf_file(dir / "m.gguf"));
     const auto gguf = std::make_shared<const GgufFile>(dir / "m.gguf");
     EXPECT_EQ(gguf->string("general.architecture"), arch);
@@ -279,6 +279,76 @@ TEST(KimiGguf, RoundTripKeepsTheLogits) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(max_abs_difference(logits_of(*Model::load(dir / "back")), logits_of(*loaded)), 0) << arch;
   }
+}
+
+// The tensor count in a GGUF file's header (bytes 8-15).
+uint64_t header_tensor_count(const fs::path& path) {
+  const std::string bytes = read_all(path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data() + 8, 8);
+  return n;
+}
+
+TEST(KimiGguf, SplitSetsReadAsOneFileFromAnyShard) {
+  TempDir dir;
+  const ModelConfig config = save_random("configs/kimi-k3-tiny.json", dir / "model");
+  const ModelWeights weights(dir / "model");
+  save_kimi_gguf(dir / "one.gguf", config, weights, {.matrices = GgmlType::Q8_0});
+  const GgufExport split =
+      save_kimi_gguf(dir / "set.gguf", config, weights, {.matrices = GgmlType::Q8_0, .split_max_bytes = 48 << 10});
+  const int count = int(split.files.size());
+  ASSERT_GE(count, 4);
+  EXPECT_FALSE(fs::exists(dir / "set.gguf"));
+  for (int i = 0; i < count; ++i) EXPECT_EQ(split.files[size_t(i)], gguf_shard_path(dir / "set", i, count));
+  // As the published sets: the first shard holds the metadata and no tensors.
+  EXPECT_EQ(header_tensor_count(split.files[0]), 0u);
+  const GgufFile one(dir / "one.gguf"), set(split.files[2]);
+  EXPECT_EQ(set.path(), split.files[0]);
+  EXPECT_EQ(set.shard_count(), size_t(count));
+  EXPECT_EQ(set.tensors().size(), one.tensors().size());
+  EXPECT_EQ(set.string("general.architecture"), "kimi-k3");
+  for (const GgufTensor& t : set.tensors()) {
+    EXPECT_GE(t.shard, 1u);
+    const GgufTensor& u = one.tensor(t.name);
+    ASSERT_EQ(t.bytes, u.bytes) << t.name;
+    EXPECT_EQ(std::memcmp(set.data(t), one.data(u), t.bytes), 0) << t.name;
+    EXPECT_EQ(set.path_of(t), split.files[t.shard]);
+  }
+
+  // Any shard names the set; resident and with offloaded experts, the logits are the single file's.
+  const Tensor want = logits_of(*Model::load(dir / "one.gguf"));
+  for (int i : {0, 1, count - 1})
+    EXPECT_EQ(max_abs_difference(logits_of(*Model::load(split.files[size_t(i)])), want), 0) << "shard " << i + 1;
+  const auto offloaded =
+      Model::load(split.files[1], {.offload_experts = ExpertOffloadOptions{parse_expert_memory("50%")}});
+  EXPECT_EQ(max_abs_difference(logits_of(*offloaded), want), 0);
+  const test::CommandResult inspect = test::run_hyla("inspect " + split.files[0].string());
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find(fmt::format("a split set of {} shards", count)), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("Q8_0"), std::string::npos);
+  // `convert --split-max-size` writes the same set.
+  const test::CommandResult convert = test::run_hyla(fmt::format(
+      "convert -m {} --out {} --type q8_0 --split-max-size 48K", (dir / "model").string(), (dir / "cli.gguf").string()));
+  ASSERT_EQ(convert.exit_code, 0) << convert.output;
+  EXPECT_EQ(read_all(gguf_shard_path(dir / "cli", 2, count)), read_all(split.files[2]));
+
+  // A missing shard, a shard of another set in its place, and a leftover of another split: each
+  // an error naming the file.
+  const fs::path third = split.files[2];
+  fs::rename(third, dir / "aside.gguf");
+  test::expect_error([&] { GgufFile g(split.files[0]); }, third.filename().string() + ": shard 3 of " +
+                                                                   std::to_string(count) + " of this split GGUF is missing");
+  fs::copy_file(split.files[3], third);
+  test::expect_error([&] { GgufFile g(split.files[1]); }, third.filename().string() + ": not shard 3 of this set");
+  fs::remove(third);
+  fs::rename(dir / "aside.gguf", third);
+  GgufFile ok(split.files[0]);
+  const fs::path stray = gguf_shard_path(dir / "set", 0, count + 1);
+  fs::copy_file(split.files[0], stray);
+  test::expect_error([&] { GgufFile g(split.files[0]); }, stray.filename().string() + ": a shard of another split");
+  // A shard whose name does not say its place.
+  fs::copy_file(split.files[1], dir / "renamed.gguf");
+  test::expect_error([&] { GgufFile g(dir / "renamed.gguf"); }, "not named PREFIX-00002-of-");
 }
 
 TEST(KimiGguf, ConfigsLlamaCppCannotRunAreErrors) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <optional>
+#include <regex>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -20,16 +23,6 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
 constexpr uint32_t kVersion = 3;
 constexpr int kMaxDims = 4;              // GGML_MAX_DIMS
-
-// ggml.h's enum ggml_type, for naming the types hyla does not read.
-constexpr std::array<std::string_view, 43> kTypeNames = {
-    "F32",     "F16",    "Q4_0",    "Q4_1",   "type 4", "type 5", "Q5_0",  "Q5_1",  "Q8_0",  "Q8_1",  "Q2_K",
-    "Q3_K",    "Q4_K",   "Q5_K",    "Q6_K",   "Q8_K",   "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
-    "IQ3_S",   "IQ2_S",  "IQ4_XS",  "I8",     "I16",    "I32",    "I64",   "F64",   "IQ1_M", "BF16",  "type 31",
-    "type 32", "type 33", "TQ1_0",  "TQ2_0",  "type 36", "type 37", "type 38", "MXFP4", "NVFP4", "Q1_0",  "Q2_0"};
-
-// E2M1 values doubled (ggml's kvalues_mxfp4); the block scale is then 2^(e − 128).
-constexpr std::array<int8_t, 16> kMxfp4Values = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 class Reader {
  public:
@@ -134,118 +127,6 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
-std::string ggml_type_name(uint32_t type) {
-  return type < kTypeNames.size() ? std::string(kTypeNames[type]) : fmt::format("type {}", type);
-}
-
-bool ggml_type_supported(uint32_t type) {
-  switch (GgmlType(type)) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::MXFP4: return true;
-  }
-  return false;
-}
-
-GgmlType ggml_type_from_name(std::string_view name) {
-  std::string upper(name);
-  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4})
-    if (ggml_type_name(uint32_t(t)) == upper) return t;
-  fail("GGUF type '{}': hyla reads and writes f32, f16, bf16, q8_0 and mxfp4", name);
-}
-
-int64_t ggml_block_values(GgmlType type) { return type == GgmlType::Q8_0 || type == GgmlType::MXFP4 ? 32 : 1; }
-
-int64_t ggml_block_bytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32: return 4;
-    case GgmlType::F16: case GgmlType::BF16: return 2;
-    case GgmlType::Q8_0: return 34;  // f16 scale + 32 int8
-    case GgmlType::MXFP4: return 17; // E8M0 scale + 16 bytes of 4-bit codes
-  }
-  return 0;
-}
-
-uint64_t ggml_bytes(GgmlType type, int64_t n) {
-  HYLA_ASSERT(n % ggml_block_values(type) == 0);
-  return uint64_t(n / ggml_block_values(type)) * uint64_t(ggml_block_bytes(type));
-}
-
-void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, src += 34) {
-    f16 d;
-    std::memcpy(&d, src, 2);
-    const float scale = to_f32(d);
-    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
-    for (int j = 0; j < 32; ++j) dst[b * 32 + j] = float(q[j]) * scale;
-  }
-}
-
-void quantize_q8_0(const float* src, uint8_t* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, dst += 34) {
-    const float* x = src + b * 32;
-    float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    const f16 scale = to_f16(d);
-    std::memcpy(dst, &scale, 2);
-    for (int j = 0; j < 32; ++j) dst[2 + j] = uint8_t(int8_t(std::round(x[j] * id)));
-  }
-}
-
-void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / 32; ++b, src += 17) {
-    const float d = std::ldexp(1.0f, int(src[0]) - 128);
-    for (int j = 0; j < 16; ++j) {
-      dst[b * 32 + j] = float(kMxfp4Values[src[1 + j] & 15]) * d;
-      dst[b * 32 + j + 16] = float(kMxfp4Values[src[1 + j] >> 4]) * d;
-    }
-  }
-}
-
-void mxfp4_blocks_to_codes(const uint8_t* blocks, int64_t n, uint8_t* codes, uint8_t* scales) {
-  for (int64_t b = 0; b < n / 32; ++b, blocks += 17, codes += 16) {
-    scales[b] = blocks[0];
-    const uint8_t* qs = blocks + 1;
-    for (int j = 0; j < 8; ++j) {
-      codes[j] = uint8_t((qs[2 * j] & 15) | (qs[2 * j + 1] & 15) << 4);
-      codes[8 + j] = uint8_t((qs[2 * j] >> 4) | (qs[2 * j + 1] >> 4) << 4);
-    }
-  }
-}
-
-void mxfp4_codes_to_blocks(const uint8_t* codes, const uint8_t* scales, int64_t n, uint8_t* blocks) {
-  for (int64_t b = 0; b < n / 32; ++b, blocks += 17, codes += 16) {
-    blocks[0] = scales[b];
-    uint8_t* qs = blocks + 1;
-    for (int j = 0; j < 8; ++j) {
-      qs[2 * j] = uint8_t((codes[j] & 15) | (codes[8 + j] & 15) << 4);
-      qs[2 * j + 1] = uint8_t((codes[j] >> 4) | (codes[8 + j] >> 4) << 4);
-    }
-  }
-}
-
-void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
-  switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
-    // GGUF data is aligned to 32 bytes and every slice hyla takes starts on a whole element.
-    case GgmlType::F16: return convert(reinterpret_cast<const f16*>(src), dst, size_t(n));
-    case GgmlType::BF16: return convert(reinterpret_cast<const bf16*>(src), dst, size_t(n));
-    case GgmlType::Q8_0: return dequantize_q8_0(src, dst, n);
-    case GgmlType::MXFP4: return dequantize_mxfp4(src, dst, n);
-  }
-}
-
-void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
-  switch (type) {
-    case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
-    case GgmlType::F16: return convert(src, reinterpret_cast<f16*>(dst), size_t(n));
-    case GgmlType::BF16: return convert(src, reinterpret_cast<bf16*>(dst), size_t(n));
-    case GgmlType::Q8_0: return quantize_q8_0(src, dst, n);
-    case GgmlType::MXFP4: break;
-  }
-  fail("MXFP4 is written from packed MXFP4 data, not from f32");
-}
-
 int64_t GgufTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : ne) n *= d;
@@ -257,32 +138,42 @@ Shape GgufTensor::shape() const {
   return Shape(dims.begin(), dims.end());
 }
 
-GgufFile::GgufFile(const fs::path& path) : file_(MappedFile::open(path)) {
+fs::path gguf_shard_path(const fs::path& prefix, int shard, int count) {
+  return fs::path(fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix.string(), shard + 1, count));
+}
+
+void GgufFile::read_shard(const fs::path& path, GgufMetadata& metadata, std::vector<GgufTensor>& tensors) {
+  Shard shard{MappedFile::open(path)};
+  const MappedFile& file = *shard.file;
   const std::string source = path.string();
-  Reader r(file_->data(), file_->size(), source);
-  HYLA_CHECK(file_->size() >= 4 && r.get<uint32_t>("the magic") == kMagic, "{}: not a GGUF file (no 'GGUF' magic)",
+  Reader r(file.data(), file.size(), source);
+  HYLA_CHECK(file.size() >= 4 && r.get<uint32_t>("the magic") == kMagic, "{}: not a GGUF file (no 'GGUF' magic)",
              source);
   const uint32_t version = r.get<uint32_t>("the version");
   HYLA_CHECK(version == kVersion, "{}: GGUF version {}; hyla reads version 3", source, version);
   const uint64_t tensor_count = r.get<uint64_t>("the tensor count");
   const uint64_t kv_count = r.get<uint64_t>("the metadata count");
-  HYLA_CHECK(tensor_count <= file_->size() && kv_count <= file_->size(),
+  HYLA_CHECK(tensor_count <= file.size() && kv_count <= file.size(),
              "{}: header claims {} tensors and {} metadata entries, more than the file can hold", source, tensor_count,
              kv_count);
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string key = r.string(fmt::format("metadata key {}", i));
     GgufValue v = read_value(r, fmt::format("metadata '{}'", key), source);
-    HYLA_CHECK(metadata_.emplace(key, std::move(v)).second, "{}: metadata key '{}' appears twice", source, key);
+    HYLA_CHECK(metadata.emplace(key, std::move(v)).second, "{}: metadata key '{}' appears twice", source, key);
   }
   uint64_t alignment = kGgufAlignment;
-  if (has("general.alignment")) {
-    const int64_t a = integer("general.alignment");
-    HYLA_CHECK(a > 0 && (a & (a - 1)) == 0, "{}: general.alignment {} is not a power of two", source, a);
-    alignment = uint64_t(a);
+  if (auto a = metadata.find("general.alignment"); a != metadata.end()) {
+    const json& v = a->second.value;
+    HYLA_CHECK(a->second.type != GgufValueType::Array && v.is_number_integer() && v.get<int64_t>() > 0 &&
+                   std::has_single_bit(v.get<uint64_t>()),
+               "{}: general.alignment {} is not a power of two", source, v.dump());
+    alignment = v.get<uint64_t>();
   }
+  const size_t first = tensors.size();
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensor t;
     t.name = r.string(fmt::format("tensor {}'s name", i));
+    t.shard = shards_.size();
     const std::string what = fmt::format("tensor '{}'", t.name);
     const uint32_t dims = r.get<uint32_t>(what);
     HYLA_CHECK(dims >= 1 && dims <= kMaxDims, "{}: {} has {} dimensions (1 to 4)", source, what, dims);
@@ -296,28 +187,120 @@ GgufFile::GgufFile(const fs::path& path) : file_(MappedFile::open(path)) {
     }
     t.type = r.get<uint32_t>(what);
     t.offset = r.get<uint64_t>(what);
-    HYLA_CHECK(ggml_type_supported(t.type),
-               "{}: {} is {}; hyla reads F32, F16, BF16, Q8_0 and MXFP4 GGUF tensors (requantize the file, e.g. "
-               "llama-quantize --allow-requantize … Q8_0, or convert from the original checkpoint)",
-               source, what, ggml_type_name(t.type));
+    HYLA_CHECK(ggml_type_readable(t.type), "{}: {} is {}, a ggml type hyla does not read", source, what,
+               ggml_type_name(t.type));
     const GgmlType type = GgmlType(t.type);
     HYLA_CHECK(t.ne[0] % ggml_block_values(type) == 0, "{}: {} is {} but its first dimension {} is not a multiple of {}",
                source, what, ggml_type_name(t.type), t.ne[0], ggml_block_values(type));
     HYLA_CHECK(t.offset % alignment == 0, "{}: {} starts at offset {}, not a multiple of the alignment {}", source, what,
                t.offset, alignment);
     t.bytes = ggml_bytes(type, numel);
-    HYLA_CHECK(index_.emplace(t.name, tensors_.size()).second, "{}: {} appears twice", source, what);
-    tensors_.push_back(std::move(t));
+    HYLA_CHECK(index_.emplace(t.name, tensors.size()).second, "{}: {} appears twice{}", source, what,
+               shards_.empty() ? "" : " in the split set");
+    tensors.push_back(std::move(t));
   }
   const uint64_t data_start = align_up(r.offset(), alignment);
-  HYLA_CHECK(data_start <= file_->size(), "{}: truncated: the data section would start at byte {} of {}", source,
-             data_start, file_->size());
-  data_ = file_->data() + data_start;
-  const uint64_t data_bytes = file_->size() - data_start;
-  for (const GgufTensor& t : tensors_)
+  HYLA_CHECK(data_start <= file.size(), "{}: truncated: the data section would start at byte {} of {}", source,
+             data_start, file.size());
+  shard.data = file.data() + data_start;
+  const uint64_t data_bytes = file.size() - data_start;
+  for (size_t i = first; i < tensors.size(); ++i) {
+    const GgufTensor& t = tensors[i];
     HYLA_CHECK(t.offset <= data_bytes && t.bytes <= data_bytes - t.offset,
                "{}: truncated: tensor '{}' needs bytes [{}, {}) of the data section, which holds {}", source, t.name,
                t.offset, t.offset + t.bytes, data_bytes);
+  }
+  shards_.push_back(std::move(shard));
+}
+
+namespace {
+
+// split.no, split.count or split.tensors.count of a shard's metadata; -1 when absent.
+int64_t split_key(const GgufMetadata& m, const std::string& key, const fs::path& path) {
+  auto it = m.find(key);
+  if (it == m.end()) return -1;
+  HYLA_CHECK(it->second.type != GgufValueType::Array && it->second.value.is_number_integer() &&
+                 it->second.value.get<int64_t>() >= 0 && it->second.value.get<int64_t>() <= 65535 * 4096LL,
+             "{}: metadata '{}' is {}, not a shard number or count", path.string(), key, it->second.value.dump());
+  return it->second.value.get<int64_t>();
+}
+
+// The PREFIX of PREFIX-NNNNN-of-MMMMM.gguf, with NNNNN and MMMMM; nullopt for other names.
+struct ShardName {
+  std::string prefix;
+  int number, count;
+};
+std::optional<ShardName> shard_name(const fs::path& path) {
+  static const std::regex pattern(R"(^(.*)-([0-9]{5})-of-([0-9]{5})\.gguf$)");
+  std::smatch m;
+  const std::string s = path.string();
+  if (!std::regex_match(s, m, pattern)) return std::nullopt;
+  return ShardName{m[1], std::stoi(m[2]), std::stoi(m[3])};
+}
+
+}  // namespace
+
+GgufFile::GgufFile(const fs::path& path) {
+  GgufMetadata named_metadata;
+  std::vector<GgufTensor> named_tensors;
+  read_shard(path, named_metadata, named_tensors);
+  if (split_key(named_metadata, "split.count", path) <= 1) {
+    metadata_ = std::move(named_metadata);
+    tensors_ = std::move(named_tensors);
+    return;
+  }
+  open_set(path, named_metadata, std::move(named_tensors));
+}
+
+void GgufFile::open_set(const fs::path& named, const GgufMetadata& named_metadata, std::vector<GgufTensor> named_tensors) {
+  const int64_t count = split_key(named_metadata, "split.count", named);
+  const int64_t number = split_key(named_metadata, "split.no", named);
+  const int64_t total = split_key(named_metadata, "split.tensors.count", named);
+  const std::optional<ShardName> name = shard_name(named);
+  HYLA_CHECK(name && name->count == count && name->number == number + 1,
+             "{}: shard {} of a set of {} (split.no, split.count), but not named PREFIX-{:05d}-of-{:05d}.gguf as "
+             "llama-gguf-split names the shards",
+             named.string(), number + 1, count, number + 1, count);
+  // Read the set in order from the first shard (the named one is read again; its maps are cheap).
+  shards_.clear();
+  index_.clear();
+  named_tensors.clear();
+  std::vector<GgufTensor> tensors;
+  for (int i = 0; i < int(count); ++i) {
+    const fs::path p = gguf_shard_path(name->prefix, i, int(count));
+    std::error_code ec;
+    HYLA_CHECK(fs::is_regular_file(p, ec), "{}: shard {} of {} of this split GGUF is missing ({} needs it)",
+               p.string(), i + 1, count, named.string());
+    GgufMetadata m;
+    read_shard(p, m, tensors);
+    HYLA_CHECK(split_key(m, "split.no", p) == i && split_key(m, "split.count", p) == count &&
+                   split_key(m, "split.tensors.count", p) == total,
+               "{}: not shard {} of this set: its split.no, split.count and split.tensors.count are {}, {}, {} where "
+               "the set has {}, {}, {}",
+               p.string(), i + 1, split_key(m, "split.no", p), split_key(m, "split.count", p),
+               split_key(m, "split.tensors.count", p), i, count, total);
+    if (i == 0) metadata_ = std::move(m);
+  }
+  HYLA_CHECK(int64_t(tensors.size()) == total, "{}: the {} shards hold {} tensors; split.tensors.count says {}",
+             path().string(), count, tensors.size(), total);
+  // A file named like a shard of this prefix but of another count, or numbered past it, is a
+  // leftover of another set: which one was meant is not knowable.
+  const fs::path dir = fs::path(name->prefix).parent_path().empty() ? fs::path(".") : fs::path(name->prefix).parent_path();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::optional<ShardName> other = shard_name(entry.path());
+    if (!other || fs::path(other->prefix).filename() != fs::path(name->prefix).filename()) continue;
+    HYLA_CHECK(other->count == count && other->number >= 1 && other->number <= count,
+               "{}: a shard of another split of {} ({} of {}) beside the set of {} named by {}", entry.path().string(),
+               fs::path(name->prefix).filename().string(), other->number, other->count, count, named.string());
+  }
+  tensors_ = std::move(tensors);
+}
+
+std::vector<std::shared_ptr<const MappedFile>> GgufFile::mapped_files() const {
+  std::vector<std::shared_ptr<const MappedFile>> out;
+  for (const Shard& s : shards_) out.push_back(s.file);
+  return out;
 }
 
 const GgufTensor* GgufFile::find(std::string_view name) const {
@@ -334,7 +317,7 @@ const GgufTensor& GgufFile::tensor(std::string_view name) const {
 Tensor GgufFile::to_f32(const GgufTensor& t) const {
   const uint8_t* p = data(t);
   if (GgmlType(t.type) == GgmlType::F32 && reinterpret_cast<uintptr_t>(p) % 4 == 0)
-    return Tensor::view(DType::F32, t.shape(), const_cast<uint8_t*>(p), file_);
+    return Tensor::view(DType::F32, t.shape(), const_cast<uint8_t*>(p), mapped(t));
   Tensor out = Tensor::empty(DType::F32, t.shape());
   ggml_to_f32(GgmlType(t.type), p, out.data<float>(), t.numel());
   return out;
@@ -383,16 +366,19 @@ std::vector<int64_t> GgufFile::integers(const std::string& key) const {
   return out;
 }
 
-GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::vector<GgufTensor> tensors)
-    : source_(path.string()), file_(path), tensors_(std::move(tensors)) {
+namespace {
+
+// The header of one GGUF file: its metadata, then its tensors' names, shapes, types and offsets
+// (from the data section, each aligned), padded to the alignment.
+std::string gguf_header(const std::string& source, const GgufMetadata& metadata, std::vector<GgufTensor*> tensors) {
   std::string header;
   put<uint32_t>(header, kMagic);
   put<uint32_t>(header, kVersion);
-  put<uint64_t>(header, tensors_.size());
+  put<uint64_t>(header, tensors.size());
   put<uint64_t>(header, metadata.size());
   for (const auto& [key, v] : metadata) {
     HYLA_CHECK(key != "general.alignment", "{}: hyla writes the default alignment; 'general.alignment' is not settable",
-               source_);
+               source);
     put_string(header, key);
     put<uint32_t>(header, uint32_t(v.type));
     if (v.type != GgufValueType::Array) {
@@ -405,49 +391,99 @@ GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::
     for (const json& x : v.value) put_scalar(header, v.element, x, key);
   }
   uint64_t offset = 0;
+  for (GgufTensor* t : tensors) {
+    put_string(header, t->name);
+    put<uint32_t>(header, uint32_t(t->ne.size()));
+    for (int64_t n : t->ne) put<uint64_t>(header, uint64_t(n));
+    put<uint32_t>(header, t->type);
+    t->offset = offset;
+    put<uint64_t>(header, t->offset);
+    offset = align_up(offset + t->bytes, kGgufAlignment);
+  }
+  header.append(align_up(header.size(), kGgufAlignment) - header.size(), '\0');
+  return header;
+}
+
+GgufValue u16_value(int64_t v) { return {GgufValueType::U16, GgufValueType::U32, v}; }
+GgufValue i32_value(int64_t v) { return {GgufValueType::I32, GgufValueType::U32, v}; }
+
+}  // namespace
+
+GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::vector<GgufTensor> tensors,
+                       uint64_t split_max_bytes)
+    : source_(path.string()), tensors_(std::move(tensors)) {
   std::set<std::string> names;
   for (GgufTensor& t : tensors_) {
     HYLA_CHECK(names.insert(t.name).second, "{}: tensor '{}' given twice", source_, t.name);
-    HYLA_CHECK(ggml_type_supported(t.type), "{}: tensor '{}': hyla does not write {}", source_, t.name,
+    HYLA_CHECK(ggml_type_writable(t.type), "{}: tensor '{}': hyla does not write {}", source_, t.name,
                ggml_type_name(t.type));
     HYLA_CHECK(!t.ne.empty() && t.ne.size() <= kMaxDims && std::ranges::all_of(t.ne, [](int64_t n) { return n >= 1; }) &&
                    t.ne[0] % ggml_block_values(GgmlType(t.type)) == 0,
                "{}: tensor '{}' of {} dimensions, first {}, cannot be stored as {}", source_, t.name, t.ne.size(),
                t.ne.empty() ? 0 : t.ne[0], ggml_type_name(t.type));
-    put_string(header, t.name);
-    put<uint32_t>(header, uint32_t(t.ne.size()));
-    for (int64_t n : t.ne) put<uint64_t>(header, uint64_t(n));
-    put<uint32_t>(header, t.type);
-    t.offset = offset;
     t.bytes = ggml_bytes(GgmlType(t.type), t.numel());
-    put<uint64_t>(header, t.offset);
-    offset = align_up(offset + t.bytes, kGgufAlignment);
+    t.shard = 0;
   }
-  header.append(align_up(header.size(), kGgufAlignment) - header.size(), '\0');
-  file_.write(header);
+  if (split_max_bytes == 0) {
+    paths_ = {path};
+    std::vector<GgufTensor*> all;
+    for (GgufTensor& t : tensors_) all.push_back(&t);
+    files_.push_back(std::make_unique<AtomicFile>(path));
+    files_.back()->write(gguf_header(source_, metadata, all));
+    return;
+  }
+  HYLA_CHECK(path.extension() == ".gguf", "{}: a split set is named PREFIX.gguf (its shards PREFIX-00001-of-…)",
+             source_);
+  HYLA_CHECK(!metadata.count("split.count") && !metadata.count("split.no") && !metadata.count("split.tensors.count"),
+             "{}: the split.* keys are the writer's", source_);
+  // Shard 0: metadata only; then as many tensors a shard as fit (at least one).
+  std::vector<std::vector<GgufTensor*>> shards(1);
+  uint64_t used = 0;
+  for (GgufTensor& t : tensors_) {
+    const uint64_t size = align_up(t.bytes, kGgufAlignment);
+    if (shards.size() == 1 || (used + size > split_max_bytes && !shards.back().empty())) shards.emplace_back(), used = 0;
+    t.shard = shards.size() - 1;
+    shards.back().push_back(&t);
+    used += size;
+  }
+  HYLA_CHECK(shards.size() <= 99999, "{}: {} shards; llama-gguf-split names at most 99999", source_, shards.size());
+  const fs::path prefix = fs::path(path).replace_extension();
+  const int count = int(shards.size());
+  for (int i = 0; i < count; ++i) {
+    GgufMetadata meta = i == 0 ? metadata : GgufMetadata{};
+    meta["split.no"] = u16_value(i);
+    meta["split.count"] = u16_value(count);
+    meta["split.tensors.count"] = i32_value(int64_t(tensors_.size()));
+    paths_.push_back(gguf_shard_path(prefix, i, count));
+    files_.push_back(std::make_unique<AtomicFile>(paths_.back()));
+    files_.back()->write(gguf_header(paths_.back().string(), meta, shards[size_t(i)]));
+  }
 }
+
+std::vector<fs::path> GgufWriter::paths() const { return paths_; }
 
 void GgufWriter::write(const void* data, size_t bytes) {
   HYLA_CHECK(next_ < tensors_.size(), "{}: data written after the last tensor", source_);
   const GgufTensor& t = tensors_[next_];
   HYLA_CHECK(written_ + bytes <= t.bytes, "{}: tensor '{}' given {} bytes, it holds {}", source_, t.name,
              written_ + bytes, t.bytes);
-  file_.write(data, bytes);
+  files_[t.shard]->write(data, bytes);
   written_ += bytes;
   if (written_ == t.bytes) finish_tensor();
 }
 
 void GgufWriter::finish_tensor() {
-  const uint64_t pad = align_up(tensors_[next_].bytes, kGgufAlignment) - tensors_[next_].bytes;
+  const GgufTensor& t = tensors_[next_];
+  const uint64_t pad = align_up(t.bytes, kGgufAlignment) - t.bytes;
   static const char zeros[kGgufAlignment] = {};
-  file_.write(zeros, pad);
+  files_[t.shard]->write(zeros, pad);
   ++next_;
   written_ = 0;
 }
 
 void GgufWriter::commit() {
   HYLA_CHECK(next_ == tensors_.size(), "{}: {} of {} tensors written", source_, next_, tensors_.size());
-  file_.commit();
+  for (auto& f : files_) f->commit();
 }
 
 }  // namespace hyla

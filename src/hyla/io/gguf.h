@@ -1,7 +1,7 @@
 #pragma once
 // GGUF (version 3, the container llama.cpp reads): reading by memory map, writing one tensor at a
-// time, and the ggml tensor types hyla exchanges: F32, F16, BF16, Q8_0 and MXFP4. A file of any
-// other type, or a malformed one, is a one-line hyla::Error that names the file and the tensor.
+// time. The tensor types are io/ggml_types.h's. A tensor of a type hyla does not read, or a
+// malformed file, is a one-line hyla::Error that names the file and the tensor.
 //
 // Shapes: GGUF lists a tensor's dimensions fastest first (ggml's `ne`); hyla's Shape is the
 // reverse (row-major, slowest first). GgufTensor::shape() gives hyla's order.
@@ -17,35 +17,9 @@
 
 #include "hyla/core/tensor.h"
 #include "hyla/io/file.h"
+#include "hyla/io/ggml_types.h"
 
 namespace hyla {
-
-// ggml tensor types (ggml.h's enum ggml_type numbering).
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30, MXFP4 = 39 };
-
-// "F32", "Q4_K", ... for any ggml type number (for messages); "type N" when unknown.
-std::string ggml_type_name(uint32_t type);
-// The types hyla reads and writes, by name ("f32", "F16", "q8_0", "mxfp4"; any case).
-GgmlType ggml_type_from_name(std::string_view name);
-bool ggml_type_supported(uint32_t type);
-int64_t ggml_block_values(GgmlType type);  // values per block: 1, or 32 for Q8_0 and MXFP4
-int64_t ggml_block_bytes(GgmlType type);   // bytes per block
-// Bytes of `n` values (n a multiple of the block).
-uint64_t ggml_bytes(GgmlType type, int64_t n);
-
-// Plain references of the block codecs (ggml-quants.c's *_ref functions, bit for bit).
-void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n);
-void quantize_q8_0(const float* src, uint8_t* dst, int64_t n);
-void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n);
-// ggml's MXFP4 blocks (17 bytes: the E8M0 scale, then 16 bytes whose low nibbles hold values 0-15
-// and high nibbles 16-31) to and from the file form of kernels/mxfp4_gemm.h (the codes two a byte
-// in order, then one scale byte per 32 values), for n values (a multiple of 32): only bits move.
-void mxfp4_blocks_to_codes(const uint8_t* blocks, int64_t n, uint8_t* codes, uint8_t* scales);
-void mxfp4_codes_to_blocks(const uint8_t* codes, const uint8_t* scales, int64_t n, uint8_t* blocks);
-// Any supported type to f32.
-void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n);
-// f32 to F32, F16, BF16 or Q8_0 (MXFP4 is written from packed MXFP4 data only).
-void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n);
 
 // A metadata value: its GGUF value type (and element type for arrays) with the value as JSON.
 enum class GgufValueType : uint32_t {
@@ -70,22 +44,36 @@ struct GgufTensor {
   std::string name;
   std::vector<int64_t> ne;  // fastest first
   uint32_t type = 0;
-  uint64_t offset = 0;      // from the start of the data section
+  uint64_t offset = 0;      // from the start of its shard's data section
   uint64_t bytes = 0;
+  size_t shard = 0;         // which file of a split set holds it
   int64_t numel() const;
   Shape shape() const;      // slowest first
 };
 
+// llama-gguf-split's file names: PREFIX-00001-of-00003.gguf for shard 0 of 3.
+std::filesystem::path gguf_shard_path(const std::filesystem::path& prefix, int shard, int count);
+
+// A GGUF file, or a set of them split by llama-gguf-split (`split.count` > 1): any shard of the set
+// may be named, and the whole set is opened, its metadata read from the first shard (the others
+// hold only the split.* keys) and its tensors from every shard. A missing shard, one that does not
+// belong (another count, number or tensor total), a tensor in two shards, or a file named like a
+// shard of the set that is not one of it is an error naming that file.
 class GgufFile {
  public:
   explicit GgufFile(const std::filesystem::path& path);
-  const std::filesystem::path& path() const { return file_->path(); }
+  // The first (or only) file.
+  const std::filesystem::path& path() const { return shards_.front().file->path(); }
+  size_t shard_count() const { return shards_.size(); }
+  const std::filesystem::path& path_of(const GgufTensor& t) const { return shards_[t.shard].file->path(); }
   const GgufMetadata& metadata() const { return metadata_; }
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find(std::string_view name) const;
   const GgufTensor& tensor(std::string_view name) const;  // an error naming the file when absent
-  const uint8_t* data(const GgufTensor& t) const { return data_ + t.offset; }
-  const std::shared_ptr<const MappedFile>& mapped() const { return file_; }
+  const uint8_t* data(const GgufTensor& t) const { return shards_[t.shard].data + t.offset; }
+  // The memory map that holds a tensor's bytes, and every map of the set.
+  const std::shared_ptr<const MappedFile>& mapped(const GgufTensor& t) const { return shards_[t.shard].file; }
+  std::vector<std::shared_ptr<const MappedFile>> mapped_files() const;
   // The tensor as f32 (a view when it is F32 and aligned, else a converted copy), in hyla's shape.
   Tensor to_f32(const GgufTensor& t) const;
 
@@ -98,23 +86,36 @@ class GgufFile {
   std::vector<int64_t> integers(const std::string& key) const;  // an array, or a scalar as one value
 
  private:
+  struct Shard {
+    std::shared_ptr<const MappedFile> file;
+    const uint8_t* data = nullptr;  // its data section
+  };
+  void read_shard(const std::filesystem::path& path, GgufMetadata& metadata, std::vector<GgufTensor>& tensors);
+  void open_set(const std::filesystem::path& named, const GgufMetadata& named_metadata,
+                std::vector<GgufTensor> named_tensors);
   const GgufValue& value(const std::string& key) const;
-  std::shared_ptr<const MappedFile> file_;
+  std::vector<Shard> shards_;
   GgufMetadata metadata_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
-  const uint8_t* data_ = nullptr;
 };
 
 constexpr uint64_t kGgufAlignment = 32;
 
 // Writes a GGUF file atomically, tensor by tensor, so that memory holds one tensor at a time: the
 // header (metadata, then every tensor's name, shape and type) goes first, then each tensor's bytes
-// in the declared order.
+// in the declared order. With `split_max_bytes` > 0 it writes a split set as llama-gguf-split
+// --split-max-size does, named gguf_shard_path(path without ".gguf", i, n): the first shard holds
+// the metadata and no tensors (as the published sets), each further shard as many tensors as fit in
+// split_max_bytes (at least one); every shard carries split.no, split.count and
+// split.tensors.count. The files appear together on commit(), or not at all.
 class GgufWriter {
  public:
-  GgufWriter(const std::filesystem::path& path, const GgufMetadata& metadata, std::vector<GgufTensor> tensors);
+  GgufWriter(const std::filesystem::path& path, const GgufMetadata& metadata, std::vector<GgufTensor> tensors,
+             uint64_t split_max_bytes = 0);
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  // The files written (one, or the shards in order).
+  std::vector<std::filesystem::path> paths() const;
   // The next tensor's bytes (exactly its size); may come in several calls.
   void write(const void* data, size_t bytes);
   void commit();
@@ -122,8 +123,9 @@ class GgufWriter {
  private:
   void finish_tensor();
   std::string source_;
-  AtomicFile file_;
-  std::vector<GgufTensor> tensors_;
+  std::vector<std::filesystem::path> paths_;
+  std::vector<std::unique_ptr<AtomicFile>> files_;  // one per shard
+  std::vector<GgufTensor> tensors_;                 // GgufTensor::shard says which file
   size_t next_ = 0;
   uint64_t written_ = 0;  // of the current tensor
 };

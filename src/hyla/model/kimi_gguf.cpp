@@ -167,7 +167,7 @@ Tensor slice(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape&
   const bool stored_as_read = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
   const DType dtype = read_dtype(t.type);
   if (stored_as_read && reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) == 0)
-    return Tensor::view(dtype, shape, const_cast<uint8_t*>(p), g.mapped());
+    return Tensor::view(dtype, shape, const_cast<uint8_t*>(p), g.mapped(t));
   Tensor out = Tensor::empty(DType::F32, shape);
   ggml_to_f32(type, p, out.data<float>(), shape.numel());
   return out;
@@ -395,7 +395,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   HYLA_CHECK(g.string("general.architecture") == arch, "{}: a {} file, but the config is {}", source,
              g.string("general.architecture"), arch);
   ModelWeights w;
-  w.keep_mapped(g.mapped());
+  for (const auto& file : g.mapped_files()) w.keep_mapped(file);
   const std::vector<Mapping> maps = mappings(config, arch);
   const std::set<std::string> int8 =
       kept_as(g, config, maps, GgmlType::Q8_0, [](const Param& p) { return p.int8_allowed; });
@@ -405,7 +405,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   // A Q8_0 matrix kept as int8: its codes and, beside them, its scales.
   auto add_int8 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
     const Shape scales{shape[0], shape[1] / 32};
-    const MappedBytes bytes{gguf->mapped(), gguf->data(*t) + ggml_bytes(GgmlType::Q8_0, first),
+    const MappedBytes bytes{gguf->mapped(*t), gguf->data(*t) + ggml_bytes(GgmlType::Q8_0, first),
                             size_t(ggml_bytes(GgmlType::Q8_0, shape.numel()))};
     w.add({name, DType::I8, shape, 0, uint64_t(shape.numel())}, source,
           [gguf, t, first, shape] { return q8_0_codes(*gguf, *t, first, shape); }, int8_meta, bytes);
@@ -415,7 +415,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   // An MXFP4 expert matrix kept as MXFP4: its codes and scales.
   auto add_mxfp4 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
     const Shape codes{shape[0], shape[1] / 2}, scales{shape[0], shape[1] / 32};
-    const MappedBytes bytes{gguf->mapped(), gguf->data(*t) + ggml_bytes(GgmlType::MXFP4, first),
+    const MappedBytes bytes{gguf->mapped(*t), gguf->data(*t) + ggml_bytes(GgmlType::MXFP4, first),
                             size_t(ggml_bytes(GgmlType::MXFP4, shape.numel())), /*ggml_mxfp4_blocks=*/true};
     w.add({name, DType::U8, codes, 0, uint64_t(codes.numel())}, source,
           [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/false); }, nullptr, bytes);
@@ -513,7 +513,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   return w;
 }
 
-std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const ModelWeights& weights,
+GgufExport save_kimi_gguf(const fs::path& path, const ModelConfig& c, const ModelWeights& weights,
                            const GgufExportOptions& options) {
   const std::string arch = kimi_gguf_arch(c);
   const bool k3 = arch == "kimi-k3";
@@ -585,7 +585,7 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
   }
   // llama.cpp's LLAMA_FTYPE_MOSTLY_MXFP4_MOE (38) names a file whose experts are MXFP4.
   if (any_mxfp4) meta["general.file_type"] = GgufValue::u32(38);
-  GgufWriter writer(path, meta, tensors);
+  GgufWriter writer(path, meta, tensors, options.split_max_bytes);
   std::vector<uint8_t> bytes;
   auto write_f32 = [&](const GgufTensor& t, const float* data, int64_t n) {
     bytes.resize(ggml_bytes(GgmlType(t.type), n));
@@ -660,7 +660,7 @@ std::string save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mod
     }
   }
   writer.commit();
-  return arch;
+  return {arch, writer.paths()};
 }
 
 }  // namespace hyla

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hyla/io/gguf.h"
 #include "hyla/io/safetensors.h"
@@ -38,11 +39,17 @@ struct GgufExportOptions {
   GgmlType matrices = GgmlType::F32;  // matrix-product weights; norms, biases, convs and the router stay F32
   std::string name = "hyla";          // general.name
   GgufMetadata tokenizer;             // tokenizer.ggml.* (data/gguf_vocab.h); none: token ids only
+  uint64_t split_max_bytes = 0;       // > 0: a split set of shards of at most this many tensor bytes (GgufWriter)
 };
 
-// Writes `config` and `weights` (a hyla model's tensors, any float dtype) as a llama.cpp GGUF,
-// atomically and one tensor at a time. Returns the architecture written.
-std::string save_kimi_gguf(const std::filesystem::path& path, const ModelConfig& config, const ModelWeights& weights,
+struct GgufExport {
+  std::string arch;                          // the architecture written
+  std::vector<std::filesystem::path> files;  // the file, or the shards in order
+};
+
+// Writes `config` and `weights` (a hyla model's tensors, any float dtype) as a llama.cpp GGUF (or a
+// split set of them), atomically and one tensor at a time.
+GgufExport save_kimi_gguf(const std::filesystem::path& path, const ModelConfig& config, const ModelWeights& weights,
                            const GgufExportOptions& options);
 
 }  // namespace hyla
