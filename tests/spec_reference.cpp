@@ -170,11 +170,13 @@ MoeReference reference_moe(const ModelConfig& c, const SpecWeights& P, const std
     if (ell == 0) {
       std::copy(mt.begin(), mt.end(), yt);
     } else {
-      double ms = 0.0;
-      for (double v : mt) ms += v * v;
-      const double rstd = 1.0 / std::sqrt(ms / double(ell) + c.rms_norm_eps);
-      std::vector<double> normed(static_cast<size_t>(ell));
-      for (int64_t i = 0; i < ell; ++i) normed[i] = mt[i] * rstd * P.at("mlp.lat_norm.weight")[i];
+      std::vector<double> normed = mt;
+      if (m.latent_norm) {
+        double ms = 0.0;
+        for (double v : mt) ms += v * v;
+        const double rstd = 1.0 / std::sqrt(ms / double(ell) + c.rms_norm_eps);
+        for (int64_t i = 0; i < ell; ++i) normed[i] = mt[i] * rstd * P.at("mlp.lat_norm.weight")[i];
+      }
       for (int64_t i = 0; i < d; ++i) yt[i] = row_dot(P.at("mlp.lat_up.weight"), i, ell, normed.data());
     }
     if (after_up) add_shared(ut, d, yt);

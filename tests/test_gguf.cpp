@@ -351,6 +351,21 @@ TEST(KimiGguf, SplitSetsReadAsOneFileFromAnyShard) {
   test::expect_error([&] { GgufFile g(dir / "renamed.gguf"); }, "not named PREFIX-00002-of-");
 }
 
+TEST(KimiGguf, AK3FileWithoutTheRoutedNormSkipsTheNorm) {
+  // llama.cpp's graph skips ffn_routed_norm when a file has none: hyla reads moe.latent_norm false.
+  TempDir dir;
+  auto j = parse_json_file((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  j["moe"]["latent_norm"] = false;
+  write_file_atomic(dir / "config.json", j.dump());
+  const ModelConfig config = save_random((dir / "config.json").string(), dir / "model");
+  ASSERT_FALSE(config.moe.latent_norm);
+  save_kimi_gguf(dir / "m.gguf", config, ModelWeights(dir / "model"), {});
+  const GgufFile g(dir / "m.gguf");
+  EXPECT_EQ(g.find("blk.1.ffn_routed_norm.weight"), nullptr);
+  EXPECT_FALSE(config_from_gguf(g).moe.latent_norm);
+  EXPECT_LT(max_abs_difference(logits_of(*Model::load(dir / "m.gguf")), logits_of(*Model::load(dir / "model"))), 1e-5);
+}
+
 TEST(KimiGguf, ConfigsLlamaCppCannotRunAreErrors) {
   const ModelConfig k3 = ModelConfig::load((test::source_dir() / "configs/kimi-k3-tiny.json").string());
   auto expect_refused = [&](const std::function<void(ModelConfig&)>& edit, const std::string& what) {
@@ -401,7 +416,10 @@ nlohmann::json tiny_hf_config(bool k3) {
             {"qk_rope_head_dim", 8}, {"v_head_dim", 16}, {"moe_intermediate_size", 32}, {"num_experts", 16},
             {"max_position_embeddings", 65536}});
   t[k3 ? "num_experts_per_token" : "num_experts_per_token"] = 4;
-  if (k3) t.update({{"q_lora_rank", 32}, {"routed_expert_hidden_size", 32}, {"attn_res_block_size", 2}});
+  // The released K3 scales the routing weights by 1.0; the tiny config by 2.5, which exercises the scale.
+  if (k3)
+    t.update({{"q_lora_rank", 32}, {"routed_expert_hidden_size", 32}, {"attn_res_block_size", 2},
+              {"routed_scaling_factor", 2.5}});
   t["linear_attn_config"].update({{"full_attn_layers", {4, 8}}, {"kda_layers", {1, 2, 3, 5, 6, 7}}, {"num_heads", 2},
                                   {"head_dim", 16}});
   return j;

@@ -236,6 +236,18 @@ TEST(Moe, K3SharedExpertsAfterTheLatentUpProjection) {
             24, 1.0f, "latent dim 8/situ/2 full-width shared after lat_up");
 }
 
+// A latent MoE without lat_norm (moe.latent_norm false: a K3 GGUF without ffn_routed_norm, as
+// llama.cpp's graph then runs it): lat_up reads m as it is.
+TEST(Moe, LatentWithoutItsNorm) {
+  check_moe(tiny_config([](json& j) {
+              j["moe"]["latent_dim"] = 8;
+              j["moe"]["num_shared_experts"] = 2;
+              j["moe"]["shared_full_width"] = true;
+              j["moe"]["latent_norm"] = false;
+            }),
+            24, 1.0f, "latent dim 8/no lat_norm/full-width shared");
+}
+
 TEST(Moe, SituWithAnUnboundedUpBranch) {
   check_moe(tiny_config([](json& j) {
               j["moe"]["activation"] = "situ";

@@ -125,6 +125,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   moe.read("situ_beta", c.moe.situ_beta);
   moe.read("situ_linear_beta", c.moe.situ_linear_beta);
   moe.read("shared_full_width", c.moe.shared_full_width);
+  moe.read("latent_norm", c.moe.latent_norm);
   std::string balancing = to_string(c.moe.balancing);
   moe.read("balancing", balancing);
   c.moe.balancing = parse_enum(balancing, kBalancing, moe, "balancing");
@@ -250,7 +251,7 @@ json ModelConfig::to_json() const {
         {"routed_scaling_factor", moe.routed_scaling_factor}, {"activation", to_string(moe.activation)},
         {"dense_activation", to_string(moe.dense_activation)}, {"shared_activation", to_string(moe.shared_activation)},
         {"situ_beta", moe.situ_beta}, {"situ_linear_beta", moe.situ_linear_beta},
-        {"shared_full_width", moe.shared_full_width},
+        {"shared_full_width", moe.shared_full_width}, {"latent_norm", moe.latent_norm},
         {"balancing", to_string(moe.balancing)}, {"bias_update_speed", moe.bias_update_speed},
         {"aux_loss_coef", moe.aux_loss_coef}}},
       {"attn_res", {{"enabled", attn_res.enabled}, {"block_size", attn_res.block_size}}},

@@ -53,6 +53,7 @@ struct MoeConfig {
   double situ_beta = 4.0;                             // situ: β·tanh(a/β)·σ(a)
   double situ_linear_beta = 25.0;                     // situ: ⊙ λ·tanh(b/λ) (λ ≤ 0: ⊙ b)
   bool shared_full_width = false;  // shared experts on u at width d, added after lat_up (not on x_e)
+  bool latent_norm = true;         // RMSNorm m (lat_norm) before lat_up; false: lat_up reads m as it is
   Balancing balancing = Balancing::Quantile;
   double bias_update_speed = 0.001;
   double aux_loss_coef = 0.0;

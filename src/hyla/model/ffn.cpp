@@ -20,7 +20,8 @@ MoeFfn::MoeFfn(ParamStore& store, const std::string& prefix, const ModelConfig& 
   const int64_t d = config.hidden_size, width = m.latent_dim > 0 ? m.latent_dim : d;
   if (m.latent_dim > 0) {
     lat_down_ = Linear(store, prefix + "lat_down", d, m.latent_dim, Component::MoeLatent);
-    lat_norm_ = RmsNorm(store, prefix + "lat_norm", m.latent_dim, Component::MoeLatent, float(config.rms_norm_eps));
+    if (m.latent_norm)
+      lat_norm_ = RmsNorm(store, prefix + "lat_norm", m.latent_dim, Component::MoeLatent, float(config.rms_norm_eps));
     lat_up_ = Linear(store, prefix + "lat_up", m.latent_dim, d, Component::MoeLatent, Init::NormalOutput);
   }
   experts_ = RoutedExperts(store, prefix, config, width);
@@ -73,8 +74,11 @@ void MoeFfn::forward(const float* u, float* y, const ForwardContext& ctx) {
   }, ExpertExchange::Held{experts_, ctx.precision, save, ctx.workspace});
   combine_slots(state.dispatch, slot_out, width, /*weighted=*/true, /*accumulate=*/shared, combined);
   if (latent > 0) {
-    float* normed = activations.take<float>(n * latent);
-    lat_norm_.forward(combined, n, normed, save);
+    float* normed = combined;
+    if (m.latent_norm) {
+      normed = activations.take<float>(n * latent);
+      lat_norm_.forward(combined, n, normed, save);
+    }
     lat_up_.forward(normed, n, y, ctx.precision);
     state.m_norm = normed;
   }
@@ -99,9 +103,12 @@ void MoeFfn::backward(const float* dy, float* du) {
     float* d_normed = scratch.take<float>(n * latent);
     lat_up_.backward_input(dy, n, d_normed, p);
     lat_up_.backward_weight(state.m_norm, dy, n, p);
-    float* d_combined = scratch.take<float>(n * latent);
-    lat_norm_.backward(d_normed, d_combined, /*accumulate=*/false, *workspace_);
-    dm = d_combined;
+    dm = d_normed;
+    if (m.latent_norm) {
+      float* d_combined = scratch.take<float>(n * latent);
+      lat_norm_.backward(d_normed, d_combined, /*accumulate=*/false, *workspace_);
+      dm = d_combined;
+    }
     x = state.x_latent;
     dx = scratch.take<float>(n * latent);
   }

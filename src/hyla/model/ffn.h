@@ -73,7 +73,7 @@ class MoeFfn {
     ExpertDispatch dispatch;
     ExpertActivations experts;
     const float* x_latent = nullptr;  // [N, ℓ] expert input W_lat_down u (ℓ > 0)
-    const float* m_norm = nullptr;    // [N, ℓ] RMSNorm_{lat_norm}(m) (ℓ > 0)
+    const float* m_norm = nullptr;    // [N, ℓ] lat_up's input: RMSNorm_{lat_norm}(m), or m (ℓ > 0)
   };
 
   // The shared experts read u at width d and add to y after lat_up (moe.shared_full_width with a

@@ -95,10 +95,8 @@ ModelConfig config_from_hf(const json& file, const std::string& source) {
   m.routed_scaling_factor = 1.0;
   f.read("routed_scaling_factor", m.routed_scaling_factor);
   f.read("routed_expert_hidden_size", m.latent_dim);
-  bool latent_norm = true, renormalize = true;
-  f.read("latent_moe_use_norm", latent_norm);
-  if (m.latent_dim > 0 && !latent_norm)
-    reject("latent_moe_use_norm", "is false: SPEC §5's latent MoE always norms m before lat_up");
+  bool renormalize = true;
+  f.read("latent_moe_use_norm", m.latent_norm);
   int64_t groups = 1, top_groups = 1, layer_freq = 1;
   f.read("num_expert_group", groups);
   f.read("topk_group", top_groups);

@@ -6,11 +6,12 @@
 // The mapping (docs/SPEC.md §1): linear_attn_config.full_attn_layers (1-based) → layer_types;
 // the decay gate through rank linear_attn_config.head_dim (f_a_proj/f_b_proj), the output gate
 // full rank when use_full_rank_gate, else through that rank too; gate_lower_bound null or absent
-// → the softplus gate; mla_use_nope → mla.rope false; routed_expert_hidden_size → moe.latent_dim;
+// → the softplus gate; mla_use_nope → mla.rope false; routed_expert_hidden_size → moe.latent_dim,
+// latent_moe_use_norm → moe.latent_norm;
 // hidden_act "situ" → SiTU in every FFN with activation_situ_beta / activation_situ_linear_beta
 // (null: 0, the up branch unbounded) and the shared experts on u after the latent up-projection;
 // "silu" → swiglu; attn_res_block_size → attn_res. Values this engine does not implement (grouped
-// routing, a router other than sigmoid, no renormalisation, a latent MoE without its norm) are
+// routing, a router other than sigmoid, no renormalisation) are
 // errors naming the key; keys it does not need (tokens ids, auto_map, quantization_config, the
 // vision tower's) are ignored.
 #include <nlohmann/json.hpp>

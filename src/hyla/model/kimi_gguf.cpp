@@ -129,7 +129,7 @@ std::vector<Mapping> mappings(const ModelConfig& cfg, const std::string& arch) {
     }
     if (moe.latent_dim > 0) {
       add(b + "ffn_routed_down.weight", {d, moe.latent_dim}, Link::Same, {f + "lat_down.weight"}, true);
-      add(b + "ffn_routed_norm.weight", {moe.latent_dim}, Link::Same, {f + "lat_norm.weight"}, false);
+      if (moe.latent_norm) add(b + "ffn_routed_norm.weight", {moe.latent_dim}, Link::Same, {f + "lat_norm.weight"}, false);
       add(b + "ffn_routed_up.weight", {moe.latent_dim, d}, Link::Same, {f + "lat_up.weight"}, true);
     }
     if (moe.num_shared_experts > 0) {
@@ -378,6 +378,10 @@ ModelConfig config_from_gguf(const GgufFile& g) {
     moe.situ_linear_beta = g.number(key(arch, "activation.situ_linear_beta"));
   }
   moe.shared_full_width = k3 && moe.latent_dim > 0;
+  // ffn_routed_norm is optional in llama.cpp's graph, which then skips the norm: so does SPEC
+  // (moe.latent_norm false). Its first MoE layer says for all; the others must agree (tensor check).
+  moe.latent_norm =
+      moe.latent_dim == 0 || g.find(fmt::format("blk.{}.ffn_routed_norm.weight", moe.first_k_dense_replace)) != nullptr;
 
   const int64_t block = k3 ? integer("attn_res.block_size") : 0;
   c.attn_res.enabled = block > 0;
@@ -428,11 +432,6 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   };
   for (const Mapping& m : maps) {
     const GgufTensor* t = g.find(m.gguf);
-    if (!t && m.gguf.ends_with("ffn_routed_norm.weight")) {  // optional in llama.cpp: a norm of ones
-      const Shape shape{m.ne[0]};
-      w.add(entry(m.hyla[0], DType::F32, shape, 0), source, [shape] { return ones(shape); });
-      continue;
-    }
     HYLA_CHECK(t, "{}: missing tensor '{}' (for '{}')", source, m.gguf, m.hyla[0]);
     used.insert(m.gguf);
     const bool alternate_a = m.link == Link::NegExp && without_trailing_ones(t->ne) == std::vector<int64_t>{1, m.ne[1]};

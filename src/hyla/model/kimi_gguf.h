@@ -7,7 +7,7 @@
 //   experts.{i}.*_proj     ↔ ffn_{gate,up,down}_exps, stacked along the slowest dimension
 //   *_res_query, *_res_norm ↔ *_res_score = query ⊙ norm weight (read back as the score with a
 //                            norm of ones: the same function)
-//   lat_norm               ↔ ffn_routed_norm (optional in llama.cpp: ones when absent)
+//   lat_norm               ↔ ffn_routed_norm (optional in llama.cpp: absent, no norm, moe.latent_norm false)
 // What a GGUF cannot express (a config llama.cpp's graphs do not run) is an error naming the
 // option; so is a GGUF that SPEC cannot express.
 #include <filesystem>

@@ -60,7 +60,7 @@ ParamCounts count_parameters(const ModelConfig& c) {
     add(Component::RoutedExperts, E * expert, m.num_experts_per_tok * expert);
     add_all(Component::SharedExperts,
             m.num_shared_experts * 3 * (m.shared_full_width ? d : width) * m.moe_intermediate_size);
-    if (m.latent_dim > 0) add_all(Component::MoeLatent, 2 * d * m.latent_dim + m.latent_dim);
+    if (m.latent_dim > 0) add_all(Component::MoeLatent, 2 * d * m.latent_dim + (m.latent_norm ? m.latent_dim : 0));
   }
   return n;
 }
