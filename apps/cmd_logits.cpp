@@ -29,8 +29,10 @@ void add_logits(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([] {
     HYLA_CHECK(!tokens_json.empty() || !text.empty(), "logits: give --tokens or --text");
-    if (serve_experts_to_rank0(model_dir)) return;
-    const auto model = load_model_across_processes(model_dir, {});
+    // f32: the SPEC evaluation of the file's weights, Q8_0 ones decoded too.
+    const ModelLoadOptions load{.q8_0_as_f32 = dtype == "f32"};
+    if (serve_experts_to_rank0(model_dir, load)) return;
+    const auto model = load_model_across_processes(model_dir, load);
     ModelInput in;
     if (!text.empty()) {
       const Tokenizer tokenizer = load_model_tokenizer(model_dir);

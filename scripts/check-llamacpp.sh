@@ -3,7 +3,8 @@
 # logit (issue 48): tiny models with random weights written by hyla as GGUF (`hyla convert`), run
 # by hyla (on its model directory and on the GGUF) and by llama.cpp (on the same GGUF); the same
 # with llama-quantize's MXFP4 experts and with hyla's bf16 and Q8_0 files; a deliberate error that
-# must fail; and a model `hyla train` produced, exported and run by llama.cpp.
+# must fail; a model `hyla train` produced, exported and run by llama.cpp; and the files people
+# download: every llama-quantize type and split sets (scripts/check-llamacpp-quants.sh).
 #
 #   bash scripts/check-llamacpp.sh BUILD LLAMA_CPP [WORK]
 #
@@ -34,90 +35,8 @@
 #   |Δ| between the engines must stay within 2x the median |Δ| the file causes in hyla (hyla's f32
 #   directory -> hyla on the file).
 set -euo pipefail
-build=$(cd "$1" && pwd) llama=$(cd "$2" && pwd)
 work=${3:-$(mktemp -d)}
-mkdir -p "$work"
-repo=$(cd "$(dirname "$0")/.." && pwd)
-hyla="$build/hyla"
-python=${PYTHON:-python3}
-quantize="$llama/build/bin/llama-quantize"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; llama.cpp $(git -C "$llama" rev-parse --short HEAD 2>/dev/null || echo '?'); work in $work" >&2
-
-logits_bin="$work/llamacpp-logits"
-if [[ ! -x "$logits_bin" || "$repo/scripts/llamacpp-logits.cpp" -nt "$logits_bin" ]]; then
-  g++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" "$repo/scripts/llamacpp-logits.cpp" \
-    "$llama/build/src/libllama.a" "$llama/build/ggml/src/libggml.a" "$llama/build/ggml/src/libggml-cpu.a" \
-    "$llama/build/ggml/src/libggml-base.a" -fopenmp -lpthread -ldl -o "$logits_bin"
-fi
-
-tokens=$("$python" -c "import random; random.seed(48); print(','.join(str(random.randrange(512)) for _ in range(128)))")
-hyla_logits() { "$hyla" logits -m "$1" --tokens "[$tokens]" --out "$2" >/dev/null; }
-llama_logits() { "$logits_bin" "$1" "$tokens" "$2" 1 2>"$2.log" || { tail -5 "$2.log" >&2; return 1; }; }
-
-# compare NAME A B [f32 | quantized BASE_A BASE_B | error]: one line; failures counted in $work/failed.
-compare() {
-  "$python" - "$@" <<'EOF' || echo "$1" >>"$work/failed"
-import json, struct, sys
-import numpy as np
-def read(path):
-    b = open(path, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    e = json.loads(b[8:8 + n])['logits']
-    s, t = e['data_offsets']
-    return np.frombuffer(b[8 + n + s:8 + n + t], dtype=np.float32).reshape(e['shape']).astype(np.float64)
-name, a, b, kind = sys.argv[1], read(sys.argv[2]), read(sys.argv[3]), sys.argv[4]
-d = np.abs(a - b)
-top1 = 100.0 * np.mean(a.argmax(1) == b.argmax(1))
-line = f"{name} top-1 {top1:.1f}% max|dlogit| {d.max():.2g} median {np.median(d):.2g} (|logit| up to {np.abs(a).max():.2g})"
-if kind == 'f32':
-    ok = top1 >= 99 and d.max() <= 1e-3 and np.median(d) <= 1e-5
-elif kind == 'quantized':
-    own = np.median(np.abs(read(sys.argv[5]) - read(sys.argv[6])))
-    line += f"; the file's own rounding moves the median {own:.2g}"
-    ok = np.median(d) <= 2 * own
-elif kind == 'error':
-    ok = not (top1 >= 99 and d.max() <= 1e-3 and np.median(d) <= 1e-5)
-    line += " (a deliberate error: the f32 check must fail)"
-else:
-    ok = True
-print(("ok    " if ok else "FAIL  ") + line)
-sys.exit(0 if ok else 1)
-EOF
-}
-
-# A tiny model with hyla's initial matrices and random values where an initial model is trivial
-# (norms, AttnRes queries, the balancing bias), so every transform of the conversion is exercised;
-# the MLA layers' q and kv_b are scaled by 4 so that attention is far from uniform (at the initial
-# scale the scores are near 0 and the softmax scale would hardly matter).
-make_model() {  # config out seed [eps]
-  local config=$1 out=$2 seed=$3 eps=${4:-1e-6}
-  "$python" -c "import json,sys; c=json.load(open('$config')); c['rms_norm_eps']=$eps; json.dump(c,open('$work/config.json','w'))"
-  "$hyla" init --config "$work/config.json" --out "$out" --seed "$seed" --force >/dev/null
-  "$python" - "$out/model.safetensors" "$seed" "$out/config.json" <<'EOF'
-import json, struct, sys
-import numpy as np
-path, rng = sys.argv[1], np.random.default_rng(int(sys.argv[2]))
-types = json.load(open(sys.argv[3]))['layer_types']
-mla_q = tuple(f'layers.{l}.self_attn.{p}.weight' for l, t in enumerate(types) if t == 'mla' for p in ('q_proj', 'q_b_proj', 'kv_b_proj'))
-b = open(path, 'rb').read()
-n = struct.unpack('<Q', b[:8])[0]
-header = json.loads(b[8:8 + n])
-data = bytearray(b[8 + n:])
-for name, e in header.items():
-    if name == '__metadata__':
-        continue
-    s, t = e['data_offsets']
-    x = np.frombuffer(data[s:t], dtype=np.float32).reshape(e['shape'])
-    if 'norm' in name:
-        x = 1 + 0.2 * rng.standard_normal(x.shape)
-    elif name.endswith('res_query') or name.endswith('correction_bias'):
-        x = 0.3 * rng.standard_normal(x.shape)
-    elif name.endswith(mla_q):
-        x = 4 * x
-    data[s:t] = x.astype(np.float32).tobytes()
-open(path, 'wb').write(b[:8 + n] + bytes(data))
-EOF
-}
+source "$(dirname "$0")/llamacpp-common.sh" "$1" "$2" "$work"
 
 rm -f "$work/failed"
 for arch in kimi-k3 kimi-linear; do
@@ -371,6 +290,9 @@ else
   echo "FAIL  kimi-k3 vocabulary hyla->llama.cpp tokenize: hyla [$hyla_ids], llama.cpp [$llama_ids]"
   echo "vocabulary" >>"$work/failed"
 fi
+
+# Every llama-quantize type, a UD-shaped mixture and split sets (issue 64).
+bash "$repo/scripts/check-llamacpp-quants.sh" "$build" "$llama" "$work/quants" || echo "quantised files" >>"$work/failed"
 
 if [[ -f "$work/failed" ]]; then
   echo "failed: $(paste -sd, "$work/failed")" >&2

@@ -240,6 +240,15 @@ TEST(KimiGguf, RoundTripKeepsTheLogits) {
       const auto rounded = Model::load(dir / "q.gguf");
       const ModelWeights stored = weights_from_gguf(std::make_shared<const GgufFile>(dir / "q.gguf"), config);
       const bool int8 = type == GgmlType::Q8_0;
+      if (int8) {  // decoded instead (hyla logits --dtype f32): the same values in f32
+        const ModelWeights decoded = weights_from_gguf(std::make_shared<const GgufFile>(dir / "q.gguf"), config, false);
+        const std::string name = "model.layers.1.self_attn.q_proj.weight";
+        const Tensor codes = stored.get(name), scales = stored.get(name + ".scale"), values = decoded.get(name);
+        ASSERT_EQ(values.dtype(), DType::F32);
+        for (int64_t i = 0; i < codes.numel(); ++i)
+          ASSERT_EQ(values.data<float>()[i], float(codes.data<int8_t>()[i]) * scales.data<float>()[i / 32]) << i;
+        EXPECT_FALSE(Model::load(dir / "q.gguf", {.q8_0_as_f32 = true})->params().get(name).is_int8());
+      }
       EXPECT_EQ(rounded->params().get("model.layers.2.mlp.experts.3.down_proj.weight").is_int8(), int8);
       EXPECT_EQ(rounded->params().get("model.layers.1.mlp.shared_experts.up_proj.weight").is_int8(), int8);
       EXPECT_EQ(rounded->params().get("model.layers.1.self_attn.q_proj.weight").is_int8(), int8);
@@ -349,6 +358,44 @@ TEST(KimiGguf, SplitSetsReadAsOneFileFromAnyShard) {
   // A shard whose name does not say its place.
   fs::copy_file(split.files[1], dir / "renamed.gguf");
   test::expect_error([&] { GgufFile g(dir / "renamed.gguf"); }, "not named PREFIX-00002-of-");
+}
+
+// A one-tensor GGUF written byte by byte (hyla's writer writes only the types it produces).
+std::string raw_gguf(uint32_t type, uint64_t ne0, const std::string& data) {
+  std::string out;
+  auto put = [&](auto v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint32_t(0x46554747)), put(uint32_t(3)), put(uint64_t(1)), put(uint64_t(0));
+  const std::string name = "blk.0.ffn_down_exps.weight";
+  put(uint64_t(name.size()));
+  out += name;
+  put(uint32_t(1)), put(ne0), put(type), put(uint64_t(0));
+  out.append((32 - out.size() % 32) % 32, '\0');
+  return out + data;
+}
+
+TEST(Gguf, QuantisedTensorsThatCannotBeReadNameFileTensorAndType) {
+  TempDir dir;
+  // A Q4_K block (144 bytes) whose scale d is a NaN: every value of the block is NaN.
+  std::string block(144, '\x11');
+  block[0] = '\x00', block[1] = '\x7e';
+  test::write_bytes(dir / "nan.gguf", raw_gguf(12, 256, block));
+  const GgufFile nan(dir / "nan.gguf");
+  test::expect_error([&] { nan.to_f32(nan.tensors().at(0)); },
+                     "nan.gguf: tensor 'blk.0.ffn_down_exps.weight' (Q4_K): block 0 decodes to nan");
+  // The same block with a finite scale reads.
+  block[1] = '\x3c';
+  test::write_bytes(dir / "ok.gguf", raw_gguf(12, 256, block));
+  const GgufFile ok(dir / "ok.gguf");
+  EXPECT_EQ(ok.to_f32(ok.tensors().at(0)).numel(), 256);
+  // Truncated: half the block.
+  test::write_bytes(dir / "cut.gguf", raw_gguf(12, 256, block.substr(0, 72)));
+  test::expect_error([&] { GgufFile g(dir / "cut.gguf"); }, "cut.gguf: truncated: tensor 'blk.0.ffn_down_exps.weight'");
+  // A type hyla does not read (Q8_K is an activation type; 99 is none).
+  for (const auto& [type, name] : {std::pair{15u, "Q8_K"}, std::pair{99u, "type 99"}}) {
+    test::write_bytes(dir / "type.gguf", raw_gguf(type, 256, block));
+    test::expect_error([&] { GgufFile g(dir / "type.gguf"); },
+                       std::string("type.gguf: tensor 'blk.0.ffn_down_exps.weight' is ") + name + ", a ggml type hyla does not read");
+  }
 }
 
 TEST(KimiGguf, AK3FileWithoutTheRoutedNormSkipsTheNorm) {

@@ -319,8 +319,20 @@ Tensor GgufFile::to_f32(const GgufTensor& t) const {
   if (GgmlType(t.type) == GgmlType::F32 && reinterpret_cast<uintptr_t>(p) % 4 == 0)
     return Tensor::view(DType::F32, t.shape(), const_cast<uint8_t*>(p), mapped(t));
   Tensor out = Tensor::empty(DType::F32, t.shape());
-  ggml_to_f32(GgmlType(t.type), p, out.data<float>(), t.numel());
+  if (GgmlType(t.type) == GgmlType::F32 || GgmlType(t.type) == GgmlType::F16 || GgmlType(t.type) == GgmlType::BF16)
+    ggml_to_f32(GgmlType(t.type), p, out.data<float>(), t.numel());
+  else
+    decode(t, 0, t.numel(), out.data<float>());
   return out;
+}
+
+void GgufFile::decode(const GgufTensor& t, int64_t first, int64_t n, float* dst) const {
+  const GgmlType type = GgmlType(t.type);
+  ggml_to_f32(type, data(t) + ggml_bytes(type, first), dst, n);
+  const int64_t block = ggml_block_values(type);
+  for (int64_t i = 0; i < n; ++i)
+    HYLA_CHECK(std::isfinite(dst[i]), "{}: tensor '{}' ({}): block {} decodes to {} (its scale is not finite)",
+               path_of(t).string(), t.name, ggml_type_name(t.type), (first + i) / block, dst[i]);
 }
 
 const GgufValue& GgufFile::value(const std::string& key) const {

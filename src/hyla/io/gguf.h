@@ -76,6 +76,10 @@ class GgufFile {
   std::vector<std::shared_ptr<const MappedFile>> mapped_files() const;
   // The tensor as f32 (a view when it is F32 and aligned, else a converted copy), in hyla's shape.
   Tensor to_f32(const GgufTensor& t) const;
+  // Values [first, first + n) of a quantised tensor (both multiples of its block) decoded into dst;
+  // a block that decodes to a non-finite value (a NaN or infinite scale) is an error naming the
+  // file, the tensor, its type and the block.
+  void decode(const GgufTensor& t, int64_t first, int64_t n, float* dst) const;
 
   // Typed metadata reads; errors name the file and key.
   bool has(const std::string& key) const { return metadata_.count(key) > 0; }

@@ -169,7 +169,8 @@ Tensor slice(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape&
   if (stored_as_read && reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) == 0)
     return Tensor::view(dtype, shape, const_cast<uint8_t*>(p), g.mapped(t));
   Tensor out = Tensor::empty(DType::F32, shape);
-  ggml_to_f32(type, p, out.data<float>(), shape.numel());
+  if (stored_as_read) ggml_to_f32(type, p, out.data<float>(), shape.numel());
+  else g.decode(t, first, shape.numel(), out.data<float>());
   return out;
 }
 
@@ -392,7 +393,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   return c;
 }
 
-ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config) {
+ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config, bool q8_0_as_int8) {
   const GgufFile& g = *gguf;
   const std::string source = g.path().string();
   const std::string arch = kimi_gguf_arch(config);
@@ -402,7 +403,8 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   for (const auto& file : g.mapped_files()) w.keep_mapped(file);
   const std::vector<Mapping> maps = mappings(config, arch);
   const std::set<std::string> int8 =
-      kept_as(g, config, maps, GgmlType::Q8_0, [](const Param& p) { return p.int8_allowed; });
+      q8_0_as_int8 ? kept_as(g, config, maps, GgmlType::Q8_0, [](const Param& p) { return p.int8_allowed; })
+                   : std::set<std::string>{};
   const std::set<std::string> mxfp4 =
       kept_as(g, config, maps, GgmlType::MXFP4, [](const Param& p) { return p.mxfp4_allowed(); });
   const auto int8_meta = std::make_shared<const std::map<std::string, std::string>>(int8_metadata(32));

@@ -31,9 +31,11 @@ ModelConfig config_from_gguf(const GgufFile& gguf);
 
 // Every parameter of `config`'s model, read on demand from `gguf`: a view of the mapped file where
 // the tensor is stored as F32, F16 or BF16 in hyla's layout; Q8_0 matrix-product weights as hyla
-// int8 with block 32 (the same codes and scales) where every part of their matrix product is Q8_0;
-// else an f32 copy (Q8_0 and MXFP4 dequantised exactly, A_log and kv_b_proj rebuilt).
-ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config);
+// int8 with block 32 (the same codes and scales) where every part of their matrix product is Q8_0
+// and `q8_0_as_int8`; MXFP4 experts as hyla's MXFP4; else an f32 copy (every quantised type
+// decoded exactly, A_log and kv_b_proj rebuilt).
+ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
+                               bool q8_0_as_int8 = true);
 
 struct GgufExportOptions {
   GgmlType matrices = GgmlType::F32;  // matrix-product weights; norms, biases, convs and the router stay F32

@@ -17,7 +17,11 @@ struct ModelFiles {
   enum class Format { Hyla, Gguf, HuggingFace } format = Format::Hyla;
 };
 
-ModelFiles open_model_files(const std::filesystem::path& path);
+struct ModelFilesOptions {
+  bool q8_0_as_int8 = true;  // a GGUF's Q8_0 matrices as hyla's int8 (weights_from_gguf), else decoded
+};
+
+ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options = {});
 
 // Only the config: of a config.json file, a model or checkpoint directory, or a GGUF file.
 ModelConfig model_config_of(const std::filesystem::path& path);
