@@ -335,6 +335,8 @@ TEST(KimiGguf, SplitSetsReadAsOneFileFromAnyShard) {
   ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
   EXPECT_NE(inspect.output.find(fmt::format("a split set of {} shards", count)), std::string::npos) << inspect.output;
   EXPECT_NE(inspect.output.find("Q8_0"), std::string::npos);
+  const test::CommandResult plan = test::run_hyla("plan --config " + split.files[2].string());
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
   // `convert --split-max-size` writes the same set.
   const test::CommandResult convert = test::run_hyla(fmt::format(
       "convert -m {} --out {} --type q8_0 --split-max-size 48K", (dir / "model").string(), (dir / "cli.gguf").string()));
