@@ -61,21 +61,6 @@ if e['latent_dim']:
 json.dump(c, open(sys.argv[2], 'w'), indent=1)
 PY
   make_model "$q-config.json" "$q" 7
-  # The routers scaled by 4 so that routing decisions sit far from ties: at these widths the two
-  # engines' f32 orders differ by ~1e-4 in a router's input, and a near-tie flipped by that moves
-  # every later position through the recurrent state (seen once, kimi-linear IQ2_XXS, position 59).
-  "$python" - "$q/model.safetensors" <<'PY'
-import json, struct, sys
-import numpy as np
-path = sys.argv[1]
-b = bytearray(open(path, 'rb').read())
-n = struct.unpack('<Q', b[:8])[0]
-for name, e in json.loads(b[8:8 + n]).items():
-    if name.endswith('mlp.gate.weight'):
-        s, t = (8 + n + x for x in e['data_offsets'])
-        b[s:t] = (np.frombuffer(b[s:t], dtype=np.float32) * 4).astype(np.float32).tobytes()
-open(path, 'wb').write(bytes(b))
-PY
   cp "$repo/data/kjv-tokenizer.json" "$q/tokenizer.json"
   "$hyla" convert -m "$q" --out "$q-f32.gguf" --type f32 >/dev/null
   # The floor: both engines in f32 on the unquantised file (at this width their orders of summation
