@@ -122,6 +122,12 @@ done
 
 # The deliberate decoding error: the sign of every block scale d of one Q4_K tensor flipped.
 f="$work/kimi-k3-256-Q4_K_M"
+if [[ ! -f "$f-llama.st" ]]; then  # PRESETS left Q4_K_M out
+  "$quantize" --imatrix "$work/kimi-k3-256-imatrix.gguf" "$work/kimi-k3-256-f32.gguf" "$f.gguf" Q4_K_M >/dev/null 2>&1
+  "$quantize" --allow-requantize "$f.gguf" "$f-f32.gguf" F32 >/dev/null 2>&1
+  hyla_logits "$f-f32.gguf" "$f-f32-hyla.st"
+  llama_logits "$f-f32.gguf" "$f-llama.st"
+fi
 "$python" - "$llama/gguf-py" "$f.gguf" "$f-wrong.gguf" <<'PY'
 import shutil, sys
 sys.path.insert(0, sys.argv[1])

@@ -391,7 +391,8 @@ TEST(Gguf, QuantisedTensorsThatCannotBeReadNameFileTensorAndType) {
   EXPECT_EQ(ok.to_f32(ok.tensors().at(0)).numel(), 256);
   // Truncated: half the block.
   test::write_bytes(dir / "cut.gguf", raw_gguf(12, 256, block.substr(0, 72)));
-  test::expect_error([&] { GgufFile g(dir / "cut.gguf"); }, "cut.gguf: truncated: tensor 'blk.0.ffn_down_exps.weight'");
+  test::expect_error([&] { GgufFile g(dir / "cut.gguf"); },
+                     "cut.gguf: truncated: tensor 'blk.0.ffn_down_exps.weight' (Q4_K) needs bytes [0, 144)");
   // A type hyla does not read (Q8_K is an activation type; 99 is none).
   for (const auto& [type, name] : {std::pair{15u, "Q8_K"}, std::pair{99u, "type 99"}}) {
     test::write_bytes(dir / "type.gguf", raw_gguf(type, 256, block));

@@ -207,8 +207,8 @@ void GgufFile::read_shard(const fs::path& path, GgufMetadata& metadata, std::vec
   for (size_t i = first; i < tensors.size(); ++i) {
     const GgufTensor& t = tensors[i];
     HYLA_CHECK(t.offset <= data_bytes && t.bytes <= data_bytes - t.offset,
-               "{}: truncated: tensor '{}' needs bytes [{}, {}) of the data section, which holds {}", source, t.name,
-               t.offset, t.offset + t.bytes, data_bytes);
+               "{}: truncated: tensor '{}' ({}) needs bytes [{}, {}) of the data section, which holds {}", source,
+               t.name, ggml_type_name(t.type), t.offset, t.offset + t.bytes, data_bytes);
   }
   shards_.push_back(std::move(shard));
 }
