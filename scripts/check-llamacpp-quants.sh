@@ -42,6 +42,23 @@ types_of() {  # the ggml types a GGUF holds, with their tensor counts
   "$hyla" inspect "$1" | sed -n 's/^  \([A-Z0-9_]*\) *\([0-9]*\) tensors.*/\1×\2/p' | paste -sd' '
 }
 
+# quantised_rows ARCH Q NAME TYPE [OPTIONS...]: llama-quantize OPTIONS (and Q's importance matrix)
+# writes Q-NAME.gguf of TYPE from Q-f32.gguf, and its F32 decode; then the decode and exact rows.
+quantised_rows() {
+  local arch=$1 q=$2 name=$3 type=$4
+  shift 4
+  local f="$q-$name"
+  "$quantize" --imatrix "$q-imatrix.gguf" "$@" "$q-f32.gguf" "$f.gguf" "$type" >"$f.log" 2>&1 ||
+    { tail -3 "$f.log" >&2; echo "$arch $name quantize" >>"$work/failed"; return 1; }
+  "$quantize" --allow-requantize "$f.gguf" "$f-f32.gguf" F32 >/dev/null 2>&1
+  hyla_logits "$f.gguf" "$f-hyla.st"
+  hyla_logits "$f-f32.gguf" "$f-f32-hyla.st"
+  llama_logits "$f-f32.gguf" "$f-llama.st"
+  compare "$arch $name decode: hyla on the file = hyla on llama.cpp's F32 decode" "$f-hyla.st" "$f-f32-hyla.st" identical
+  compare "$arch $name exact [$(types_of "$f.gguf")] hyla->llama.cpp(F32 decode)" "$f-hyla.st" "$f-llama.st" exact \
+    "$q-f32-hyla.st" "$q-f32-llama.st"
+}
+
 for arch in kimi-k3 kimi-linear; do
   q="$work/$arch-256"
   "$python" - "$repo/configs/$arch-tiny.json" "$q-config.json" <<'PY'
@@ -71,18 +88,7 @@ PY
     exact "$q-f32-hyla.st" "$q-f32-llama.st"
   "$bin/llama-imatrix" -m "$q-f32.gguf" -f "$work/imatrix-text.txt" -o "$q-imatrix.gguf" -c 256 --chunks 40 -t "$(nproc)" \
     >"$q-imatrix.log" 2>&1 || { tail -5 "$q-imatrix.log" >&2; echo "$arch imatrix" >>"$work/failed"; continue; }
-  for preset in $presets; do
-    f="$q-$preset"
-    "$quantize" --imatrix "$q-imatrix.gguf" "$q-f32.gguf" "$f.gguf" "$preset" >"$f.log" 2>&1 ||
-      { tail -3 "$f.log" >&2; echo "$arch $preset quantize" >>"$work/failed"; continue; }
-    "$quantize" --allow-requantize "$f.gguf" "$f-f32.gguf" F32 >/dev/null 2>&1
-    hyla_logits "$f.gguf" "$f-hyla.st"
-    hyla_logits "$f-f32.gguf" "$f-f32-hyla.st"
-    llama_logits "$f-f32.gguf" "$f-llama.st"
-    compare "$arch $preset decode: hyla on the file = hyla on llama.cpp's F32 decode" "$f-hyla.st" "$f-f32-hyla.st" identical
-    compare "$arch $preset exact [$(types_of "$f.gguf")] hyla->llama.cpp(F32 decode)" "$f-hyla.st" "$f-llama.st" exact \
-      "$q-f32-hyla.st" "$q-f32-llama.st"
-  done
+  for preset in $presets; do quantised_rows "$arch" "$q" "$preset" "$preset" || true; done
 
   # The UD-shaped mixture, whole and split.
   u="$q-UD"
@@ -90,24 +96,16 @@ PY
        --tensor-type 'attn=q4_k' --tensor-type 'ssm=q4_k' --tensor-type 'shexp=q6_k' --tensor-type 'ffn_gate\.=q6_k'
        --tensor-type 'ffn_up\.=q6_k' --tensor-type 'ffn_down\.=q6_k' --tensor-type 'routed=q4_k'
        --token-embedding-type q8_0 --output-tensor-type q6_k)
-  "$quantize" --imatrix "$q-imatrix.gguf" "${mix[@]}" "$q-f32.gguf" "$u.gguf" IQ1_S >"$u.log" 2>&1 ||
-    { tail -3 "$u.log" >&2; echo "$arch UD quantize" >>"$work/failed"; continue; }
-  "$quantize" --allow-requantize "$u.gguf" "$u-f32.gguf" F32 >/dev/null 2>&1
-  hyla_logits "$u.gguf" "$u-hyla.st"
-  llama_logits "$u-f32.gguf" "$u-llama.st"
-  hyla_logits "$u-f32.gguf" "$u-f32-hyla.st"
-  compare "$arch UD mix decode: hyla on the file = hyla on llama.cpp's F32 decode" "$u-hyla.st" "$u-f32-hyla.st" identical
-  compare "$arch UD mix exact [$(types_of "$u.gguf")] hyla->llama.cpp(F32 decode)" "$u-hyla.st" "$u-llama.st" exact \
-    "$q-f32-hyla.st" "$q-f32-llama.st"
+  quantised_rows "$arch" "$q" UD IQ1_S "${mix[@]}" || continue
   rm -f "$u"-split-*.gguf
   "$bin/llama-gguf-split" --split --split-max-size 2M --no-tensor-first-split "$u.gguf" "$u-split" >/dev/null 2>&1
   shards=$(ls "$u"-split-*.gguf | wc -l)
   second=$(ls "$u"-split-*.gguf | sed -n 2p)
   hyla_logits "$second" "$u-split-hyla.st"
-  compare "$arch UD mix split by llama-gguf-split ($shards shards, shard 2 named) hyla->hyla whole" "$u-hyla.st" "$u-split-hyla.st" f32
+  compare "$arch UD split by llama-gguf-split ($shards shards, shard 2 named) hyla->hyla whole" "$u-hyla.st" "$u-split-hyla.st" f32
   llama_logits "$u.gguf" "$u-whole-llama.st"
   llama_logits "$(ls "$u"-split-*.gguf | head -1)" "$u-split-llama.st"
-  compare "$arch UD mix split, llama.cpp on the set -> llama.cpp whole (the set is valid)" "$u-whole-llama.st" "$u-split-llama.st" f32
+  compare "$arch UD split, llama.cpp on the set -> llama.cpp whole (the set is valid)" "$u-whole-llama.st" "$u-split-llama.st" f32
 
   # A set hyla writes, merged by llama-gguf-split.
   rm -f "$q"-hyla-*-of-*.gguf "$q-merged.gguf"
@@ -122,12 +120,7 @@ done
 
 # The deliberate decoding error: the sign of every block scale d of one Q4_K tensor flipped.
 f="$work/kimi-k3-256-Q4_K_M"
-if [[ ! -f "$f-llama.st" ]]; then  # PRESETS left Q4_K_M out
-  "$quantize" --imatrix "$work/kimi-k3-256-imatrix.gguf" "$work/kimi-k3-256-f32.gguf" "$f.gguf" Q4_K_M >/dev/null 2>&1
-  "$quantize" --allow-requantize "$f.gguf" "$f-f32.gguf" F32 >/dev/null 2>&1
-  hyla_logits "$f-f32.gguf" "$f-f32-hyla.st"
-  llama_logits "$f-f32.gguf" "$f-llama.st"
-fi
+[[ -f "$f-llama.st" ]] || quantised_rows kimi-k3 "$work/kimi-k3-256" Q4_K_M Q4_K_M  # PRESETS left it out
 "$python" - "$llama/gguf-py" "$f.gguf" "$f-wrong.gguf" <<'PY'
 import shutil, sys
 sys.path.insert(0, sys.argv[1])

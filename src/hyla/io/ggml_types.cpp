@@ -167,34 +167,23 @@ void scale_min_k4(int j, const uint8_t* s, uint8_t& scale, uint8_t& min) {
   }
 }
 
-void block_q4_k(const uint8_t* b, float* y) {
-  const float d = half_at(b), dmin = half_at(b + 2);
-  const uint8_t* s = b + 4;
-  const uint8_t* q = b + 16;
-  for (int pair = 0; pair < 4; ++pair, q += 32)
-    for (int nibble = 0; nibble < 2; ++nibble) {
-      uint8_t sc, m;
-      scale_min_k4(2 * pair + nibble, s, sc, m);
-      const float dl = d * float(sc), ml = dmin * float(m);
-      for (int l = 0; l < 32; ++l) *y++ = dl * float((q[l] >> (4 * nibble)) & 15) - ml;
-    }
-}
-
-void block_q5_k(const uint8_t* b, float* y) {
-  const float d = half_at(b), dmin = half_at(b + 2);
-  const uint8_t* s = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* q = b + 48;
+// Q4_K's and Q5_K's 4-bit codes, Q5_K's fifth bit in qh (bit 2·pair + nibble of byte l); Q4_K: none.
+void k_quant_4_5(float d, float dmin, const uint8_t* s, const uint8_t* qh, const uint8_t* q, float* y) {
   for (int pair = 0; pair < 4; ++pair, q += 32)
     for (int nibble = 0; nibble < 2; ++nibble) {
       uint8_t sc, m;
       scale_min_k4(2 * pair + nibble, s, sc, m);
       const float dl = d * float(sc), ml = dmin * float(m);
       const int high = 2 * pair + nibble;
-      for (int l = 0; l < 32; ++l)
-        *y++ = dl * float(((q[l] >> (4 * nibble)) & 15) + ((qh[l] >> high & 1) << 4)) - ml;
+      for (int l = 0; l < 32; ++l) {
+        const int fifth = qh ? (qh[l] >> high & 1) << 4 : 0;
+        *y++ = dl * float(((q[l] >> (4 * nibble)) & 15) + fifth) - ml;
+      }
     }
 }
+
+void block_q4_k(const uint8_t* b, float* y) { k_quant_4_5(half_at(b), half_at(b + 2), b + 4, nullptr, b + 16, y); }
+void block_q5_k(const uint8_t* b, float* y) { k_quant_4_5(half_at(b), half_at(b + 2), b + 4, b + 16, b + 48, y); }
 
 // Q6_K: 16 groups of 16 with int8 scales; 6-bit codes as 4 low bits in ql and 2 high in qh.
 void block_q6_k(const uint8_t* b, float* y) {
