@@ -362,17 +362,44 @@ TEST(KimiGguf, SplitSetsReadAsOneFileFromAnyShard) {
   test::expect_error([&] { GgufFile g(dir / "renamed.gguf"); }, "not named PREFIX-00002-of-");
 }
 
-// A one-tensor GGUF written byte by byte (hyla's writer writes only the types it produces).
-std::string raw_gguf(uint32_t type, uint64_t ne0, const std::string& data) {
+// A GGUF written byte by byte (hyla's writer writes only the types it produces, and no lies).
+struct RawTensor {
+  std::string name;
+  std::vector<uint64_t> ne;
+  uint32_t type;
+  uint64_t offset;
+};
+std::string raw_gguf(const std::vector<RawTensor>& tensors, const std::string& data) {
   std::string out;
   auto put = [&](auto v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(uint32_t(0x46554747)), put(uint32_t(3)), put(uint64_t(1)), put(uint64_t(0));
-  const std::string name = "blk.0.ffn_down_exps.weight";
-  put(uint64_t(name.size()));
-  out += name;
-  put(uint32_t(1)), put(ne0), put(type), put(uint64_t(0));
+  put(uint32_t(0x46554747)), put(uint32_t(3)), put(uint64_t(tensors.size())), put(uint64_t(0));
+  for (const RawTensor& t : tensors) {
+    put(uint64_t(t.name.size()));
+    out += t.name;
+    put(uint32_t(t.ne.size()));
+    for (uint64_t n : t.ne) put(n);
+    put(t.type), put(t.offset);
+  }
   out.append((32 - out.size() % 32) % 32, '\0');
   return out + data;
+}
+std::string raw_gguf(uint32_t type, uint64_t ne0, const std::string& data) {
+  return raw_gguf({{"blk.0.ffn_down_exps.weight", {ne0}, type, 0}}, data);
+}
+
+TEST(Gguf, SizesThatWrapAndTensorsThatOverlapAreRefused) {
+  TempDir dir;
+  // F32 [256, 2^54]: 2^62 values of 4 bytes wrap to 0 bytes in 64 bits.
+  test::write_bytes(dir / "wrap.gguf", raw_gguf({{"t", {256, uint64_t(1) << 54}, 0, 0}}, std::string(64, '\0')));
+  test::expect_error([&] { GgufFile g(dir / "wrap.gguf"); }, "wrap.gguf: tensor 't' (F32, ne [256, 18014398509481984]) would need");
+  // Two tensors on the same bytes, and two that overlap by one block.
+  const std::string data(256, '\0');
+  test::write_bytes(dir / "alias.gguf", raw_gguf({{"a", {32}, 0, 0}, {"b", {32}, 0, 0}}, data));
+  test::expect_error([&] { GgufFile g(dir / "alias.gguf"); }, "alias.gguf: tensors 'a' [0, 128) and 'b' [0, 128) overlap");
+  test::write_bytes(dir / "overlap.gguf", raw_gguf({{"a", {64}, 0, 0}, {"b", {32}, 0, 128}}, data + data));
+  test::expect_error([&] { GgufFile g(dir / "overlap.gguf"); }, "tensors 'a' [0, 256) and 'b' [128, 256) overlap");
+  test::write_bytes(dir / "apart.gguf", raw_gguf({{"a", {32}, 0, 0}, {"b", {32}, 0, 128}}, data));
+  EXPECT_EQ(GgufFile(dir / "apart.gguf").tensors().size(), 2u);
 }
 
 TEST(Gguf, QuantisedTensorsThatCannotBeReadNameFileTensorAndType) {

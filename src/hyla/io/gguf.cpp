@@ -194,7 +194,11 @@ void GgufFile::read_shard(const fs::path& path, GgufMetadata& metadata, std::vec
                source, what, ggml_type_name(t.type), t.ne[0], ggml_block_values(type));
     HYLA_CHECK(t.offset % alignment == 0, "{}: {} starts at offset {}, not a multiple of the alignment {}", source, what,
                t.offset, alignment);
-    t.bytes = ggml_bytes(type, numel);
+    const uint64_t blocks = uint64_t(numel / ggml_block_values(type));
+    HYLA_CHECK(blocks <= file.size() / uint64_t(ggml_block_bytes(type)),
+               "{}: {} ({}, ne [{}]) would need {} blocks of {} bytes, more than the file's {} bytes", source, what,
+               ggml_type_name(t.type), fmt::join(t.ne, ", "), blocks, ggml_block_bytes(type), file.size());
+    t.bytes = blocks * uint64_t(ggml_block_bytes(type));
     HYLA_CHECK(index_.emplace(t.name, tensors.size()).second, "{}: {} appears twice{}", source, what,
                shards_.empty() ? "" : " in the split set");
     tensors.push_back(std::move(t));
@@ -204,11 +208,21 @@ void GgufFile::read_shard(const fs::path& path, GgufMetadata& metadata, std::vec
              data_start, file.size());
   shard.data = file.data() + data_start;
   const uint64_t data_bytes = file.size() - data_start;
+  std::vector<const GgufTensor*> by_offset;
   for (size_t i = first; i < tensors.size(); ++i) {
     const GgufTensor& t = tensors[i];
     HYLA_CHECK(t.offset <= data_bytes && t.bytes <= data_bytes - t.offset,
                "{}: truncated: tensor '{}' ({}) needs bytes [{}, {}) of the data section, which holds {}", source,
                t.name, ggml_type_name(t.type), t.offset, t.offset + t.bytes, data_bytes);
+    by_offset.push_back(&t);
+  }
+  // Each byte of the data section belongs to one tensor at most: an alias or an overlap would read
+  // one tensor's bytes as another's.
+  std::ranges::sort(by_offset, {}, &GgufTensor::offset);
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor &a = *by_offset[i - 1], &b = *by_offset[i];
+    HYLA_CHECK(a.offset + a.bytes <= b.offset, "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section",
+               source, a.name, a.offset, a.offset + a.bytes, b.name, b.offset, b.offset + b.bytes);
   }
   shards_.push_back(std::move(shard));
 }
