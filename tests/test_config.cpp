@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "hyla/core/error.h"
 #include "hyla/io/file.h"
@@ -48,6 +49,22 @@ TEST(Config, HfBookkeepingKeysAreIgnored) {
   j["transformers_version"] = "4.50";
   j["_name_or_path"] = "x";
   EXPECT_NO_THROW(ModelConfig::from_json(j));
+}
+
+TEST(Config, RealOptionsMustBeFinite) {
+  // A file's inf or NaN (a GGUF's expert_weights_scale, an HF situ_linear_beta) is refused by name.
+  const ModelConfig base = ModelConfig::load((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  for (double bad : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    ModelConfig c = base;
+    c.moe.routed_scaling_factor = bad;
+    test::expect_error([&] { c.validate("m.gguf"); }, "m.gguf: moe.routed_scaling_factor (");
+    c = base;
+    c.moe.situ_linear_beta = bad;
+    test::expect_error([&] { c.validate("m.gguf"); }, "moe.situ_linear_beta");
+    c = base;
+    c.rms_norm_eps = bad;
+    test::expect_error([&] { c.validate("m.gguf"); }, "rms_norm_eps");
+  }
 }
 
 // The Kimi K3 / Kimi Linear options (SPEC §3–§5): read, written back, and validated by name.

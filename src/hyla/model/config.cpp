@@ -1,6 +1,7 @@
 #include "hyla/model/config.h"
 
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "hyla/core/error.h"
@@ -164,7 +165,15 @@ void ModelConfig::validate(const std::string& source) const {
   positive(num_hidden_layers, "num_hidden_layers");
   rule(int64_t(layer_types.size()) == num_hidden_layers,
        fmt::format("layer_types has {} entries but num_hidden_layers is {}", layer_types.size(), num_hidden_layers));
-  rule(rms_norm_eps > 0, fmt::format("rms_norm_eps ({}) must be > 0", rms_norm_eps));
+  // Every real-valued option finite: an inf or NaN from a file would reach the logits as NaN.
+  for (const auto& [value, key] :
+       {std::pair{rms_norm_eps, "rms_norm_eps"}, {initializer_range, "initializer_range"},
+        {kda.gate_lower_bound, "kda.gate_lower_bound"}, {mla.rope_theta, "mla.rope_theta"},
+        {moe.routed_scaling_factor, "moe.routed_scaling_factor"}, {moe.situ_beta, "moe.situ_beta"},
+        {moe.situ_linear_beta, "moe.situ_linear_beta"}, {moe.bias_update_speed, "moe.bias_update_speed"},
+        {moe.aux_loss_coef, "moe.aux_loss_coef"}})
+    rule(std::isfinite(value), fmt::format("{} ({}) must be finite", key, value));
+  rule(rms_norm_eps > 0 && rms_norm_eps < 1, fmt::format("rms_norm_eps ({}) must lie in (0, 1)", rms_norm_eps));
   rule(initializer_range > 0, fmt::format("initializer_range ({}) must be > 0", initializer_range));
   positive(max_position_embeddings, "max_position_embeddings");
 
