@@ -471,6 +471,18 @@ TEST(KimiGguf, WrongOrMissingTensorsNameThemselves) {
   other.moe.num_experts = 8;
   const auto gguf = std::make_shared<const GgufFile>(dir / "m.gguf");
   test::expect_error([&] { weights_from_gguf(gguf, other); }, "blk.1.ffn_gate_inp.weight");
+  // A block_count the tensors do not back is refused before anything is sized from it.
+  {
+    GgufMetadata meta = gguf->metadata();
+    meta["kimi-linear.block_count"] = GgufValue::u32(100000);
+    std::vector<GgufTensor> tensors;
+    for (const GgufTensor& t : gguf->tensors()) tensors.push_back({t.name, t.ne, t.type, 0, 0});
+    GgufWriter lie(dir / "lie.gguf", meta, tensors);
+    for (const GgufTensor& t : gguf->tensors()) lie.write(gguf->data(t), t.bytes);
+    lie.commit();
+    test::expect_error([&] { Model::load(dir / "lie.gguf"); },
+                       "lie.gguf: kimi-linear.block_count is 100000 but the file holds 8 layers' tensors");
+  }
   // A truncated file.
   const std::string bytes = read_all(dir / "m.gguf");
   test::write_bytes(dir / "cut.gguf", bytes.substr(0, bytes.size() / 2));

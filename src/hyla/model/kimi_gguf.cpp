@@ -302,6 +302,13 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.hidden_size = integer("embedding_length");
   c.num_hidden_layers = integer("block_count");
+  // Checked against the tensors before anything is sized from it: every layer has its attn_norm.
+  const int64_t layers_held = std::count_if(g.tensors().begin(), g.tensors().end(), [](const GgufTensor& t) {
+    return t.name.starts_with("blk.") && t.name.ends_with(".attn_norm.weight");
+  });
+  HYLA_CHECK(c.num_hidden_layers >= 1 && c.num_hidden_layers == layers_held,
+             "{}: {} is {} but the file holds {} layers' tensors (blk.N.attn_norm.weight)", source,
+             key(arch, "block_count"), c.num_hidden_layers, layers_held);
   c.max_position_embeddings = integer("context_length");
   c.rms_norm_eps = g.number(key(arch, "attention.layer_norm_rms_epsilon"));
   c.vocab_size = g.tensor("token_embd.weight").ne.at(1);
