@@ -110,7 +110,7 @@ TEST(Gguf, Q8_0MatchesGgmlReference) {
   EXPECT_EQ(d.bits, to_f16(scale).bits);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(int8_t(block[2 + j]), int8_t(std::round(x[size_t(j)] / scale))) << j;
   std::vector<float> back(32);
-  dequantize_q8_0(block, back.data(), 32);
+  ggml_to_f32(GgmlType::Q8_0, block, back.data(), 32);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(back[size_t(j)], float(int8_t(block[2 + j])) * to_f32(d));
 }
 
@@ -121,13 +121,13 @@ TEST(Gguf, Mxfp4DecodesE2M1WithE8M0Scale) {
   for (int j = 0; j < 16; ++j) block[1 + j] = uint8_t(j | ((15 - j) << 4));
   const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
   std::vector<float> out(32);
-  dequantize_mxfp4(block, out.data(), 32);
+  ggml_to_f32(GgmlType::MXFP4, block, out.data(), 32);
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(out[size_t(j)], e2m1[j]) << j;
     EXPECT_EQ(out[size_t(16 + j)], e2m1[15 - j]) << j;
   }
   block[0] = 130;  // 2^3
-  dequantize_mxfp4(block, out.data(), 32);
+  ggml_to_f32(GgmlType::MXFP4, block, out.data(), 32);
   EXPECT_EQ(out[7], 48.0f);
 }
 
@@ -142,7 +142,7 @@ TEST(Gguf, Mxfp4BlocksAndCodesConvertLosslessly) {
   mxfp4_codes_to_blocks(codes.data(), scales.data(), 32 * 6, back.data());
   EXPECT_EQ(back, blocks);
   std::vector<float> values(32 * 6);
-  dequantize_mxfp4(blocks.data(), values.data(), 32 * 6);
+  ggml_to_f32(GgmlType::MXFP4, blocks.data(), values.data(), 32 * 6);
   for (int i = 0; i < 32 * 6; ++i) {
     const uint8_t byte = codes[size_t(i / 2)];
     ASSERT_EQ(values[size_t(i)], mxfp4_value(i % 2 ? byte >> 4 : byte & 15, scales[size_t(i / 32)])) << i;

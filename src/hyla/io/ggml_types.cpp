@@ -484,9 +484,6 @@ void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
        ggml_type_name(uint32_t(type)));
 }
 
-void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) { ggml_to_f32(GgmlType::Q8_0, src, dst, n); }
-void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n) { ggml_to_f32(GgmlType::MXFP4, src, dst, n); }
-
 void quantize_q8_0(const float* src, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, dst += 34) {
     const float* x = src + b * 32;

@@ -37,10 +37,8 @@ void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 // f32 to F32, F16, BF16 or Q8_0 (MXFP4 is written from packed MXFP4 data only).
 void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n);
 
-// The codecs other code uses directly (ggml-quants.c's *_ref functions, bit for bit).
-void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n);
+// ggml-quants.c's quantize_row_q8_0_ref, bit for bit.
 void quantize_q8_0(const float* src, uint8_t* dst, int64_t n);
-void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n);
 // ggml's MXFP4 blocks (17 bytes: the E8M0 scale, then 16 bytes whose low nibbles hold values 0-15
 // and high nibbles 16-31) to and from the file form of kernels/mxfp4_gemm.h (the codes two a byte
 // in order, then one scale byte per 32 values), for n values (a multiple of 32): only bits move.

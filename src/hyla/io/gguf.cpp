@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <optional>
-#include <regex>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <regex>
 #include <set>
 
 #include "hyla/core/error.h"
@@ -263,10 +263,10 @@ GgufFile::GgufFile(const fs::path& path) {
     tensors_ = std::move(named_tensors);
     return;
   }
-  open_set(path, named_metadata, std::move(named_tensors));
+  open_set(path, named_metadata);
 }
 
-void GgufFile::open_set(const fs::path& named, const GgufMetadata& named_metadata, std::vector<GgufTensor> named_tensors) {
+void GgufFile::open_set(const fs::path& named, const GgufMetadata& named_metadata) {
   const int64_t count = split_key(named_metadata, "split.count", named);
   const int64_t number = split_key(named_metadata, "split.no", named);
   const int64_t total = split_key(named_metadata, "split.tensors.count", named);
@@ -278,7 +278,6 @@ void GgufFile::open_set(const fs::path& named, const GgufMetadata& named_metadat
   // Read the set in order from the first shard (the named one is read again; its maps are cheap).
   shards_.clear();
   index_.clear();
-  named_tensors.clear();
   std::vector<GgufTensor> tensors;
   for (int i = 0; i < int(count); ++i) {
     const fs::path p = gguf_shard_path(name->prefix, i, int(count));
@@ -333,16 +332,14 @@ Tensor GgufFile::to_f32(const GgufTensor& t) const {
   if (GgmlType(t.type) == GgmlType::F32 && reinterpret_cast<uintptr_t>(p) % 4 == 0)
     return Tensor::view(DType::F32, t.shape(), const_cast<uint8_t*>(p), mapped(t));
   Tensor out = Tensor::empty(DType::F32, t.shape());
-  if (GgmlType(t.type) == GgmlType::F32 || GgmlType(t.type) == GgmlType::F16 || GgmlType(t.type) == GgmlType::BF16)
-    ggml_to_f32(GgmlType(t.type), p, out.data<float>(), t.numel());
-  else
-    decode(t, 0, t.numel(), out.data<float>());
+  decode(t, 0, t.numel(), out.data<float>());
   return out;
 }
 
 void GgufFile::decode(const GgufTensor& t, int64_t first, int64_t n, float* dst) const {
   const GgmlType type = GgmlType(t.type);
   ggml_to_f32(type, data(t) + ggml_bytes(type, first), dst, n);
+  if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) return;  // values, not blocks
   const int64_t block = ggml_block_values(type);
   for (int64_t i = 0; i < n; ++i)
     HYLA_CHECK(std::isfinite(dst[i]), "{}: tensor '{}' ({}): block {} decodes to {} (its scale is not finite)",
@@ -485,8 +482,6 @@ GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::
     files_.back()->write(gguf_header(paths_.back().string(), meta, shards[size_t(i)]));
   }
 }
-
-std::vector<fs::path> GgufWriter::paths() const { return paths_; }
 
 void GgufWriter::write(const void* data, size_t bytes) {
   HYLA_CHECK(next_ < tensors_.size(), "{}: data written after the last tensor", source_);

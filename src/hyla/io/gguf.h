@@ -76,9 +76,9 @@ class GgufFile {
   std::vector<std::shared_ptr<const MappedFile>> mapped_files() const;
   // The tensor as f32 (a view when it is F32 and aligned, else a converted copy), in hyla's shape.
   Tensor to_f32(const GgufTensor& t) const;
-  // Values [first, first + n) of a quantised tensor (both multiples of its block) decoded into dst;
-  // a block that decodes to a non-finite value (a NaN or infinite scale) is an error naming the
-  // file, the tensor, its type and the block.
+  // Values [first, first + n) of a tensor (both multiples of its block) as f32 into dst; a block of a
+  // quantised type that decodes to a non-finite value (a NaN or infinite scale) is an error naming
+  // the file, the tensor, its type and the block.
   void decode(const GgufTensor& t, int64_t first, int64_t n, float* dst) const;
 
   // Typed metadata reads; errors name the file and key.
@@ -95,8 +95,7 @@ class GgufFile {
     const uint8_t* data = nullptr;  // its data section
   };
   void read_shard(const std::filesystem::path& path, GgufMetadata& metadata, std::vector<GgufTensor>& tensors);
-  void open_set(const std::filesystem::path& named, const GgufMetadata& named_metadata,
-                std::vector<GgufTensor> named_tensors);
+  void open_set(const std::filesystem::path& named, const GgufMetadata& named_metadata);
   const GgufValue& value(const std::string& key) const;
   std::vector<Shard> shards_;
   GgufMetadata metadata_;
@@ -119,7 +118,7 @@ class GgufWriter {
              uint64_t split_max_bytes = 0);
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   // The files written (one, or the shards in order).
-  std::vector<std::filesystem::path> paths() const;
+  const std::vector<std::filesystem::path>& paths() const { return paths_; }
   // The next tensor's bytes (exactly its size); may come in several calls.
   void write(const void* data, size_t bytes);
   void commit();

@@ -169,8 +169,7 @@ Tensor slice(const GgufFile& g, const GgufTensor& t, int64_t first, const Shape&
   if (stored_as_read && reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) == 0)
     return Tensor::view(dtype, shape, const_cast<uint8_t*>(p), g.mapped(t));
   Tensor out = Tensor::empty(DType::F32, shape);
-  if (stored_as_read) ggml_to_f32(type, p, out.data<float>(), shape.numel());
-  else g.decode(t, first, shape.numel(), out.data<float>());
+  g.decode(t, first, shape.numel(), out.data<float>());
   return out;
 }
 
