@@ -34,6 +34,18 @@ uint64_t ggml_bytes(GgmlType type, int64_t n);
 
 // n values (a multiple of the block) of any readable type to f32.
 void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n);
+// Quantised types (every readable type but F32, F16 and BF16) decode through one representation,
+// which the products of kernels/ggml_gemm.h read as well: value i of a run of blocks is
+// scale[i / 16] · q[i] − min[i / 16], q an int8, scale and min f32 per group of kGgmlGroup values
+// (a type whose scale covers 32 or 256 values repeats it), min 0 for types without offsets.
+// Every scale is the factor ggml multiplies by, rounded as ggml rounds it, so ggml_to_f32 equals
+// ggml's dequantisation bit for bit.
+constexpr int64_t kGgmlGroup = 16;
+bool ggml_type_quantized(GgmlType type);
+bool ggml_type_has_min(GgmlType type);  // Q4_1, Q5_1, Q2_K, Q4_K, Q5_K
+// n values (a multiple of the block) of a quantised type into q [n], scale [n / 16] and, where the
+// type has offsets, min [n / 16] (untouched otherwise).
+void ggml_unpack(GgmlType type, const uint8_t* src, int64_t n, int8_t* q, float* scale, float* min);
 // f32 to F32, F16, BF16 or Q8_0 (MXFP4 is written from packed MXFP4 data only).
 void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n);
 
