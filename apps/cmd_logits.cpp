@@ -30,7 +30,7 @@ void add_logits(CLI::App& app) {
   cmd->callback([] {
     HYLA_CHECK(!tokens_json.empty() || !text.empty(), "logits: give --tokens or --text");
     // f32: the SPEC evaluation of the file's weights, Q8_0 ones decoded too.
-    const ModelLoadOptions load{.q8_0_as_f32 = dtype == "f32"};
+    const ModelLoadOptions load{.decode_quantized = dtype == "f32"};
     if (serve_experts_to_rank0(model_dir, load)) return;
     const auto model = load_model_across_processes(model_dir, load);
     ModelInput in;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "hyla/core/half.h"
 #include "hyla/io/gguf.h"
@@ -241,13 +242,13 @@ TEST(KimiGguf, RoundTripKeepsTheLogits) {
       const ModelWeights stored = weights_from_gguf(std::make_shared<const GgufFile>(dir / "q.gguf"), config);
       const bool int8 = type == GgmlType::Q8_0;
       if (int8) {  // decoded instead (hyla logits --dtype f32): the same values in f32
-        const ModelWeights decoded = weights_from_gguf(std::make_shared<const GgufFile>(dir / "q.gguf"), config, false);
+        const ModelWeights decoded = weights_from_gguf(std::make_shared<const GgufFile>(dir / "q.gguf"), config, GgufQuantized::Decoded);
         const std::string name = "model.layers.1.self_attn.q_proj.weight";
         const Tensor codes = stored.get(name), scales = stored.get(name + ".scale"), values = decoded.get(name);
         ASSERT_EQ(values.dtype(), DType::F32);
         for (int64_t i = 0; i < codes.numel(); ++i)
           ASSERT_EQ(values.data<float>()[i], float(codes.data<int8_t>()[i]) * scales.data<float>()[i / 32]) << i;
-        EXPECT_FALSE(Model::load(dir / "q.gguf", {.q8_0_as_f32 = true})->params().get(name).is_int8());
+        EXPECT_FALSE(Model::load(dir / "q.gguf", {.decode_quantized = true})->params().get(name).is_int8());
       }
       EXPECT_EQ(rounded->params().get("model.layers.2.mlp.experts.3.down_proj.weight").is_int8(), int8);
       EXPECT_EQ(rounded->params().get("model.layers.1.mlp.shared_experts.up_proj.weight").is_int8(), int8);
@@ -426,6 +427,135 @@ TEST(Gguf, QuantisedTensorsThatCannotBeReadNameFileTensorAndType) {
     test::expect_error([&] { GgufFile g(dir / "type.gguf"); },
                        std::string("type.gguf: tensor 'blk.0.ffn_down_exps.weight' is ") + name + ", a ggml type hyla does not read");
   }
+}
+
+// `from` rewritten with every matrix llama-quantize would quantise (2-D and 3-D weights but the
+// embedding, norms, convs, the router and A_log) as random blocks of the 32-value types in turn,
+// their values below 0.05 in magnitude; the rest as it was.
+void write_quantised_copy(const GgufFile& from, const fs::path& to, uint64_t seed) {
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q4_1, GgmlType::Q5_0,
+                            GgmlType::Q8_0};
+  std::mt19937_64 random(seed);
+  std::vector<GgufTensor> tensors = from.tensors();
+  std::vector<std::string> data;
+  size_t next = 0;
+  for (GgufTensor& t : tensors) {
+    const bool matrix = t.ne.size() >= 2 && t.ne[1] > 1 && t.ne[0] % 32 == 0 && t.name != "token_embd.weight" &&
+                        t.name.find("norm") == std::string::npos && t.name.find("conv") == std::string::npos &&
+                        t.name.find("_inp") == std::string::npos && t.name.find("ssm_a") == std::string::npos;
+    if (!matrix) {
+      data.emplace_back(reinterpret_cast<const char*>(from.data(t)), t.bytes);
+      continue;
+    }
+    const GgmlType type = types[next++ % std::size(types)];
+    t.type = uint32_t(type);
+    t.bytes = ggml_bytes(type, t.numel());
+    std::string bytes(t.bytes, '\0');
+    const int64_t bb = ggml_block_bytes(type), bv = ggml_block_values(type);
+    float values[32];
+    for (int64_t b = 0; b < t.numel() / bv; ++b) {
+      auto* block = reinterpret_cast<uint8_t*>(bytes.data()) + b * bb;
+      do {
+        for (int64_t i = 0; i < bb; ++i) block[i] = uint8_t(random());
+        if (type == GgmlType::Q8_0) block[1] &= 0x7f;  // as ggml writes them (hyla's int8 needs scales >= 0)
+        ggml_to_f32(type, block, values, bv);
+      } while (!std::all_of(values, values + bv, [](float v) { return std::isfinite(v) && std::fabs(v) < 0.05f; }));
+    }
+    data.push_back(std::move(bytes));
+  }
+  GgufWriter out(to, from.metadata(), tensors);
+  for (const std::string& d : data) out.write(d.data(), d.size());
+  out.commit();
+}
+
+// The file whose memory map holds `address` (/proc/self/maps), or "".
+std::string mapped_file_of(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream in(line);
+    in >> std::hex >> begin >> dash >> end;
+    if (uintptr_t(address) < begin || uintptr_t(address) >= end) continue;
+    const size_t slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
+}
+
+TEST(KimiGguf, QuantisedMatricesAreMultipliedWhereTheyLieInTheMap) {
+  TempDir dir;
+  const ModelConfig config = save_random("configs/kimi-k3-tiny.json", dir / "model");
+  save_kimi_gguf(dir / "m.gguf", config, ModelWeights(dir / "model"), {});
+  write_quantised_copy(GgufFile(dir / "m.gguf"), dir / "q.gguf", 3);
+  const auto in_place = Model::load(dir / "q.gguf");
+  const auto decoded = Model::load(dir / "q.gguf", {.decode_quantized = true});
+  const GgufFile q(dir / "q.gguf");
+  int blocks = 0;
+  for (const auto& p : in_place->params().params()) {
+    if (!p->is_ggml()) continue;
+    blocks += 1;
+    // No copy: the blocks the products read lie in a memory map of the file itself.
+    EXPECT_TRUE(mapped_file_of(p->ggml.data).ends_with("/q.gguf")) << p->name << " " << mapped_file_of(p->ggml.data);
+    EXPECT_FALSE(decoded->params().get(p->name).is_quantized()) << p->name;
+  }
+  EXPECT_TRUE(in_place->params().get("model.layers.1.mlp.experts.3.down_proj.weight").is_ggml());
+  EXPECT_TRUE(in_place->params().get("model.layers.1.self_attn.q_proj.weight").is_ggml());
+  EXPECT_FALSE(in_place->params().get("model.layers.0.input_layernorm.weight").is_quantized());
+  EXPECT_GT(blocks, 20);
+  // Each matrix multiplies as its decoded f32 copy does, up to the rounding of x to 8 bits per 16
+  // values (s_x = max|x| / 127 ≤ 1/127 here, so each x moves by at most 1/254).
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const auto& p : in_place->params().params()) {
+    if (!p->is_ggml()) continue;
+    const int64_t n = 3, out = p->shape[0], in = p->shape[1];
+    std::vector<float> x(size_t(n * in)), got(size_t(n * out)), want(size_t(n * out));
+    for (float& v : x) v = uniform(random);
+    Linear::over(*p).forward(x.data(), n, got.data(), Precision::BF16);
+    Param& f = decoded->params().get(p->name);
+    Linear::over(f).forward(x.data(), n, want.data(), Precision::F32);
+    for (int64_t r = 0; r < out; ++r) {
+      double bound = 1e-6;
+      for (int64_t c = 0; c < in; ++c) bound += std::fabs(double(f.value.data<float>()[r * in + c])) / 254.0;
+      for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(got[size_t(j * out + r)], want[size_t(j * out + r)], bound) << p->name;
+    }
+  }
+  // A tiny random model amplifies that rounding: hyla's int8 products of an all-Q8_0 copy of this
+  // file move the logits by 0.14 of the largest (0.75) too. Finite, and of that order:
+  const Tensor exact = logits_of(*decoded), fast = logits_of(*in_place);
+  double largest = 0;
+  for (int64_t i = 0; i < exact.numel(); ++i) largest = std::max(largest, double(std::fabs(exact.data<float>()[i])));
+  EXPECT_GT(largest, 0.1);
+  EXPECT_LT(max_abs_difference(fast, exact), 0.3 * largest);
+  // Offloaded experts are the same blocks, paged in rather than copied: the same logits, bit for bit.
+  for (const char* memory : {"40%", "100%"}) {
+    const auto offloaded = Model::load(
+        dir / "q.gguf", {.offload_experts = ExpertOffloadOptions{.memory = parse_expert_memory(memory)}});
+    EXPECT_EQ(max_abs_difference(logits_of(*offloaded), fast), 0) << memory;
+  }
+  // A block whose scale is not finite is an error naming the file, tensor, type and block, resident or offloaded.
+  {
+    std::string bytes = read_all(dir / "q.gguf");
+    const GgufTensor& t = q.tensor("blk.1.ffn_down_exps.weight");
+    const uint64_t at = uint64_t(q.data(t) - q.mapped(t)->data()) + 2 * ggml_block_bytes(GgmlType(t.type));
+    bytes[at] = '\x00', bytes[at + 1] = '\x7c';  // f16 +inf: the first field of every 32-value type
+    test::write_bytes(dir / "bad.gguf", bytes);
+  }
+  const std::string want = fmt::format("bad.gguf: tensor 'model.layers.1.mlp.experts.0.down_proj.weight' ({}): block 2 "
+                                       "has a scale that is not finite",
+                                       ggml_type_name(q.tensor("blk.1.ffn_down_exps.weight").type));
+  test::expect_error([&] { Model::load(dir / "bad.gguf"); }, want);
+  test::expect_error(
+      [&] {
+        auto m = Model::load(dir / "bad.gguf", {.offload_experts = ExpertOffloadOptions{.memory = parse_expert_memory("100%")}});
+        ModelInput in;
+        for (int i = 0; i < 64; ++i) in.ids.push_back(int32_t((i * 37 + 11) % m->config().vocab_size));
+        in.tokens = TokenBatch::uniform(1, int64_t(in.ids.size()));
+        m->forward(in, {.precision = Precision::F32, .outputs = Outputs::All});
+      },
+      want);
 }
 
 TEST(KimiGguf, AK3FileWithoutTheRoutedNormSkipsTheNorm) {

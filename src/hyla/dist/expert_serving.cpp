@@ -57,7 +57,7 @@ std::unique_ptr<Model> load_model_across_processes(const std::filesystem::path& 
   const ModelConfig config = open_model_files(dir).config;
   HYLA_CHECK(config.moe.num_experts >= world.size(), "{}: {} routed experts cannot be split over {} processes",
              dir.string(), config.moe.num_experts, world.size());
-  auto model = Model::load(dir, {.holds = share_of(config, 0, world.size()), .q8_0_as_f32 = options.q8_0_as_f32});
+  auto model = Model::load(dir, {.holds = share_of(config, 0, world.size()), .decode_quantized = options.decode_quantized});
   std::vector<std::unique_ptr<ExpertExchange>> exchanges;
   for (size_t i = 0; i < model->moe_layers().size(); ++i)
     exchanges.push_back(std::make_unique<LeadingExchange>(world, int(i)));
@@ -77,7 +77,7 @@ bool serve_experts_to_rank0(const std::filesystem::path& dir, const ModelLoadOpt
   }
   const ModelConfig config = open_model_files(dir).config;
   const auto model =
-      Model::load(dir, {.holds = share_of(config, world.rank(), world.size()), .q8_0_as_f32 = options.q8_0_as_f32});
+      Model::load(dir, {.holds = share_of(config, world.rank(), world.size()), .decode_quantized = options.decode_quantized});
   const std::vector<MoeFfn*> layers = model->moe_layers();
   std::vector<std::unique_ptr<ExpertParallelExchange>> exchanges;
   for (size_t i = 0; i < layers.size(); ++i) exchanges.push_back(std::make_unique<ExpertParallelExchange>(world));

@@ -20,7 +20,7 @@ std::unique_ptr<Model> load_model_across_processes(const std::filesystem::path& 
 // Every process of a command that serves a model calls this first. Any but rank 0: loads its
 // experts of `dir`, computes their rows for rank 0 until rank 0's command ends, and returns true
 // (the command then ends there). Rank 0 or a lone process: false.
-// `options`: its q8_0_as_f32 (as rank 0's).
+// `options`: its decode_quantized (as rank 0's).
 bool serve_experts_to_rank0(const std::filesystem::path& dir, const ModelLoadOptions& options = {});
 
 }  // namespace hyla

@@ -204,6 +204,11 @@ void MappedFile::release_pages() const {
 void MappedFile::advise(const uint8_t* begin, size_t bytes, MapAdvice advice) const {
   HYLA_ASSERT(begin >= data_ && begin + bytes <= data_ + size_);
   const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  if (advice == MapAdvice::Release) {  // whole pages only: a neighbour's bytes may share the edge pages
+    const uintptr_t first = (uintptr_t(begin) + page - 1) / page * page, end = (uintptr_t(begin) + bytes) / page * page;
+    if (end > first) ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+    return;
+  }
   const uintptr_t first = uintptr_t(begin) / page * page;
   ::madvise(reinterpret_cast<void*>(first), uintptr_t(begin) + bytes - first,
             advice == MapAdvice::WillNeed ? MADV_WILLNEED : MADV_RANDOM);

@@ -65,6 +65,8 @@ enum class MapAdvice : uint8_t {
   WillNeed,  // soon: start reading it into the page cache now, many ranges at once (MADV_WILLNEED)
   Random,    // in pieces the reader asks for itself: a fault reads its page, not the kernel's read-around
              // window (MADV_RANDOM; a window of read_ahead_kb, often MBs, would read other tensors)
+  Release,   // no longer used here: the whole pages inside the range leave this process's resident set
+             // (MADV_DONTNEED; the page cache keeps them, and a later read faults them back)
 };
 
 // A read-only memory map of a whole file.

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
@@ -482,6 +483,39 @@ void ggml_to_f32(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
     else
       for (int64_t i = 0; i < t.values; ++i) dst[i] = scale[i / kGgmlGroup] * float(q[i]);
   }
+}
+
+int64_t ggml_first_nonfinite_block(GgmlType type, const uint8_t* blocks, int64_t count) {
+  // Where each type keeps its f16 scales: every value of a block is finite when they are.
+  const auto f16_fields = [](GgmlType t) -> std::vector<int> {
+    switch (t) {
+      case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+      case GgmlType::Q2_K: return {80, 82};
+      case GgmlType::Q3_K: return {108};
+      case GgmlType::Q6_K: return {208};
+      case GgmlType::TQ1_0: return {52};
+      case GgmlType::TQ2_0: return {64};
+      case GgmlType::IQ1_M: case GgmlType::MXFP4: return {};
+      default: return {0};
+    }
+  };
+  const std::vector<int> fields = f16_fields(type);
+  const int64_t bytes = ggml_block_bytes(type);
+  const auto finite_half = [](uint16_t h) { return (h & 0x7c00) != 0x7c00; };
+  for (int64_t b = 0; b < count; ++b) {
+    const uint8_t* block = blocks + b * bytes;
+    bool finite = true;
+    if (type == GgmlType::MXFP4) {
+      finite = block[0] != 0xff;
+    } else if (type == GgmlType::IQ1_M) {
+      uint16_t bits = 0;
+      for (int i = 0; i < 4; ++i) bits = uint16_t(bits | (u16_at(block + 48 + 2 * i) >> 12) << (4 * i));
+      finite = finite_half(bits);
+    }
+    for (int at : fields) finite = finite && finite_half(u16_at(block + at));
+    if (!finite) return b;
+  }
+  return -1;
 }
 
 bool ggml_type_quantized(GgmlType type) { return info(type).unpack != nullptr; }

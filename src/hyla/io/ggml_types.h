@@ -46,6 +46,10 @@ bool ggml_type_has_min(GgmlType type);  // Q4_1, Q5_1, Q2_K, Q4_K, Q5_K
 // n values (a multiple of the block) of a quantised type into q [n], scale [n / 16] and, where the
 // type has offsets, min [n / 16] (untouched otherwise).
 void ggml_unpack(GgmlType type, const uint8_t* src, int64_t n, int8_t* q, float* scale, float* min);
+// The first of `count` blocks whose f16 scale is not finite (for MXFP4: whose scale byte is 0xFF,
+// NaN), or -1. The blocks of the other quantised types decode to finite values exactly when
+// their scales are finite.
+int64_t ggml_first_nonfinite_block(GgmlType type, const uint8_t* blocks, int64_t count);
 // f32 to F32, F16, BF16 or Q8_0 (MXFP4 is written from packed MXFP4 data only).
 void f32_to_ggml(GgmlType type, const float* src, uint8_t* dst, int64_t n);
 

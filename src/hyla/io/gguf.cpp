@@ -438,7 +438,9 @@ GgufWriter::GgufWriter(const fs::path& path, const GgufMetadata& metadata, std::
   std::set<std::string> names;
   for (GgufTensor& t : tensors_) {
     HYLA_CHECK(names.insert(t.name).second, "{}: tensor '{}' given twice", source_, t.name);
-    HYLA_CHECK(ggml_type_writable(t.type), "{}: tensor '{}': hyla does not write {}", source_, t.name,
+    // The caller supplies the bytes: any type hyla reads back (its own exports are F32, F16, BF16,
+    // Q8_0 and MXFP4, ggml_type_writable).
+    HYLA_CHECK(ggml_type_readable(t.type), "{}: tensor '{}': {} is not a type hyla reads", source_, t.name,
                ggml_type_name(t.type));
     HYLA_CHECK(!t.ne.empty() && t.ne.size() <= kMaxDims && std::ranges::all_of(t.ne, [](int64_t n) { return n >= 1; }) &&
                    t.ne[0] % ggml_block_values(GgmlType(t.type)) == 0,

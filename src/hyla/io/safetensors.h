@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 
 #include "hyla/core/tensor.h"
 #include "hyla/io/file.h"
+#include "hyla/io/ggml_types.h"
 
 namespace hyla {
 
@@ -59,9 +61,11 @@ struct MappedBytes {
   std::shared_ptr<const MappedFile> file;
   const uint8_t* begin = nullptr;
   size_t bytes = 0;
-  // The bytes are ggml MXFP4 blocks (io/gguf.h) whose codes or scales the tensor is: a reader may
-  // pack them as they are (mxfp4_pack_blocks) rather than get() each half converted.
-  bool ggml_mxfp4_blocks = false;
+  // The bytes are ggml blocks of this type (io/ggml_types.h). For MXFP4 the tensor is their codes
+  // or scales, which a reader may pack as they are (mxfp4_pack_blocks) rather than get() each half
+  // converted; for the other quantised types the tensor is the blocks themselves (U8, one row of
+  // blocks per row of the matrix), which products read where they lie (kernels/ggml_gemm.h).
+  std::optional<GgmlType> ggml_blocks;
 };
 
 // The weights of a model: a model directory's model.safetensors, or the shards that

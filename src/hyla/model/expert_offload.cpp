@@ -134,7 +134,8 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
   experts_ = first.experts();
   k_ = layers[0]->router().k();
   const int64_t in = first.in(), width = first.width();
-  int64_t block = -1;  // the experts' int8 block, 0 for MXFP4
+  int64_t block = -1;  // the experts' int8 block, 0 for MXFP4, -2 for ggml blocks
+  int64_t ggml_expert_bytes = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     auto layer = std::make_unique<Layer>();
     layer->index = int64_t(l);
@@ -142,34 +143,47 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
     layer->sources.resize(size_t(experts_));
     for (int64_t e = 0; e < experts_; ++e) {
       const GatedMlp& mlp = layers[l]->routed_experts().expert(e);
+      int64_t expert_bytes = 0;  // ggml blocks: the expert's bytes in the file
       const Linear* parts[3] = {&mlp.gate_proj, &mlp.up_proj, &mlp.down_proj};
       for (int m = 0; m < 3; ++m) {
         const Param& p = parts[m]->param();
         HYLA_CHECK(p.is_quantized(),
-                   "{}: --expert-memory reads int8 or MXFP4 experts from the model's files, but '{}' is {}; quantize "
-                   "the model first (hyla quantize --model DIR --out DIR [--experts mxfp4])",
+                   "{}: --expert-memory reads int8, MXFP4 or GGUF-quantised experts from the model's files, but '{}' "
+                   "is {}; quantize the model first (hyla quantize --model DIR --out DIR [--experts mxfp4])",
                    source, p.name, dtype_name(weights_->entry(p.name).dtype));
-        HYLA_CHECK(block < 0 || block == p.int8_block,
+        const int64_t kind = p.is_ggml() ? -2 : p.int8_block;
+        const auto kind_name = [&] {
+          return p.is_ggml() ? "ggml blocks" : p.is_mxfp4() ? "MXFP4" : fmt::format("int8 with block {}", p.int8_block);
+        };
+        HYLA_CHECK(block == -1 || block == kind,
                    "{}: --expert-memory needs every routed expert stored alike, but '{}' is {} and an earlier one is not",
-                   source, p.name, p.is_mxfp4() ? "MXFP4" : fmt::format("int8 with block {}", p.int8_block));
+                   source, p.name, kind_name());
         HYLA_ASSERT(!p.held);
-        block = p.int8_block;
-        const std::string scale = p.is_mxfp4() ? mxfp4_scale_name(p.name) : int8_scale_name(p.name);
-        layer->sources[size_t(e)][size_t(m)] = {p.name, scale, p.shape[0], p.shape[1], p.int8_block};
+        block = kind;
+        Source& s = layer->sources[size_t(e)][size_t(m)];
+        s = {p.name, "", p.shape[0], p.shape[1], p.int8_block, std::nullopt};
+        if (p.is_ggml()) s.ggml = p.ggml.type, expert_bytes += int64_t(p.ggml.row_bytes()) * p.shape[0];
+        else s.scale = p.is_mxfp4() ? mxfp4_scale_name(p.name) : int8_scale_name(p.name);
         // Read only when fetched, and then whole (will_need): the kernel's read-around on a fault
         // would read neighbouring experts that are not wanted.
         weights_->advise(p.name, MapAdvice::Random);
-        weights_->advise(scale, MapAdvice::Random);
+        if (!s.ggml) weights_->advise(s.scale, MapAdvice::Random);
       }
+      ggml_expert_bytes = std::max(ggml_expert_bytes, expert_bytes);
     }
     layers_.push_back(std::move(layer));
   }
   const auto packed_bytes = [&](int64_t rows, int64_t cols) {
     return round_up(block > 0 ? int8_packed_bytes(rows, cols, block) : mxfp4_packed_bytes(rows, cols), 64);
   };
-  gate_bytes_ = packed_bytes(width, in);
-  down_bytes_ = packed_bytes(in, width);
-  expert_bytes_ = 2 * gate_bytes_ + down_bytes_;
+  ggml_ = block == -2;
+  if (ggml_) {  // the budget counts the largest expert's pages; nothing is packed
+    expert_bytes_ = ggml_expert_bytes;
+  } else {
+    gate_bytes_ = packed_bytes(width, in);
+    down_bytes_ = packed_bytes(in, width);
+    expert_bytes_ = 2 * gate_bytes_ + down_bytes_;
+  }
   const int64_t total = expert_bytes_ * experts_ * int64_t(layers_.size());
   const int64_t budget = options_.memory.resolve(total);
   slots_ = std::min(experts_, budget / (expert_bytes_ * int64_t(layers_.size())));
@@ -178,7 +192,7 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
              "({} bytes: {} layers x {} experts x {} bytes)",
              budget >> 20, slots_, k_, (k_ * expert_bytes_ * int64_t(layers_.size()) + (1 << 20) - 1) >> 20,
              k_ * expert_bytes_ * int64_t(layers_.size()), layers_.size(), k_, expert_bytes_);
-  slot_memory_ = Tensor::empty(DType::I8, {int64_t(layers_.size()) * slots_ * expert_bytes_});
+  slot_memory_ = Tensor::empty(DType::I8, {ggml_ ? 0 : int64_t(layers_.size()) * slots_ * expert_bytes_});
   for (auto& layer : layers_) {
     layer->weights.resize(size_t(experts_));
     layer->slot_expert.assign(size_t(slots_), -1);
@@ -212,6 +226,10 @@ ExpertOffload::~ExpertOffload() {
 
 void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
   for (const Source& s : layer.sources[size_t(e)]) {
+    if (s.ggml) {
+      ggml_blocks_of(*weights_, s.name, *s.ggml, s.rows, s.cols);
+      continue;
+    }
     if (s.block == 0) {
       check_mxfp4_weight(*weights_, s.name, weights_->file_of(s.name));
       continue;
@@ -224,11 +242,24 @@ void ExpertOffload::check_scales(const Layer& layer, int64_t e) const {
 void ExpertOffload::will_need(const Layer& layer, int64_t e) const {
   for (const Source& s : layer.sources[size_t(e)]) {
     weights_->advise(s.name, MapAdvice::WillNeed);
-    weights_->advise(s.scale, MapAdvice::WillNeed);
+    if (!s.ggml) weights_->advise(s.scale, MapAdvice::WillNeed);
   }
 }
 
+void ExpertOffload::evict(const Layer& layer, int64_t e) const {
+  if (!ggml_) return;
+  for (const Source& s : layer.sources[size_t(e)]) weights_->advise(s.name, MapAdvice::Release);
+}
+
 void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
+  if (ggml_) {
+    const auto& s = layer.sources[size_t(e)];
+    GgmlMatrix m[3];
+    for (int i = 0; i < 3; ++i) m[i] = ggml_blocks_of(*weights_, s[size_t(i)].name, *s[size_t(i)].ggml, s[size_t(i)].rows,
+                                                      s[size_t(i)].cols);
+    layer.weights[size_t(e)] = GgmlExpertWeights{m[0], m[1], m[2]};
+    return;
+  }
   uint8_t* dst = static_cast<uint8_t*>(slot_memory_.raw()) + (layer.index * slots_ + slot) * expert_bytes_;
   Int8PackedMatrix int8[3];
   Mxfp4PackedMatrix mxfp4[3];
@@ -327,7 +358,7 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
         layer.loaded.wait(lock);
         s = victim(layer);
       }
-      if (const int32_t old = layer.slot_expert[size_t(s)]; old >= 0) layer.expert_slot[size_t(old)] = -1;
+      if (const int32_t old = layer.slot_expert[size_t(s)]; old >= 0) layer.expert_slot[size_t(old)] = -1, evict(layer, old);
       layer.slot_expert[size_t(s)] = e, layer.expert_slot[size_t(e)] = int32_t(s);
       layer.slot_loading[size_t(s)] = 1, ++layer.slot_pins[size_t(s)], layer.slot_used[size_t(s)] = layer.tick;
       layer.missing_slots.push_back(int32_t(s));
@@ -342,7 +373,7 @@ void ExpertOffload::run(int index, const ExpertDispatch& dispatch, int64_t first
     const bool failed = failure.failed();
     // The packed copies are in the slots: the file's pages leave this process (the page cache keeps
     // them), so that resident memory is the slots, not the experts read so far.
-    if (misses > 0) weights_->release_pages();
+    if (misses > 0 && !ggml_) weights_->release_pages();
     lock.lock();
     for (int32_t s : layer.missing_slots) {
       layer.slot_loading[size_t(s)] = 0;
@@ -444,7 +475,7 @@ void ExpertOffload::prefetch_loop() {
       if (layer.expert_slot[size_t(e)] >= 0) continue;
       const int64_t s = victim(layer);
       if (s < 0) break;
-      if (const int32_t old = layer.slot_expert[size_t(s)]; old >= 0) layer.expert_slot[size_t(old)] = -1;
+      if (const int32_t old = layer.slot_expert[size_t(s)]; old >= 0) layer.expert_slot[size_t(old)] = -1, evict(layer, old);
       layer.slot_expert[size_t(s)] = e, layer.expert_slot[size_t(e)] = int32_t(s);
       layer.slot_loading[size_t(s)] = 1, layer.slot_prefetched[size_t(s)] = 1;
       layer.slot_used[size_t(s)] = layer.tick;
@@ -456,7 +487,7 @@ void ExpertOffload::prefetch_loop() {
       lock.unlock();
       layer.loaded.notify_all();
     }
-    weights_->release_pages();
+    if (!ggml_) weights_->release_pages();
   }
 }
 

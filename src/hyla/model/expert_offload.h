@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,11 +123,13 @@ class ExpertOffload {
 
  private:
   // One matrix in the files, read when it is checked or packed (a view of mapped safetensors; a
-  // GGUF tensor's codes, converted): int8 values [rows, cols] and scales [rows, cols / block], or
-  // MXFP4 codes [rows, cols / 2] and scales [rows, cols / 32].
+  // GGUF tensor's codes, converted): int8 values [rows, cols] and scales [rows, cols / block],
+  // MXFP4 codes [rows, cols / 2] and scales [rows, cols / 32], or a GGUF's blocks of another
+  // quantised type, which are used where they lie (no scale tensor, no packing).
   struct Source {
     std::string name, scale;
     int64_t rows = 0, cols = 0, block = 0;  // block 0: MXFP4
+    std::optional<GgmlType> ggml;           // ggml blocks of this type
   };
   struct Layer;
   struct PrefetchRequest {
@@ -143,8 +146,12 @@ class ExpertOffload {
   // prediction are read together rather than fault by fault.
   void will_need(const Layer& layer, int64_t e) const;
   // Packs expert e from the files into the layer's `slot` and points its weights there; fails as
-  // check_scales does (the slot's contents are then undefined).
+  // check_scales does (the slot's contents are then undefined). ggml blocks: points its weights at
+  // the blocks in the map, whose check reads them in (a page-in, not a copy).
   void pack(Layer& layer, int64_t e, int64_t slot);
+  // Under the layer's lock, when expert e leaves its slot: ggml blocks leave the resident set
+  // (the slots of packed experts are simply overwritten).
+  void evict(const Layer& layer, int64_t e) const;
   // Under the layer's lock: the slot whose expert the policy replaces now (-1: none may be).
   int64_t victim(Layer& layer) const;
   void prefetch_loop();
@@ -154,6 +161,7 @@ class ExpertOffload {
   std::vector<std::unique_ptr<Layer>> layers_;
   int64_t experts_ = 0, k_ = 0, slots_ = 0, expert_bytes_ = 0;
   int64_t gate_bytes_ = 0, down_bytes_ = 0;
+  bool ggml_ = false;  // the experts are ggml blocks in the map: the slots are pages of it, not copies
   Tensor slot_memory_;
   std::atomic<int64_t> tokens_{0}, forward_{0};
 

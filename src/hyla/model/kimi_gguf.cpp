@@ -198,15 +198,15 @@ Tensor q8_0_scales(const GgufFile& g, const GgufTensor& t, int64_t first, const 
   return out;
 }
 
-// The weights that keep the file's `type` as a hyla format (Q8_0 as int8 with block 32, MXFP4 as
-// MXFP4): stored as `type`, allowed it by the model (`allowed`), and every weight that runs in the
-// same kernel alike (Param::stored_like_next).
+// The weights that keep a stored form (Q8_0 as int8 with block 32, MXFP4 as MXFP4, any quantised
+// type as its blocks): stored as a type `stored` accepts, allowed it by the model (`allowed`), and
+// every weight that runs in the same kernel alike (Param::stored_like_next).
 std::set<std::string> kept_as(const GgufFile& g, const ModelConfig& config, const std::vector<Mapping>& maps,
-                              GgmlType type, bool (*allowed)(const Param&)) {
+                              bool (*stored_as)(GgmlType), bool (*allowed)(const Param&)) {
   std::set<std::string> stored;
   for (const Mapping& m : maps) {
     const GgufTensor* t = g.find(m.gguf);
-    if (t && GgmlType(t->type) == type && (m.link == Link::Same || m.link == Link::Experts))
+    if (t && stored_as(GgmlType(t->type)) && (m.link == Link::Same || m.link == Link::Experts))
       stored.insert(m.hyla.begin(), m.hyla.end());
   }
   Model layout(config, /*allocate=*/false);
@@ -399,7 +399,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   return c;
 }
 
-ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config, bool q8_0_as_int8) {
+ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config, GgufQuantized quantized) {
   const GgufFile& g = *gguf;
   const std::string source = g.path().string();
   const std::string arch = kimi_gguf_arch(config);
@@ -408,11 +408,17 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   ModelWeights w;
   for (const auto& file : g.mapped_files()) w.keep_mapped(file);
   const std::vector<Mapping> maps = mappings(config, arch);
+  const auto matrix = [](const Param& p) { return p.int8_allowed; };
   const std::set<std::string> int8 =
-      q8_0_as_int8 ? kept_as(g, config, maps, GgmlType::Q8_0, [](const Param& p) { return p.int8_allowed; })
-                   : std::set<std::string>{};
-  const std::set<std::string> mxfp4 =
-      kept_as(g, config, maps, GgmlType::MXFP4, [](const Param& p) { return p.mxfp4_allowed(); });
+      quantized != GgufQuantized::Decoded
+          ? kept_as(g, config, maps, [](GgmlType t) { return t == GgmlType::Q8_0; }, matrix)
+          : std::set<std::string>{};
+  const std::set<std::string> mxfp4 = kept_as(
+      g, config, maps, [](GgmlType t) { return t == GgmlType::MXFP4; }, [](const Param& p) { return p.mxfp4_allowed(); });
+  std::set<std::string> blocks;
+  if (quantized == GgufQuantized::InPlace)
+    for (const std::string& name : kept_as(g, config, maps, ggml_type_quantized, matrix))
+      if (!int8.count(name) && !mxfp4.count(name)) blocks.insert(name);
   const auto int8_meta = std::make_shared<const std::map<std::string, std::string>>(int8_metadata(32));
   // A Q8_0 matrix kept as int8: its codes and, beside them, its scales.
   auto add_int8 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
@@ -428,11 +434,22 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
   auto add_mxfp4 = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
     const Shape codes{shape[0], shape[1] / 2}, scales{shape[0], shape[1] / 32};
     const MappedBytes bytes{gguf->mapped(*t), gguf->data(*t) + ggml_bytes(GgmlType::MXFP4, first),
-                            size_t(ggml_bytes(GgmlType::MXFP4, shape.numel())), /*ggml_mxfp4_blocks=*/true};
+                            size_t(ggml_bytes(GgmlType::MXFP4, shape.numel())), GgmlType::MXFP4};
     w.add({name, DType::U8, codes, 0, uint64_t(codes.numel())}, source,
           [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/false); }, nullptr, bytes);
     w.add({mxfp4_scale_name(name), DType::U8, scales, 0, uint64_t(scales.numel())}, source,
           [gguf, t, first, shape] { return mxfp4_part(*gguf, *t, first, shape, /*scales=*/true); }, nullptr, bytes);
+  };
+  // A matrix kept as its blocks: the rows of blocks as they lie in the map.
+  auto add_blocks = [&](const std::string& name, const GgufTensor* t, int64_t first, const Shape& shape) {
+    const GgmlType type = GgmlType(t->type);
+    const int64_t row_bytes = int64_t(ggml_bytes(type, shape[1]));
+    const uint8_t* begin = gguf->data(*t) + ggml_bytes(type, first);
+    const MappedBytes bytes{gguf->mapped(*t), begin, size_t(row_bytes * shape[0]), type};
+    w.add({name, DType::U8, {shape[0], row_bytes}, 0, uint64_t(row_bytes * shape[0])}, source,
+          [gguf, t, begin, rows = shape[0], row_bytes] {
+            return Tensor::view(DType::U8, {rows, row_bytes}, const_cast<uint8_t*>(begin), gguf->mapped(*t));
+          }, nullptr, bytes);
   };
   std::set<std::string> used;
   auto entry = [](const std::string& name, DType dtype, Shape shape, uint64_t bytes) {
@@ -454,6 +471,10 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         const Shape shape(ne.rbegin(), ne.rend());
         if (int8.count(m.hyla[0])) {
           add_int8(m.hyla[0], t, 0, shape);
+          break;
+        }
+        if (blocks.count(m.hyla[0])) {
+          add_blocks(m.hyla[0], t, 0, shape);
           break;
         }
         const DType dtype = read_dtype(t->type);
@@ -481,6 +502,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         for (size_t e = 0; e < m.hyla.size(); ++e)
           if (int8.count(m.hyla[e])) add_int8(m.hyla[e], t, int64_t(e) * per, shape);
           else if (mxfp4.count(m.hyla[e])) add_mxfp4(m.hyla[e], t, int64_t(e) * per, shape);
+          else if (blocks.count(m.hyla[e])) add_blocks(m.hyla[e], t, int64_t(e) * per, shape);
           else w.add(entry(m.hyla[e], dtype, shape, t->bytes / m.hyla.size()), source,
                 [gguf, t, shape, first = int64_t(e) * per] { return slice(*gguf, *t, first, shape); });
         break;

@@ -29,13 +29,23 @@ std::string kimi_gguf_arch(const ModelConfig& config);
 
 ModelConfig config_from_gguf(const GgufFile& gguf);
 
+// What weights_from_gguf makes of a file's quantised matrix-product weights. MXFP4 experts stay
+// MXFP4 in every mode; a matrix is kept in a stored form only where every part of its product
+// (Param::stored_like_next) is.
+enum class GgufQuantized : uint8_t {
+  Decoded,    // every other one decoded exactly to f32 (the f32 evaluation of the file)
+  Converted,  // Q8_0 as hyla's int8 with block 32 (the same codes and scales), the rest f32: what a
+              // model directory can hold (hyla convert)
+  InPlace,    // as Converted, and every other quantised type as its blocks (U8 [rows, row bytes],
+              // MappedBytes::ggml_blocks), multiplied where they lie in the map (kernels/ggml_gemm.h)
+};
+
 // Every parameter of `config`'s model, read on demand from `gguf`: a view of the mapped file where
-// the tensor is stored as F32, F16 or BF16 in hyla's layout; Q8_0 matrix-product weights as hyla
-// int8 with block 32 (the same codes and scales) where every part of their matrix product is Q8_0
-// and `q8_0_as_int8`; MXFP4 experts as hyla's MXFP4; else an f32 copy (every quantised type
-// decoded exactly, A_log and kv_b_proj rebuilt).
+// the tensor is stored as F32, F16 or BF16 in hyla's layout; quantised matrix-product weights as
+// `quantized` says; else an f32 copy (every quantised type decoded exactly, A_log and kv_b_proj
+// rebuilt).
 ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const ModelConfig& config,
-                               bool q8_0_as_int8 = true);
+                               GgufQuantized quantized = GgufQuantized::Converted);
 
 struct GgufExportOptions {
   GgmlType matrices = GgmlType::F32;  // matrix-product weights; norms, biases, convs and the router stay F32

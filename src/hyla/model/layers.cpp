@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/kernels/ggml_gemm.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/layout.h"
 #include "hyla/kernels/matmul.h"
@@ -26,7 +27,7 @@ bf16* bf16_rows(int slot, const float* x, int64_t rows, int64_t cols, int64_t ld
   return out;
 }
 
-// The int8 products' quantised activation rows, per thread, grown and reused.
+// The int8 and ggml-block products' quantised activation rows, per thread, grown and reused.
 void* int8_workspace(int64_t bytes) {
   thread_local std::shared_ptr<void> buffer;
   thread_local int64_t capacity = 0;
@@ -82,6 +83,12 @@ void Linear::forward(const float* x, int64_t n, float* y, Precision p, float bet
     for (size_t i = 0; i < parts_.size(); ++i) matrices[i] = parts_[i]->int8;
     const int64_t block = matrices[0].block;
     int8_matmul(x, n, ld_x, {matrices, parts_.size()}, y, ld_y, beta, int8_workspace(int8_rows_bytes(n, in_, block)));
+  } else if (ggml()) {
+    constexpr size_t kMaxParts = 8;
+    HYLA_ASSERT(parts_.size() <= kMaxParts);
+    GgmlMatrix matrices[kMaxParts];
+    for (size_t i = 0; i < parts_.size(); ++i) matrices[i] = parts_[i]->ggml;
+    ggml_matmul(x, n, ld_x, {matrices, parts_.size()}, y, ld_y, beta, int8_workspace(ggml_matmul_bytes(n, in_)));
   } else if (p == Precision::BF16) {
     const bf16* xb = bf16_rows(0, x, n, in_, ld_x);
     gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, xb, in_, w16(), in_, beta, y, ld_y);
@@ -98,7 +105,7 @@ void Linear::check_f32_values() const {
 
 void Linear::backward_input(const float* dy, int64_t n, float* dx, Precision p, float beta, int64_t ld_dy,
                             int64_t ld_dx) const {
-  HYLA_ASSERT(!int8());
+  HYLA_ASSERT(!int8() && !ggml());
   ld_dy = ld_dy < 0 ? out_ : ld_dy;
   ld_dx = ld_dx < 0 ? in_ : ld_dx;
   if (p == Precision::BF16) {
@@ -112,7 +119,7 @@ void Linear::backward_input(const float* dy, int64_t n, float* dx, Precision p, 
 
 void Linear::backward_weight(const float* x, const float* dy, int64_t n, Precision p, int64_t ld_x,
                              int64_t ld_dy) const {
-  HYLA_ASSERT(!int8());
+  HYLA_ASSERT(!int8() && !ggml());
   ld_x = ld_x < 0 ? in_ : ld_x;
   ld_dy = ld_dy < 0 ? out_ : ld_dy;
   if (p == Precision::BF16) {

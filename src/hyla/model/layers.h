@@ -40,6 +40,9 @@ class Linear {
   bool int8() const { return defined() && parts_[0]->is_int8(); }
   // Stored as MXFP4 (a routed expert's matrix): only RoutedExperts multiplies it.
   bool mxfp4() const { return defined() && parts_[0]->is_mxfp4(); }
+  // Stored as ggml blocks in a GGUF's map (Param::ggml): the forward multiplies them where they lie
+  // (kernels/ggml_gemm.h) under every Precision, and there is no backward.
+  bool ggml() const { return defined() && parts_[0]->is_ggml(); }
 
   // y[n, out] = x[n, in] Wᵀ + beta·y (rows of x and y ld_x / ld_y apart).
   void forward(const float* x, int64_t n, float* y, Precision p, float beta = 0.0f, int64_t ld_x = -1,

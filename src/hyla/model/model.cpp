@@ -124,7 +124,8 @@ void save_model_directory(const fs::path& dir, const ModelConfig& config, const 
 }
 
 std::unique_ptr<Model> Model::load(const fs::path& dir, const ModelLoadOptions& options) {
-  const ModelFiles files = open_model_files(dir, {.q8_0_as_int8 = !options.q8_0_as_f32});
+  const ModelFiles files = open_model_files(
+      dir, {.gguf_quantized = options.decode_quantized ? GgufQuantized::Decoded : GgufQuantized::InPlace});
   const std::shared_ptr<const ModelWeights>& weights = files.weights;
   auto model = std::make_unique<Model>(files.config, /*allocate=*/false);
   model->params_.plan_storage(*weights, dir.string());

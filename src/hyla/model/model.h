@@ -81,9 +81,10 @@ struct ModelLoadOptions {
   // Float matrices held as bf16 alone (Param::bf16_only): for an engine at Precision::BF16, whose
   // products read nothing else; a third of the memory of f32 values plus the bf16 copy.
   bool bf16_matrices = false;
-  // A GGUF's Q8_0 matrices decoded to f32 instead of run as hyla's int8 (whose products round the
-  // activations to 8 bits): the f32 evaluation of the file's weights, SPEC's logits contract.
-  bool q8_0_as_f32 = false;
+  // A GGUF's quantised matrices decoded to f32 (GgufQuantized::Decoded) instead of multiplied as
+  // they are stored (whose products round the activations to 8 bits): the f32 evaluation of the
+  // file's weights, SPEC's logits contract.
+  bool decode_quantized = false;
 };
 
 struct DecoderLayer {

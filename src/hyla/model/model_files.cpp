@@ -11,7 +11,7 @@ ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesO
   if (is_gguf_file(path)) {
     const auto gguf = std::make_shared<const GgufFile>(path);
     ModelConfig config = config_from_gguf(*gguf);
-    auto weights = std::make_shared<const ModelWeights>(weights_from_gguf(gguf, config, options.q8_0_as_int8));
+    auto weights = std::make_shared<const ModelWeights>(weights_from_gguf(gguf, config, options.gguf_quantized));
     return {std::move(config), std::move(weights), ModelFiles::Format::Gguf};
   }
   const std::string config_path = (path / "config.json").string();

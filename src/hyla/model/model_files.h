@@ -8,6 +8,7 @@
 
 #include "hyla/io/safetensors.h"
 #include "hyla/model/config.h"
+#include "hyla/model/kimi_gguf.h"
 
 namespace hyla {
 
@@ -18,7 +19,7 @@ struct ModelFiles {
 };
 
 struct ModelFilesOptions {
-  bool q8_0_as_int8 = true;  // a GGUF's Q8_0 matrices as hyla's int8 (weights_from_gguf), else decoded
+  GgufQuantized gguf_quantized = GgufQuantized::Converted;  // weights_from_gguf's
 };
 
 ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options = {});

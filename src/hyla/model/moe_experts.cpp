@@ -95,7 +95,7 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
   // weights' bf16 copies, transposed as 32-bit words, are its packed right operand. (Odd widths
   // have no bf16 pairs along the reduced dimension: those take the packing products.)
   const bool all_quantized = std::all_of(experts_.begin() + first, experts_.begin() + last,
-                                         [](const GatedMlp& e) { return e.gate_up.int8() || e.gate_up.mxfp4(); });
+                                         [](const GatedMlp& e) { return e.gate_up.param().is_quantized(); });
   const bool packed_bf16 = precision == Precision::BF16 && D % 2 == 0 && w % 2 == 0 && !all_quantized;
   const bf16* x16 = nullptr;
   if (packed_bf16) {
@@ -114,17 +114,18 @@ void RoutedExperts::forward(const float* x, const ExpertDispatch& dispatch, int6
     float* gu = saved.gu ? saved.gu + blk.begin * 2 * w : buf.gu;
     float* h = saved.h ? saved.h + blk.begin * w : buf.h;
     float* y = out + blk.begin * D;
-    if (expert.gate_up.int8() || expert.gate_up.mxfp4()) {
+    if (!packed.empty() || expert.gate_up.param().is_quantized()) {
       gather_rows(x, D, tokens, n, buf.rows);
+      const Param &gate = expert.gate_proj.param(), &up = expert.up_proj.param(), &down = expert.down_proj.param();
       const PackedExpertWeights weights =
-          !packed.empty() ? packed[size_t(blk.expert)]
-          : expert.gate_up.int8()
-              ? PackedExpertWeights(Int8ExpertWeights{expert.gate_proj.param().int8, expert.up_proj.param().int8,
-                                                      expert.down_proj.param().int8})
-              : PackedExpertWeights(Mxfp4ExpertWeights{expert.gate_proj.param().mxfp4, expert.up_proj.param().mxfp4,
-                                                       expert.down_proj.param().mxfp4});
+          !packed.empty()  ? packed[size_t(blk.expert)]
+          : gate.is_int8() ? PackedExpertWeights(Int8ExpertWeights{gate.int8, up.int8, down.int8})
+          : gate.is_ggml() ? PackedExpertWeights(GgmlExpertWeights{gate.ggml, up.ggml, down.ggml})
+                           : PackedExpertWeights(Mxfp4ExpertWeights{gate.mxfp4, up.mxfp4, down.mxfp4});
       if (const auto* int8 = std::get_if<Int8ExpertWeights>(&weights))
         forward_int8(*int8, buf.rows, n, gu, h, y, buf.int8_rows);
+      else if (const auto* blocks = std::get_if<GgmlExpertWeights>(&weights))
+        forward_ggml(*blocks, buf.rows, n, gu, h, y, buf.int8_rows);
       else
         forward_mxfp4(std::get<Mxfp4ExpertWeights>(weights), buf.rows, n, gu, h, y, precision, buf.int8_rows);
     } else if (n <= kSkinnyMaxRows && (packed_bf16 || precision == Precision::F32)) {
@@ -184,6 +185,15 @@ void RoutedExperts::forward_int8(const Int8ExpertWeights& expert, const float* r
   const Int8Rows hq = int8_rows_view(workspace, n, w, down.block);
   quantize_int8_rows(h, w, hq, 0, n);
   int8_matmul_rows(hq, {&down, 1}, y, D, 0.0f);  // H W_downᵀ
+}
+
+void RoutedExperts::forward_ggml(const GgmlExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,
+                                 float* y, void* workspace) const {
+  const int64_t D = in_, w = width_;
+  const GgmlMatrix gate_up[2] = {expert.gate, expert.up};
+  ggml_matmul_rows(rows, n, D, gate_up, gu, 2 * w, 0.0f, workspace);  // X [W_gate; W_up]ᵀ
+  gated_activation_forward(activation_, gu, n, w, h);
+  ggml_matmul_rows(h, n, w, {&expert.down, 1}, y, D, 0.0f, workspace);  // H W_downᵀ
 }
 
 void RoutedExperts::forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h,

@@ -9,8 +9,8 @@
 // (kernels/small_gemm.h), tokens as rows. The forward transposes the expert's weights into the
 // kernel's right-operand layout per block (for bf16, 32-bit word transposes of the bf16 copies);
 // the backward uses them as stored. BENCHMARKS.md "MoE layer" has the alternatives measured.
-// Experts loaded as int8 or MXFP4 run the single-threaded int8 or MXFP4 products
-// (kernels/int8_gemm.h, kernels/mxfp4_gemm.h) on their packed weights instead, whatever the
+// Experts loaded as int8, MXFP4 or ggml blocks run the single-threaded int8, MXFP4 or block products
+// (kernels/int8_gemm.h, kernels/mxfp4_gemm.h, kernels/ggml_gemm.h) on their packed weights instead, whatever the
 // precision (under F32 the MXFP4 products keep the activations f32, so the f32 path uses the
 // weights exactly; under BF16 they round them to 8 bits per 32, as int8 products do).
 #include <cstdint>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hyla/kernels/activations.h"
+#include "hyla/kernels/ggml_gemm.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/gated_mlp.h"
@@ -43,8 +44,12 @@ struct Int8ExpertWeights {
 struct Mxfp4ExpertWeights {
   Mxfp4PackedMatrix gate, up, down;
 };
+// A ggml-block expert's weights (ggml_gemm.h), the same three matrices, where the file's map holds them.
+struct GgmlExpertWeights {
+  GgmlMatrix gate, up, down;
+};
 // A quantised expert's packed weights, in the format the model's files store its experts.
-using PackedExpertWeights = std::variant<Int8ExpertWeights, Mxfp4ExpertWeights>;
+using PackedExpertWeights = std::variant<Int8ExpertWeights, Mxfp4ExpertWeights, GgmlExpertWeights>;
 
 class RoutedExperts {
  public:
@@ -98,6 +103,8 @@ class RoutedExperts {
                     void* workspace) const;
   void forward_mxfp4(const Mxfp4ExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
                      Precision precision, void* workspace) const;
+  void forward_ggml(const GgmlExpertWeights& expert, const float* rows, int64_t n, float* gu, float* h, float* y,
+                    void* workspace) const;
 
   std::vector<GatedMlp> experts_;
   GatedActivation activation_;

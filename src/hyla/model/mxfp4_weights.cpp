@@ -21,7 +21,7 @@ void check_mxfp4_scales(const uint8_t* scales, int64_t n, const std::string& sou
 }
 
 void check_mxfp4_weight(const ModelWeights& weights, const std::string& name, const std::string& source) {
-  if (const MappedBytes* blocks = weights.mapped_source(name); blocks && blocks->ggml_mxfp4_blocks) {
+  if (const MappedBytes* blocks = weights.mapped_source(name); blocks && blocks->ggml_blocks == GgmlType::MXFP4) {
     require_no_nan_scale(mxfp4_blocks_first_nan_scale(blocks->begin, int64_t(blocks->bytes) / kGgmlMxfp4BlockBytes), source, name);
     return;
   }
@@ -31,7 +31,7 @@ void check_mxfp4_weight(const ModelWeights& weights, const std::string& name, co
 
 void pack_mxfp4_weight(const ModelWeights& weights, const std::string& name, int64_t rows, int64_t cols,
                        uint8_t* dst, const std::string& source) {
-  if (const MappedBytes* blocks = weights.mapped_source(name); blocks && blocks->ggml_mxfp4_blocks) {
+  if (const MappedBytes* blocks = weights.mapped_source(name); blocks && blocks->ggml_blocks == GgmlType::MXFP4) {
     HYLA_ASSERT(int64_t(blocks->bytes) == rows * cols / kMxfp4Block * kGgmlMxfp4BlockBytes);
     require_no_nan_scale(mxfp4_pack_blocks(blocks->begin, rows, cols, dst), source, name);
     return;

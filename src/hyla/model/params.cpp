@@ -41,6 +41,11 @@ void ParamStore::plan_storage(const ModelWeights& weights, const std::string& so
     const SafetensorsEntry& e = weights.entry(p->name);
     p->int8_block = 0;
     p->stored_mxfp4 = false;
+    p->stored_ggml = false;
+    if (const MappedBytes* m = weights.mapped_source(p->name); m && m->ggml_blocks && *m->ggml_blocks != GgmlType::MXFP4) {
+      plan_ggml(*p, weights, source);
+      continue;
+    }
     if (e.dtype == DType::U8) {
       plan_mxfp4(*p, weights, source);
       continue;
@@ -69,10 +74,13 @@ void ParamStore::plan_storage(const ModelWeights& weights, const std::string& so
                source, scale, s.shape.str(), p->name, p->shape.str(), block, Shape({out, in / block}).str());
     p->int8_block = block;
   }
-  const auto storage = [](const Param& p) { return p.is_int8() ? "I8" : p.is_mxfp4() ? "MXFP4" : "floating point"; };
+  const auto storage = [](const Param& p) {
+    return p.is_int8() ? "I8" : p.is_mxfp4() ? "MXFP4" : p.is_ggml() ? "ggml blocks" : "floating point";
+  };
   for (size_t i = 0; i + 1 < params_.size(); ++i) {
     const Param &a = *params_[i], &b = *params_[i + 1];
-    HYLA_CHECK(!a.stored_like_next || (a.int8_block == b.int8_block && a.is_mxfp4() == b.is_mxfp4()),
+    HYLA_CHECK(!a.stored_like_next ||
+                   (a.int8_block == b.int8_block && a.is_mxfp4() == b.is_mxfp4() && a.is_ggml() == b.is_ggml()),
                "{}: tensors '{}' and '{}' run in one kernel and must be stored alike, but one is {} and the other {}",
                source, a.name, b.name, storage(a), storage(b));
   }
@@ -106,6 +114,30 @@ void ParamStore::plan_mxfp4(Param& p, const ModelWeights& weights, const std::st
   p.stored_mxfp4 = true;
 }
 
+GgmlMatrix ggml_blocks_of(const ModelWeights& weights, const std::string& name, GgmlType type, int64_t rows,
+                          int64_t cols) {
+  const MappedBytes& bytes = *weights.mapped_source(name);
+  const int64_t bad = ggml_first_nonfinite_block(type, bytes.begin, int64_t(bytes.bytes) / ggml_block_bytes(type));
+  HYLA_CHECK(bad < 0, "{}: tensor '{}' ({}): block {} has a scale that is not finite", weights.file_of(name), name,
+             ggml_type_name(uint32_t(type)), bad);
+  return {bytes.begin, type, rows, cols};
+}
+
+void ParamStore::plan_ggml(Param& p, const ModelWeights& weights, const std::string& source) {
+  const GgmlType type = *weights.mapped_source(p.name)->ggml_blocks;
+  const std::string type_name = ggml_type_name(uint32_t(type));
+  HYLA_CHECK(p.int8_allowed, "{}: tensor '{}' is {}, but only matrix-product weights may be quantised", source, p.name,
+             type_name);
+  const int64_t out = p.shape[0], in = p.shape[1];
+  HYLA_CHECK(in % ggml_block_values(type) == 0, "{}: {} tensor '{}' has {} input features, not a multiple of its block {}",
+             source, type_name, p.name, in, ggml_block_values(type));
+  const Shape blocks{out, int64_t(ggml_bytes(type, in))};
+  HYLA_CHECK(weights.entry(p.name).shape == blocks, "{}: {} tensor '{}' holds {} bytes of blocks, but a {} matrix needs {}",
+             source, type_name, p.name, weights.entry(p.name).shape.str(), p.shape.str(), blocks.str());
+  p.stored_ggml = true;
+  p.ggml = {nullptr, type, out, in};
+}
+
 void ParamStore::allocate() {
   HYLA_ASSERT(!allocated_);
   // No padding between float parameters: parameters registered one after another with the same
@@ -121,18 +153,19 @@ void ParamStore::allocate() {
   for (const auto& p : params_) {
     if (!p->held) continue;
     HYLA_ASSERT(!p->bf16_only || p->bf16_suffices());
+    if (p->is_ggml()) continue;  // read in the map
     if (p->is_quantized()) quantized_bytes += packed_bytes(*p);
     else bf16_total += p->numel(), total += p->bf16_only ? 0 : p->numel();
     bf16_only_ = bf16_only_ || p->bf16_only;
   }
-  const bool training = quantized_bytes == 0 && !bf16_only_;
+  const bool training = !has_quantized() && !bf16_only_;
   values_ = Tensor::zeros(DType::F32, {total});
   values_bf16_ = Tensor::zeros(DType::BF16, {bf16_total});
   if (training) grads_ = Tensor::zeros(DType::F32, {total});
   else quantized_ = Tensor::empty(DType::U8, {quantized_bytes});
   int64_t offset = 0, bf16_offset = 0, quantized_offset = 0;
   for (const auto& p : params_) {
-    if (!p->held) continue;
+    if (!p->held || p->is_ggml()) continue;
     if (p->is_quantized()) {
       const uint8_t* data = quantized_.data<uint8_t>() + quantized_offset;
       if (p->is_int8()) p->int8 = {data, p->shape[0], p->shape[1], p->int8_block};
@@ -273,8 +306,14 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
   for (const auto& p : params_) {
     if (!p->held) continue;
     const SafetensorsEntry& e = weights.entry(p->name);
-    HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && (e.dtype == DType::U8) == p->is_mxfp4());
+    HYLA_ASSERT((e.dtype == DType::I8) == p->is_int8() && (e.dtype == DType::U8) == (p->is_mxfp4() || p->is_ggml()));
     const size_t n = size_t(p->numel());
+    if (p->is_ggml()) {
+      p->ggml = ggml_blocks_of(weights, p->name, p->ggml.type, p->shape[0], p->shape[1]);
+      const auto& file = weights.mapped_source(p->name)->file;
+      if (std::find(mapped_.begin(), mapped_.end(), file) == mapped_.end()) mapped_.push_back(file);
+      continue;  // nothing copied: no pages to release
+    }
     if (p->is_mxfp4()) {
       pack_mxfp4_weight(weights, p->name, p->shape[0], p->shape[1], const_cast<uint8_t*>(p->mxfp4.data), source);
     } else {

@@ -11,6 +11,7 @@
 
 #include "hyla/core/tensor.h"
 #include "hyla/io/safetensors.h"
+#include "hyla/kernels/ggml_gemm.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/mxfp4_gemm.h"
 #include "hyla/model/config.h"
@@ -56,6 +57,11 @@ struct Param {
   // grad are undefined.
   bool stored_mxfp4 = false;
   Mxfp4PackedMatrix mxfp4;
+  // Stored as ggml blocks of another quantised type (a GGUF's K, IQ, TQ or legacy matrices,
+  // GgufQuantized::InPlace; inference only): `ggml` points into the file's memory map, which the
+  // store keeps mapped; value, value_bf16 and grad are undefined.
+  bool stored_ggml = false;
+  GgmlMatrix ggml;
   // Held as its bf16 copy alone (inference at Precision::BF16, ModelLoadOptions::bf16_matrices):
   // value and grad are undefined, so an f32 product refuses it (Linear).
   bool bf16_only = false;
@@ -68,7 +74,8 @@ struct Param {
   const bf16* v16() const { return value_bf16.data<bf16>(); }
   bool is_int8() const { return int8_block > 0; }
   bool is_mxfp4() const { return stored_mxfp4; }
-  bool is_quantized() const { return is_int8() || is_mxfp4(); }
+  bool is_ggml() const { return stored_ggml; }
+  bool is_quantized() const { return is_int8() || is_mxfp4() || is_ggml(); }
   bool mxfp4_allowed() const { return int8_allowed && component == Component::RoutedExperts; }
   // A float matrix whose every product under Precision::BF16 reads the bf16 copy alone: the
   // matrices Linear multiplies (those `hyla quantize` may make int8), routed experts excepted
@@ -85,6 +92,11 @@ struct FlatRange {
 // SPEC §9's initial values of `p` (its initialiser, from `seed` and its name alone), into its
 // numel() floats at `out`.
 void initial_values(const Param& p, const ModelConfig& config, uint64_t seed, float* out);
+
+// The ggml blocks a tensor of `weights` is (MappedBytes::ggml_blocks), as they lie in the map;
+// fails naming the file, tensor, type and block when a block's scale is not finite.
+GgmlMatrix ggml_blocks_of(const ModelWeights& weights, const std::string& name, GgmlType type, int64_t rows,
+                          int64_t cols);
 
 class ParamStore {
  public:
@@ -122,17 +134,21 @@ class ParamStore {
   NamedTensors named_values(DType dtype) const;
   // Loads every parameter from `weights`, laid out by plan_storage on the same file: float ones
   // from F32, BF16 or F16, int8 ones from I8 values and F32 scales (finite, ≥ 0), MXFP4 ones from
-  // U8 codes and U8 scales (not 0xFF), packed.
+  // U8 codes and U8 scales (not 0xFF), packed; ggml-block ones pointed at their blocks in the map
+  // (every block's scales finite).
   void load(const ModelWeights& weights, const std::string& source);
 
  private:
   // plan_storage for a U8 tensor: checks the MXFP4 rules and marks `p` MXFP4.
   void plan_mxfp4(Param& p, const ModelWeights& weights, const std::string& source);
+  // plan_storage for ggml blocks (MappedBytes::ggml_blocks): checks their shape and marks `p`.
+  void plan_ggml(Param& p, const ModelWeights& weights, const std::string& source);
 
   std::vector<std::unique_ptr<Param>> params_;
   std::map<std::string, Param*> by_name_;
   Tensor values_, grads_, values_bf16_;
   Tensor quantized_;  // packed int8 and MXFP4 weights
+  std::vector<std::shared_ptr<const MappedFile>> mapped_;  // the maps that ggml-block parameters point into
   bool allocated_ = false;
   bool bf16_only_ = false;  // some parameter is bf16_only: the value buffers have different layouts
 };
