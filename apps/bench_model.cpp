@@ -148,10 +148,17 @@ void bench_model(const ModelBenchArgs& a) {
   const int64_t experts = moe_layers > 0 ? config.moe.num_experts : 0;
   // A `hyla quantize` directory is timed as "int8": its products are int8, the few weights it keeps
   // floating point run bf16, and a weight costs 1 byte plus its block's f32 scale.
+  // A GGUF whose matrices are multiplied from its blocks (K, IQ, legacy types) is timed as "gguf":
+  // its products read the file's bytes, and a model's size is what its parameters hold.
   int64_t int8_block = 0;
-  for (const auto& p : model->params().params())
+  bool ggml_blocks = false;
+  for (const auto& p : model->params().params()) {
     if (p->is_int8()) int8_block = p->int8_block;
-  const std::vector<std::string> dtypes = int8_block > 0 ? std::vector<std::string>{"int8"} : a.dtypes;
+    ggml_blocks = ggml_blocks || p->is_ggml();
+  }
+  const std::vector<std::string> dtypes = ggml_blocks      ? std::vector<std::string>{"gguf"}
+                                          : int8_block > 0 ? std::vector<std::string>{"int8"}
+                                                           : a.dtypes;
   const auto precision_of = [](const std::string& dtype) { return dtype == "f32" ? Precision::F32 : Precision::BF16; };
   const auto bytes_per_weight = [&](const std::string& dtype) {
     return dtype == "f32" ? 4.0 : dtype == "int8" ? 1.0 + 4.0 / double(int8_block) : 2.0;
@@ -173,6 +180,7 @@ void bench_model(const ModelBenchArgs& a) {
       const bool product = p->int8_allowed && p->shape.ndim() == 2;
       double bytes = p->is_int8()    ? n * (1.0 + 4.0 / double(p->int8_block))
                      : p->is_mxfp4() ? n * (0.5 + 1.0 / 32.0)
+                     : p->is_ggml()  ? double(p->ggml.row_bytes()) * double(p->shape[0])
                                      : n * (product && precision == Precision::BF16 ? 2.0 : 4.0);
       if (p->component == Component::Vision) continue;  // images only
       if (p->name == "model.embed_tokens.weight")
@@ -297,7 +305,14 @@ void bench_model(const ModelBenchArgs& a) {
   if (a.json) progress.emplace("bench", uint64_t(int64_t(dtypes.size() * thread_settings.size()) * per_setting), "tests");
   for (const std::string& dtype : dtypes) {
     const Precision precision = precision_of(dtype);
-    const double model_bytes = double(counts.total_sum()) * bytes_per_weight(dtype);
+    double model_bytes = double(counts.total_sum()) * bytes_per_weight(dtype);
+    if (ggml_blocks) {
+      model_bytes = 0;
+      for (const auto& p : model->params().params())
+        model_bytes += p->is_ggml() ? double(p->ggml.row_bytes()) * double(p->shape[0])
+                       : p->is_int8() ? double(p->numel()) * (1.0 + 4.0 / double(p->int8_block))
+                                      : double(p->numel()) * 4.0;
+    }
     const WeightReads weights = weight_reads(precision);
     const double routed_bytes = weights.expert * double(moe_layers * config.moe.num_experts_per_tok);
     const auto reread_at = [&](double position) {  // a token's re-read bytes, and the mixers' share of them

@@ -22,6 +22,7 @@
 #include "random_inputs.h"
 #include "hyla/core/arith.h"
 #include "hyla/core/memory.h"
+#include "hyla/core/threads.h"
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/ggml_gemm.h"
 #include "hyla/kernels/int8_gemm.h"
@@ -67,7 +68,7 @@ void BM_ggml(benchmark::State& state, GgmlType type, int64_t n) {
   const Copies copies(one.data(), int64_t(one.size()));
   const auto x = random_vector(n * kIn, 2);
   std::vector<float> y(size_t(n * kOut));
-  const auto workspace = allocate_aligned(size_t(ggml_matmul_bytes(n, kIn)));
+  const auto workspace = allocate_aligned(size_t(ggml_matmul_bytes(n, kIn, num_threads())));
   int64_t i = 0;
   auto run = [&] {
     const GgmlMatrix w{copies.at(i), type, kOut, kIn};

@@ -10,6 +10,7 @@
 #include "hyla/kernels/ggml_gemm.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/core/memory.h"
+#include "hyla/core/threads.h"
 #include "test_util.h"
 
 namespace hyla {
@@ -53,13 +54,13 @@ std::vector<GgmlKernel> kernels() {
   return out;
 }
 
-// x as the kernels round it: per 16 values s = max|x| / 127, q = round to nearest even (x / s).
-std::vector<double> rounded(const std::vector<float>& x, int64_t n, int64_t cols) {
-  auto buffer = allocate_aligned(size_t(int8_rows_bytes(n, cols, 16)));
-  const Int8Rows q = int8_rows_view(buffer.get(), n, cols, 16);
+// x as the kernels round it: per `block` values s = max|x| / 127, q = round to nearest even (x / s).
+std::vector<double> rounded(const std::vector<float>& x, int64_t n, int64_t cols, int64_t block) {
+  auto buffer = allocate_aligned(size_t(int8_rows_bytes(n, cols, block)));
+  const Int8Rows q = int8_rows_view(buffer.get(), n, cols, block);
   quantize_int8_rows(x.data(), cols, q, 0, n, Int8Kernel::Portable);
   std::vector<double> out(x.size());
-  for (int64_t i = 0; i < n * cols; ++i) out[size_t(i)] = double(q.scales[i / 16]) * double(q.values[i]);
+  for (int64_t i = 0; i < n * cols; ++i) out[size_t(i)] = double(q.scales[i / block]) * double(q.values[i]);
   return out;
 }
 
@@ -79,10 +80,12 @@ void check_product(const std::vector<GgmlType>& types, int64_t rows, int64_t col
   const int64_t out = rows * int64_t(types.size());
   std::vector<float> x(size_t(n * cols));
   for (float& v : x) v = float(random.uniform() * 2 - 1) * (random.uniform() < 0.05 ? 30.0f : 1.0f);
-  const std::vector<double> xr = rounded(x, n, cols);
+  // Per 256 values where every part's blocks are 256 values (ggml's Q8_K), else per 32.
+  const bool all_256 = std::all_of(types.begin(), types.end(), [](GgmlType t) { return ggml_block_values(t) == 256; });
+  const std::vector<double> xr = rounded(x, n, cols, all_256 ? 256 : 32);
   std::vector<float> y0(size_t(n * out));
   for (float& v : y0) v = float(random.uniform() - 0.5);
-  auto workspace = allocate_aligned(size_t(ggml_matmul_bytes(n, cols)));
+  auto workspace = allocate_aligned(size_t(ggml_matmul_bytes(n, cols, num_threads())));
   for (GgmlKernel kernel : kernels())
     for (bool threaded : {false, true}) {
       SCOPED_TRACE(testing::Message() << "kernel " << int(kernel) << (threaded ? " threaded" : " one thread"));
@@ -113,13 +116,17 @@ TEST(GgmlGemm, EveryTypeAndKernelMatchesDoublePrecisionOnRoundedActivations) {
   uint64_t seed = 1;
   for (GgmlType t : quantised_types()) {
     SCOPED_TRACE(ggml_type_name(uint32_t(t)));
-    check_product({t}, 5, 512, 3, 0.0f, seed++);
+    check_product({t}, 5, 512, 3, 0.0f, seed++);  // decode-sized: the fused kernels where a type has one
+    check_product({t}, 3, 768, 6, 0.0f, seed++);  // more rows: one unpacked chunk shared by the rows
+    check_product({t}, 70, 256, 16, 0.5f, seed++);  // prefill: rows repacked for int8_gemm.h, 64 at a time
   }
 }
 
 TEST(GgmlGemm, FusedPartsOfDifferentTypesWithBetaAndManyRows) {
   // A Q4_K_M-like fused projection: parts of three types, each writing its own columns.
   check_product({GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ2_XXS}, 7, 256, 17, 0.5f, 11);
+  check_product({GgmlType::Q8_0}, 3, 96, 1, 0.0f, 12);
+  check_product({GgmlType::Q8_0}, 3, 64, 1, 0.0f, 12);
   check_product({GgmlType::Q8_0, GgmlType::IQ4_NL}, 3, 96, 2, 1.0f, 12);  // groups not a multiple of 16
 }
 

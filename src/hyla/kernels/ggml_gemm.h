@@ -31,8 +31,10 @@ struct GgmlMatrix {
 enum class GgmlKernel : uint8_t { Native, Avx2, Portable };
 bool ggml_kernel_available(GgmlKernel kernel);
 
-// The workspace ggml_matmul and ggml_matmul_rows take: x's rounded rows.
-int64_t ggml_matmul_bytes(int64_t n, int64_t cols);
+// The workspace ggml_matmul_rows takes (threads = 1) and ggml_matmul (threads = num_threads() of
+// the calling thread): x's rounded rows, and for prefill-sized x (16 rows or more) each thread's
+// space to unpack and pack 64 rows of W at a time for int8_gemm.h's kernels.
+int64_t ggml_matmul_bytes(int64_t n, int64_t cols, int threads = 1);
 
 // y[n, Σ rows] = x Wᵀ + beta·y on the calling thread, x [n, cols] f32 (stride ld_x), where W is
 // `parts` stacked by rows (a fused projection; every part has x's cols, each its own type). Part i

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "hyla/core/memory.h"
+#include "hyla/core/threads.h"
 #include "hyla/kernels/ggml_gemm.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/layout.h"
@@ -88,7 +89,7 @@ void Linear::forward(const float* x, int64_t n, float* y, Precision p, float bet
     HYLA_ASSERT(parts_.size() <= kMaxParts);
     GgmlMatrix matrices[kMaxParts];
     for (size_t i = 0; i < parts_.size(); ++i) matrices[i] = parts_[i]->ggml;
-    ggml_matmul(x, n, ld_x, {matrices, parts_.size()}, y, ld_y, beta, int8_workspace(ggml_matmul_bytes(n, in_)));
+    ggml_matmul(x, n, ld_x, {matrices, parts_.size()}, y, ld_y, beta, int8_workspace(ggml_matmul_bytes(n, in_, num_threads())));
   } else if (p == Precision::BF16) {
     const bf16* xb = bf16_rows(0, x, n, in_, ld_x);
     gemm(Trans::N, Trans::T, n, out_, in_, 1.0f, xb, in_, w16(), in_, beta, y, ld_y);

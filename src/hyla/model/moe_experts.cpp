@@ -27,9 +27,9 @@ struct BlockProduct {
 };
 
 // Quantised rows of `cols` values for the int8 products at any block the format allows (the
-// smallest needs the most) or for the MXFP4 products.
+// smallest needs the most), the MXFP4 products or the ggml-block products.
 int64_t int8_workspace_floats(int64_t rows, int64_t cols) {
-  return (std::max(int8_rows_bytes(rows, cols, 16), mxfp4_q8_rows_bytes(rows, cols)) + 3) / 4;
+  return (std::max({int8_rows_bytes(rows, cols, 16), mxfp4_q8_rows_bytes(rows, cols), ggml_matmul_bytes(rows, cols)}) + 3) / 4;
 }
 
 }  // namespace
