@@ -210,8 +210,8 @@ void MappedFile::advise(const uint8_t* begin, size_t bytes, MapAdvice advice) co
     return;
   }
   const uintptr_t first = uintptr_t(begin) / page * page;
-  ::madvise(reinterpret_cast<void*>(first), uintptr_t(begin) + bytes - first,
-            advice == MapAdvice::WillNeed ? MADV_WILLNEED : MADV_RANDOM);
+  const int native = advice == MapAdvice::WillNeed ? MADV_WILLNEED : advice == MapAdvice::Random ? MADV_RANDOM : MADV_POPULATE_READ;
+  ::madvise(reinterpret_cast<void*>(first), uintptr_t(begin) + bytes - first, native);
 }
 
 void MappedFile::drop_cached_pages() const {

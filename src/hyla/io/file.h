@@ -65,6 +65,9 @@ enum class MapAdvice : uint8_t {
   WillNeed,  // soon: start reading it into the page cache now, many ranges at once (MADV_WILLNEED)
   Random,    // in pieces the reader asks for itself: a fault reads its page, not the kernel's read-around
              // window (MADV_RANDOM; a window of read_ahead_kb, often MBs, would read other tensors)
+  Populate,  // used now: its pages mapped into this process in one call, read where the page cache
+             // lacks them (MADV_POPULATE_READ; a page fault each otherwise, which on a kernel before
+             // Linux 5.14, where the call fails, is what happens)
   Release,   // no longer used here: the whole pages inside the range leave this process's resident set
              // (MADV_DONTNEED; the page cache keeps them, and a later read faults them back)
 };

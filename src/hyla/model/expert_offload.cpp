@@ -122,6 +122,7 @@ struct ExpertOffload::Layer {
   ExpertLayerStats stats;
 
   std::vector<int32_t> needed, group, missing, missing_slots, picks;  // the compute thread's scratch
+  std::vector<std::atomic<bool>> checked;  // [E] ggml blocks: the expert's scales were found finite once
   std::mutex mutex;
   std::condition_variable loaded;
 };
@@ -203,6 +204,7 @@ ExpertOffload::ExpertOffload(std::vector<MoeFfn*> layers, std::shared_ptr<const 
     layer->expert_slot.assign(size_t(experts_), -1);
     layer->uses.assign(size_t(experts_), 0);
     layer->predicted.assign(size_t(experts_), 0);
+    layer->checked = std::vector<std::atomic<bool>>(size_t(experts_));
     layer->stats.routed.assign(size_t(experts_), 0);
     for (auto* v : {&layer->needed, &layer->group, &layer->missing, &layer->missing_slots, &layer->picks})
       v->reserve(size_t(experts_));
@@ -254,9 +256,15 @@ void ExpertOffload::evict(const Layer& layer, int64_t e) const {
 void ExpertOffload::pack(Layer& layer, int64_t e, int64_t slot) {
   if (ggml_) {
     const auto& s = layer.sources[size_t(e)];
+    for (const Source& source : s) weights_->advise(source.name, MapAdvice::Populate);  // one call, not a fault a page
     GgmlMatrix m[3];
-    for (int i = 0; i < 3; ++i) m[i] = ggml_blocks_of(*weights_, s[size_t(i)].name, *s[size_t(i)].ggml, s[size_t(i)].rows,
-                                                      s[size_t(i)].cols);
+    for (int i = 0; i < 3; ++i) {
+      const Source& source = s[size_t(i)];
+      m[i] = layer.checked[size_t(e)] ? GgmlMatrix{weights_->mapped_source(source.name)->begin, *source.ggml, source.rows,
+                                                   source.cols}
+                                      : ggml_blocks_of(*weights_, source.name, *source.ggml, source.rows, source.cols);
+    }
+    layer.checked[size_t(e)] = true;  // the file's bytes do not change under a read-only map
     layer.weights[size_t(e)] = GgmlExpertWeights{m[0], m[1], m[2]};
     return;
   }
