@@ -10,8 +10,14 @@
 #   mxfp4   llama-quantize MXFP4_MOE of the bf16 file: routed experts MXFP4, other matrices Q8_0
 #           (hyla keeps the experts MXFP4 and the rest as its int8; both engines round the experts'
 #           activations to 8 bits per 32)
+#   q2_k, q4_k_m, iq2_xxs, iq1_s   llama-quantize's presets of the bf16 file, with an importance
+#           matrix that llama-imatrix computed on KJV text (the model carries data/kjv-tokenizer.json)
+#   ud      the mixture shaped like the published UD files: routed experts IQ1_S (gate), IQ2_XXS (up),
+#           Q2_K (down); attention and KDA Q4_K; shared experts and dense FFN Q6_K; embedding Q8_0
+#   (hyla multiplies every K and IQ type straight from the file's blocks, kernels/ggml_gemm.h,
+#   rounding activations to 8 bits per block as llama.cpp does)
 #
-#   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]     (DTYPES="mxfp4" for some files only)
+#   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]     (DTYPES="mxfp4 ud" for some files only)
 #
 # BUILD holds hyla; LLAMA_CPP is a llama.cpp source tree with build/bin/llama-bench and
 # build/bin/llama-quantize built for the CPU (scripts/check-llamacpp.sh says how).
@@ -25,10 +31,29 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; work in $w
 
 [[ -f "$work/k3/model.safetensors" ]] ||
   "$build/hyla" init --config "$repo/configs/kimi-k3-small.json" --out "$work/k3" --force >/dev/null
+[[ -f "$work/k3/tokenizer.json" ]] || cp "$repo/data/kjv-tokenizer.json" "$work/k3/tokenizer.json"
 [[ -f "$work/k3-bf16.gguf" ]] || "$build/hyla" convert -m "$work/k3" --out "$work/k3-bf16.gguf" --type bf16 >/dev/null
 [[ -f "$work/k3-q8_0.gguf" ]] || "$build/hyla" convert -m "$work/k3" --out "$work/k3-q8_0.gguf" --type q8_0 >/dev/null
 [[ -f "$work/k3-mxfp4.gguf" ]] ||
   "$llama/build/bin/llama-quantize" "$work/k3-bf16.gguf" "$work/k3-mxfp4.gguf" MXFP4_MOE >/dev/null 2>&1
+if [[ ! -f "$work/k3-imatrix.gguf" ]]; then
+  head -c 100000 "$repo/data/kjv.txt" >"$work/imatrix-text.txt"
+  "$llama/build/bin/llama-imatrix" -m "$work/k3-bf16.gguf" -f "$work/imatrix-text.txt" -o "$work/k3-imatrix.gguf" \
+    -c 256 --chunks 20 -t "$cores" >"$work/imatrix.log" 2>&1
+fi
+quantise() {  # name preset [llama-quantize options]
+  [[ -f "$work/k3-$1.gguf" ]] ||
+    "$llama/build/bin/llama-quantize" --imatrix "$work/k3-imatrix.gguf" "${@:3}" "$work/k3-bf16.gguf" \
+      "$work/k3-$1.gguf" "$2" >"$work/k3-$1.log" 2>&1
+}
+quantise q2_k Q2_K
+quantise q4_k_m Q4_K_M
+quantise iq2_xxs IQ2_XXS
+quantise iq1_s IQ1_S
+quantise ud IQ1_S --tensor-type 'ffn_gate_exps=iq1_s' --tensor-type 'ffn_up_exps=iq2_xxs' \
+  --tensor-type 'ffn_down_exps=q2_k' --tensor-type 'attn=q4_k' --tensor-type 'ssm=q4_k' --tensor-type 'shexp=q6_k' \
+  --tensor-type 'ffn_gate\.=q6_k' --tensor-type 'ffn_up\.=q6_k' --tensor-type 'ffn_down\.=q6_k' \
+  --tensor-type 'routed=q4_k' --token-embedding-type q8_0 --output-tensor-type q6_k
 
 # Rows as {engine, dtype, test, threads, tokens_per_s, round}; tests named as llama-bench names them.
 hyla_rows() {  # round dtype gguf
@@ -46,7 +71,7 @@ llama_rows() {  # round dtype gguf
 out="$work/rows.jsonl"
 : >"$out"
 for ((r = 1; r <= rounds; ++r)); do
-  for dtype in ${DTYPES:-bf16 q8_0 mxfp4}; do
+  for dtype in ${DTYPES:-bf16 q8_0 mxfp4 q2_k q4_k_m iq2_xxs iq1_s ud}; do
     echo "round $r/$rounds: $dtype" >&2
     hyla_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"
     llama_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"

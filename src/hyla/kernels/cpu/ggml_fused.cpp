@@ -278,35 +278,45 @@ const std::array<uint64_t, 2048>& iq1s_plus_one() {
 // With u = v + 1: Σ (8v ± 1)·x = 8·Σ u·x − 8·S ± S, S = Σ x over the group.
 float dot_iq1_s(const uint8_t* row, const int8_t* xq, const float* xscale16, const int32_t* xsum16, int64_t blocks) {
   const auto& grid = iq1s_plus_one();
+  const __m512i index_shift = _mm512_set_epi64(9, 6, 3, 0, 9, 6, 3, 0);
+  const __m512i seven = _mm512_set1_epi64(7);
+  // Lane l of a group pair's vector: the pair's first group (l < 8) or second.
+  const __m512i pair_lane[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                                _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                                _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   __m512 acc = _mm512_setzero_ps();
-  float acc_shift = 0;
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = row + i * 50;
     const int8_t* x = xq + i * 256;
-    const int32_t* sums = xsum16 + 16 * i;
-    __m512i total = _mm512_setzero_si512();
-    int32_t shift = 0;
-    for (int k = 0; k < 4; ++k) {
-      const int g0 = 2 * k, g1 = 2 * k + 1;
-      const uint16_t h0 = u16_at(b + 34 + 2 * g0), h1 = u16_at(b + 34 + 2 * g1);
-      const uint8_t* q0 = b + 2 + 4 * g0;
-      const uint8_t* q1 = b + 2 + 4 * g1;
-      const auto point = [&](const uint8_t* q, uint16_t h, int l) {
-        return int64_t(grid[size_t(q[l] | ((h >> (3 * l)) & 7) << 8)]);
-      };
-      const __m512i u = _mm512_set_epi64(point(q1, h1, 3), point(q1, h1, 2), point(q1, h1, 1), point(q1, h1, 0),
-                                         point(q0, h0, 3), point(q0, h0, 2), point(q0, h0, 1), point(q0, h0, 0));
-      const int32_t s0 = 2 * ((h0 >> 12) & 7) + 1, s1 = 2 * ((h1 >> 12) & 7) + 1;
-      const __m512i scale = _mm512_mask_blend_epi32(__mmask16(0xff00), _mm512_set1_epi32(s0), _mm512_set1_epi32(s1));
-      total = _mm512_add_epi32(total, _mm512_mullo_epi32(_mm512_slli_epi32(dp(u, load64(x + 64 * k)), 3), scale));
-      const int32_t sum0 = sums[2 * g0] + sums[2 * g0 + 1], sum1 = sums[2 * g1] + sums[2 * g1 + 1];
-      shift += s0 * (-8 * sum0 + (h0 & 0x8000 ? -sum0 : sum0)) + s1 * (-8 * sum1 + (h1 & 0x8000 ? -sum1 : sum1));
+    // Per group (lanes 0-7): qh, its odd scale 2k + 1, and Σ (±1) · x = 8 of the shift's part.
+    const __m512i qh =
+        _mm512_cvtepu16_epi32(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 34))));
+    const __m512i scales = _mm512_add_epi32(
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 12), _mm512_set1_epi32(7)), 1), _mm512_set1_epi32(1));
+    const __m512i sums16 = xsum(xsum16 + 16 * i);
+    const __m512i sums = _mm512_add_epi32(_mm512_permutexvar_epi32(even, sums16), _mm512_permutexvar_epi32(odd, sums16));
+    // Σ (8v ± 1)·x = 8·Σ u·x − 8·S ± S: the −8·S ± S part per group, times its scale.
+    const __mmask16 minus = _mm512_test_epi32_mask(qh, _mm512_set1_epi32(0x8000));
+    const __m512i factor = _mm512_mask_blend_epi32(minus, _mm512_set1_epi32(-7), _mm512_set1_epi32(-9));
+    __m512i total = _mm512_maskz_mullo_epi32(0xff, _mm512_mullo_epi32(factor, sums), scales);
+    for (int k = 0; k < 4; ++k) {  // groups 2k and 2k + 1
+      // The 8 grid indices: qs bytes, 3 high bits each from the group's qh (bits 3l … 3l + 2).
+      const __m512i low = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * k)));
+      const __m512i h = _mm512_set_epi64(u16_at(b + 36 + 4 * k), u16_at(b + 36 + 4 * k), u16_at(b + 36 + 4 * k),
+                                         u16_at(b + 36 + 4 * k), u16_at(b + 34 + 4 * k), u16_at(b + 34 + 4 * k),
+                                         u16_at(b + 34 + 4 * k), u16_at(b + 34 + 4 * k));
+      const __m512i index =
+          _mm512_or_si512(low, _mm512_slli_epi64(_mm512_and_si512(_mm512_srlv_epi64(h, index_shift), seven), 8));
+      const __m512i u = _mm512_i64gather_epi64(index, reinterpret_cast<const long long*>(grid.data()), 8);
+      total = _mm512_add_epi32(
+          total, _mm512_mullo_epi32(_mm512_slli_epi32(dp(u, load64(x + 64 * k)), 3), _mm512_permutexvar_epi32(pair_lane[k], scales)));
     }
-    const float scale = half_at(b) * xscale16[16 * i] * 0.125f;
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(scale), acc);
-    acc_shift += float(shift) * scale;
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(half_at(b) * xscale16[16 * i] * 0.125f), acc);
   }
-  return _mm512_reduce_add_ps(acc) + acc_shift;
+  return _mm512_reduce_add_ps(acc);
 }
 
 // The 32-value types, two blocks (64 values) a step; x is rounded per 32 values (xscale16[2b]).
@@ -379,6 +389,33 @@ float dot_q45_0(const uint8_t* row, const int8_t* xq, const float* xscale16, con
   return _mm512_reduce_add_ps(acc) + offsets;
 }
 
+// IQ4_NL: d, then 16 bytes of 4-bit indices (value l low, 16 + l high) into a signed code book.
+float dot_iq4_nl(const uint8_t* row, const int8_t* xq, const float* xscale16, const int32_t*, int64_t blocks) {
+  const __m128i book = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const auto codes = [&](const uint8_t* w) {  // one block's 32 values as signed bytes
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    return _mm256_set_m128i(_mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(packed, 4), low4)),
+                            _mm_shuffle_epi8(book, _mm_and_si128(packed, low4)));
+  };
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const uint8_t* w0 = row + b * 18;
+    const uint8_t* w1 = w0 + 18;
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(codes(w0)), codes(w1), 1);
+    const __m512 scale = pair_scales(half_at(w0) * xscale16[2 * b], half_at(w1) * xscale16[2 * b + 2]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(signed_dp(q, load64(xq + 32 * b))), scale, acc);
+  }
+  if (b < blocks) {  // an odd last block, in the low half
+    const uint8_t* w = row + b * 18;
+    const __m512i x = _mm512_maskz_loadu_epi8(0xffffffffull, xq + 32 * b);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(signed_dp(_mm512_zextsi256_si512(codes(w)), x)),
+                          pair_scales(half_at(w) * xscale16[2 * b], 0.0f), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 }  // namespace
 
 DotFn dot_for(GgmlType type) {
@@ -391,6 +428,7 @@ DotFn dot_for(GgmlType type) {
     case GgmlType::IQ2_XXS: return dot_iq2_xxs;
     case GgmlType::IQ1_S: return dot_iq1_s;
     case GgmlType::Q8_0: return dot_q8_0;
+    case GgmlType::IQ4_NL: return dot_iq4_nl;
     case GgmlType::Q4_0: return dot_q45_0<18, false, false>;
     case GgmlType::Q4_1: return dot_q45_0<20, false, true>;
     case GgmlType::Q5_0: return dot_q45_0<22, true, false>;
