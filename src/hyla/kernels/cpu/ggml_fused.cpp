@@ -56,6 +56,11 @@ __m512i dp(__m512i unsigned_bytes, __m512i signed_bytes) {
   return _mm512_dpbusd_epi32(_mm512_setzero_si512(), unsigned_bytes, signed_bytes);
 }
 __m512i xsum(const int32_t* p) { return _mm512_loadu_si512(p); }
+// dp · scale per lane where both fit in 16 bits (a vpdpbusd sum of 4 products of at most 63 · 127,
+// a scale below 2^15) and the scale's high 16 bits are 0: one vpmaddwd, not vpmulld's two uops.
+__m512i times(__m512i dp_sums, __m512i scale) { return _mm512_madd_epi16(dp_sums, scale); }
+// A signed scale with its high 16 bits cleared, for times().
+__m512i low16(__m512i scale) { return _mm512_and_si512(scale, _mm512_set1_epi32(0xffff)); }
 
 // Q4_K's 12 scale bytes as sc0…sc7, m0…m7 (6 bits each; ggml's layout).
 __m512i q4_k_scales(const uint8_t* packed) {
@@ -94,9 +99,9 @@ float dot_q45_k(const uint8_t* row, const int8_t* xq, const float* xscale16, con
       }
       const int8_t* xh = x + 128 * half;
       const int g = 4 * half;
-      total = _mm512_add_epi32(total, _mm512_mullo_epi32(dp(lo, x_pair(xh, xh + 64)), lanes(halves(g, g + 2), scales)));
+      total = _mm512_add_epi32(total, times(dp(lo, x_pair(xh, xh + 64)), lanes(halves(g, g + 2), scales)));
       total = _mm512_add_epi32(total,
-                               _mm512_mullo_epi32(dp(hi, x_pair(xh + 32, xh + 96)), lanes(halves(g + 1, g + 3), scales)));
+                               times(dp(hi, x_pair(xh + 32, xh + 96)), lanes(halves(g + 1, g + 3), scales)));
     }
     const float dx = xscale16[16 * i];
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(half_at(b) * dx), acc);
@@ -120,6 +125,7 @@ float dot_q6_k(const uint8_t* row, const int8_t* xq, const float* xscale16, cons
     const uint8_t* b = row + i * 210;
     const int8_t* x = xq + i * 256;
     const __m512i scales = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    const __m512i scales16 = low16(scales);
     // The −32 of every code: Σ_g scale_g · 32 · Σ q_x over g.
     __m512i total = _mm512_slli_epi32(_mm512_mullo_epi32(scales, xsum(xsum16 + 16 * i)), 5);
     total = _mm512_sub_epi32(_mm512_setzero_si512(), total);
@@ -130,8 +136,8 @@ float dot_q6_k(const uint8_t* row, const int8_t* xq, const float* xscale16, cons
       const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, hi_shift), low2), 4));
       const int8_t* xh = x + 128 * half;
-      total = _mm512_add_epi32(total, _mm512_mullo_epi32(dp(lo, load64(xh)), lanes(quarters(8 * half), scales)));
-      total = _mm512_add_epi32(total, _mm512_mullo_epi32(dp(hi, load64(xh + 64)), lanes(quarters(8 * half + 4), scales)));
+      total = _mm512_add_epi32(total, times(dp(lo, load64(xh)), lanes(quarters(8 * half), scales16)));
+      total = _mm512_add_epi32(total, times(dp(hi, load64(xh + 64)), lanes(quarters(8 * half + 4), scales16)));
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(half_at(b + 208) * xscale16[16 * i]), acc);
   }
@@ -158,7 +164,7 @@ float dot_q2_k(const uint8_t* row, const int8_t* xq, const float* xscale16, cons
     __m512i total = _mm512_setzero_si512();
     [&]<int... J>(std::integer_sequence<int, J...>) {
       ((total = _mm512_add_epi32(
-            total, _mm512_mullo_epi32(dp(_mm512_and_si512(_mm512_srli_epi16(qs, 2 * J), low2), x_pair(x + 32 * J, x + 128 + 32 * J)),
+            total, times(dp(_mm512_and_si512(_mm512_srli_epi16(qs, 2 * J), low2), x_pair(x + 32 * J, x + 128 + 32 * J)),
                                       lanes(q2_k_groups(J), scales)))),
        ...);
     }(std::make_integer_sequence<int, 4>{});
@@ -192,13 +198,13 @@ float dot_q3_k(const uint8_t* row, const int8_t* xq, const float* xscale16, cons
   for (int64_t i = 0; i < blocks; ++i) {
     const uint8_t* b = row + i * 110;
     const int8_t* x = xq + i * 256;
-    const __m512i scales = q3_k_scales(b + 96);
+    const __m512i scales = q3_k_scales(b + 96), scales16 = low16(scales);
     __m512i total = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_mullo_epi32(scales, xsum(xsum16 + 16 * i)), 2));
     const __m512i qs = load64(b + 32), hmask = broadcast32(b);
     [&]<int... J>(std::integer_sequence<int, J...>) {
       ((total = _mm512_add_epi32(
             total,
-            _mm512_mullo_epi32(
+            times(
                 dp(_mm512_or_si512(
                        _mm512_and_si512(_mm512_srli_epi16(qs, 2 * J), low2),
                        _mm512_slli_epi16(
@@ -207,7 +213,7 @@ float dot_q3_k(const uint8_t* row, const int8_t* xq, const float* xscale16, cons
                                             one),
                            2)),
                    x_pair(x + 32 * J, x + 128 + 32 * J)),
-                lanes(q2_k_groups(J), scales)))),
+                lanes(q2_k_groups(J), scales16)))),
        ...);
     }(std::make_integer_sequence<int, 4>{});
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(half_at(b + 108) * xscale16[16 * i]), acc);
@@ -254,7 +260,7 @@ float dot_iq2_xxs(const uint8_t* row, const int8_t* xq, const float* xscale16, c
       const __m512i x_signed = _mm512_sub_epi8(_mm512_xor_si512(xv, m), m);
       const __m512i scale = _mm512_mask_blend_epi32(__mmask16(0xff00), _mm512_set1_epi32(int32_t(2 * (a0 >> 28) + 1)),
                                                     _mm512_set1_epi32(int32_t(2 * (a1 >> 28) + 1)));
-      total = _mm512_add_epi32(total, _mm512_mullo_epi32(dp(q, x_signed), scale));
+      total = _mm512_add_epi32(total, times(dp(q, x_signed), scale));
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(half_at(b) * xscale16[16 * i] * 0.125f), acc);
   }
@@ -312,7 +318,7 @@ float dot_iq1_s(const uint8_t* row, const int8_t* xq, const float* xscale16, con
           _mm512_or_si512(low, _mm512_slli_epi64(_mm512_and_si512(_mm512_srlv_epi64(h, index_shift), seven), 8));
       const __m512i u = _mm512_i64gather_epi64(index, reinterpret_cast<const long long*>(grid.data()), 8);
       total = _mm512_add_epi32(
-          total, _mm512_mullo_epi32(_mm512_slli_epi32(dp(u, load64(x + 64 * k)), 3), _mm512_permutexvar_epi32(pair_lane[k], scales)));
+          total, times(_mm512_slli_epi32(dp(u, load64(x + 64 * k)), 3), _mm512_permutexvar_epi32(pair_lane[k], scales)));
     }
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(half_at(b) * xscale16[16 * i] * 0.125f), acc);
   }
