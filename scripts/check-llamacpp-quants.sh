@@ -20,6 +20,10 @@
 #          top-1 >= 99% and median |dlogit| <= 1e-4, the max reported (a routing near-tie can move
 #          it), top-1 over the positions whose top-2 gap exceeds the floor's max (llamacpp-common.sh).
 #   types  the ggml types the file holds, from hyla inspect.
+#   fast   each engine's own products on the quantised file (hyla's from the blocks, activations
+#          rounded per block of the type as llama.cpp rounds them): median |dlogit| at most twice
+#          that of llama.cpp's quantised products against its exact decode (the chaos that rounding
+#          causes in a tiny random model, measured per file).
 # Then: a deliberate decoding error (the sign of every block scale of one Q4_K tensor flipped, as a
 # decoder that read the scale's sign wrongly would see it) must fail the exact row; the UD-shaped
 # mixture (routed experts IQ1_S / IQ2_XXS / Q2_K, attention and KDA Q4_K, shared experts and the
@@ -57,6 +61,14 @@ quantised_rows() {
   compare "$arch $name decode: hyla on the file = hyla on llama.cpp's F32 decode" "$f-hyla.st" "$f-f32-hyla.st" identical
   compare "$arch $name exact [$(types_of "$f.gguf")] hyla->llama.cpp(F32 decode)" "$f-hyla.st" "$f-llama.st" exact \
     "$q-f32-hyla.st" "$q-f32-llama.st"
+  # fast: each engine's own products on the quantised file (both round activations to 8 bits per
+  # block of the weight's type). Bound: hyla's no further from llama.cpp's than twice llama.cpp's
+  # own quantised products are from its exact decode (tiny random models are chaotic under that
+  # rounding, so the bound is relative to the measured chaos, not absolute).
+  "$hyla" logits -m "$f.gguf" --tokens "[$tokens]" --out "$f-hyla-fast.st" --dtype bf16 >/dev/null
+  llama_logits "$f.gguf" "$f-llama-fast.st"
+  compare "$arch $name fast: hyla's block products->llama.cpp's quantised products" "$f-hyla-fast.st" \
+    "$f-llama-fast.st" quantized "$f-llama-fast.st" "$f-llama.st"
 }
 
 for arch in kimi-k3 kimi-linear; do

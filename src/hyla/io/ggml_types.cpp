@@ -10,6 +10,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
+#include "hyla/core/unaligned.h"
 #include "hyla/io/ggml_iq_grids.h"
 
 // Compiled with -ffp-contract=off (CMakeLists.txt): ggml's reference rounds every product and sum
@@ -38,23 +39,8 @@ constexpr int kSuper = 256;  // QK_K: the values of a K, IQ (but IQ4_NL) or TQ b
 constexpr std::array<int8_t, 16> kMxfp4Values = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 // IQ4_NL and IQ4_XS: a non-linear 4-bit code book.
 constexpr std::array<int8_t, 16> kIq4Values = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-constexpr float kIq1Delta = 0.125f;  // IQ1_S and IQ1_M shift every grid point by ±1/8
 
-float half_at(const uint8_t* p) {
-  f16 h;
-  std::memcpy(&h, p, 2);
-  return to_f32(h);
-}
-uint16_t u16_at(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-uint32_t u32_at(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+float half_at(const uint8_t* p) { return to_f32(load_unaligned<f16>(p)); }
 // Byte j of a packed grid point.
 uint8_t grid_byte(uint64_t point, int j) { return uint8_t(point >> (8 * j)); }
 // The IQ2/IQ3 signs: 7 stored bits of 8, the eighth making the count of minus signs even.
@@ -93,7 +79,7 @@ int fifth_bit(uint32_t qh, int j) { return int(qh >> j & 1) << 4; }
 
 void unpack_q5_0(const uint8_t* b, int8_t* q, float* s, float*) {
   s[0] = s[1] = half_at(b);
-  const uint32_t qh = u32_at(b + 2);
+  const uint32_t qh = load_unaligned<uint32_t>(b + 2);
   const uint8_t* qs = b + 6;
   for (int j = 0; j < 16; ++j) {
     q[j] = int8_t(((qs[j] & 15) | fifth_bit(qh, j)) - 16);
@@ -104,7 +90,7 @@ void unpack_q5_0(const uint8_t* b, int8_t* q, float* s, float*) {
 void unpack_q5_1(const uint8_t* b, int8_t* q, float* s, float* m) {
   s[0] = s[1] = half_at(b);
   m[0] = m[1] = -half_at(b + 2);
-  const uint32_t qh = u32_at(b + 4);
+  const uint32_t qh = load_unaligned<uint32_t>(b + 4);
   const uint8_t* qs = b + 8;
   for (int j = 0; j < 16; ++j) {
     q[j] = int8_t((qs[j] & 15) | fifth_bit(qh, j));
@@ -229,7 +215,7 @@ void unpack_iq2_xxs(const uint8_t* b, int8_t* q, float* s, float*) {
   const float d = half_at(b);
   for (int g = 0; g < 8; ++g) {
     const uint8_t* idx = b + 2 + 8 * g;
-    const uint32_t aux = u32_at(idx + 4);
+    const uint32_t aux = load_unaligned<uint32_t>(idx + 4);
     scale32(s, g, d * (0.5f + float(aux >> 28)) * 0.25f);
     for (int l = 0; l < 4; ++l, q += 8) signed_point(ggml_grids::iq2xxs[idx[l]], even_signs((aux >> (7 * l)) & 127), q);
   }
@@ -244,7 +230,7 @@ void unpack_iq2_xs(const uint8_t* b, int8_t* q, float* s, float*) {
     s[2 * g + 1] = d * (0.5f + float(scales[g] >> 4)) * 0.25f;
   }
   for (int i = 0; i < 32; ++i, q += 8) {
-    const uint16_t code = u16_at(b + 2 + 2 * i);
+    const uint16_t code = load_unaligned<uint16_t>(b + 2 + 2 * i);
     signed_point(ggml_grids::iq2xs[code & 511], even_signs(code >> 9), q);
   }
 }
@@ -274,7 +260,7 @@ void unpack_iq3_xxs(const uint8_t* b, int8_t* q, float* s, float*) {
   const uint8_t* qs = b + 2;
   const uint8_t* scales_and_signs = b + 2 + 64;
   for (int g = 0; g < 8; ++g, qs += 8) {
-    const uint32_t aux = u32_at(scales_and_signs + 4 * g);
+    const uint32_t aux = load_unaligned<uint32_t>(scales_and_signs + 4 * g);
     scale32(s, g, d * (0.5f + float(aux >> 28)) * 0.5f);
     for (int l = 0; l < 4; ++l, q += 8)
       signed_point(point_pair(ggml_grids::iq3xxs[qs[2 * l]], ggml_grids::iq3xxs[qs[2 * l + 1]]),
@@ -312,7 +298,7 @@ void unpack_iq1_s(const uint8_t* b, int8_t* q, float* s, float*) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   for (int g = 0; g < 8; ++g, qs += 4) {
-    const uint16_t qh = u16_at(b + 34 + 2 * g);
+    const uint16_t qh = load_unaligned<uint16_t>(b + 34 + 2 * g);
     scale32(s, g, d * float(2 * ((qh >> 12) & 7) + 1) * 0.125f);
     for (int l = 0; l < 4; ++l, q += 8) iq1_point(ggml_grids::iq1s[qs[l] | (((qh >> (3 * l)) & 7) << 8)], qh & 0x8000, q);
   }
@@ -324,7 +310,7 @@ void unpack_iq1_m(const uint8_t* b, int8_t* q, float* s, float*) {
   const uint8_t* qs = b;
   const uint8_t* qh = b + 32;
   uint16_t sc[4];
-  for (int i = 0; i < 4; ++i) sc[i] = u16_at(b + 48 + 2 * i);
+  for (int i = 0; i < 4; ++i) sc[i] = load_unaligned<uint16_t>(b + 48 + 2 * i);
   const uint16_t scale_bits =
       uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
   const float d = to_f32(f16{scale_bits});
@@ -351,7 +337,7 @@ void unpack_iq4_nl(const uint8_t* b, int8_t* q, float* s, float*) {
 // IQ4_XS: IQ4_NL's code book with a 6-bit scale per 32 values (4 bits in scales_l, 2 in scales_h).
 void unpack_iq4_xs(const uint8_t* b, int8_t* q, float* s, float*) {
   const float d = half_at(b);
-  const uint16_t scales_h = u16_at(b + 2);
+  const uint16_t scales_h = load_unaligned<uint16_t>(b + 2);
   const uint8_t* scales_l = b + 4;
   const uint8_t* qs = b + 8;
   for (int g = 0; g < 8; ++g, q += 32, qs += 16) {
@@ -509,10 +495,10 @@ int64_t ggml_first_nonfinite_block(GgmlType type, const uint8_t* blocks, int64_t
       finite = block[0] != 0xff;
     } else if (type == GgmlType::IQ1_M) {
       uint16_t bits = 0;
-      for (int i = 0; i < 4; ++i) bits = uint16_t(bits | (u16_at(block + 48 + 2 * i) >> 12) << (4 * i));
+      for (int i = 0; i < 4; ++i) bits = uint16_t(bits | (load_unaligned<uint16_t>(block + 48 + 2 * i) >> 12) << (4 * i));
       finite = finite_half(bits);
     }
-    for (int at : fields) finite = finite && finite_half(u16_at(block + at));
+    for (int at : fields) finite = finite && finite_half(load_unaligned<uint16_t>(block + at));
     if (!finite) return b;
   }
   return -1;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "hyla/core/simd.h"
+#include "hyla/core/unaligned.h"
 #include "hyla/io/ggml_iq_grids.h"
 
 namespace hyla::ggml_fused {
@@ -12,21 +13,7 @@ namespace hyla::ggml_fused {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__F16C__)
 namespace {
 
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-uint16_t u16_at(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-uint32_t u32_at(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+float half_at(const uint8_t* p) { return _cvtsh_ss(load_unaligned<uint16_t>(p)); }
 
 // 32 bytes of x from `a`, then 32 from `b`.
 __m512i x_pair(const int8_t* a, const int8_t* b) {
@@ -248,7 +235,7 @@ float dot_iq2_xxs(const uint8_t* row, const int8_t* xq, const float* xscale16, c
     for (int k = 0; k < 4; ++k) {  // groups 2k and 2k + 1
       const uint8_t* g0 = b + 2 + 16 * k;
       const uint8_t* g1 = g0 + 8;
-      const uint32_t a0 = u32_at(g0 + 4), a1 = u32_at(g1 + 4);
+      const uint32_t a0 = load_unaligned<uint32_t>(g0 + 4), a1 = load_unaligned<uint32_t>(g1 + 4);
       const __m512i q = _mm512_set_epi64(int64_t(grid[g1[3]]), int64_t(grid[g1[2]]), int64_t(grid[g1[1]]),
                                          int64_t(grid[g1[0]]), int64_t(grid[g0[3]]), int64_t(grid[g0[2]]),
                                          int64_t(grid[g0[1]]), int64_t(grid[g0[0]]));
@@ -311,9 +298,9 @@ float dot_iq1_s(const uint8_t* row, const int8_t* xq, const float* xscale16, con
     for (int k = 0; k < 4; ++k) {  // groups 2k and 2k + 1
       // The 8 grid indices: qs bytes, 3 high bits each from the group's qh (bits 3l … 3l + 2).
       const __m512i low = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * k)));
-      const __m512i h = _mm512_set_epi64(u16_at(b + 36 + 4 * k), u16_at(b + 36 + 4 * k), u16_at(b + 36 + 4 * k),
-                                         u16_at(b + 36 + 4 * k), u16_at(b + 34 + 4 * k), u16_at(b + 34 + 4 * k),
-                                         u16_at(b + 34 + 4 * k), u16_at(b + 34 + 4 * k));
+      const __m512i h = _mm512_set_epi64(load_unaligned<uint16_t>(b + 36 + 4 * k), load_unaligned<uint16_t>(b + 36 + 4 * k), load_unaligned<uint16_t>(b + 36 + 4 * k),
+                                         load_unaligned<uint16_t>(b + 36 + 4 * k), load_unaligned<uint16_t>(b + 34 + 4 * k), load_unaligned<uint16_t>(b + 34 + 4 * k),
+                                         load_unaligned<uint16_t>(b + 34 + 4 * k), load_unaligned<uint16_t>(b + 34 + 4 * k));
       const __m512i index =
           _mm512_or_si512(low, _mm512_slli_epi64(_mm512_and_si512(_mm512_srlv_epi64(h, index_shift), seven), 8));
       const __m512i u = _mm512_i64gather_epi64(index, reinterpret_cast<const long long*>(grid.data()), 8);
@@ -369,7 +356,7 @@ float dot_q45_0(const uint8_t* row, const int8_t* xq, const float* xscale16, con
   const auto codes = [&](const uint8_t* w) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQs));
     __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low4), _mm_and_si128(packed, low4));
-    if constexpr (kFifthBit) u = _mm256_or_si256(u, _mm256_maskz_mov_epi8(u32_at(w + 2 + (kMin ? 2 : 0)), _mm256_set1_epi8(16)));
+    if constexpr (kFifthBit) u = _mm256_or_si256(u, _mm256_maskz_mov_epi8(load_unaligned<uint32_t>(w + 2 + (kMin ? 2 : 0)), _mm256_set1_epi8(16)));
     return u;
   };
   const auto block_offset = [&](const uint8_t* w, int64_t b) {  // the block's offset term, times s_x
