@@ -250,9 +250,9 @@ void panel_rows(const Panel& p, const XRows& x, int64_t c0, int64_t n_cols, floa
   }
 }
 
-// Rows [lo, hi) of one part (output columns from `column`), every row of x.
-void run_panels(const XRows& x, const GgmlMatrix& w, int64_t part_row0, int64_t lo, int64_t hi, int64_t column,
-                float* y, int64_t ld_y, float beta) {
+// Output rows [lo, hi) of the stacked parts, in one part (whose rows start at part_row0), every row of x.
+void run_panels(const XRows& x, const GgmlMatrix& w, int64_t part_row0, int64_t lo, int64_t hi, float* y, int64_t ld_y,
+                float beta) {
   Panel p;
   const int64_t cols = x.cols(), block = ggml_block_values(w.type), chunk_cols = kChunkCols / block * block;
   for (int64_t r = lo; r < hi; r += kPanelRows) {
@@ -261,12 +261,11 @@ void run_panels(const XRows& x, const GgmlMatrix& w, int64_t part_row0, int64_t 
     for (int64_t c0 = 0; c0 < cols; c0 += chunk_cols) {
       const int64_t n_cols = std::min(chunk_cols, cols - c0);
       unpack_panel(w, first_row, rows, c0, n_cols, p);
-      const int64_t out = column + (r - part_row0);
       switch (rows) {
-        case 4: panel_rows<4>(p, x, c0, n_cols, y, ld_y, out, c0 == 0, beta); break;
-        case 3: panel_rows<3>(p, x, c0, n_cols, y, ld_y, out, c0 == 0, beta); break;
-        case 2: panel_rows<2>(p, x, c0, n_cols, y, ld_y, out, c0 == 0, beta); break;
-        default: panel_rows<1>(p, x, c0, n_cols, y, ld_y, out, c0 == 0, beta); break;
+        case 4: panel_rows<4>(p, x, c0, n_cols, y, ld_y, r, c0 == 0, beta); break;
+        case 3: panel_rows<3>(p, x, c0, n_cols, y, ld_y, r, c0 == 0, beta); break;
+        case 2: panel_rows<2>(p, x, c0, n_cols, y, ld_y, r, c0 == 0, beta); break;
+        default: panel_rows<1>(p, x, c0, n_cols, y, ld_y, r, c0 == 0, beta); break;
       }
     }
   }
@@ -334,7 +333,7 @@ void run_rows(const XRows& x, std::span<const GgmlMatrix> parts, int64_t first, 
     }
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     if (kernel == GgmlKernel::Native && !fused) {
-      if (lo < hi) run_panels(x, w, part_first, lo, hi, part_first, y, ld_y, beta);
+      if (lo < hi) run_panels(x, w, part_first, lo, hi, y, ld_y, beta);
       part_first += w.rows;
       continue;
     }
