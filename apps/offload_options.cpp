@@ -7,7 +7,8 @@ namespace hyla::cli {
 void add_expert_memory_options(CLI::App* cmd, ExpertMemoryArgs& args) {
   cmd->add_option("--expert-memory", args.memory,
                   "Keep the routed experts in the model's files and at most SIZE of them resident: bytes with a unit "
-                  "(512M, 2GiB) or a percentage of the experts (25%); int8 models (hyla quantize)")
+                  "(512M, 2GiB) or a percentage of the experts (25%); experts int8 (hyla quantize), MXFP4 or of a GGUF "
+                  "quantised type")
       ->type_name("SIZE");
   cmd->add_option("--expert-cache", args.policy, "Which resident expert a miss evicts (with --expert-memory)")
       ->check(CLI::IsMember({"lru", "frequency"}));
