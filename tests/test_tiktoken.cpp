@@ -109,6 +109,15 @@ TEST(Tiktoken, KimiPatternSplitsAsTokenizationKimi) {
             (std::vector<std::string>{"Hello", "世界", " don't", " ", "123", "45"}));
   EXPECT_EQ(pieces("CamelCase HTTPServer"), (std::vector<std::string>{"Camel", "Case", " HTTPServer"}));
   EXPECT_EQ(pieces("a  b\n\nc"), (std::vector<std::string>{"a", " ", " b", "\n\n", "c"}));
+  // Runs of one case thousands of letters long (DNA, base64, minified text) exhaust PCRE2's default
+  // 32 KiB JIT stack on this pattern; they split as any run does, however long.
+  std::string dna;
+  for (int i = 0; i < 1500; ++i) dna += "ACGT";
+  EXPECT_EQ(pieces(dna), (std::vector<std::string>{dna}));
+  for (size_t n : {size_t(6000), size_t(1) << 20}) {
+    const std::string run(n, 'x');
+    EXPECT_EQ(pieces(" " + run + "!"), (std::vector<std::string>{" " + run, "!"})) << n;
+  }
 }
 
 TEST(Tiktoken, KimiCheckpointTokenizerHasItsSpecials) {
