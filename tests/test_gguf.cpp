@@ -9,6 +9,8 @@
 #include <random>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "hyla/core/half.h"
 #include "hyla/io/gguf.h"
 #include "hyla/data/gguf_vocab.h"
@@ -21,6 +23,7 @@
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/mxfp4_weights.h"
 #include "hyla/model/model.h"
+#include "hyla/model/model_files.h"
 #include "model_test_util.h"
 #include "test_util.h"
 #include "text_fixtures.h"
@@ -556,6 +559,19 @@ TEST(KimiGguf, QuantisedMatricesAreMultipliedWhereTheyLieInTheMap) {
         m->forward(in, {.precision = Precision::F32, .outputs = Outputs::All});
       },
       want);
+}
+
+TEST(KimiGguf, AModelPathThatIsNeitherGgufNorDirectorySaysWhatItIs) {
+  TempDir dir;
+  test::write_bytes(dir / "bad.gguf", std::string("GGUX") + std::string(60, '\0'));
+  test::expect_error([&] { open_model_files(dir / "bad.gguf"); },
+                     "bad.gguf: not a model: a file that does not start with the GGUF magic");
+  test::write_bytes(dir / "short.gguf", "GG");
+  test::expect_error([&] { open_model_files(dir / "short.gguf"); }, "short.gguf: not a model: a file of 2 bytes");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  test::expect_error([&] { open_model_files(dir / "fifo"); }, "fifo: not a model: neither a directory nor a regular file");
+  test::expect_error([&] { model_config_of(dir / "fifo"); }, "fifo: not a model");
+  test::expect_error([&] { open_model_files(dir / "missing"); }, "missing: no such file or directory");
 }
 
 TEST(KimiGguf, AK3FileWithoutTheRoutedNormSkipsTheNorm) {
