@@ -54,6 +54,12 @@ struct XRows {
 
 int64_t groups_bytes(int64_t n, int64_t cols) { return round_up(n * (cols / kGroup) * 4, 64); }
 
+// The bytes of xrows_view's layout (widths rounded to whole 32-value blocks: sizes only).
+int64_t xrows_bytes(int64_t n, int64_t cols) {
+  cols = round_up(cols, 32);
+  return int8_rows_bytes(n, cols, 32) + 4 * groups_bytes(n, cols) + round_up(n * cols, 64);
+}
+
 XRows xrows_view(void* workspace, int64_t n, int64_t cols, int64_t block) {
   auto* p = static_cast<uint8_t*>(workspace);
   const int64_t rounded = int8_rows_bytes(n, cols, 32);  // the larger of blocks 32 and 256
@@ -338,8 +344,9 @@ void run_rows(const XRows& x, std::span<const GgmlMatrix> parts, int64_t first, 
       continue;
     }
 #endif
+    const uint64_t row_bytes = w.row_bytes();
     for (int64_t r = lo; r < hi; ++r) {
-      const uint8_t* row = w.data + uint64_t(r - part_first) * w.row_bytes();
+      const uint8_t* row = w.data + uint64_t(r - part_first) * row_bytes;
       if (fused) {
         for (int64_t j = 0; j < x.rows(); ++j)
           store(y[j * ld_y + r], fused(row, x.rounded.values + j * cols, x.scale16 + j * groups, x.sum16 + j * groups, cols / block),
@@ -384,8 +391,7 @@ Int8Kernel quantisation_kernel(GgmlKernel kernel) {
 // Thread t's repacking space in a workspace of ggml_matmul_bytes (null for fewer rows).
 uint8_t* repack_space(void* workspace, int64_t n, int64_t cols, int thread) {
   if (n < kRepackMinRows) return nullptr;
-  const int64_t x = int8_rows_bytes(n, cols, 32) + 4 * groups_bytes(n, cols) + round_up(n * cols, 64);
-  return static_cast<uint8_t*>(workspace) + x + thread * repack_bytes(cols);
+  return static_cast<uint8_t*>(workspace) + xrows_bytes(n, cols) + thread * repack_bytes(round_up(cols, 32));
 }
 
 }  // namespace
@@ -400,9 +406,9 @@ bool ggml_kernel_available(GgmlKernel kernel) {
 }
 
 int64_t ggml_matmul_bytes(int64_t n, int64_t cols, int threads) {
-  cols = round_up(cols, 32);  // sizes only (a caller may size for widths no block matrix has)
-  const int64_t x = int8_rows_bytes(n, cols, 32) + 4 * groups_bytes(n, cols) + round_up(n * cols, 64);
-  return n < kRepackMinRows ? x : x + threads * repack_bytes(cols);
+  // Sizes only: a caller may size for widths no block matrix has.
+  const int64_t x = xrows_bytes(n, cols);
+  return n < kRepackMinRows ? x : x + threads * repack_bytes(round_up(cols, 32));
 }
 
 void ggml_matmul_rows(const float* x, int64_t n, int64_t ld_x, std::span<const GgmlMatrix> parts, float* y,
