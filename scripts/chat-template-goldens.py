@@ -6,11 +6,13 @@ checks hyla's renderings against. Needs python3-jinja2.
 
 usage: scripts/chat-template-goldens.py LLAMA_CPP_DIR
 """
+import copy
 import json
 import pathlib
 import sys
 
 import jinja2
+import jinja2.filters
 import jinja2.sandbox
 
 TEMPLATES = {"kimi-k3": "Kimi-K3.jinja", "kimi-k2": "Kimi-K2-Instruct.jinja"}
@@ -29,9 +31,31 @@ def environment():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
+    def dictsort(value, case_sensitive=True, by="key", reverse=False):
+        # K3's template sorts tool schemas with dictsort "to match the reference implementation",
+        # whose json.dumps(sort_keys=True) sorts case-sensitively; Jinja's default does not.
+        return jinja2.filters.do_dictsort(value, case_sensitive, by, reverse)
+
     env.filters["tojson"] = tojson
+    env.filters["dictsort"] = dictsort
     env.globals["raise_exception"] = raise_exception
     return env
+
+
+def object_arguments(messages):
+    # OpenAI's call arguments are JSON text; K3's official encoder, and llama.cpp before a template
+    # that takes objects (common/chat.cpp's func_args_not_string), parse them: one argument tag a key.
+    out = copy.deepcopy(messages)
+    for m in out:
+        for call in m.get("tool_calls", []):
+            text = call["function"].get("arguments")
+            try:
+                parsed = json.loads(text) if isinstance(text, str) else None
+            except json.JSONDecodeError:  # llama.cpp refuses it; hyla renders the text as the template does
+                parsed = None
+            if isinstance(parsed, dict):
+                call["function"]["arguments"] = parsed
+    return out
 
 
 def main():
@@ -46,7 +70,8 @@ def main():
             kwargs = {k: case[k] for k in ("thinking", "thinking_effort", "tool_choice") if k in case}
             if case.get("with_tools"):
                 kwargs["tools"] = spec["tools"]
-            out[case["name"]] = template.render(messages=case["messages"],
+            messages = object_arguments(case["messages"]) if name == "kimi-k3" else case["messages"]
+            out[case["name"]] = template.render(messages=messages,
                                                 add_generation_prompt=case["add_generation_prompt"], **kwargs)
         # Replies: the text a model writes after the generation prompt, as the template renders a
         # finished assistant message (what hyla must read back).

@@ -161,10 +161,13 @@ ChatMessage message_from(const ordered_json& m) {
   message.role = m.at("role").get<std::string>();
   message.content = m.value("content", "");
   message.reasoning = m.value("reasoning_content", "");
+  message.name = m.value("name", "");
+  message.tool_call_id = m.value("tool_call_id", "");
   for (const ordered_json& call : m.value("tool_calls", ordered_json::array())) {
     const ordered_json& f = call.at("function");
     const ordered_json& args = f.at("arguments");
-    message.tool_calls.push_back({f.at("name").get<std::string>(), args.is_string() ? args.get<std::string>() : args.dump()});
+    message.tool_calls.push_back({f.at("name").get<std::string>(), args.is_string() ? args.get<std::string>() : args.dump(),
+                                  call.value("id", "")});
   }
   return message;
 }
@@ -310,7 +313,7 @@ TEST(ChatTemplate, FormatAndTurnEndsFollowTheTokenizersMarkers) {
   test::expect_error([&] { ChatTemplate(k3).apply({}, true, options); }, "thinking_effort must be low, high or max");
   // A tool result needs a call before it to name its tool.
   const std::vector<ChatMessage> orphan = {{"tool", "5", {}, {}, {}}};
-  test::expect_error([&] { ChatTemplate(k3).apply(orphan); }, "tool message 1 has no call before it");
+  test::expect_error([&] { ChatTemplate(k3).apply(orphan); }, "tool message 1 has no name and no call before it");
 }
 
 }  // namespace

@@ -466,6 +466,25 @@ TEST(ServeRequest, KimiChatsRenderTheirTemplatesAndForceCallsTheirWay) {
   body.erase("tool_choice");
   body["response_format"] = {{"type", "json_object"}};
   EXPECT_TRUE(error(body, k3).starts_with("response_format: ")) << error(body, k3);
+
+  // Names, call ids and the results that answer them reach K3's template (its order: the calls').
+  const json turns = json::parse(R"([
+    {"role": "user", "name": "ann", "content": "Paris and Rome?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+      {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+      {"id": "b", "type": "function", "function": {"name": "get_time", "arguments": "{\"city\": \"Rome\"}"}}]},
+    {"role": "tool", "tool_call_id": "b", "content": "noon"},
+    {"role": "tool", "tool_call_id": "a", "content": "rain"}])");
+  const std::string prompt = k3.decode(parse_chat_request({{"messages", turns}}, k3, "m", test_limits()).prompts[0]);
+  EXPECT_NE(prompt.find("<|open|>message role=\"user\" name=\"ann\"<|sep|>"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>"),
+            std::string::npos) << prompt;
+  const size_t rain = prompt.find("role=\"tool\" tool=\"get_weather\" index=\"1\"<|sep|>rain");
+  const size_t noon = prompt.find("role=\"tool\" tool=\"get_time\" index=\"2\"<|sep|>noon");
+  EXPECT_TRUE(rain != std::string::npos && noon != std::string::npos && rain < noon) << prompt;
+  json misplaced = turns;
+  misplaced[0]["tool_call_id"] = "a";
+  EXPECT_TRUE(error({{"messages", misplaced}}, k3).starts_with("messages[0].tool_call_id: ")) << error({{"messages", misplaced}}, k3);
 }
 
 // ---------------------------------------------------------------------------------------------

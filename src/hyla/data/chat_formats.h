@@ -47,7 +47,7 @@ size_t segment_end(std::string_view text, size_t from, std::initializer_list<std
 
 // A JSON value as Python's json.dumps writes it (what Jinja's tojson gives in Hugging Face's chat
 // templates): ", " and ": " separators, or "," and ":" with `compact`; keys in their order, or
-// sorted as Jinja's dictsort sorts them (case-insensitively) with `sort_keys`; non-ASCII kept.
+// sorted by code point (json.dumps's sort_keys, case-sensitive) with `sort_keys`; non-ASCII kept.
 std::string python_json(const nlohmann::ordered_json& value, bool compact, bool sort_keys);
 
 // The offered tools as OpenAI's request lists them: {"type": "function", "function": {…}} each,

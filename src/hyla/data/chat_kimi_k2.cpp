@@ -21,9 +21,10 @@ constexpr std::string_view kSectionBegin = "<|tool_calls_section_begin|>", kSect
                            kCallEnd = "<|tool_call_end|>", kEnd = "<|im_end|>";
 constexpr std::string_view kDefaultSystem = "You are Kimi, an AI assistant created by Moonshot AI.";
 
-void turn(Pieces& out, std::string_view role) {
+// A turn's header: its role's marker, then the participant's name, or else the role.
+void turn(Pieces& out, std::string_view role, std::string_view name = {}) {
   out.special(role == "user" ? "<|im_user|>" : role == "assistant" ? "<|im_assistant|>" : "<|im_system|>");
-  out.text(role);
+  out.text(name.empty() ? role : name);
   out.special("<|im_middle|>");
 }
 }  // namespace
@@ -46,7 +47,7 @@ void render_kimi_k2(std::span<const ChatMessage> messages, bool add_generation_p
       out.special("<|im_end|>");
       out.text("\n");
     }
-    turn(out, m.role);
+    turn(out, m.role, m.name);
     if (m.role == "assistant" && !m.tool_calls.empty()) {
       out.content(m);
       out.special(kSectionBegin);
@@ -60,7 +61,7 @@ void render_kimi_k2(std::span<const ChatMessage> messages, bool add_generation_p
       }
       out.special(kSectionEnd);
     } else if (m.role == "tool") {
-      std::string id = fmt::format("functions.unknown:{}", calls);
+      std::string id = fmt::format("functions.{}:{}", m.name.empty() ? "unknown" : m.name, calls);
       if (!unanswered.empty()) {
         id = std::move(unanswered.front());
         unanswered.pop_front();

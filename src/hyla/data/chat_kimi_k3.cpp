@@ -2,8 +2,11 @@
 // <|open|>message role="…"<|sep|>…<|close|>message<|sep|><|end_of_msg|>, where <|open|>, <|sep|>,
 // <|close|> and <|end_of_msg|> are marker tokens and tag names and attributes are text. An
 // assistant message holds a think channel (when thinking), a response and a tools section of calls
-// whose arguments are one JSON block (as OpenAI's text arguments render) or one tagged value per
-// key. Tools are declared, sorted, in a leading system message, the thinking effort in the next.
+// whose arguments are one tagged value per key (as the official renderer writes a JSON object, and
+// llama.cpp after parsing OpenAI's argument text), or one JSON block for text that is no object.
+// Tools are declared with keys sorted by code point (the reference's json.dumps(sort_keys=True))
+// in a leading system message, the thinking effort in the next. A message's `name` is an
+// attribute; tool results are named and ordered by the calls their tool_call_ids answer.
 #include <fmt/format.h>
 
 #include "hyla/core/error.h"
@@ -64,6 +67,22 @@ void system_message(Pieces& out, std::string_view type, std::string_view body) {
   end_message(out);
 }
 
+// A call's arguments as the official renderer (and llama.cpp, which parses OpenAI's argument text
+// before rendering) sees them: a JSON object, one tagged value per key in its order.
+std::optional<nlohmann::ordered_json> json_object(std::string_view arguments) {
+  nlohmann::ordered_json value = nlohmann::ordered_json::parse(arguments, nullptr, false);
+  if (value.is_discarded() || !value.is_object()) return std::nullopt;
+  return value;
+}
+
+const char* xtml_type(const nlohmann::ordered_json& value) {
+  if (value.is_boolean()) return "boolean";
+  if (value.is_null()) return "null";
+  if (value.is_number()) return "number";
+  if (value.is_string()) return "string";
+  return value.is_object() ? "object" : "array";
+}
+
 void assistant_body(Pieces& out, const ChatMessage& m, bool thinking) {
   if (thinking) {
     open_tag(out, "think");
@@ -78,7 +97,13 @@ void assistant_body(Pieces& out, const ChatMessage& m, bool thinking) {
   for (size_t i = 0; i < m.tool_calls.size(); ++i) {
     const ToolCall& call = m.tool_calls[i];
     open_tag(out, "call", {{"tool", call.name}, {"index", std::to_string(i + 1)}});
-    if (!trim_space(call.arguments).empty()) {  // OpenAI's arguments are text: the template's JSON block
+    if (const std::optional<nlohmann::ordered_json> object = json_object(call.arguments)) {
+      for (const auto& [key, value] : object->items()) {
+        open_tag(out, "argument", {{"key", key}, {"type", xtml_type(value)}});
+        out.text(value.is_string() ? value.get<std::string>() : python_json(value, false, false));
+        close_tag(out, "argument");
+      }
+    } else if (!trim_space(call.arguments).empty()) {  // text that is no JSON object: the template's JSON block
       open_tag(out, "json", {{"type", "object"}});
       out.text(call.arguments);
       close_tag(out, "json");
@@ -86,6 +111,39 @@ void assistant_body(Pieces& out, const ChatMessage& m, bool thinking) {
     close_tag(out, "call");
   }
   close_tag(out, "tools");
+}
+
+void tool_result(Pieces& out, const ChatMessage& m, std::string_view tool, size_t& answered) {
+  open_tag(out, "message", {{"role", "tool"}, {"tool", std::string(tool)}, {"index", std::to_string(++answered)}});
+  out.content(m);
+  end_message(out);
+}
+
+// A run of tool messages, numbered on from `answered` (the results since the last assistant turn).
+// When every one answers a call of that turn by id, they follow the calls' order, each named by
+// its call; otherwise they keep their order, each named by its own `name`, else by the call at its
+// position.
+void tool_results(Pieces& out, std::span<const ChatMessage> run, const std::vector<ToolCall>* calls, size_t& answered) {
+  const auto call_with_id = [&](const std::string& id) -> const ToolCall* {
+    if (!calls || id.empty()) return nullptr;
+    for (const ToolCall& call : *calls)
+      if (call.id == id) return &call;
+    return nullptr;
+  };
+  if (std::all_of(run.begin(), run.end(), [&](const ChatMessage& m) { return call_with_id(m.tool_call_id); })) {
+    for (size_t c = 0; c < calls->size(); ++c) {
+      const ToolCall& call = (*calls)[c];
+      if (call.id.empty() || call_with_id(call.id) != &call) continue;  // each id once, at its first call
+      for (const ChatMessage& m : run)
+        if (m.tool_call_id == call.id) tool_result(out, m, call.name, answered);
+    }
+    return;
+  }
+  for (const ChatMessage& m : run) {
+    const std::string* tool = !m.name.empty() ? &m.name : calls && answered < calls->size() ? &(*calls)[answered].name : nullptr;
+    HYLA_CHECK(tool, "Kimi K3: tool message {} has no name and no call before it to name its tool", answered + 1);
+    tool_result(out, m, *tool, answered);
+  }
 }
 
 }  // namespace
@@ -107,17 +165,18 @@ void render_kimi_k3(std::span<const ChatMessage> messages, bool add_generation_p
                    "with `thinking_effort=" + effort + "`.");
   const std::vector<ToolCall>* calls = nullptr;  // the last assistant's: they name the tool turns after it
   size_t answered = 0;
-  for (const ChatMessage& m : messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
     if (m.role == "tool") {
-      HYLA_CHECK(calls && answered < calls->size(),
-                 "Kimi K3: tool message {} has no call before it to name its tool", answered + 1);
-      ++answered;
-      open_tag(out, "message", {{"role", "tool"}, {"tool", (*calls)[answered - 1].name}, {"index", std::to_string(answered)}});
-      out.content(m);
-      end_message(out);
+      size_t end = i;
+      while (end < messages.size() && messages[end].role == "tool") ++end;
+      tool_results(out, messages.subspan(i, end - i), calls, answered);
+      i = end - 1;
       continue;
     }
-    open_tag(out, "message", {{"role", m.role}});
+    Attributes attributes = {{"role", m.role}};
+    if (!m.name.empty()) attributes.emplace_back("name", m.name);
+    open_tag(out, "message", attributes);
     if (m.role == "assistant") {
       calls = &m.tool_calls;
       answered = 0;

@@ -51,14 +51,8 @@ std::string python_json(const nlohmann::ordered_json& value, bool compact, bool 
   if (value.is_object()) {
     std::vector<const std::string*> keys;
     for (const auto& [key, item] : value.items()) keys.push_back(&key);
-    if (sort_keys) {
-      const auto lower = [](const std::string& s) {
-        std::string l = s;
-        std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-        return l;
-      };
-      std::stable_sort(keys.begin(), keys.end(), [&](const std::string* a, const std::string* b) { return lower(*a) < lower(*b); });
-    }
+    // UTF-8's byte order is its code points' order, which is Python's string order.
+    if (sort_keys) std::sort(keys.begin(), keys.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
     std::string out = "{";
     for (size_t i = 0; i < keys.size(); ++i)
       out += (i ? comma : "") + nlohmann::ordered_json(*keys[i]).dump() + (compact ? ":" : ": ") +

@@ -28,6 +28,7 @@ std::string_view to_string(ChatFormat format);
 struct ToolCall {
   std::string name;
   std::string arguments;  // a JSON object, as text
+  std::string id;         // the client's id for it, if any: a tool message's tool_call_id names it
 };
 
 // A model image (data/image_file.h's to_model_image) placed at byte `at` of a message's content.
@@ -42,6 +43,8 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant turns only
   std::vector<ChatImage> images;     // in increasing `at`; every format lays out hyla's image spans
   std::string reasoning;             // assistant turns: the think channel (Kimi K3 renders it)
+  std::string name;                  // the participant's name (Kimi K3: an attribute; a tool turn's tool)
+  std::string tool_call_id;          // tool turns: the id of the call it answers
 };
 
 // What the request asks of the template beyond its messages.

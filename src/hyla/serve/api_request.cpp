@@ -322,6 +322,11 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
     } else if (message.role != "assistant") {
       invalid(where + ".content", where + " has no 'content'");
     }
+    if (const json* name = field(m, "name")) message.name = string(*name, where + ".name");
+    if (const json* id = field(m, "tool_call_id")) {
+      if (message.role != "tool") invalid(where + ".tool_call_id", "'tool_call_id' belongs on a tool message");
+      message.tool_call_id = string(*id, where + ".tool_call_id");
+    }
     if (const json* reasoning = field(m, "reasoning_content")) {
       if (message.role != "assistant" || !reasoning->is_string())
         invalid(where + ".reasoning_content", "'reasoning_content' must be a string on an assistant message");
@@ -338,6 +343,7 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
         tc.name = string(f.value("name", json()), where + ".tool_calls.function.name");
         const json args = f.value("arguments", json("{}"));
         tc.arguments = args.is_string() ? args.get<std::string>() : args.dump();
+        if (const json* id = field(call, "id")) tc.id = string(*id, where + ".tool_calls.id");
         message.tool_calls.push_back(std::move(tc));
       }
     }
