@@ -9,12 +9,13 @@
 #include "commands.h"
 #include "hyla/core/byte_size.h"
 #include "hyla/data/gguf_vocab.h"
-#include "hyla/data/model_tokenizer.h"
 #include "hyla/io/file.h"
 #include "hyla/io/gguf.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model_files.h"
+#include "hyla/data/model_tokenizer.h"
+#include "hyla/model/weight_values.h"
 
 namespace hyla::cli {
 namespace fs = std::filesystem;
@@ -45,6 +46,7 @@ void add_convert(CLI::App& app) {
     const ModelConfig& config = files.config;
     const ModelWeights& weights = *files.weights;
     const std::optional<Tokenizer> tokenizer = find_model_tokenizer(in);
+    for (const std::string& name : weights.names()) check_weight_values(weights, name);  // what the loaders refuse
     if (target == "gguf") {
       HYLA_CHECK(force || !fs::exists(out) || is_gguf_file(out),
                  "convert: {} exists and is not a GGUF file; give --force to replace it", out);

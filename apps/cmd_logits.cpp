@@ -38,6 +38,7 @@ void add_logits(CLI::App& app) {
       const Tokenizer tokenizer = load_model_tokenizer(model_dir);
       in.ids = tokenizer.encode(text, /*allow_special=*/true);
     } else {
+      find_model_tokenizer(model_dir);  // the model's tokenizer, if any, refused as the text commands refuse it
       const nlohmann::json ids = parse_json(tokens_json, "--tokens");
       HYLA_CHECK(ids.is_array(), "--tokens must be a JSON list of integers");
       for (const auto& id : ids) {

@@ -28,6 +28,9 @@
 #   of each other, would move a row by far more and fail the max: none happens in these models.)
 #   The models use rms_norm_eps = 1e-6 because llama.cpp adds rms_norm_eps inside the q/k L2 norm
 #   where SPEC adds 1e-6 (docs/kimi-llamacpp.md); the row "eps 1e-5" shows that difference alone.
+#   The MLA latent norms (q_a, kv_a) add 1e-6 on both sides in every row but that one: llama.cpp
+#   takes layer_norm_rms_epsilon, hyla mla.norm_eps, which is rms_norm_eps in hyla's configs and
+#   1e-6 for a HF checkpoint (SPEC §4); in the eps row both use 1e-5.
 # - bf16, Q8_0, MXFP4: both engines round differently around the stored weights. hyla multiplies bf16
 #   and MXFP4 weights exactly in f32 and runs Q8_0 as its int8 (activations rounded to 8-bit blocks
 #   of its own); llama.cpp rounds activations to bf16, or to its 8-bit blocks for Q8_0 and MXFP4.

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstring>
+#include <fmt/format.h>
 #include <fstream>
 #include <map>
 
@@ -18,6 +20,14 @@ namespace hyla {
 namespace {
 
 using test::run_hyla;
+
+// small_tokenizer with added tokens up to more ids than a `vocab`-sized model has.
+Tokenizer oversized_tokenizer(int64_t vocab) {
+  TokenizerSpec spec = test::small_tokenizer().spec();
+  for (int64_t id = test::small_tokenizer().vocab_size(); id <= vocab; ++id)
+    spec.added_tokens.push_back({int32_t(id), fmt::format("<|extra_{}|>", id)});
+  return Tokenizer(std::move(spec), "oversized");
+}
 
 TEST(Cli, HelpListsSubcommands) {
   const auto r = run_hyla("--help");
@@ -151,6 +161,14 @@ TEST(Cli, InspectReadsTheTokenizerAndRefusesNonFiniteWeights) {
   r = run_hyla("inspect " + out);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
+  // A tokenizer with more ids than the model's vocabulary: every command that tokenizes refuses it.
+  oversized_tokenizer(512).save(out + "/tokenizer.json");
+  for (const std::string& command : {"inspect " + out, "generate -p hi -n 2 -m " + out,
+                                    "logits --text hi --out " + (dir / "t.st").string() + " -m " + out}) {
+    r = run_hyla(command);
+    EXPECT_NE(r.exit_code, 0) << command;
+    EXPECT_NE(r.output.find("more than the model's vocab_size 512"), std::string::npos) << command << r.output;
+  }
 
   Model model(test::nano_config());
   model.initialize(1);
@@ -159,8 +177,17 @@ TEST(Cli, InspectReadsTheTokenizerAndRefusesNonFiniteWeights) {
   model.save(dir / "nan", DType::F32);
   r = run_hyla("inspect " + (dir / "nan").string());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("NaN or infinite weights in"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("(2 of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("invalid weights (1 tensors)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("holds nan at index 5; weights must be finite"), std::string::npos) << r.output;
+  // Every command that reads the weights refuses them alike; convert writes nothing.
+  for (const std::string& command : {"logits --tokens [1,2,3] --out " + (dir / "l.st").string() + " -m ",
+                                    "convert --to gguf --out " + (dir / "nan.gguf").string() + " -m "}) {
+    r = run_hyla(command + (dir / "nan").string());
+    EXPECT_NE(r.exit_code, 0) << command;
+    EXPECT_NE(r.output.find("holds nan at index 5; weights must be finite"), std::string::npos) << command << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "nan.gguf"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "l.st"));
 }
 
 TEST(Cli, LoadersRefuseFifosDeepNestingAndDuplicateKeysWithoutHanging) {
@@ -311,6 +338,88 @@ TEST(Cli, HelpShowsDefaults) {
   const auto memory = run_hyla("serve -m /nonexistent --memory lots");
   EXPECT_EQ(memory.exit_code, 1) << memory.output;
   EXPECT_NE(memory.output.find("--memory lots: give bytes with a unit (e.g. 8GiB)"), std::string::npos) << memory.output;
+}
+
+namespace {
+
+// Sets byte `index` of tensor `name`'s data in a safetensors file to `value`.
+void poke_safetensors(const std::filesystem::path& file, const std::string& name, size_t index, uint8_t value) {
+  std::string bytes = read_file(file.string());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  bytes[8 + n + header.at(name).at("data_offsets").at(0).get<size_t>() + index] = char(value);
+  test::write_bytes(file, bytes);
+}
+
+// Sets the u32 value of GGUF metadata `key` (it must be a u32) to `value`.
+void poke_gguf_u32(const std::filesystem::path& file, const std::string& key, uint32_t value) {
+  std::string bytes = read_file(file.string());
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos) << key;
+  uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + at + key.size(), 4);
+  ASSERT_EQ(type, 4u) << key;  // GGUF's u32
+  std::memcpy(bytes.data() + at + key.size() + 4, &value, 4);
+  test::write_bytes(file, bytes);
+}
+
+}  // namespace
+
+// Issue 65: damaged or lying files through every command that loads a model give one verdict
+// (a non-zero exit naming the same rule), and convert writes nothing (docs/threat-model.md).
+TEST(Cli, EveryCommandRefusesWhatInspectRefuses) {
+  test::TempDir dir;
+  const std::string tokenizer = (dir / "tok.json").string();
+  test::small_tokenizer().save(tokenizer);
+  const std::string nano = (dir / "config.json").string();  // nano with small_tokenizer's vocabulary
+  test::write_bytes(nano, test::nano_config([](nlohmann::json& j) { j["vocab_size"] = 512; }).to_json().dump());
+  const auto init = [&](const std::string& out, const std::string& options) {
+    const auto r = run_hyla("init --config " + nano + " --out " + out + " --tokenizer " + tokenizer + " " + options);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  };
+  struct Input {
+    std::string name, path, rule;
+  };
+  std::vector<Input> inputs;
+  const std::string nan = (dir / "nan").string();
+  init(nan, "");
+  poke_safetensors(nan + "/model.safetensors", "model.embed_tokens.weight", 4 * 7 + 3, 0x7f);  // exponent all ones
+  poke_safetensors(nan + "/model.safetensors", "model.embed_tokens.weight", 4 * 7 + 2, 0xc0);
+  inputs.push_back({"NaN weight", nan, "tensor 'model.embed_tokens.weight' (F32) holds nan at index 7"});
+  const std::string mxfp4 = (dir / "mxfp4").string();
+  init(mxfp4, "--experts mxfp4");
+  const std::string scale = "model.layers.1.mlp.experts.0.gate_proj.weight.scale";
+  poke_safetensors(mxfp4 + "/model.safetensors", scale, 5, 0xFF);
+  inputs.push_back({"MXFP4 scale 0xFF", mxfp4, "holds 0xFF (NaN in E8M0) at index 5"});
+  const std::string vocab = (dir / "vocab").string();
+  init(vocab, "");
+  oversized_tokenizer(512).save(vocab + "/tokenizer.json");
+  inputs.push_back({"tokenizer larger than the vocabulary", vocab, "more than the model's vocab_size"});
+  const std::string layers = (dir / "layers.gguf").string();
+  ASSERT_EQ(run_hyla("init --config " + (test::source_dir() / "configs/kimi-linear-tiny.json").string() + " --out " + layers +
+                     " --tokenizer " + tokenizer).exit_code, 0);
+  poke_gguf_u32(layers, "kimi-linear.block_count", 100000);
+  inputs.push_back({"GGUF block_count the tensors do not back", layers, "block_count is 100000 but the file holds"});
+  const std::string magic = (dir / "magic.gguf").string();
+  test::write_bytes(magic, "GGUX" + std::string(100, '\0'));
+  inputs.push_back({"not a GGUF file", magic, "does not start with the GGUF magic"});
+
+  const std::string out = (dir / "out").string();
+  for (const Input& input : inputs) {
+    for (const std::string& command :
+         {"inspect " + input.path, "logits --tokens [1,2,3] --out " + out + ".st -m " + input.path,
+          "generate -p hi -n 2 -m " + input.path, "convert --out " + out + " -m " + input.path,
+          "serve --port 0 -m " + input.path}) {
+      const auto r = test::run_command("timeout -k 5 60 " + std::string(HYLA_BINARY) + " " + command + " 2>&1");
+      EXPECT_NE(r.exit_code, 0) << input.name << ": " << command;
+      EXPECT_NE(r.exit_code, 124) << input.name << ": " << command << " did not stop";
+      EXPECT_NE(r.output.find(input.rule), std::string::npos) << input.name << ": " << command << "\n" << r.output;
+      EXPECT_FALSE(std::filesystem::exists(out)) << input.name << ": convert wrote " << out;
+      EXPECT_FALSE(std::filesystem::exists(out + ".st")) << input.name << ": logits wrote";
+      std::filesystem::remove_all(out), std::filesystem::remove(out + ".st");
+    }
+  }
 }
 
 }  // namespace

@@ -104,6 +104,25 @@ TEST(Config, HfKimiK3ConfigIsTheReleasedShape) {
   const ModelConfig hf = ModelConfig::load((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
   const ModelConfig ours = ModelConfig::load((test::source_dir() / "configs/kimi-k3.json").string());
   EXPECT_EQ(hf.to_json(), ours.to_json());
+  EXPECT_EQ(hf.mla.norm_eps, 1e-6);  // the official code's latent norms, not rms_norm_eps (SPEC §4)
+  EXPECT_EQ(hf.rms_norm_eps, 1e-5);
+}
+
+// mla.norm_eps: rms_norm_eps where a hyla config does not name it; a HF config's own key wins.
+TEST(Config, LatentNormEpsDefaultsByFormat) {
+  json j = small_json();
+  j["rms_norm_eps"] = 3e-6;
+  EXPECT_EQ(ModelConfig::from_json(j).mla.norm_eps, 3e-6);
+  j["mla"]["norm_eps"] = 2e-6;
+  EXPECT_EQ(ModelConfig::from_json(j).mla.norm_eps, 2e-6);
+  j["mla"]["norm_eps"] = 0.0;
+  expect_error(j, "mla.norm_eps (0) must lie in (0, 1)");
+  json hf = parse_json_file((test::source_dir() / "tests/data/kimi-linear-48b-a3b-hf-config.json").string());
+  hf["mla_norm_eps"] = 4e-6;
+  const std::string path = (std::filesystem::temp_directory_path() / "hyla-hf-norm-eps.json").string();
+  write_file_atomic(path, hf.dump());
+  EXPECT_EQ(ModelConfig::load(path).mla.norm_eps, 4e-6);
+  std::filesystem::remove(path);
 }
 
 TEST(Config, HfKimiLinearConfigHasBothGatesLowRankAndNoAttnRes) {

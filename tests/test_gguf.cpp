@@ -3,6 +3,7 @@
 // and read back with the same logits (model/kimi_gguf.h).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -46,11 +47,11 @@ void write_sample(const fs::path& path, const std::vector<float>& values) {
   meta["a.u32"] = GgufValue::u32(7);
   meta["a.f32"] = GgufValue::f32(0.5f);
   meta["a.bool"] = GgufValue::boolean(true);
-  meta["a.array"] = GgufValue::array(GgufValueType::I32, {0, -1, 2});
-  meta["a.strings"] = GgufValue::array(GgufValueType::String, {"x", "yz"});
-  meta["a.u8"] = {GgufValueType::U8, GgufValueType::U32, 200};
-  meta["a.i64"] = {GgufValueType::I64, GgufValueType::U32, -5};
-  meta["a.f64"] = {GgufValueType::F64, GgufValueType::U32, 0.25};
+  meta["a.array"] = GgufValue::of_array(GgufValueType::I32, {0, -1, 2});
+  meta["a.strings"] = GgufValue::of_array(GgufValueType::String, {"x", "yz"});
+  meta["a.u8"] = {GgufValueType::U8, 200};
+  meta["a.i64"] = {GgufValueType::I64, -5};
+  meta["a.f64"] = {GgufValueType::F64, 0.25};
   std::vector<GgufTensor> tensors;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
     tensors.push_back({"t." + ggml_type_name(uint32_t(t)), {64, 2}, uint32_t(t), 0, 0});
@@ -77,7 +78,8 @@ TEST(Gguf, WritesAndReadsEveryTypeAndValue) {
   EXPECT_EQ(g.integer("a.u8"), 200);
   EXPECT_EQ(g.integer("a.i64"), -5);
   EXPECT_EQ(g.number("a.f64"), 0.25);
-  EXPECT_EQ(g.metadata().at("a.strings").value, nlohmann::json({"x", "yz"}));
+  EXPECT_EQ(g.metadata().at("a.strings").array, GgufArray(GgufValueType::String, {"x", "yz"}));
+  EXPECT_EQ(g.metadata().at("a.strings").array.string(1), "yz");
   ASSERT_EQ(g.tensors().size(), 4u);
   for (const GgufTensor& t : g.tensors()) {
     EXPECT_EQ(t.shape(), (Shape{2, 64})) << t.name;
@@ -182,6 +184,65 @@ TEST(Gguf, BadFilesNameTheProblem) {
   test::expect_error([] { ggml_type_from_name("q4_k"); }, "'q4_k'");
 }
 
+// A GGUF header with one metadata array and no tensors, written by hand: `count` elements of
+// `element`, whose bytes are `body`.
+std::string array_file(uint32_t element, uint64_t count, const std::string& body) {
+  std::string f = "GGUF";
+  auto put = [&](auto v) { f.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint32_t(3));
+  put(uint64_t(0));  // tensors
+  put(uint64_t(1));  // metadata
+  put(uint64_t(5));
+  f += "a.arr";
+  put(uint32_t(GgufValueType::Array));
+  put(element);
+  put(count);
+  f += body;
+  return f + std::string((32 - f.size() % 32) % 32, '\0');  // the (empty) data section starts aligned
+}
+
+int64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmRSS:")) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Arrays cost their size in the file, not a JSON value per element; a count larger than the file
+// can hold is refused before anything is read.
+TEST(Gguf, MetadataArraysCostTheirBytesAndLyingCountsNothing) {
+  TempDir dir;
+  const uint64_t n = uint64_t(16) << 20;
+  test::write_bytes(dir / "bools.gguf", array_file(uint32_t(GgufValueType::Bool), n, std::string(n, '\1')));
+  const int64_t before = resident_bytes();
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const GgufFile g(dir / "bools.gguf");
+    EXPECT_EQ(g.metadata().at("a.arr").array.size(), n);
+    EXPECT_EQ(g.metadata().at("a.arr").array.at(n - 1), true);
+    // The map's pages and one copy, with room to spare; ~50x the size as JSON values.
+    EXPECT_LT(resident_bytes() - before, int64_t(3 * n));
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  std::string strings;
+  for (const char* s : {"ab", "", "cde"}) {
+    const uint64_t len = std::strlen(s);
+    strings.append(reinterpret_cast<const char*>(&len), 8);
+    strings += s;
+  }
+  test::write_bytes(dir / "strings.gguf", array_file(uint32_t(GgufValueType::String), 3, strings));
+  const GgufFile g(dir / "strings.gguf");
+  EXPECT_EQ(g.metadata().at("a.arr").array.string(2), "cde");
+  EXPECT_EQ(g.metadata().at("a.arr").array.string(1), "");
+  test::expect_error([&] { g.integers("a.arr"); }, "'a.arr' is an array of string, not of integers");
+  for (uint32_t element : {uint32_t(GgufValueType::U8), uint32_t(GgufValueType::F64), uint32_t(GgufValueType::String)}) {
+    test::write_bytes(dir / "lie.gguf", array_file(element, uint64_t(1) << 60, std::string(64, '\0')));
+    test::expect_error([&] { GgufFile lie(dir / "lie.gguf"); }, "truncated");
+  }
+  test::write_bytes(dir / "bool2.gguf", array_file(uint32_t(GgufValueType::Bool), 3, std::string("\1\0\2", 3)));
+  test::expect_error([&] { GgufFile b(dir / "bool2.gguf"); }, "element 2 is a bool holding 2");
+}
+
 // Logits of `model` over a fixed sequence.
 Tensor logits_of(Model& model) {
   ModelInput in;
@@ -226,6 +287,7 @@ TEST(KimiGguf, RoundTripKeepsTheLogits) {
       (*j).erase("initializer_range");
       for (const char* k : {"balancing", "bias_update_speed", "aux_loss_coef"}) (*j)["moe"].erase(k);
       (*j)["rms_norm_eps"] = float((*j)["rms_norm_eps"].get<double>());
+      (*j)["mla"]["norm_eps"] = float((*j)["mla"]["norm_eps"].get<double>());
       (*j)["moe"]["routed_scaling_factor"] = float((*j)["moe"]["routed_scaling_factor"].get<double>());
     }
     EXPECT_EQ(a.dump(1), b.dump(1)) << arch;
@@ -574,6 +636,23 @@ TEST(KimiGguf, AModelPathThatIsNeitherGgufNorDirectorySaysWhatItIs) {
   test::expect_error([&] { open_model_files(dir / "missing"); }, "missing: no such file or directory");
 }
 
+// The latent norms' eps: layer_norm_rms_epsilon, as llama.cpp's graph reads it, unless hyla's own
+// key says the model was made with another (SPEC §4).
+TEST(KimiGguf, TheLatentNormEpsIsWrittenOnlyWhereItDiffers) {
+  TempDir dir;
+  ModelConfig config = save_random("configs/kimi-k3-tiny.json", dir / "model");
+  save_kimi_gguf(dir / "same.gguf", config, ModelWeights(dir / "model"), {});
+  const GgufFile same(dir / "same.gguf");
+  EXPECT_FALSE(same.has("kimi-k3.attention.latent_norm_rms_epsilon"));
+  EXPECT_EQ(config_from_gguf(same).mla.norm_eps, float(config.rms_norm_eps));
+  config.mla.norm_eps = 1e-6;
+  save_kimi_gguf(dir / "other.gguf", config, ModelWeights(dir / "model"), {});
+  const GgufFile other(dir / "other.gguf");
+  EXPECT_EQ(other.number("kimi-k3.attention.latent_norm_rms_epsilon"), float(1e-6));
+  EXPECT_EQ(config_from_gguf(other).mla.norm_eps, float(1e-6));
+  EXPECT_EQ(config_from_gguf(other).rms_norm_eps, float(config.rms_norm_eps));
+}
+
 TEST(KimiGguf, AK3FileWithoutTheRoutedNormSkipsTheNorm) {
   // llama.cpp's graph skips ffn_routed_norm when a file has none: hyla reads moe.latent_norm false.
   TempDir dir;
@@ -694,6 +773,8 @@ TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
         ModelConfig::load((test::source_dir() / (k3 ? "configs/kimi-k3-tiny.json" : "configs/kimi-linear-tiny.json")).string());
     nlohmann::json a = config.to_json(), b = tiny.to_json();
     a["kda"].erase("chunk_size"), b["kda"].erase("chunk_size");
+    a["mla"].erase("norm_eps"), b["mla"].erase("norm_eps");  // HF: the official code's 1e-6 (SPEC §4)
+    EXPECT_EQ(config.mla.norm_eps, 1e-6);
     EXPECT_EQ(a.dump(1), b.dump(1)) << k3;
     Model model(config);
     model.initialize(2);
@@ -718,6 +799,18 @@ TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
     }
     rounded.params().refresh_bf16();
     EXPECT_EQ(max_abs_difference(logits_of(*loaded), logits_of(rounded)), 0) << k3;
+
+    // A layer count the tensors do not back is refused before anything is sized from it.
+    nlohmann::json lying = hf;
+    (k3 ? lying["text_config"] : lying)["num_hidden_layers"] = 100000;
+    test::write_bytes(dir / "config.json", lying.dump(1));
+    const auto start = std::chrono::steady_clock::now();
+    test::expect_error([&] { Model::load(dir.path()); }, "num_hidden_layers is 100000 but the weights hold only");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+    (k3 ? lying["text_config"] : lying)["num_hidden_layers"] = 9;
+    test::write_bytes(dir / "config.json", lying.dump(1));
+    test::expect_error([&] { Model::load(dir.path()); }, "num_hidden_layers is 9 but the weights hold no tensor of layer 8");
+    test::write_bytes(dir / "config.json", hf.dump(1));
 
     // An expert given twice (as w1.weight and as compressed-tensors' w1.weight_packed) names both.
     tensors.emplace_back("model.layers.1.block_sparse_moe.experts.0.w1.weight_packed", Tensor::zeros(DType::U8, {32, 32}));
@@ -865,7 +958,7 @@ TEST(GgufVocab, VocabulariesHylaCannotReadNameThemselves) {
       [&] {
         tokenizer_from_gguf(write({{"tokenizer.ggml.model", GgufValue::string("gpt2")},
                                    {"tokenizer.ggml.pre", GgufValue::string("deepseek-llm")},
-                                   {"tokenizer.ggml.tokens", GgufValue::array(GgufValueType::String, {"a"})}}));
+                                   {"tokenizer.ggml.tokens", GgufValue::of_array(GgufValueType::String, {"a"})}}));
       },
       "tokenizer.ggml.pre 'deepseek-llm'");
   test::expect_error([&] { load_model_tokenizer(dir / "v.gguf"); }, "v.gguf");

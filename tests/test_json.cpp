@@ -41,6 +41,10 @@ TEST(ParseJson, DuplicateKeysAndBadTextAreErrorsNamingTheSource) {
   EXPECT_NO_THROW(parse_json(R"({"a": {"c": 1}, "b": {"c": 2}})", "doc.json"));  // same key, other objects
   EXPECT_NE(parse_error("{\"a\": ").find("doc.json: not valid JSON"), std::string::npos);
   EXPECT_NE(parse_error("1e99999").find("not valid JSON"), std::string::npos);
+  // The parser's words, not its exception's name: where, and what it met.
+  EXPECT_EQ(parse_error("not json"), "doc.json: not valid JSON at line 1, column 2: syntax error while parsing value - "
+                                     "invalid literal; last read: 'no'");
+  EXPECT_EQ(parse_error("1e99999").find("json.exception"), std::string::npos) << parse_error("1e99999");
 }
 
 TEST(ParseJson, ExcerptsAreShort) {

@@ -42,9 +42,9 @@ void add_gguf_tokenizer(const Tokenizer& tokenizer, int64_t vocab_size, GgufMeta
   for (const auto& [a, b] : spec.merges) merges.push_back(tokens[size_t(a)] + " " + tokens[size_t(b)]);
   metadata["tokenizer.ggml.model"] = GgufValue::string("gpt2");
   metadata["tokenizer.ggml.pre"] = GgufValue::string(pre_name);
-  metadata["tokenizer.ggml.tokens"] = GgufValue::array(GgufValueType::String, tokens);
-  metadata["tokenizer.ggml.token_type"] = GgufValue::array(GgufValueType::I32, types);
-  metadata["tokenizer.ggml.merges"] = GgufValue::array(GgufValueType::String, merges);
+  metadata["tokenizer.ggml.tokens"] = GgufValue::of_array(GgufValueType::String, tokens);
+  metadata["tokenizer.ggml.token_type"] = GgufValue::of_array(GgufValueType::I32, types);
+  metadata["tokenizer.ggml.merges"] = GgufValue::of_array(GgufValueType::String, merges);
   if (const auto eos = tokenizer.token_id("<|endoftext|>"))
     metadata["tokenizer.ggml.eos_token_id"] = GgufValue::u32(uint32_t(*eos));
 }
@@ -68,15 +68,16 @@ std::optional<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     spec.pre_tokenizer.splits.push_back({std::string(pattern), false});
   }
   spec.ignore_merges = pre == "kimi-k2";  // Kimi's tokenizer is tiktoken's: a piece that is a token stays whole
-  const json& tokens = g.metadata().at("tokenizer.ggml.tokens").value;
+  const GgufValue& token_list = g.metadata().at("tokenizer.ggml.tokens");
+  HYLA_CHECK(token_list.type == GgufValueType::Array && token_list.array.element() == GgufValueType::String,
+             "{}: tokenizer.ggml.tokens is not an array of strings", source);
+  const GgufArray& tokens = token_list.array;
   const std::vector<int64_t> types = g.has("tokenizer.ggml.token_type") ? g.integers("tokenizer.ggml.token_type")
                                                                         : std::vector<int64_t>(tokens.size(), kNormal);
-  HYLA_CHECK(tokens.is_array() && types.size() == tokens.size(), "{}: {} tokens but {} token types", source,
-             tokens.size(), types.size());
+  HYLA_CHECK(types.size() == tokens.size(), "{}: {} tokens but {} token types", source, tokens.size(), types.size());
   std::map<std::string, int32_t> id_of;
   for (size_t id = 0; id < tokens.size(); ++id) {
-    HYLA_CHECK(tokens[id].is_string(), "{}: tokenizer.ggml.tokens[{}] is not a string", source, id);
-    const std::string text = tokens[id].get<std::string>();
+    const std::string text(tokens.string(id));
     if (types[id] == kUnused) continue;
     if (types[id] == kControl || types[id] == kUserDefined) {
       spec.added_tokens.push_back({int32_t(id), text, types[id] == kControl});
@@ -87,9 +88,12 @@ std::optional<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     spec.vocab.emplace_back(int32_t(id), *bytes);
     id_of[text] = int32_t(id);
   }
-  if (g.has("tokenizer.ggml.merges"))
-    for (const json& m : g.metadata().at("tokenizer.ggml.merges").value) {
-      const std::string text = m.is_string() ? m.get<std::string>() : "";
+  if (g.has("tokenizer.ggml.merges")) {
+    const GgufValue& merges = g.metadata().at("tokenizer.ggml.merges");
+    HYLA_CHECK(merges.type == GgufValueType::Array && merges.array.element() == GgufValueType::String,
+               "{}: tokenizer.ggml.merges is not an array of strings", source);
+    for (uint64_t i = 0; i < merges.array.size(); ++i) {
+      const std::string text(merges.array.string(i));
       const size_t space = text.find(' ');
       HYLA_CHECK(space != std::string::npos && text.find(' ', space + 1) == std::string::npos,
                  "{}: tokenizer.ggml.merges entry '{}' is not two tokens separated by one space", source, text);
@@ -98,6 +102,7 @@ std::optional<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
                  source, text);
       spec.merges.emplace_back(l->second, r->second);
     }
+  }
   return Tokenizer(std::move(spec), source);
 }
 

@@ -3,16 +3,29 @@
 #include "hyla/core/error.h"
 #include "hyla/data/gguf_vocab.h"
 #include "hyla/data/tiktoken.h"
+#include "hyla/model/model_files.h"
 
 namespace fs = std::filesystem;
 
 namespace hyla {
 
 std::optional<Tokenizer> find_model_tokenizer(const fs::path& path) {
-  if (fs::is_regular_file(path)) return tokenizer_from_gguf(GgufFile(path));
-  if (fs::exists(path / "tokenizer.json")) return Tokenizer::load(path / "tokenizer.json");
-  if (fs::exists(path / "tiktoken.model")) return load_kimi_tokenizer(path);
-  return std::nullopt;
+  std::optional<Tokenizer> tokenizer;
+  std::optional<int64_t> vocab;  // the model's, where the path holds one
+  if (fs::is_regular_file(path)) {
+    const GgufFile gguf(path);
+    tokenizer = tokenizer_from_gguf(gguf);
+    if (const GgufTensor* embeddings = gguf.find("token_embd.weight"); embeddings && embeddings->ne.size() == 2)
+      vocab = embeddings->ne[1];
+  } else {
+    if (fs::exists(path / "tokenizer.json")) tokenizer = Tokenizer::load(path / "tokenizer.json");
+    else if (fs::exists(path / "tiktoken.model")) tokenizer = load_kimi_tokenizer(path);
+    if (tokenizer && fs::exists(path / "config.json")) vocab = model_config_of(path).vocab_size;
+  }
+  HYLA_CHECK(!tokenizer || !vocab || tokenizer->vocab_size() <= *vocab,
+             "{}: the tokenizer has {} ids, more than the model's vocab_size {}", path.string(), tokenizer->vocab_size(),
+             *vocab);
+  return tokenizer;
 }
 
 Tokenizer load_model_tokenizer(const fs::path& path) {

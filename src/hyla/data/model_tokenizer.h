@@ -8,7 +8,9 @@
 
 namespace hyla {
 
-// nullopt when the model has none (no tokenizer file; a GGUF without a vocabulary).
+// nullopt when the model has none (no tokenizer file; a GGUF without a vocabulary). A tokenizer
+// with more ids than the model beside it has rows (config.json's vocab_size, a GGUF's
+// token_embd) is an error: every command that reads a model's tokenizer refuses it alike.
 std::optional<Tokenizer> find_model_tokenizer(const std::filesystem::path& path);
 // The same, an error naming what is missing when there is none.
 Tokenizer load_model_tokenizer(const std::filesystem::path& path);

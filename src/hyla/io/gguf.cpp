@@ -13,6 +13,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/core/half.h"
+#include "hyla/core/unaligned.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -28,6 +29,8 @@ class Reader {
  public:
   Reader(const uint8_t* data, uint64_t size, std::string source) : data_(data), size_(size), source_(std::move(source)) {}
   uint64_t offset() const { return offset_; }
+  const uint8_t* here() const { return data_ + offset_; }
+  uint64_t left() const { return size_ - offset_; }
   const uint8_t* take(uint64_t bytes, std::string_view what) {
     HYLA_CHECK(bytes <= size_ - offset_, "{}: truncated: {} needs {} bytes at offset {}, the file has {}", source_, what,
                bytes, offset_, size_);
@@ -87,11 +90,23 @@ GgufValue read_value(Reader& r, const std::string& what, const std::string& sour
   const uint32_t element = r.get<uint32_t>(what);
   HYLA_CHECK(element <= uint32_t(GgufValueType::F64) && element != uint32_t(GgufValueType::Array),
              "{}: {} is an array of unsupported value type {}", source, what, element);
-  v.element = GgufValueType(element);
   const uint64_t count = r.get<uint64_t>(what);
-  v.value = json::array();
-  for (uint64_t i = 0; i < count; ++i) v.value.push_back(read_scalar(r, v.element, what, source));
+  uint64_t used = 0;
+  v.array = GgufArray::read(GgufValueType(element), count, r.here(), r.left(), source + ": " + what, used);
+  r.take(used, what);
   return v;
+}
+
+// Bytes per element of a fixed-size type; 0 for strings.
+uint64_t element_bytes(GgufValueType type) {
+  switch (type) {
+    case GgufValueType::U8: case GgufValueType::I8: case GgufValueType::Bool: return 1;
+    case GgufValueType::U16: case GgufValueType::I16: return 2;
+    case GgufValueType::U32: case GgufValueType::I32: case GgufValueType::F32: return 4;
+    case GgufValueType::U64: case GgufValueType::I64: case GgufValueType::F64: return 8;
+    case GgufValueType::String: case GgufValueType::Array: return 0;
+  }
+  return 0;
 }
 
 void put_bytes(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
@@ -126,6 +141,107 @@ void put_scalar(std::string& out, GgufValueType type, const json& v, const std::
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
+
+GgufArray::GgufArray(GgufValueType element, const nlohmann::json& values) : element_(element) {
+  HYLA_CHECK(values.is_array() && element != GgufValueType::Array, "GGUF array of {}: not an array of scalars",
+             values.dump().substr(0, 80));
+  for (const json& x : values) {
+    if (element == GgufValueType::String) {
+      HYLA_CHECK(x.is_string(), "GGUF array of strings: element {} is {}", count_, x.dump().substr(0, 80));
+      bytes_ += x.get<std::string>();
+      ends_.push_back(bytes_.size());
+    } else {
+      put_scalar(bytes_, element, x, "array element");
+    }
+    ++count_;
+  }
+}
+
+GgufArray GgufArray::read(GgufValueType element, uint64_t count, const uint8_t* data, uint64_t available,
+                          const std::string& what, uint64_t& used) {
+  GgufArray a;
+  a.element_ = element;
+  a.count_ = count;
+  const uint64_t size = element_bytes(element);
+  if (size > 0) {  // checked before anything is copied: a lying count costs nothing
+    HYLA_CHECK(count <= available / size, "{}: truncated: {} elements of {} bytes, {} bytes left in the file", what,
+               count, size, available);
+    used = count * size;
+    if (element == GgufValueType::Bool)
+      for (uint64_t i = 0; i < count; ++i)
+        HYLA_CHECK(data[i] <= 1, "{}: element {} is a bool holding {}", what, i, data[i]);
+    a.bytes_.assign(reinterpret_cast<const char*>(data), used);
+    return a;
+  }
+  HYLA_CHECK(count <= available / 8, "{}: truncated: {} strings need at least {} bytes, {} bytes left in the file", what,
+             count, count * 8, available);
+  a.ends_.reserve(count);
+  used = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    HYLA_CHECK(available - used >= 8, "{}: truncated at string {} of {}", what, i, count);
+    const uint64_t n = load_unaligned<uint64_t>(data + used);
+    used += 8;
+    HYLA_CHECK(n <= available - used, "{}: truncated: string {} of {} needs {} bytes, {} are left", what, i, count, n,
+               available - used);
+    a.bytes_.append(reinterpret_cast<const char*>(data + used), n);
+    used += n;
+    a.ends_.push_back(a.bytes_.size());
+  }
+  return a;
+}
+
+std::string_view GgufArray::string(uint64_t i) const {
+  HYLA_CHECK(element_ == GgufValueType::String && i < count_, "GGUF array: element {} of {} is not a string", i, count_);
+  const uint64_t begin = i == 0 ? 0 : ends_[i - 1];
+  return std::string_view(bytes_).substr(begin, ends_[i] - begin);
+}
+
+bool GgufArray::is_integer() const {
+  return element_ != GgufValueType::F32 && element_ != GgufValueType::F64 && element_ != GgufValueType::Bool &&
+         element_ != GgufValueType::String;
+}
+
+json GgufArray::at(uint64_t i) const {
+  HYLA_CHECK(i < count_, "GGUF array: element {} of {}", i, count_);
+  const char* p = bytes_.data() + i * element_bytes(element_);
+  switch (element_) {
+    case GgufValueType::U8: return load_unaligned<uint8_t>(p);
+    case GgufValueType::I8: return load_unaligned<int8_t>(p);
+    case GgufValueType::U16: return load_unaligned<uint16_t>(p);
+    case GgufValueType::I16: return load_unaligned<int16_t>(p);
+    case GgufValueType::U32: return load_unaligned<uint32_t>(p);
+    case GgufValueType::I32: return load_unaligned<int32_t>(p);
+    case GgufValueType::F32: return load_unaligned<float>(p);
+    case GgufValueType::Bool: return *p == 1;
+    case GgufValueType::U64: return load_unaligned<uint64_t>(p);
+    case GgufValueType::I64: return load_unaligned<int64_t>(p);
+    case GgufValueType::F64: return load_unaligned<double>(p);
+    case GgufValueType::String: return std::string(string(i));
+    case GgufValueType::Array: break;
+  }
+  fail("GGUF array: element type {}", uint32_t(element_));
+}
+
+int64_t GgufArray::integer(uint64_t i) const {
+  const json x = at(i);
+  HYLA_CHECK(is_integer() && (!x.is_number_unsigned() || x.get<uint64_t>() <= uint64_t(INT64_MAX)),
+             "GGUF array: element {} is {}, not an integer", i, x.dump());
+  return x.get<int64_t>();
+}
+
+void GgufArray::write(std::string& out) const {
+  put<uint32_t>(out, uint32_t(element_));
+  put<uint64_t>(out, count_);
+  if (element_ != GgufValueType::String) {
+    out += bytes_;
+    return;
+  }
+  for (uint64_t i = 0; i < count_; ++i) {
+    const std::string_view s = string(i);
+    put<uint64_t>(out, s.size());
+    out += s;
+  }
+}
 
 int64_t GgufTensor::numel() const {
   int64_t n = 1;
@@ -346,6 +462,13 @@ void GgufFile::decode(const GgufTensor& t, int64_t first, int64_t n, float* dst)
                path_of(t).string(), t.name, ggml_type_name(t.type), (first + i) / block, dst[i]);
 }
 
+namespace {
+// A value as an error message shows it.
+std::string shown(const GgufValue& v) {
+  return v.type == GgufValueType::Array ? fmt::format("an array of {} elements", v.array.size()) : v.value.dump();
+}
+}  // namespace
+
 const GgufValue& GgufFile::value(const std::string& key) const {
   auto it = metadata_.find(key);
   HYLA_CHECK(it != metadata_.end(), "{}: missing metadata key '{}'", path().string(), key);
@@ -355,36 +478,41 @@ const GgufValue& GgufFile::value(const std::string& key) const {
 int64_t GgufFile::integer(const std::string& key) const {
   const GgufValue& v = value(key);
   HYLA_CHECK(v.type != GgufValueType::Array && v.value.is_number_integer(), "{}: metadata '{}' is {}, not an integer",
-             path().string(), key, v.value.dump());
+             path().string(), key, shown(v));
   return v.value.get<int64_t>();
 }
 
 double GgufFile::number(const std::string& key) const {
   const GgufValue& v = value(key);
   HYLA_CHECK(v.type != GgufValueType::Array && v.value.is_number(), "{}: metadata '{}' is {}, not a number",
-             path().string(), key, v.value.dump());
+             path().string(), key, shown(v));
   return v.value.get<double>();
 }
 
 bool GgufFile::boolean(const std::string& key) const {
   const GgufValue& v = value(key);
-  HYLA_CHECK(v.value.is_boolean(), "{}: metadata '{}' is {}, not a bool", path().string(), key, v.value.dump());
+  HYLA_CHECK(v.value.is_boolean(), "{}: metadata '{}' is {}, not a bool", path().string(), key, shown(v));
   return v.value.get<bool>();
 }
 
 std::string GgufFile::string(const std::string& key) const {
   const GgufValue& v = value(key);
-  HYLA_CHECK(v.value.is_string(), "{}: metadata '{}' is {}, not a string", path().string(), key, v.value.dump());
+  HYLA_CHECK(v.value.is_string(), "{}: metadata '{}' is {}, not a string", path().string(), key, shown(v));
   return v.value.get<std::string>();
 }
 
 std::vector<int64_t> GgufFile::integers(const std::string& key) const {
   const GgufValue& v = value(key);
   if (v.type != GgufValueType::Array) return {integer(key)};
+  constexpr const char* kNames[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"};
+  HYLA_CHECK(v.array.is_integer(), "{}: metadata '{}' is an array of {}, not of integers", path().string(), key,
+             kNames[uint32_t(v.array.element())]);
   std::vector<int64_t> out;
-  for (const json& x : v.value) {
-    HYLA_CHECK(x.is_number_integer(), "{}: metadata '{}' holds {}, not an integer", path().string(), key, x.dump());
-    out.push_back(x.get<int64_t>());
+  out.reserve(v.array.size());
+  try {
+    for (uint64_t i = 0; i < v.array.size(); ++i) out.push_back(v.array.integer(i));
+  } catch (const Error& e) {
+    fail("{}: metadata '{}': {}", path().string(), key, e.what());
   }
   return out;
 }
@@ -408,10 +536,7 @@ std::string gguf_header(const std::string& source, const GgufMetadata& metadata,
       put_scalar(header, v.type, v.value, key);
       continue;
     }
-    HYLA_CHECK(v.value.is_array(), "GGUF metadata '{}': not an array", key);
-    put<uint32_t>(header, uint32_t(v.element));
-    put<uint64_t>(header, v.value.size());
-    for (const json& x : v.value) put_scalar(header, v.element, x, key);
+    v.array.write(header);
   }
   uint64_t offset = 0;
   for (GgufTensor* t : tensors) {
@@ -427,8 +552,8 @@ std::string gguf_header(const std::string& source, const GgufMetadata& metadata,
   return header;
 }
 
-GgufValue u16_value(int64_t v) { return {GgufValueType::U16, GgufValueType::U32, v}; }
-GgufValue i32_value(int64_t v) { return {GgufValueType::I32, GgufValueType::U32, v}; }
+GgufValue u16_value(int64_t v) { return {GgufValueType::U16, v}; }
+GgufValue i32_value(int64_t v) { return {GgufValueType::I32, v}; }
 
 }  // namespace
 

@@ -21,21 +21,48 @@
 
 namespace hyla {
 
-// A metadata value: its GGUF value type (and element type for arrays) with the value as JSON.
 enum class GgufValueType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7, String = 8, Array = 9, U64 = 10, I64 = 11,
   F64 = 12
 };
+
+// An array's elements as the file stores them: numbers and bools little-endian, back to back;
+// strings concatenated, with where each ends. It takes the memory its elements take in the file,
+// whatever their count (a JSON value per element took ~50 times that).
+class GgufArray {
+ public:
+  GgufArray() = default;
+  GgufArray(GgufValueType element, const nlohmann::json& values);  // values' types must match
+  // Reads `count` elements from `data` (`available` bytes); fails, naming `what`, if they do not fit.
+  static GgufArray read(GgufValueType element, uint64_t count, const uint8_t* data, uint64_t available,
+                        const std::string& what, uint64_t& used);
+  GgufValueType element() const { return element_; }
+  uint64_t size() const { return count_; }
+  nlohmann::json at(uint64_t i) const;  // one element as JSON
+  std::string_view string(uint64_t i) const;
+  bool is_integer() const;
+  int64_t integer(uint64_t i) const;    // integer element types (a u64 above INT64_MAX fails)
+  void write(std::string& out) const;   // the element type, the count and the elements, as GGUF stores them
+  bool operator==(const GgufArray&) const = default;
+
+ private:
+  GgufValueType element_ = GgufValueType::U32;
+  uint64_t count_ = 0;
+  std::string bytes_;
+  std::vector<uint64_t> ends_;  // strings only
+};
+
+// A metadata value: its GGUF value type, a scalar as JSON or an array.
 struct GgufValue {
   GgufValueType type = GgufValueType::U32;
-  GgufValueType element = GgufValueType::U32;  // arrays only
-  nlohmann::json value;
-  static GgufValue u32(uint32_t v) { return {GgufValueType::U32, GgufValueType::U32, v}; }
-  static GgufValue f32(float v) { return {GgufValueType::F32, GgufValueType::U32, v}; }
-  static GgufValue boolean(bool v) { return {GgufValueType::Bool, GgufValueType::U32, v}; }
-  static GgufValue string(std::string v) { return {GgufValueType::String, GgufValueType::U32, std::move(v)}; }
-  static GgufValue array(GgufValueType element, nlohmann::json values) {
-    return {GgufValueType::Array, element, std::move(values)};
+  nlohmann::json value;  // scalars
+  GgufArray array;       // arrays
+  static GgufValue u32(uint32_t v) { return {GgufValueType::U32, v}; }
+  static GgufValue f32(float v) { return {GgufValueType::F32, v}; }
+  static GgufValue boolean(bool v) { return {GgufValueType::Bool, v}; }
+  static GgufValue string(std::string v) { return {GgufValueType::String, std::move(v)}; }
+  static GgufValue of_array(GgufValueType element, const nlohmann::json& values) {
+    return {GgufValueType::Array, nullptr, GgufArray(element, values)};
   }
 };
 using GgufMetadata = std::map<std::string, GgufValue>;

@@ -104,7 +104,13 @@ json parse_json(std::string_view text, std::string_view source) {
   try {
     return json::parse(text.begin(), text.end(), check);
   } catch (const json::exception& e) {  // syntax errors, and numbers out of range
-    fail("{}: not valid JSON: {}", source, e.what());
+    // nlohmann's text without its "[json.exception.parse_error.101] parse error" prefix.
+    std::string_view what = e.what();
+    if (const size_t bracket = what.find("] "); what.starts_with("[json.") && bracket != std::string_view::npos)
+      what.remove_prefix(bracket + 2);
+    if (what.starts_with("parse error at ")) fail("{}: not valid JSON at {}", source, what.substr(15));
+    if (what.starts_with("parse error")) what.remove_prefix(std::min(what.size(), size_t(13)));
+    fail("{}: not valid JSON: {}", source, what);
   }
 }
 

@@ -103,6 +103,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   mla.read("output_gate", c.mla.output_gate);
   mla.read("sliding_window", c.mla.sliding_window);
   mla.read("rope", c.mla.rope);
+  c.mla.norm_eps = c.rms_norm_eps;
+  mla.read("norm_eps", c.mla.norm_eps);
   mla.finish();
 
   JsonFields moe = f.object("moe");
@@ -169,6 +171,7 @@ void ModelConfig::validate(const std::string& source) const {
   for (const auto& [value, key] :
        {std::pair{rms_norm_eps, "rms_norm_eps"}, {initializer_range, "initializer_range"},
         {kda.gate_lower_bound, "kda.gate_lower_bound"}, {mla.rope_theta, "mla.rope_theta"},
+        {mla.norm_eps, "mla.norm_eps"},
         {moe.routed_scaling_factor, "moe.routed_scaling_factor"}, {moe.situ_beta, "moe.situ_beta"},
         {moe.situ_linear_beta, "moe.situ_linear_beta"}, {moe.bias_update_speed, "moe.bias_update_speed"},
         {moe.aux_loss_coef, "moe.aux_loss_coef"}})
@@ -198,6 +201,7 @@ void ModelConfig::validate(const std::string& source) const {
   rule(mla.qk_nope_head_dim + mla.qk_rope_head_dim > 0, "mla.qk_nope_head_dim + mla.qk_rope_head_dim must be > 0");
   positive(mla.v_head_dim, "mla.v_head_dim");
   rule(mla.rope_theta > 0, fmt::format("mla.rope_theta ({}) must be > 0", mla.rope_theta));
+  rule(mla.norm_eps > 0 && mla.norm_eps < 1, fmt::format("mla.norm_eps ({}) must lie in (0, 1)", mla.norm_eps));
   non_negative(mla.sliding_window, "mla.sliding_window");
   for (size_t l = 0; l < layer_types.size(); ++l)
     rule(layer_types[l] != LayerType::Swa || mla.sliding_window > 0,
@@ -251,7 +255,7 @@ json ModelConfig::to_json() const {
        {{"num_heads", mla.num_heads}, {"q_lora_rank", mla.q_lora_rank}, {"kv_lora_rank", mla.kv_lora_rank},
         {"qk_nope_head_dim", mla.qk_nope_head_dim}, {"qk_rope_head_dim", mla.qk_rope_head_dim},
         {"v_head_dim", mla.v_head_dim}, {"rope_theta", mla.rope_theta}, {"output_gate", mla.output_gate},
-        {"sliding_window", mla.sliding_window}, {"rope", mla.rope}}},
+        {"sliding_window", mla.sliding_window}, {"rope", mla.rope}, {"norm_eps", mla.norm_eps}}},
       {"moe",
        {{"num_experts", moe.num_experts}, {"num_experts_per_tok", moe.num_experts_per_tok},
         {"num_shared_experts", moe.num_shared_experts}, {"moe_intermediate_size", moe.moe_intermediate_size},

@@ -35,6 +35,7 @@ struct MlaConfig {
   bool output_gate = true;
   int64_t sliding_window = 0;
   bool rope = true;  // false: q_pe and k_pe (qk_rope_head_dim > 0) enter the scores unrotated
+  double norm_eps = 1e-5;  // the q_a and kv_a latent norms' eps (SPEC §4.3); absent from a config: rms_norm_eps
 };
 
 struct MoeConfig {

@@ -81,6 +81,10 @@ ModelConfig config_from_hf(const json& file, const std::string& source) {
   c.mla.rope = !nope;
   c.mla.output_gate = false;
   f.read("mla_use_output_gate", c.mla.output_gate);
+  // The official modelling code builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default
+  // eps, not rms_norm_eps; no released config names it, hyla's own key does when present.
+  c.mla.norm_eps = 1e-6;
+  f.read("mla_norm_eps", c.mla.norm_eps);
 
   MoeConfig& m = c.moe;
   read_required(f, source, "num_experts", m.num_experts);

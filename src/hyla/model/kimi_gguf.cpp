@@ -19,6 +19,9 @@ using json = nlohmann::json;
 namespace hyla {
 namespace {
 
+// hyla's own key for the MLA latent norms' eps (llama.cpp has none: it uses layer_norm_rms_epsilon).
+constexpr const char* kLatentNormEps = "attention.latent_norm_rms_epsilon";
+
 // How a GGUF tensor relates to hyla's parameters.
 enum class Link {
   Same,     // one parameter, same values and layout (GGUF `ne` is hyla's shape reversed)
@@ -356,6 +359,9 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   HYLA_CHECK(mla.qk_nope_head_dim >= 0, "{}: attention.key_length_mla {} is less than the rope width {}", source,
              key_length, mla.qk_rope_head_dim);
   if (g.has(key(arch, "rope.freq_base"))) mla.rope_theta = g.number(key(arch, "rope.freq_base"));
+  // llama.cpp's graph uses layer_norm_rms_epsilon for the latent norms too; hyla's key (written
+  // only where the two differ) says when the model was made with another.
+  mla.norm_eps = g.has(key(arch, kLatentNormEps)) ? g.number(key(arch, kLatentNormEps)) : c.rms_norm_eps;
   mla.sliding_window = 0;
 
   MoeConfig& moe = c.moe;
@@ -566,8 +572,9 @@ GgufExport save_kimi_gguf(const fs::path& path, const ModelConfig& c, const Mode
   u32("attention.head_count", any_kda ? c.kda.num_heads : c.mla.num_heads);
   json kv = json::array();
   for (LayerType t : c.layer_types) kv.push_back(t == LayerType::Kda ? 0 : 1);
-  meta[key(arch, "attention.head_count_kv")] = GgufValue::array(GgufValueType::U32, kv);
+  meta[key(arch, "attention.head_count_kv")] = GgufValue::of_array(GgufValueType::U32, kv);
   f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  if (c.mla.norm_eps != c.rms_norm_eps) f32(kLatentNormEps, c.mla.norm_eps);
   const MlaConfig& m = c.mla;
   u32("attention.key_length", m.kv_lora_rank + m.qk_rope_head_dim);
   if (k3) u32("attention.value_length", m.kv_lora_rank);

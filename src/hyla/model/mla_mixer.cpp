@@ -27,10 +27,10 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   kv_a_proj_ = Linear(store, prefix + "kv_a_proj_with_mqa", d, m.kv_lora_rank + m.qk_rope_head_dim, c);
   if (m.output_gate) g_proj_ = Linear(store, prefix + "g_proj", d, H * m.v_head_dim, c);
   if (m.q_lora_rank > 0) {
-    q_a_norm_ = RmsNorm(store, prefix + "q_a_layernorm", m.q_lora_rank, c, float(config.rms_norm_eps));
+    q_a_norm_ = RmsNorm(store, prefix + "q_a_layernorm", m.q_lora_rank, c, float(m.norm_eps));
     q_b_proj_ = Linear(store, prefix + "q_b_proj", m.q_lora_rank, H * qk, c);
   }
-  kv_a_norm_ = RmsNorm(store, prefix + "kv_a_layernorm", m.kv_lora_rank, c, float(config.rms_norm_eps));
+  kv_a_norm_ = RmsNorm(store, prefix + "kv_a_layernorm", m.kv_lora_rank, c, float(m.norm_eps));
   // Float only: the absorbed decode reads its f32 values (decode_attention).
   kv_b_proj_ = Linear(store, prefix + "kv_b_proj", m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim), c,
                       Init::Normal, WeightStorage::FloatOnly);

@@ -1,5 +1,8 @@
 #include "hyla/model/model_files.h"
 
+#include <algorithm>
+#include <charconv>
+
 #include "hyla/io/json_fields.h"
 #include "hyla/model/hf_config.h"
 #include "hyla/model/kimi_gguf.h"
@@ -24,6 +27,30 @@ void check_model_path(const std::filesystem::path& path) {
        path.string());
 }
 
+// Layer counts checked against the tensors before anything is sized from them: every layer the
+// config declares holds a tensor named model.layers.N.… (hyla's and the Hugging Face checkpoints'
+// name, after any "language_model." prefix). A config that lies costs a pass over the names.
+void check_layers_held(const ModelConfig& config, const ModelWeights& weights, const std::string& config_path) {
+  const std::vector<std::string> names = weights.names();
+  const int64_t layers = config.num_hidden_layers;
+  HYLA_CHECK(layers <= int64_t(names.size()), "{}: num_hidden_layers is {} but the weights hold only {} tensors",
+             config_path, layers, names.size());
+  std::vector<bool> held(size_t(layers), false);
+  constexpr std::string_view kLayers = "model.layers.";
+  for (const std::string& name : names) {
+    const size_t at = name.find(kLayers);
+    if (at == std::string::npos) continue;
+    const char* first = name.data() + at + kLayers.size();
+    int64_t l = -1;
+    const auto [end, error] = std::from_chars(first, name.data() + name.size(), l);
+    if (error == std::errc() && *end == '.' && l >= 0 && l < layers) held[size_t(l)] = true;
+  }
+  const auto missing = std::find(held.begin(), held.end(), false);
+  HYLA_CHECK(missing == held.end(), "{}: num_hidden_layers is {} but the weights hold no tensor of layer {} "
+             "(model.layers.{}.*): {} of the layers have tensors", config_path, layers, missing - held.begin(),
+             missing - held.begin(), std::count(held.begin(), held.end(), true));
+}
+
 }  // namespace
 
 ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options) {
@@ -37,6 +64,7 @@ ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesO
   const std::string config_path = (path / "config.json").string();
   ModelConfig config = ModelConfig::load(config_path);
   auto weights = std::make_shared<const ModelWeights>(path);
+  check_layers_held(config, *weights, config_path);
   const nlohmann::json j = parse_json_file(config_path);
   if (!is_hf_config(j)) return {std::move(config), std::move(weights), ModelFiles::Format::Hyla};
   return {std::move(config), std::make_shared<const ModelWeights>(weights_from_hf(weights, config)),

@@ -8,6 +8,7 @@
 #include "hyla/core/random.h"
 #include "hyla/model/int8_weights.h"
 #include "hyla/model/mxfp4_weights.h"
+#include "hyla/model/weight_values.h"
 
 namespace hyla {
 namespace {
@@ -317,6 +318,7 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
     if (p->is_mxfp4()) {
       pack_mxfp4_weight(weights, p->name, p->shape[0], p->shape[1], const_cast<uint8_t*>(p->mxfp4.data), source);
     } else {
+      if (!p->is_int8()) check_weight_values(weights, p->name);
       const Tensor t = weights.get(p->name);
       if (p->is_int8()) {
         const Tensor scales = weights.get(int8_scale_name(p->name));

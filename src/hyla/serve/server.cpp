@@ -143,6 +143,8 @@ struct Server::Impl {
   std::atomic<int64_t> in_flight{0};       // generation requests not yet answered
   std::atomic<bool> draining{false};       // shutdown(): new requests get 503
   std::atomic<bool> cancel_all{false};     // shutdown(): the grace period is over
+  // stop() before listen() has started (a model that fails to load at once) must still end it.
+  std::atomic<bool> stop_requested{false}, listen_entered{false}, listen_returned{false};
 
   httplib::Server::HandlerResponse screen(const httplib::Request& req, httplib::Response& res) const;
   bool answer_cors(const httplib::Request& req, httplib::Response& res) const;
@@ -435,7 +437,11 @@ void Server::load() {
 
 std::string Server::memory_summary() const { return impl_->engine->memory_summary(); }
 
-void Server::listen() { impl_->http.listen_after_bind(); }
+void Server::listen() {
+  impl_->listen_entered = true;
+  if (!impl_->stop_requested) impl_->http.listen_after_bind();
+  impl_->listen_returned = true;
+}
 
 void Server::shutdown() {
   impl_->draining = true;
@@ -457,6 +463,9 @@ void Server::shutdown() {
 void Server::stop() {
   impl_->draining = true;
   impl_->cancel_all = true;  // the HTTP threads' last requests end now, so that stopping can join them
+  impl_->stop_requested = true;
+  // A listen() that has begun but not yet started its loop would miss the stop: wait for its loop.
+  while (impl_->listen_entered && !impl_->listen_returned && !impl_->http.is_running()) std::this_thread::yield();
   if (impl_->http.is_running()) impl_->http.stop();
 }
 
