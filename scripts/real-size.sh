@@ -30,6 +30,9 @@
 #    95% intervals, and one JSON line: file_bytes, ram_bytes, hyla_tg, llama_tg, hyla_peak_rss,
 #    llama_peak_rss (uniform routing: decode means over the rounds, RSS their maxima), then the
 #    same four for the skewed routing.
+# 9. with LLAMA_CPP_DIR, scripts/real-size-quant.sh: the file requantised by llama-quantize to Q2_K
+#    (resident) and to an IQ1_S/Q2_K mix split into shards (offloaded), hyla against llama.cpp on
+#    each; its JSON fields (hyla_tg_q2k, llama_tg_q2k, hyla_tg_iq1, llama_tg_iq1, ...) join the line.
 # Needs jq and python3. Tests: pp16 and tg32 (TG tokens), 2 threads, as llama-bench's -p/-n.
 # About 35 minutes once the file exists.
 set -euo pipefail
@@ -59,7 +62,8 @@ if [[ ! -f $gguf ]]; then
   avail=$(df -B1 --output=avail "$work" | tail -1)
   (( avail > 35 * 1000 ** 3 )) || { echo "real-size: $work has $((avail / 1000 ** 3)) GB free; the file needs ~30 GB and headroom" >&2; exit 1; }
   echo "== writing $gguf (about 20 minutes)" >&2
-  /usr/bin/time -v -o "$work/init.time" "$hyla" init --config "$config" --out "$gguf" --type bf16 --experts mxfp4 >&2
+  /usr/bin/time -v -o "$work/init.time" "$hyla" init --config "$config" --out "$gguf" --type bf16 --experts mxfp4 \
+    --tokenizer data/kjv/tokenizer.json >&2
 fi
 file_bytes=$(stat -c %s "$gguf")
 (( file_bytes > ram )) || echo "real-size: warning: the file ($file_bytes bytes) is not larger than RAM ($ram bytes)" >&2
@@ -238,5 +242,11 @@ line() {  # ROUTING -> hyla_tg llama_tg hyla_peak_rss llama_peak_rss as JSON fie
   echo "\"hyla_tg$suffix\":$ht,\"llama_tg$suffix\":${lt:-null},\"hyla_peak_rss$suffix\":$hr,\"llama_peak_rss$suffix\":${lr:-null}"
 }
 file_bytes=$(stat -c %s "$gguf")
+summary="{\"file_bytes\":$file_bytes,\"ram_bytes\":$ram,$(line uniform ""),$(line skewed _skewed)}"
+
+# 9. The quantised files (Q2_K resident, an IQ1_S/Q2_K mix split and offloaded) against llama.cpp.
+if [[ -n $llama ]]; then
+  summary=$(jq -c -n --argjson a "$summary" --argjson b "$(bash scripts/real-size-quant.sh "$build" "$work" "$llama" | tail -1)" '$a + $b')
+fi
 [[ ${CLEAN:-0} == 1 ]] && rm -f "$gguf" && echo "real-size: deleted $gguf" >&2
-echo "{\"file_bytes\":$file_bytes,\"ram_bytes\":$ram,$(line uniform ""),$(line skewed _skewed)}"
+echo "$summary"
