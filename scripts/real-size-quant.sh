@@ -46,11 +46,7 @@ room() {  # GB: exits unless WORK has that much free
   avail=$(df -B1 --output=avail "$work" | tail -1)
   (( avail > $1 * 1000 ** 3 )) || { echo "real-size-quant: $work has $((avail / 1000 ** 3)) GB free; the next file needs ~$1 GB" >&2; exit 1; }
 }
-cold() {
-  sync
-  if { echo 3 > /proc/sys/vm/drop_caches; } 2> /dev/null; then echo cold; else echo "warm (drop_caches needs root)"; fi
-}
-peak_rss() { awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 * 1024}' "$1"; }
+source "$(dirname "$0")/bench-stats.sh"
 timed() {  # LOG TIME COMMAND...: the command's output in LOG, its /usr/bin/time figures in TIME
   local log=$1 time=$2
   shift 2
@@ -131,14 +127,6 @@ llama_rate() {  # pp|tg FILE
   if [[ $1 == pp ]]; then jq --argjson n "$pp" '[(.rows // [])[] | select(.n_prompt == $n and .n_gen == 0) | .avg_ts][0] // null' "$2"
   else jq --argjson n "$tg" '[(.rows // [])[] | select(.n_gen == $n) | .avg_ts][0] // null' "$2"; fi
 }
-stats() {  # numbers on stdin -> "mean ± 95% half-width" (Student t)
-  awk 'BEGIN {split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26", t, " ")}
-       {x[NR] = $1; s += $1} END {if (NR == 0) {print "-"; exit} m = s / NR; v = 0
-       for (i = 1; i <= NR; ++i) v += (x[i] - m) ^ 2
-       h = NR > 1 ? t[NR - 1] * sqrt(v / (NR - 1) / NR) : 0; printf "%.3f ± %.3f\n", m, h}'
-}
-mean() { awk '{s += $1; n++} END {if (n) printf "%.4f", s / n; else printf "null"}'; }
-max() { awk '$1 > m {m = $1} END {printf "%.0f", m}'; }
 series() {  # FILE_GLOB pp|tg hyla|llama -> one rate per line
   for f in $1; do [[ -f $f ]] && { [[ $3 == hyla ]] && hyla_rate "$2$([[ $2 == pp ]] && echo "$pp" || echo "$tg")" "$f" || llama_rate "$2" "$f"; }; done | grep -v null || true
 }

@@ -50,11 +50,7 @@ gguf="$work/kl48-mxfp4.gguf"
 mkdir -p "$work"
 ram=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 
-cold() {  # drops the page cache; says when it cannot
-  sync
-  if { echo 3 > /proc/sys/vm/drop_caches; } 2> /dev/null; then echo cold; else echo "warm (drop_caches needs root)"; fi
-}
-peak_rss() { awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 * 1024}' "$1"; }
+source "$(dirname "$0")/bench-stats.sh"
 routing_bias() { python3 scripts/gguf-router-bias.py "$gguf" "$([[ $1 == skewed ]] && echo "$beta" || echo 0)" >&2; }
 
 # 1. The file.
@@ -194,14 +190,6 @@ echo "safetensors: $(jq -c 'del(.bench)' "$work/safetensors.json")" >&2
 # 8. The figures.
 hyla_tg() { jq --arg t "tg$tg" '[.rows[] | select(.test == $t) | .tokens_per_s][0]' "$1"; }
 llama_tg() { jq --argjson n "$tg" '[(.rows // [])[] | select(.n_gen == $n) | .avg_ts][0] // null' "$1"; }
-stats() {  # numbers on stdin -> "mean ± 95% half-width" (Student t, n - 1 degrees of freedom)
-  awk 'BEGIN {split("12.71 4.30 3.18 2.78 2.57 2.45 2.36 2.31 2.26", t, " ")}
-       {x[NR] = $1; s += $1} END {if (NR == 0) {print "-"; exit} m = s / NR; v = 0
-       for (i = 1; i <= NR; ++i) v += (x[i] - m) ^ 2
-       h = NR > 1 ? t[NR - 1] * sqrt(v / (NR - 1) / NR) : 0; printf "%.3f ± %.3f\n", m, h}'
-}
-mean() { awk '{s += $1} END {if (NR) printf "%.4f", s / NR; else printf "null"}'; }
-max() { awk '$1 > m {m = $1} END {printf "%.0f", m}'; }
 disk_gb() { awk -F': ' '/File system inputs/ {printf "%.1f", $2 * 512 / 1e9}' "$1"; }  # bytes read from disk by a command
 {
   echo "| routing | hyla tg$tg t/s | llama.cpp tg$tg t/s | hyla peak RSS | llama.cpp peak RSS | hyla hit rate | disk GB read a command, hyla / llama.cpp | top 20% routed (pp512) |"
