@@ -5,7 +5,7 @@
 #   bash scripts/real-size-quant.sh BUILD_DIR WORK_DIR LLAMA_CPP_DIR
 # Needs WORK_DIR/kl48-mxfp4.gguf (real-size.sh's step 1, which gives it the KJV vocabulary so that
 # llama-imatrix can read text) and llama.cpp built: llama-quantize, llama-imatrix, llama-gguf-split,
-# and llama-bench with real-size.sh's LLAMA_BENCH_NO_REPACK patch.
+# and llama-bench, which it patches (scripts/llama-bench-no-repack.patch) and rebuilds if needed.
 # 1. Q2_K: llama-quantize --allow-requantize of the MXFP4 file, its Q2_K preset (~17 GB, ~20 min);
 # 2. an importance matrix: llama-imatrix on the Q2_K file over KJV text (CHUNKS chunks of 256);
 # 3. the IQ1_S/Q2_K mix: the routed experts' gate matrices IQ1_S, everything else as the Q2_K preset
@@ -38,8 +38,10 @@ mxfp4="$work/kl48-mxfp4.gguf"
 q2k="$work/kl48-q2_k.gguf"
 mix="$work/kl48-iq1_s-q2_k"  # the shards' prefix: $mix-00001-of-0000N.gguf
 [[ -f $mxfp4 ]] || { echo "real-size-quant: $mxfp4 is missing (scripts/real-size.sh writes it)" >&2; exit 1; }
-grep -q LLAMA_BENCH_NO_REPACK "$llama/tools/llama-bench/llama-bench.cpp" ||
-  { echo "real-size-quant: llama-bench lacks scripts/llama-bench-no-repack.patch (real-size.sh applies it)" >&2; exit 1; }
+if ! grep -q LLAMA_BENCH_NO_REPACK "$llama/tools/llama-bench/llama-bench.cpp"; then
+  patch -d "$llama" -p1 < scripts/llama-bench-no-repack.patch >&2
+fi
+cmake --build "$llama/build" -j2 --target llama-bench >&2  # the patched llama-bench (nothing to do if built)
 
 room() {  # GB: exits unless WORK has that much free
   local avail
