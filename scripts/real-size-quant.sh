@@ -159,4 +159,4 @@ fields() {  # FILE SUFFIX
        "\"hyla_pp_$s\":$(series "$work/$file/hyla-r*.json" pp hyla | mean),\"llama_pp_$s\":$(best_llama "$file" pp)," \
        "\"hyla_peak_rss_$s\":$hr,\"llama_peak_rss_$s\":$lr"
 }
-echo "{\"q2k_bytes\":$(stat -c %s "$q2k"),\"iq1_bytes\":$(stat -c %s "$mix"-*-of-*.gguf | awk '{s += $1} END {print s}'),\"iq1_shards\":$(ls "$mix"-*-of-*.gguf | wc -l),$(fields q2k q2k),$(fields iq1 iq1)}" | tr -d ' '
+echo "{\"q2k_bytes\":$(stat -c %s "$q2k"),\"iq1_bytes\":$(stat -c %s "$mix"-*-of-*.gguf | awk '{s += $1} END {printf "%.0f", s}'),\"iq1_shards\":$(ls "$mix"-*-of-*.gguf | wc -l),$(fields q2k q2k),$(fields iq1 iq1)}" | tr -d ' '
