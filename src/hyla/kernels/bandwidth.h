@@ -40,14 +40,15 @@ struct TokenReadTime {
 
 class TokenReadBench {
  public:
-  // Allocates and touches max_reread bytes and the pool of moe_layers · experts experts.
+  // Allocates and touches max_reread bytes and a pool of experts: every layer's, or as many
+  // whole layers' as fit in 1 GiB (the layers beyond read the pool's again: DRAM either way).
   TokenReadBench(int64_t max_reread, int64_t moe_layers, int64_t experts, int64_t expert_bytes);
   // Tokens that read `reread` (≤ max_reread) bytes and `picked` (≤ experts) experts per MoE layer.
   TokenReadTime measure(int64_t reread, int64_t picked) const;
 
  private:
   std::shared_ptr<void> reread_, pool_;
-  int64_t max_reread_, moe_layers_, experts_, expert_bytes_;
+  int64_t max_reread_, moe_layers_, experts_, expert_bytes_, pool_layers_ = 1;
 };
 
 }  // namespace hyla

@@ -98,7 +98,12 @@ TokenReadBench::TokenReadBench(int64_t max_reread, int64_t moe_layers, int64_t e
     return memory;
   };
   reread_ = fill(std::max(max_reread / 4, std::max<int64_t>(moe_layers, 1) * kGroup));
-  pool_ = fill(moe_layers * experts * (expert_bytes / 4));
+  // The routed reads must come from DRAM, not a cache: a pool of whole layers' experts up to
+  // kPoolBytes does that; every layer's experts at once would be a second copy of the model's
+  // experts in memory (17 GB for a 48B file), which pushed the model's own pages out.
+  constexpr int64_t kPoolBytes = int64_t(1) << 30;
+  pool_layers_ = std::clamp<int64_t>(kPoolBytes / std::max<int64_t>(experts * expert_bytes, 1), 1, std::max<int64_t>(moe_layers, 1));
+  pool_ = fill(std::min(moe_layers, pool_layers_) * experts * (expert_bytes / 4));
 }
 
 TokenReadTime TokenReadBench::measure(int64_t reread, int64_t picked) const {
@@ -145,7 +150,7 @@ TokenReadTime TokenReadBench::measure(int64_t reread, int64_t picked) const {
           t0 = std::chrono::steady_clock::now();
           const int32_t* chosen = picks.data() + (t * moe_layers_ + l) * picked;
           for (int64_t j = 0; j < picked; ++j)
-            read_share(acc, pool + (l * experts_ + chosen[j]) * pool_stride, expert, thread, threads);
+            read_share(acc, pool + ((l % pool_layers_) * experts_ + chosen[j]) * pool_stride, expert, thread, threads);
           own_routed += seconds_since(t0);
         }
       total += total_of(acc);
