@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "hyla/data/gguf_vocab.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/file.h"
 #include "hyla/model/initialized_weights.h"
@@ -24,8 +25,9 @@ void add_init(CLI::App& app) {
   cmd->add_option("--seed", seed, "Initialisation seed");
   cmd->add_option("--weight-dtype", weight_dtype, "Weight dtype in the file")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   refuse_renamed(cmd, "--dtype", "--weight-dtype", kDtypeMeansMatmulInputs);
-  cmd->add_option("--tokenizer", tokenizer, "tokenizer.json to place in the model directory (or the GGUF's vocabulary)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", tokenizer, "tokenizer.json, or a model (directory, Kimi checkpoint, GGUF) whose "
+                                            "tokenizer to place in the model directory (or the GGUF's vocabulary)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--type", type, "FILE.gguf: matrix type f32, f16, bf16 or q8_0 (norms, biases, convs, router: f32)")
       ->capture_default_str();
   cmd->add_option("--experts", experts, "Routed experts as the other matrices (float) or MXFP4 (the rounding of "
@@ -39,7 +41,7 @@ void add_init(CLI::App& app) {
       HYLA_CHECK(cmd->count("--weight-dtype") == 0, "init: --weight-dtype is for a model directory; a GGUF takes --type");
       const ModelConfig config = ModelConfig::load(config_path);
       GgufExportOptions options{.matrices = ggml_type_from_name(type), .name = "hyla init"};
-      if (!tokenizer.empty()) add_gguf_tokenizer(Tokenizer::load(tokenizer), config.vocab_size, options.tokenizer);
+      if (!tokenizer.empty()) add_gguf_tokenizer(load_tokenizer_argument(tokenizer), config.vocab_size, options.tokenizer);
       const std::string arch = save_kimi_gguf(out, config, *initialized_weights(config, seed, experts == "mxfp4"), options).arch;
       const ParamCounts counts = count_parameters(config);
       fmt::print("wrote {}: llama.cpp {} GGUF, {} bytes ({} parameters, {} active per token, seed {}, matrices {}, "
@@ -53,8 +55,14 @@ void add_init(CLI::App& app) {
     check_replaceable_output(out, "config.json", read, force);
     const ModelConfig config = ModelConfig::load(config_path);
     const DType t = weight_dtype == "bf16" ? DType::BF16 : weight_dtype == "f16" ? DType::F16 : DType::F32;
+    // A tokenizer.json is copied as it is; another model's tokenizer travels as the one it reads as.
+    std::string tokenizer_json;
+    if (!tokenizer.empty())
+      tokenizer_json = std::filesystem::is_regular_file(tokenizer) && !is_gguf_file(tokenizer)
+                           ? read_file(tokenizer)
+                           : load_tokenizer_argument(tokenizer).to_json().dump(2) + "\n";
     // A tensor at a time, in shards of 4 GB: a model of any size.
-    save_model_directory(out, config, *initialized_weights(config, seed, experts == "mxfp4"), t, tokenizer);
+    save_model_directory(out, config, *initialized_weights(config, seed, experts == "mxfp4"), t, tokenizer_json);
     const ParamCounts counts = count_parameters(config);
     fmt::print("wrote {} ({} parameters, {} active per token, seed {}, {}, experts {})\n", out, counts.total_sum(),
                counts.active_sum(), seed, weight_dtype, experts == "mxfp4" ? "mxfp4" : weight_dtype);

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "hyla/core/error.h"
 #include "hyla/data/bpe_trainer.h"
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
@@ -13,6 +14,8 @@
 namespace hyla::cli {
 
 namespace {
+
+constexpr const char* kTokenizerArgument = "tokenizer.json, or a model (directory, Kimi checkpoint, GGUF) whose tokenizer to use";
 
 void add_tokenizer_train(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("train", "Train a byte-level BPE tokenizer (with the SPEC §8 special tokens)");
@@ -43,12 +46,12 @@ void add_encode(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("encode", "Encode a file's raw bytes into a JSON list of token ids");
   static std::string tokenizer_path, input, out;
   static bool allow_special = false;
-  cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json")->required();
+  cmd->add_option("--tokenizer", tokenizer_path, kTokenizerArgument)->required();
   cmd->add_option("--input", input, "File to encode (any bytes)")->required();
   cmd->add_option("--out", out, "Output JSON list of ids")->required();
   cmd->add_flag("--allow-special", allow_special, "Encode special-token text (e.g. <|endoftext|>) as the special ids");
   cmd->callback([] {
-    const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
+    const Tokenizer tokenizer = load_tokenizer_argument(tokenizer_path);
     const std::string text = read_file(input);
     const std::vector<int32_t> ids = tokenizer.encode(text, allow_special);
     write_file_atomic(out, nlohmann::json(ids).dump() + "\n");
@@ -59,11 +62,11 @@ void add_encode(CLI::App& parent) {
 void add_decode(CLI::App& parent) {
   auto* cmd = parent.add_subcommand("decode", "Decode a JSON list of token ids into raw bytes");
   static std::string tokenizer_path, input, out;
-  cmd->add_option("--tokenizer", tokenizer_path, "tokenizer.json")->required();
+  cmd->add_option("--tokenizer", tokenizer_path, kTokenizerArgument)->required();
   cmd->add_option("--input", input, "JSON list of ids")->required();
   cmd->add_option("--out", out, "Output file (raw bytes)")->required();
   cmd->callback([] {
-    const Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
+    const Tokenizer tokenizer = load_tokenizer_argument(tokenizer_path);
     const nlohmann::json list = parse_json_file(input);
     HYLA_CHECK(list.is_array(), "{}: must be a JSON list of token ids", input);
     std::vector<int32_t> ids;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/backend.h"
@@ -353,18 +354,49 @@ void poke_safetensors(const std::filesystem::path& file, const std::string& name
 }
 
 // Sets the u32 value of GGUF metadata `key` (it must be a u32) to `value`.
-void poke_gguf_u32(const std::filesystem::path& file, const std::string& key, uint32_t value) {
+// Overwrites a GGUF metadata value in place: a u32 (GGUF type 4) or an f32 (type 6).
+template <typename T>
+void poke_gguf(const std::filesystem::path& file, const std::string& key, T value) {
+  static_assert(std::is_same_v<T, uint32_t> || std::is_same_v<T, float>);
   std::string bytes = read_file(file.string());
   const size_t at = bytes.find(key);
   ASSERT_NE(at, std::string::npos) << key;
   uint32_t type = 0;
   std::memcpy(&type, bytes.data() + at + key.size(), 4);
-  ASSERT_EQ(type, 4u) << key;  // GGUF's u32
+  ASSERT_EQ(type, (std::is_same_v<T, float> ? 6u : 4u)) << key;
   std::memcpy(bytes.data() + at + key.size() + 4, &value, 4);
   test::write_bytes(file, bytes);
 }
 
 }  // namespace
+
+// `--tokenizer` takes a model whose tokenizer to use as well as a tokenizer.json: a Kimi checkpoint's
+// tiktoken.model encodes, and travels into a new model directory and a GGUF's vocabulary.
+TEST(Cli, TokenizerArgumentsTakeAModelsTokenizer) {
+  test::TempDir dir;
+  const std::string kimi = (test::source_dir() / "tests/data/kimi-pretokenizer").string();
+  test::write_bytes(dir / "text.txt", "ACGTACGT  hello мир 12345\n\n");
+  const auto encode = [&](const std::string& tokenizer) {
+    const auto r = run_hyla("tokenizer encode --tokenizer " + tokenizer + " --input " + (dir / "text.txt").string() +
+                            " --out " + (dir / "ids.json").string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_file((dir / "ids.json").string());
+  };
+  const std::string ids = encode(kimi);
+  EXPECT_EQ(ids, nlohmann::json(load_model_tokenizer(kimi).encode("ACGTACGT  hello мир 12345\n\n", false)).dump() + "\n");
+  nlohmann::json config = parse_json_file((test::source_dir() / "configs/kimi-linear-tiny.json").string());
+  config["vocab_size"] = load_model_tokenizer(kimi).vocab_size();
+  test::write_bytes(dir / "config.json", config.dump());
+  for (const std::string out : {"m", "m.gguf"}) {
+    const auto r = run_hyla("init --config " + (dir / "config.json").string() + " --tokenizer " + kimi + " --out " +
+                            (dir / out).string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(encode((dir / out).string()), ids) << out;
+  }
+  const auto r = run_hyla("tokenizer encode --tokenizer " + (dir / "missing").string() + " --input " +
+                          (dir / "text.txt").string() + " --out " + (dir / "ids.json").string());
+  EXPECT_NE(r.exit_code, 0);
+}
 
 // Issue 65: damaged or lying files through every command that loads a model give one verdict
 // (a non-zero exit naming the same rule), and convert writes nothing (docs/threat-model.md).
@@ -399,8 +431,19 @@ TEST(Cli, EveryCommandRefusesWhatInspectRefuses) {
   const std::string layers = (dir / "layers.gguf").string();
   ASSERT_EQ(run_hyla("init --config " + (test::source_dir() / "configs/kimi-linear-tiny.json").string() + " --out " + layers +
                      " --tokenizer " + tokenizer).exit_code, 0);
-  poke_gguf_u32(layers, "kimi-linear.block_count", 100000);
+  poke_gguf(layers, "kimi-linear.block_count", uint32_t(100000));
   inputs.push_back({"GGUF block_count the tensors do not back", layers, "block_count is 100000 but the file holds"});
+  const std::string scale_inf = (dir / "scale-inf.gguf").string();
+  ASSERT_EQ(run_hyla("init --config " + (test::source_dir() / "configs/kimi-linear-tiny.json").string() + " --out " +
+                     scale_inf + " --tokenizer " + tokenizer).exit_code, 0);
+  poke_gguf(scale_inf, "kimi-linear.expert_weights_scale", std::numeric_limits<float>::infinity());
+  inputs.push_back({"GGUF expert_weights_scale inf", scale_inf, "moe.routed_scaling_factor (inf) must be finite"});
+  const std::string huge = (dir / "huge").string();  // 1e308: a finite double, inf as the f32 it is used as
+  init(huge, "");
+  nlohmann::json config = parse_json_file(huge + "/config.json");
+  config["moe"]["situ_linear_beta"] = 1e308;
+  test::write_bytes(huge + "/config.json", config.dump());
+  inputs.push_back({"config value 1e308", huge, "moe.situ_linear_beta (1e+308) must be finite as the f32"});
   const std::string magic = (dir / "magic.gguf").string();
   test::write_bytes(magic, "GGUX" + std::string(100, '\0'));
   inputs.push_back({"not a GGUF file", magic, "does not start with the GGUF magic"});

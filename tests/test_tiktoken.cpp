@@ -11,6 +11,7 @@
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tiktoken.h"
 #include "hyla/io/base64.h"
+#include "hyla/io/json_fields.h"
 #include "test_util.h"
 
 namespace hyla {
@@ -117,6 +118,44 @@ TEST(Tiktoken, KimiPatternSplitsAsTokenizationKimi) {
   for (size_t n : {size_t(6000), size_t(1) << 20}) {
     const std::string run(n, 'x');
     EXPECT_EQ(pieces(" " + run + "!"), (std::vector<std::string>{" " + run, "!"})) << n;
+  }
+}
+
+uint64_t fnv1a(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : bytes) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// A case's text: its pieces drawn by the 64-bit LCG scripts/kimi-pretokenizer-goldens.sh draws with.
+std::string draw_text(const nlohmann::json& c) {
+  const auto pieces = c["pieces"].get<std::vector<std::string>>();
+  uint64_t state = c["seed"].get<uint64_t>();
+  std::string text;
+  while (text.size() < c["bytes"].get<size_t>()) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    text += pieces[(state >> 33) % pieces.size()];
+  }
+  return text;
+}
+
+// Issue 65: 1 MiB runs of one letter, of upper-case letters, of digits, of whitespace, of unspaced
+// letters of five scripts and of mixed scripts encode to the ids llama.cpp's Kimi tokenizer gave
+// (scripts/kimi-pretokenizer-goldens.sh): no run is too long to split, and none splits otherwise.
+TEST(Tiktoken, KimiPreTokenizerMatchesLlamaCppOnMegabyteRuns) {
+  const auto dir = test::source_dir() / "tests/data/kimi-pretokenizer";
+  const Tokenizer tokenizer = load_model_tokenizer(dir);
+  const nlohmann::json cases = parse_json_file((dir / "cases.json").string());
+  ASSERT_EQ(cases.size(), 6u);
+  for (const nlohmann::json& c : cases) {
+    const std::string name = c["name"], text = draw_text(c);
+    ASSERT_EQ(fmt::format("{:016x}", fnv1a(text)), c["text_fnv1a"]) << name << ": the text is not the script's";
+    const std::vector<int32_t> ids = tokenizer.encode(text, /*allow_special=*/false);
+    ASSERT_EQ(ids.size(), c["ids"].get<size_t>()) << name;
+    const auto first = c["first_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + int64_t(first.size())), first) << name;
+    const std::string_view id_bytes(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t));
+    EXPECT_EQ(fmt::format("{:016x}", fnv1a(id_bytes)), c["ids_fnv1a"]) << name;  // little-endian int32s
   }
 }
 

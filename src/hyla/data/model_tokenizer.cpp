@@ -3,6 +3,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/gguf_vocab.h"
 #include "hyla/data/tiktoken.h"
+#include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model_files.h"
 
 namespace fs = std::filesystem;
@@ -33,6 +34,11 @@ Tokenizer load_model_tokenizer(const fs::path& path) {
   HYLA_CHECK(t.has_value() || !fs::is_regular_file(path),
              "{}: the GGUF file has no vocabulary (tokenizer.ggml.model 'none'); give token ids", path.string());
   return t ? std::move(*t) : Tokenizer::load(path / "tokenizer.json");  // the error names the missing file
+}
+
+Tokenizer load_tokenizer_argument(const fs::path& path) {
+  if (fs::is_regular_file(path) && !is_gguf_file(path)) return Tokenizer::load(path);
+  return load_model_tokenizer(path);
 }
 
 }  // namespace hyla

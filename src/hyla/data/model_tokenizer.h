@@ -14,5 +14,8 @@ namespace hyla {
 std::optional<Tokenizer> find_model_tokenizer(const std::filesystem::path& path);
 // The same, an error naming what is missing when there is none.
 Tokenizer load_model_tokenizer(const std::filesystem::path& path);
+// A `--tokenizer` argument: a tokenizer.json file, or a model (a directory, a Kimi checkpoint
+// with its tiktoken.model, a GGUF) whose tokenizer to take.
+Tokenizer load_tokenizer_argument(const std::filesystem::path& path);
 
 }  // namespace hyla

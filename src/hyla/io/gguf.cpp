@@ -223,10 +223,21 @@ json GgufArray::at(uint64_t i) const {
 }
 
 int64_t GgufArray::integer(uint64_t i) const {
-  const json x = at(i);
-  HYLA_CHECK(is_integer() && (!x.is_number_unsigned() || x.get<uint64_t>() <= uint64_t(INT64_MAX)),
-             "GGUF array: element {} is {}, not an integer", i, x.dump());
-  return x.get<int64_t>();
+  HYLA_CHECK(is_integer() && i < count_, "GGUF array: element {} of {} is not an integer", i, count_);
+  const char* p = bytes_.data() + i * element_bytes(element_);
+  switch (element_) {
+    case GgufValueType::U8: return load_unaligned<uint8_t>(p);
+    case GgufValueType::I8: return load_unaligned<int8_t>(p);
+    case GgufValueType::U16: return load_unaligned<uint16_t>(p);
+    case GgufValueType::I16: return load_unaligned<int16_t>(p);
+    case GgufValueType::U32: return load_unaligned<uint32_t>(p);
+    case GgufValueType::I32: return load_unaligned<int32_t>(p);
+    case GgufValueType::I64: return load_unaligned<int64_t>(p);
+    default: break;
+  }
+  const uint64_t u = load_unaligned<uint64_t>(p);
+  HYLA_CHECK(u <= uint64_t(INT64_MAX), "GGUF array: element {} is {}, past the int64 range", i, u);
+  return int64_t(u);
 }
 
 void GgufArray::write(std::string& out) const {

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "hyla/core/error.h"
@@ -167,7 +168,8 @@ void ModelConfig::validate(const std::string& source) const {
   positive(num_hidden_layers, "num_hidden_layers");
   rule(int64_t(layer_types.size()) == num_hidden_layers,
        fmt::format("layer_types has {} entries but num_hidden_layers is {}", layer_types.size(), num_hidden_layers));
-  // Every real-valued option finite: an inf or NaN from a file would reach the logits as NaN.
+  // Every real-valued option finite as the f32 the kernels compute with: an inf or NaN from a file,
+  // or a double past f32's range (1e308), would reach the logits as NaN.
   for (const auto& [value, key] :
        {std::pair{rms_norm_eps, "rms_norm_eps"}, {initializer_range, "initializer_range"},
         {kda.gate_lower_bound, "kda.gate_lower_bound"}, {mla.rope_theta, "mla.rope_theta"},
@@ -175,7 +177,8 @@ void ModelConfig::validate(const std::string& source) const {
         {moe.routed_scaling_factor, "moe.routed_scaling_factor"}, {moe.situ_beta, "moe.situ_beta"},
         {moe.situ_linear_beta, "moe.situ_linear_beta"}, {moe.bias_update_speed, "moe.bias_update_speed"},
         {moe.aux_loss_coef, "moe.aux_loss_coef"}})
-    rule(std::isfinite(value), fmt::format("{} ({}) must be finite", key, value));
+    rule(std::isfinite(value) && std::abs(value) <= std::numeric_limits<float>::max(),
+         fmt::format("{} ({}) must be finite{}", key, value, std::isfinite(value) ? " as the f32 it is computed in" : ""));
   rule(rms_norm_eps > 0 && rms_norm_eps < 1, fmt::format("rms_norm_eps ({}) must lie in (0, 1)", rms_norm_eps));
   rule(initializer_range > 0, fmt::format("initializer_range ({}) must be > 0", initializer_range));
   positive(max_position_embeddings, "max_position_embeddings");
@@ -223,7 +226,9 @@ void ModelConfig::validate(const std::string& source) const {
   if (moe.first_k_dense_replace > 0) positive(moe.intermediate_size, "moe.intermediate_size");
   non_negative(moe.router_latent_dim, "moe.router_latent_dim");
   non_negative(moe.latent_dim, "moe.latent_dim");
-  rule(moe.routed_scaling_factor > 0, fmt::format("moe.routed_scaling_factor ({}) must be > 0", moe.routed_scaling_factor));
+  // Its product with an expert's output is squared in the next norm: past 1e6 that leaves f32.
+  rule(moe.routed_scaling_factor > 0 && moe.routed_scaling_factor <= 1e6,
+       fmt::format("moe.routed_scaling_factor ({}) must lie in (0, 1e6]", moe.routed_scaling_factor));
   rule(moe.bias_update_speed >= 0, fmt::format("moe.bias_update_speed ({}) must be >= 0", moe.bias_update_speed));
   rule(moe.situ_beta > 0, fmt::format("moe.situ_beta ({}) must be > 0", moe.situ_beta));
   rule(moe.aux_loss_coef >= 0, fmt::format("moe.aux_loss_coef ({}) must be >= 0", moe.aux_loss_coef));

@@ -371,6 +371,15 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   moe.num_shared_experts = integer("expert_shared_count");
   moe.moe_intermediate_size = uniform("expert_feed_forward_length");
   moe.first_k_dense_replace = optional_integer("leading_dense_block_count", 0);
+  // Checked against the tensors before the layout names an expert: the first MoE layer's router
+  // has a row per expert.
+  if (moe.first_k_dense_replace >= 0 && moe.first_k_dense_replace < c.num_hidden_layers) {
+    const std::string router = fmt::format("blk.{}.ffn_gate_inp.weight", moe.first_k_dense_replace);
+    const GgufTensor* r = g.find(router);
+    HYLA_CHECK(r && r->ne.size() == 2 && r->ne[1] == moe.num_experts, "{}: {} is {} but {} {}", source,
+               key(arch, "expert_count"), moe.num_experts, router,
+               !r ? std::string("is missing") : fmt::format("has shape {}", Shape(r->ne.begin(), r->ne.end()).str()));
+  }
   moe.intermediate_size = g.has(key(arch, "feed_forward_length")) ? uniform("feed_forward_length") : 0;
   if (moe.first_k_dense_replace == 0 && moe.intermediate_size == 0) moe.intermediate_size = moe.moe_intermediate_size;
   const double scale = g.has(key(arch, "expert_weights_scale")) ? g.number(key(arch, "expert_weights_scale")) : 0;

@@ -107,19 +107,15 @@ void Model::save(const fs::path& dir, DType dtype, const fs::path& tokenizer) co
   ModelWeights weights;
   for (auto& [name, t] : params_.named_values(dtype))
     weights.add({name, t.dtype(), t.shape(), 0, uint64_t(t.nbytes())}, "model", [t] { return t; });
-  save_model_directory(dir, config_, weights, dtype, tokenizer);
+  save_model_directory(dir, config_, weights, dtype, tokenizer.empty() ? std::string() : read_file(tokenizer));
 }
 
 void save_model_directory(const fs::path& dir, const ModelConfig& config, const ModelWeights& weights, DType dtype,
-                          const fs::path& tokenizer) {
+                          std::string_view tokenizer_json) {
   AtomicDirectory out(dir);
   write_file_atomic(out.temp() / "config.json", config.to_json().dump(2) + "\n");
   save_model_weights(out.temp(), weights, dtype);
-  if (!tokenizer.empty()) {
-    std::error_code ec;
-    fs::copy_file(tokenizer, out.temp() / "tokenizer.json", ec);
-    HYLA_CHECK(!ec, "{}: cannot copy into the model directory: {}", tokenizer.string(), ec.message());
-  }
+  if (!tokenizer_json.empty()) write_file_atomic(out.temp() / "tokenizer.json", tokenizer_json);
   out.commit();
 }
 

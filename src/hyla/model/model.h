@@ -195,9 +195,9 @@ class Model {
 };
 
 // Writes config.json, the weights (in `dtype`, save_model_weights: one file or shards, a tensor at
-// a time) and, when given, a copy of the tokenizer as tokenizer.json into a new directory that
+// a time) and, when given, the tokenizer's text as tokenizer.json into a new directory that
 // atomically replaces `dir`: Model::save, and `hyla init` of a model of any size.
 void save_model_directory(const std::filesystem::path& dir, const ModelConfig& config, const ModelWeights& weights,
-                          DType dtype, const std::filesystem::path& tokenizer = {});
+                          DType dtype, std::string_view tokenizer_json = {});
 
 }  // namespace hyla

@@ -51,6 +51,19 @@ void check_layers_held(const ModelConfig& config, const ModelWeights& weights, c
              missing - held.begin(), std::count(held.begin(), held.end(), true));
 }
 
+// The routed-expert count checked the same way, before a model names each expert's tensors: the
+// first MoE layer holds expert num_experts − 1 and no expert num_experts.
+void check_experts_held(const ModelConfig& config, const ModelWeights& weights, const std::string& source) {
+  const int64_t layer = config.moe.first_k_dense_replace, experts = config.moe.num_experts;
+  if (layer < 0 || layer >= config.num_hidden_layers || experts <= 0) return;
+  const auto held = [&](int64_t e) {
+    return weights.contains(fmt::format("model.layers.{}.mlp.experts.{}.down_proj.weight", layer, e));
+  };
+  HYLA_CHECK(held(experts - 1) && !held(experts),
+             "{}: moe.num_experts is {} but layer {} holds {} (model.layers.{}.mlp.experts.N.*)", source, experts, layer,
+             held(experts) ? fmt::format("expert {} too", experts) : fmt::format("no expert {}", experts - 1), layer);
+}
+
 }  // namespace
 
 ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options) {
@@ -66,9 +79,13 @@ ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesO
   auto weights = std::make_shared<const ModelWeights>(path);
   check_layers_held(config, *weights, config_path);
   const nlohmann::json j = parse_json_file(config_path);
-  if (!is_hf_config(j)) return {std::move(config), std::move(weights), ModelFiles::Format::Hyla};
-  return {std::move(config), std::make_shared<const ModelWeights>(weights_from_hf(weights, config)),
-          ModelFiles::Format::HuggingFace};
+  if (!is_hf_config(j)) {
+    check_experts_held(config, *weights, config_path);
+    return {std::move(config), std::move(weights), ModelFiles::Format::Hyla};
+  }
+  auto mapped = std::make_shared<const ModelWeights>(weights_from_hf(weights, config));
+  check_experts_held(config, *mapped, config_path);
+  return {std::move(config), std::move(mapped), ModelFiles::Format::HuggingFace};
 }
 
 ModelConfig model_config_of(const std::filesystem::path& path) {

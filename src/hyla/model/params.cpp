@@ -318,8 +318,8 @@ void ParamStore::load(const ModelWeights& weights, const std::string& source) {
     if (p->is_mxfp4()) {
       pack_mxfp4_weight(weights, p->name, p->shape[0], p->shape[1], const_cast<uint8_t*>(p->mxfp4.data), source);
     } else {
-      if (!p->is_int8()) check_weight_values(weights, p->name);
-      const Tensor t = weights.get(p->name);
+      const Tensor t = weights.get(p->name);  // fetched once: a GGUF tensor stored as another type is decoded here
+      if (!p->is_int8()) check_float_values(t, weights.file_of(p->name), p->name);
       if (p->is_int8()) {
         const Tensor scales = weights.get(int8_scale_name(p->name));
         const float* s = scales.data<float>();

@@ -60,6 +60,14 @@ int64_t first_non_finite(const void* data, DType dtype, int64_t n) {
   }
 }
 
+void check_float_values(const Tensor& t, const std::string& file, const std::string& name) {
+  const DType dtype = t.dtype();
+  HYLA_ASSERT(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16);
+  const int64_t bad = first_non_finite(t.raw(), dtype, t.numel());
+  HYLA_CHECK(bad < 0, "{}: tensor '{}' ({}) holds {} at index {}; weights must be finite", file, name, dtype_name(dtype),
+             value_at(t.raw(), dtype, bad), bad);
+}
+
 void check_weight_values(const ModelWeights& weights, const std::string& name) {
   const std::string& file = weights.file_of(name);
   if (const MappedBytes* m = weights.mapped_source(name); m && m->ggml_blocks) {
@@ -85,9 +93,7 @@ void check_weight_values(const ModelWeights& weights, const std::string& name) {
   }
   if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) return;  // codes: any value is one
   const Tensor t = weights.get(name);
-  const int64_t bad = first_non_finite(t.raw(), dtype, t.numel());
-  HYLA_CHECK(bad < 0, "{}: tensor '{}' ({}) holds {} at index {}; weights must be finite", file, name, dtype_name(dtype),
-             value_at(t.raw(), dtype, bad), bad);
+  check_float_values(t, file, name);
   if (dtype == DType::F32 && is_scale_of(weights, name, DType::I8)) {
     const float* s = t.data<float>();
     const auto negative = std::find_if(s, s + t.numel(), [](float x) { return x < 0; });

@@ -15,6 +15,10 @@ namespace hyla {
 // weight's scales are checked as the tensor `name`.scale.
 void check_weight_values(const ModelWeights& weights, const std::string& name);
 
+// Fails, naming `file`, the tensor `name` and the index, unless the F32, BF16 or F16 tensor `t`
+// (as fetched from the file) is finite.
+void check_float_values(const Tensor& t, const std::string& file, const std::string& name);
+
 // The first non-finite element of n values of dtype F32, BF16 or F16 at data, or -1.
 int64_t first_non_finite(const void* data, DType dtype, int64_t n);
 
