@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -76,7 +77,9 @@ void print_gguf_tensors(const fs::path& path) {
 }
 
 void inspect(const fs::path& dir) {
-  const ModelFiles files = open_model_files(dir);
+  // Quantised GGUF tensors as their blocks, as the loading commands read them: their values are
+  // checked where they lie (their scales), not decoded.
+  const ModelFiles files = open_model_files(dir, {.gguf_quantized = GgufQuantized::InPlace});
   const ModelConfig& config = files.config;
   const ModelWeights& weights = *files.weights;
   if (files.format == ModelFiles::Format::Gguf) {
@@ -90,20 +93,24 @@ void inspect(const fs::path& dir) {
   uint64_t total_bytes = 0, total_elements = 0;
   std::map<DType, int64_t> per_dtype;
   std::vector<std::string> invalid;  // every tensor's verdict, as the other commands reach the first
+  double check_seconds = 0;
   for (const std::string& name : weights.names()) {
     const SafetensorsEntry& e = weights.entry(name);
     fmt::print("{:<60} {:>5} {:>18} {:>12}\n", name, dtype_name(e.dtype), e.shape.str(), e.end - e.begin);
+    const auto start = std::chrono::steady_clock::now();
     try {
       check_weight_values(weights, name);
     } catch (const Error& error) {
       invalid.push_back(error.what());
     }
+    check_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     total_bytes += e.end - e.begin;
     total_elements += uint64_t(e.shape.numel());
     per_dtype[e.dtype] += e.shape.numel();
   }
-  fmt::print("\n{} tensors in {} file(s), {} elements, {}\n", weights.names().size(), weights.file_count(),
-             total_elements, human_bytes(double(total_bytes)));
+  fmt::print("\n{} tensors in {} file(s), {} elements, {}; values read and checked in {:.2f} s ({}/s)\n",
+             weights.names().size(), weights.file_count(), total_elements, human_bytes(double(total_bytes)),
+             check_seconds, human_bytes(double(total_bytes) / std::max(check_seconds, 1e-9)));
   HYLA_CHECK(invalid.empty(), "{}: invalid weights ({} tensors): {}", dir.string(), invalid.size(), fmt::join(invalid, "; "));
 
   // The weights must be exactly the tensors this config's model creates (int8 ones with their

@@ -93,10 +93,10 @@ int main(int argc, char** argv) {
     }
     // Bad flags follow the CLI's convention for every user error: one line, exit status 1.
     return fail_with(1, e.what());
-  } catch (const hyla::InternalError& e) {
-    return fail_with(2, fmt::format("{} (a bug in hyla; please report it)", e.what()));
-  } catch (const std::exception& e) {  // hyla::Error and the system's own (bad_alloc, filesystem_error)
+  } catch (const hyla::Error& e) {
     return fail_with(1, e.what());
+  } catch (const std::exception& e) {  // a bug, or the system's own (bad_alloc, filesystem_error): said in words
+    return fail_with(dynamic_cast<const std::logic_error*>(&e) ? 2 : 1, hyla::describe_exception(e));
   }
   hyla::stop_processes();
   return 0;

@@ -13,6 +13,7 @@
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 #include "test_util.h"
+#include "text_fixtures.h"
 
 namespace hyla {
 namespace {
@@ -152,6 +153,19 @@ TEST(LyingHeaders, AreRefusedWithinASecondAndTheFilesSize) {
     test::write_bytes(p / "model.safetensors",
                       safetensors_file({{"lm_head.weight", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}},
                                        std::string(4, '\0')));
+  });
+  // Tokenizers naming one id in the millions: its tables, not the file, would set the cost.
+  dir_lie("tokenizer.json with an added token id of 2^24 - 1", "ids below it unassigned", [](const fs::path& p) {
+    nlohmann::json t = test::small_tokenizer().to_json();
+    t["added_tokens"][0]["id"] = (1 << 24) - 1;
+    test::write_bytes(p / "tokenizer.json", t.dump());
+  });
+  dir_lie("Kimi tokenizer_config.json naming id 2^24 - 1", "ids below it unassigned", [](const fs::path& p) {
+    fs::copy_file(test::source_dir() / "tests/data/kimi-pretokenizer/tiktoken.model", p / "tiktoken.model");
+    test::write_bytes(p / "tokenizer_config.json",
+                      nlohmann::json{{"added_tokens_decoder",
+                                      {{std::to_string((1 << 24) - 1), {{"content", "<|x|>"}, {"special", true}}}}}}
+                          .dump());
   });
   dir_lie("safetensors header length 2^60", "model.safetensors", [](const fs::path& p) {
     std::string b = read_file((p / "model.safetensors").string());

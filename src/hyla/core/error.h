@@ -20,6 +20,11 @@ class InternalError : public std::logic_error {
   explicit InternalError(const std::string& message) : std::logic_error(message) {}
 };
 
+// What a user is told of an exception that reached a command's or a request's end: a hyla::Error's
+// own message; for the standard library's (an allocation that failed, an unchecked index), what
+// happened in words, never the library's text ("std::bad_alloc", "map::at").
+std::string describe_exception(const std::exception& e);
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

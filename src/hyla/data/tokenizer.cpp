@@ -23,6 +23,7 @@ enum class TokenKind : uint8_t { Absent, Vocab, Added, Special };
 constexpr size_t kMaxCachedPiece = 64;
 constexpr size_t kMaxCachedIds = size_t(1) << 22;
 constexpr int32_t kMaxTokenId = 1 << 24;
+constexpr int64_t kMaxUnusedTokenIds = 1 << 16;
 
 std::atomic<uint64_t> next_serial{1};
 
@@ -85,6 +86,11 @@ Tokenizer::Tokenizer(TokenizerSpec spec, const std::string& source) {
   // Ids index dense tables; a stray huge id would make them gigabytes.
   HYLA_CHECK(max_id < kMaxTokenId, "{}: token id {} is too large (hyla accepts ids below {})", source, max_id,
              kMaxTokenId);
+  // Real vocabularies leave a few ids unassigned (reserved specials); a file of a few tokens
+  // naming an id in the millions would cost its table, not its size.
+  const int64_t unused = int64_t(max_id) + 1 - int64_t(s.vocab.size() + s.added_tokens.size());
+  HYLA_CHECK(unused <= kMaxUnusedTokenIds, "{}: token id {} leaves {} ids below it unassigned (hyla accepts at most {})",
+             source, max_id, unused, kMaxUnusedTokenIds);
   state->bytes_of.resize(size_t(max_id) + 1);
   state->kind.assign(size_t(max_id) + 1, TokenKind::Absent);
 

@@ -63,7 +63,7 @@ void Engine::run() {
       finished = scheduler_.step();
     } catch (const std::exception& e) {
       // A failure inside the model fails every request in flight, not the process.
-      failure = std::make_exception_ptr(Error(std::string("inference failed: ") + e.what()));
+      failure = std::make_exception_ptr(Error("inference failed: " + describe_exception(e)));
       failed = scheduler_.abort();
     }
     {

@@ -117,11 +117,8 @@ void ParamStore::plan_mxfp4(Param& p, const ModelWeights& weights, const std::st
 
 GgmlMatrix ggml_blocks_of(const ModelWeights& weights, const std::string& name, GgmlType type, int64_t rows,
                           int64_t cols) {
-  const MappedBytes& bytes = *weights.mapped_source(name);
-  const int64_t bad = ggml_first_nonfinite_block(type, bytes.begin, int64_t(bytes.bytes) / ggml_block_bytes(type));
-  HYLA_CHECK(bad < 0, "{}: tensor '{}' ({}): block {} has a scale that is not finite", weights.file_of(name), name,
-             ggml_type_name(uint32_t(type)), bad);
-  return {bytes.begin, type, rows, cols};
+  check_weight_values(weights, name);
+  return {weights.mapped_source(name)->begin, type, rows, cols};
 }
 
 void ParamStore::plan_ggml(Param& p, const ModelWeights& weights, const std::string& source) {

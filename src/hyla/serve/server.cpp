@@ -97,7 +97,7 @@ void answer_exception(const httplib::Request&, httplib::Response& res, std::exce
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    message = e.what();
+    message = describe_exception(e);
   } catch (...) {
   }
   send_error(res, ApiError(500, message, "", "", "server_error"));
@@ -517,7 +517,7 @@ json Server::Impl::wait_for_response(Job& job) {
       choices.push_back({int64_t(i), job.prompt_of[i], job.futures[i].get()});
     } catch (const std::exception& e) {
       job.gone = true;
-      throw ApiError(500, e.what(), "", "", "server_error");
+      throw ApiError(500, describe_exception(e), "", "", "server_error");
     }
     if (choices.back().output.finish_reason == FinishReason::Cancelled) throw cancelled_by_shutdown();
   }
@@ -582,7 +582,7 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       try {
         out = job.futures[i].get();
       } catch (const std::exception& e) {
-        if (!write(ApiError(500, e.what(), "", "", "server_error").to_json())) return false;
+        if (!write(ApiError(500, describe_exception(e), "", "", "server_error").to_json())) return false;
         continue;
       }
       if (out.finish_reason == FinishReason::Cancelled) {
