@@ -1232,20 +1232,21 @@ TEST(Serve, ChatWithImagesAnswersFromTheImage) {
   EXPECT_NE(res->body.find("only data URLs"), std::string::npos) << res->body;
 }
 
-// The official client library: installed into the build tree on first use.
-std::filesystem::path openai_node_modules() {
+// The official client libraries: installed into the build tree on first use.
+std::filesystem::path client_node_modules() {
   const auto dir = test::build_dir() / "npm";
   std::filesystem::create_directories(dir);
-  if (!std::filesystem::exists(dir / "node_modules/openai/package.json")) {
+  if (!std::filesystem::exists(dir / "node_modules/openai/package.json") ||
+      !std::filesystem::exists(dir / "node_modules/@anthropic-ai/sdk/package.json")) {
     const auto r = test::run_command("flock " + (dir / ".lock").string() + " npm install --no-audit --no-fund --loglevel=error --prefix " +
-                                     dir.string() + " openai@6");
-    EXPECT_EQ(r.exit_code, 0) << "npm install openai@6 failed (is the npm registry reachable?):\n" << r.output;
+                                     dir.string() + " openai@6 @anthropic-ai/sdk@1");
+    EXPECT_EQ(r.exit_code, 0) << "npm install of the client libraries failed (is the npm registry reachable?):\n" << r.output;
   }
   return dir / "node_modules";
 }
 
 TEST(Serve, OpenAiNpmClientEndToEnd) {
-  const auto modules = openai_node_modules();
+  const auto modules = client_node_modules();
   ASSERT_TRUE(std::filesystem::exists(modules / "openai/package.json"));
   TestServer s;
   test::TempDir dir;
@@ -1255,6 +1256,21 @@ TEST(Serve, OpenAiNpmClientEndToEnd) {
                                    "/v1 hyla-test " + (dir / "scenario.json").string());
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("openai client: all checks passed"), std::string::npos) << r.output;
+}
+
+// Issue 67: the Anthropic Messages API driven by Anthropic's own SDK (tests/serve/anthropic_client.cjs):
+// text, blocks, images, count_tokens, stop sequences, a tool loop, a forced call, streams and errors.
+TEST(Serve, AnthropicSdkEndToEnd) {
+  const auto modules = client_node_modules();
+  ASSERT_TRUE(std::filesystem::exists(modules / "@anthropic-ai/sdk/package.json"));
+  TestServer s;
+  test::TempDir dir;
+  test::write_bytes(dir / "scenario.json", Scenario().to_json().dump());
+  const auto r = test::run_command("NODE_PATH=" + modules.string() + " node " +
+                                   (test::source_dir() / "tests/serve/anthropic_client.cjs").string() + " " + s.url() +
+                                   " hyla-test " + (dir / "scenario.json").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("anthropic client: all checks passed"), std::string::npos) << r.output;
 }
 
 // A server whose routed experts stay in the int8 files answers as the resident one does, and

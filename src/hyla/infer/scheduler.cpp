@@ -486,6 +486,7 @@ void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& fi
     if (!rest.empty() && a.request.on_text) a.request.on_text(rest);
   }
   a.output.text = a.text.text();
+  a.output.stop_sequence = a.text.stop_found();
   if (prefix_cache_.enabled() && a.slot >= 0 && reason != FinishReason::Cancelled && !a.error) {
     // The turn's end: the next turn of a conversation re-sends these tokens and reads only what follows.
     const SequenceState& state = *slots_[size_t(a.slot)];

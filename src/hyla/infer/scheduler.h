@@ -83,6 +83,7 @@ struct GenerationOutput {
   std::vector<int32_t> tokens;
   std::string text;
   FinishReason finish_reason = FinishReason::Stop;
+  std::string stop_sequence;  // the request's stop string that ended it, if one did
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   std::vector<double> token_logprobs;   // per generated token (with logprobs)
   std::vector<double> prompt_logprobs;  // per prompt token, NaN for the first (with prompt_logprobs)

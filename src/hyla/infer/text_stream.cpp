@@ -28,17 +28,19 @@ TextStream::TextStream(std::vector<std::string> stop) {
 }
 
 std::string TextStream::push(std::string_view bytes) {
-  if (stopped_) return {};
+  if (stopped()) return {};
   bytes_.append(bytes);
   const size_t complete = complete_utf8(bytes_);
   held_.append(bytes_, 0, complete);
   bytes_.erase(0, complete);
   // A stop string inside the held text ends the output before it.
   size_t cut = std::string::npos;
-  for (const std::string& s : stop_) cut = std::min(cut, held_.find(s));
-  if (cut != std::string::npos) {
+  const std::string* found = nullptr;
+  for (const std::string& s : stop_)
+    if (const size_t at = held_.find(s); at < cut) cut = at, found = &s;
+  if (found) {
     held_.resize(cut);
-    stopped_ = true;
+    stop_found_ = *found;
     text_ += held_;
     return std::exchange(held_, {});
   }
@@ -57,7 +59,7 @@ std::string TextStream::push(std::string_view bytes) {
 }
 
 std::string TextStream::flush() {
-  if (stopped_) return {};
+  if (stopped()) return {};
   std::string rest = held_ + bytes_;
   held_.clear(), bytes_.clear();
   text_ += rest;

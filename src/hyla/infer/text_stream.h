@@ -15,7 +15,8 @@ class TextStream {
   std::string push(std::string_view bytes);
   // The text still held back (end of generation without a stop).
   std::string flush();
-  bool stopped() const { return stopped_; }
+  bool stopped() const { return !stop_found_.empty(); }
+  const std::string& stop_found() const { return stop_found_; }  // the stop string that ended it (the earliest)
   const std::string& text() const { return text_; }  // everything final so far
 
  private:
@@ -23,7 +24,7 @@ class TextStream {
   std::string bytes_;   // incomplete UTF-8 tail
   std::string held_;    // complete text that may begin a stop string
   std::string text_;
-  bool stopped_ = false;
+  std::string stop_found_;
 };
 
 }  // namespace hyla

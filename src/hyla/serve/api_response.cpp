@@ -39,6 +39,10 @@ std::string finish_reason(const GenerationOutput& out, bool has_tool_calls) {
   return to_string(out.finish_reason);
 }
 
+json stop_reason(const GenerationOutput& out) {
+  return out.stop_sequence.empty() ? json(nullptr) : json(out.stop_sequence);
+}
+
 namespace {
 
 json logprob_value(double lp) { return std::isnan(lp) ? json(nullptr) : json(lp); }
@@ -106,7 +110,8 @@ json completion_response(const ResponseHeader& header, const ApiRequest& request
     list.push_back({{"index", c.index},
                     {"text", (request.echo ? tokenizer.decode(*c.prompt) : std::string()) + c.output.text},
                     {"logprobs", request.logprobs >= 0 ? completion_logprobs(request, c, tokenizer) : json(nullptr)},
-                    {"finish_reason", finish_reason(c.output, false)}});
+                    {"finish_reason", finish_reason(c.output, false)},
+                    {"stop_reason", stop_reason(c.output)}});
   }
   response["choices"] = list;
   response["usage"] = usage.to_json();
@@ -157,7 +162,8 @@ json chat_response(const ResponseHeader& header, const ApiRequest& request, cons
     json choice = {{"index", c.index},
                    {"message", message},
                    {"logprobs", request.logprobs >= 0 ? chat_logprobs(c, tokenizer) : json(nullptr)},
-                   {"finish_reason", guardrail ? "stop" : finish_reason(c.output, !reply.tool_calls.empty())}};
+                   {"finish_reason", guardrail ? "stop" : finish_reason(c.output, !reply.tool_calls.empty())},
+                   {"stop_reason", stop_reason(c.output)}};
     if (guardrail) choice["guardrail"] = guardrail->to_json();
     list.push_back(std::move(choice));
   }

@@ -39,6 +39,9 @@ struct FinishedChoice {
 // Engine finish reasons and tool calls in OpenAI's words ("stop", "length", "tool_calls").
 std::string finish_reason(const GenerationOutput& out, bool has_tool_calls);
 
+// The stop string that ended a choice, else null: vLLM's `stop_reason` beside `finish_reason`.
+nlohmann::json stop_reason(const GenerationOutput& out);
+
 // /v1/completions: text (after the prompt's text with echo) and the `logprobs` object
 // {tokens, token_logprobs, top_logprobs, text_offset}.
 nlohmann::json completion_response(const ResponseHeader& header, const ApiRequest& request,

@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "hyla/core/error.h"
@@ -21,6 +22,7 @@
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/model.h"
+#include "hyla/serve/anthropic_api.h"
 #include "hyla/serve/api_error.h"
 #include "hyla/serve/api_response.h"
 #include "hyla/serve/connection_probe.h"
@@ -45,6 +47,13 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
 
+// The Anthropic Messages routes answer errors in Anthropic's shape (anthropic_api.h).
+bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, anthropic_route(req.path) ? anthropic_error(e) : e.to_json());
+}
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -52,7 +61,8 @@ int64_t unix_time() {
 // Metrics label: one of the routes, so that random paths cannot grow the label set.
 std::string route_label(const std::string& path) {
   for (const char* route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"})
+       {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/health",
+        "/metrics", "/tokenize", "/detokenize"})
     if (path == route) return route;
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
 }
@@ -91,8 +101,8 @@ int64_t parsed_content_length(const std::string& value) {
   return n;
 }
 
-// An exception a handler let through: a 500 with its message, OpenAI-shaped.
-void answer_exception(const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+// An exception a handler let through: a 500 with its message in the route's API's shape.
+void answer_exception(const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
   std::string message = "internal error";
   try {
     std::rethrow_exception(error);
@@ -100,7 +110,7 @@ void answer_exception(const httplib::Request&, httplib::Response& res, std::exce
     message = describe_exception(e);
   } catch (...) {
   }
-  send_error(res, ApiError(500, message, "", "", "server_error"));
+  send_error(req, res, ApiError(500, message, "", "", "server_error"));
 }
 
 // A choice cancelled while its client is still there: the server is shutting down.
@@ -124,7 +134,11 @@ struct Job {
   std::deque<std::pair<size_t, std::string>> pieces;  // (choice, text)
   std::vector<std::future<GenerationOutput>> futures;
   std::vector<const std::vector<int32_t>*> prompt_of;  // per choice
+  std::optional<MessageEvents> message_events;  // /v1/messages streams: the chat chunks in Anthropic's events
 };
+
+// The request shapes generation is asked in.
+enum class Api : uint8_t { Completions, Chat, Messages };
 
 }  // namespace
 
@@ -158,13 +172,15 @@ struct Server::Impl {
   void metrics(const httplib::Request& req, httplib::Response& res) const;
   void tokenize(const httplib::Request& req, httplib::Response& res) const;
   void detokenize(const httplib::Request& req, httplib::Response& res) const;
-  void completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }
-  void chat_completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }
+  void completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Completions); }
+  void chat_completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Chat); }
+  void messages(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Messages); }
+  void count_message_tokens(const httplib::Request& req, httplib::Response& res) const;
 
   json model_card() const;
   void answer_tokenizer_request(const httplib::Request& req, httplib::Response& res,
                                 const std::function<json(const json&)>& answer) const;
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void generate(const httplib::Request& req, httplib::Response& res, Api api);
   void submit(const std::shared_ptr<Job>& job);
   json wait_for_response(Job& job);
   bool stream(Job& job, httplib::DataSink& sink);
@@ -213,6 +229,8 @@ Server::Server(ServeOptions options)
   http.Post("/detokenize", to(&Impl::detokenize));
   http.Post("/v1/completions", to(&Impl::completions));
   http.Post("/v1/chat/completions", to(&Impl::chat_completions));
+  http.Post("/v1/messages", to(&Impl::messages));
+  http.Post("/v1/messages/count_tokens", to(&Impl::count_message_tokens));
 }
 
 // Runs before cpp-httplib reads a body, so a bad Content-Length is refused without waiting for it.
@@ -248,17 +266,22 @@ bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::R
   if (!req.has_header("Content-Length")) return false;
   const std::string value = req.get_header_value("Content-Length");
   const int64_t length = parsed_content_length(value);
+  // A body over the limit but within kDrainedBodyBytes is left to cpp-httplib, which reads and drops
+  // it before its 413 (answer_rejection's 400): a client that writes its whole request before
+  // reading the answer (the SDKs do) hears why, where a closed socket would fail its write.
+  constexpr int64_t kDrainedBodyBytes = int64_t(64) << 20;
+  if (length >= 0 && uint64_t(length) > options.limits.max_body_bytes && length <= kDrainedBodyBytes) return false;
   // The body is left unread: the connection cannot carry another request.
   if (length < 0 || uint64_t(length) > options.limits.max_body_bytes) res.set_header("Connection", "close");
   if (length < 0) {
-    send_error(res, ApiError(400, fmt::format("Content-Length '{}' is not a non-negative integer", value), "",
-                             "invalid_content_length"));
+    send_error(req, res, ApiError(400, fmt::format("Content-Length '{}' is not a non-negative integer", value), "",
+                                  "invalid_content_length"));
     return true;
   }
   if (uint64_t(length) > options.limits.max_body_bytes) {
-    send_error(res, ApiError(400, fmt::format("the request body ({} bytes) exceeds this server's limit of {} bytes",
-                                              length, options.limits.max_body_bytes),
-                             "", "request_too_large"));
+    send_error(req, res, ApiError(400, fmt::format("the request body ({} bytes) exceeds this server's limit of {} bytes",
+                                                   length, options.limits.max_body_bytes),
+                                  "", "request_too_large"));
     return true;
   }
   return false;
@@ -268,8 +291,12 @@ bool Server::Impl::refuse_api_key(const httplib::Request& req, httplib::Response
   const bool needs_key = !options.api_key.empty() &&
                          (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
                           (options.metrics_need_key && req.path == "/metrics"));
-  if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options.api_key)) return false;
-  send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_api_key"));
+  // OpenAI's clients send the key as a bearer token, Anthropic's as x-api-key.
+  if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options.api_key) ||
+      (req.has_header("x-api-key") && same_secret(req.get_header_value("x-api-key"), options.api_key)))
+    return false;
+  send_error(req, res, ApiError(401, "invalid or missing API key (Authorization: Bearer ..., or x-api-key)", "",
+                                "invalid_api_key"));
   return true;
 }
 
@@ -279,17 +306,17 @@ void Server::Impl::answer_rejection(const httplib::Request& req, httplib::Respon
   if (!res.body.empty()) return;
   const int64_t declared = parsed_content_length(req.get_header_value("Content-Length"));
   if (res.status == 413) {
-    send_error(res, ApiError(400, fmt::format("the request body exceeds this server's limit of {} bytes",
+    send_error(req, res, ApiError(400, fmt::format("the request body exceeds this server's limit of {} bytes",
                                               options.limits.max_body_bytes),
                              "", "request_too_large"));
   } else if (res.status == 400 && declared > int64_t(req.body.size())) {
-    send_error(res, ApiError(400, fmt::format("the request body ended after {} of the {} bytes its Content-Length "
+    send_error(req, res, ApiError(400, fmt::format("the request body ended after {} of the {} bytes its Content-Length "
                                               "announced", req.body.size(), declared),
                              "", "incomplete_body"));
   } else if (res.status == 404) {
-    send_error(res, ApiError(404, fmt::format("no route for {} {}", req.method, req.path), "", "not_found"));
+    send_error(req, res, ApiError(404, fmt::format("no route for {} {}", req.method, req.path), "", "not_found"));
   } else {
-    send_error(res, ApiError(res.status, fmt::format("HTTP {}", res.status)));
+    send_error(req, res, ApiError(res.status, fmt::format("HTTP {}", res.status)));
   }
 }
 
@@ -375,21 +402,40 @@ void Server::Impl::detokenize(const httplib::Request& req, httplib::Response& re
   });
 }
 
-// POST /v1/completions and /v1/chat/completions: a JSON reply, or an SSE stream.
-void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+// POST /v1/messages/count_tokens: the prompt's length as the Messages request would be read.
+void Server::Impl::count_message_tokens(const httplib::Request& req, httplib::Response& res) const {
+  try {
+    if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
+    json body = parse_json(req.body, "the request body");
+    if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;  // not part of a count
+    const ApiRequest r = parse_chat_request(chat_body_from_messages(body), *tokenizer, options.model_name, options.limits);
+    send_json(res, 200, {{"input_tokens", r.prompts[0].size()}});
+  } catch (const ApiError& e) {
+    send_error(req, res, e);
+  } catch (const Error& e) {
+    send_error(req, res, ApiError(400, e.what()));
+  }
+}
+
+// POST /v1/completions, /v1/chat/completions and /v1/messages: a JSON reply, or an SSE stream.
+void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, Api api) {
   auto job = std::make_shared<Job>(in_flight);
   job->probe = ConnectionProbe(req.remote_addr, req.remote_port, req.local_port);
+  const bool chat = api != Api::Completions;
   int status = 200;
   json reply;
   try {
     if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
     if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
-    const json body = parse_json(req.body, "the request body");
+    json body = parse_json(req.body, "the request body");
+    if (api == Api::Messages) body = chat_body_from_messages(body);
     job->request = chat ? parse_chat_request(body, *tokenizer, options.model_name, options.limits)
                         : parse_completion_request(body, *tokenizer, options.model_name, options.limits);
     job->header = {random_id(chat ? "chatcmpl-" : "cmpl-"),
                    chat ? (job->request.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
                    options.model_name, unix_time()};
+    if (api == Api::Messages && job->request.stream)
+      job->message_events.emplace(random_id("msg_"), options.model_name, int64_t(job->request.prompts[0].size()));
     // An interim response may go out only before the final one starts: not while streaming.
     job->probe.allow_interim(!job->request.stream && req.version == "HTTP/1.1");
     submit(job);
@@ -401,10 +447,11 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
       return;
     }
     reply = wait_for_response(*job);
+    if (api == Api::Messages) reply = message_from_chat_response(reply, random_id("msg_"));
   } catch (const ApiError& e) {
-    status = e.status, reply = e.to_json();
+    status = e.status, reply = api == Api::Messages ? anthropic_error(e) : e.to_json();
   } catch (const Error& e) {
-    status = 400, reply = ApiError(400, e.what()).to_json();
+    status = 400, reply = api == Api::Messages ? anthropic_error(ApiError(400, e.what())) : ApiError(400, e.what()).to_json();
   }
   res.status = status;  // counted by the logger however it is sent
   if (job->probe.half_closed() && job->probe.send_reply(status, "application/json", dump(reply))) return;
@@ -531,8 +578,8 @@ json Server::Impl::wait_for_response(Job& job) {
 bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
   const ApiRequest& r = job.request;
   const auto write = [&](const json& event) {
-    const std::string line = "data: " + dump(event) + "\n\n";
-    if (sink.write(line.data(), line.size())) return true;
+    const std::string line = job.message_events ? job.message_events->push(event) : "data: " + dump(event) + "\n\n";
+    if (line.empty() || sink.write(line.data(), line.size())) return true;
     job.gone = true;  // the client went away: the engine cancels its sequences
     return false;
   };
@@ -612,6 +659,7 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       } else {
         last = completion_chunk(job.header, int64_t(i), "", finish_reason(out, false));
       }
+      last["choices"][0]["stop_reason"] = stop_reason(out);
       if (finished == n) last["usage"] = usage.to_json();  // every response carries usage
       if (!write(last)) return false;
     }
@@ -622,8 +670,8 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
     chunk["usage"] = usage.to_json();
     if (!write(chunk)) return false;
   }
-  const std::string end = "data: [DONE]\n\n";
-  if (!sink.write(end.data(), end.size())) return false;
+  const std::string end = job.message_events ? "" : "data: [DONE]\n\n";
+  if (!end.empty() && !sink.write(end.data(), end.size())) return false;
   sink.done();
   return true;
 }
