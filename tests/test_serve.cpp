@@ -1273,6 +1273,21 @@ TEST(Serve, AnthropicSdkEndToEnd) {
   EXPECT_NE(r.output.find("anthropic client: all checks passed"), std::string::npos) << r.output;
 }
 
+// Issue 67: the OpenAI Responses API driven by the `openai` package's Responses client
+// (tests/serve/responses_client.cjs): text, items, images, incomplete replies, a tool loop continued
+// by previous_response_id and by the whole history, a forced call, streams and errors.
+TEST(Serve, OpenAiResponsesClientEndToEnd) {
+  const auto modules = client_node_modules();
+  TestServer s;
+  test::TempDir dir;
+  test::write_bytes(dir / "scenario.json", Scenario().to_json().dump());
+  const auto r = test::run_command("NODE_PATH=" + modules.string() + " node " +
+                                   (test::source_dir() / "tests/serve/responses_client.cjs").string() + " " + s.url() +
+                                   "/v1 hyla-test " + (dir / "scenario.json").string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("responses client: all checks passed"), std::string::npos) << r.output;
+}
+
 // A server whose routed experts stay in the int8 files answers as the resident one does, and
 // /metrics reports the expert cache per MoE layer.
 TEST(Serve, OffloadedExpertsAnswerAsResidentOnesAndShowInMetrics) {

@@ -28,6 +28,7 @@
 #include "hyla/serve/connection_probe.h"
 #include "hyla/serve/http_threads.h"
 #include "hyla/serve/metrics.h"
+#include "hyla/serve/responses_api.h"
 #include "hyla/data/reply_stream.h"
 
 namespace hyla {
@@ -61,7 +62,8 @@ int64_t unix_time() {
 // Metrics label: one of the routes, so that random paths cannot grow the label set.
 std::string route_label(const std::string& path) {
   for (const char* route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/health",
+       {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+        "/v1/models", "/health",
         "/metrics", "/tokenize", "/detokenize"})
     if (path == route) return route;
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
@@ -135,10 +137,13 @@ struct Job {
   std::vector<std::future<GenerationOutput>> futures;
   std::vector<const std::vector<int32_t>*> prompt_of;  // per choice
   std::optional<MessageEvents> message_events;  // /v1/messages streams: the chat chunks in Anthropic's events
+  std::optional<ResponseEvents> response_events;  // /v1/responses streams: the chat chunks as Response events
+  std::string response_id;                        // /v1/responses with store: where its conversation is kept
+  json conversation;                              // … and the conversation before the reply
 };
 
 // The request shapes generation is asked in.
-enum class Api : uint8_t { Completions, Chat, Messages };
+enum class Api : uint8_t { Completions, Chat, Messages, Responses };
 
 }  // namespace
 
@@ -156,6 +161,8 @@ struct Server::Impl {
   int listen_fd = -1;
   std::atomic<int64_t> in_flight{0};       // generation requests not yet answered
   std::atomic<bool> draining{false};       // shutdown(): new requests get 503
+  // The conversations previous_response_id continues: an hour, 64 MiB of JSON at most.
+  ResponseStore response_store{std::chrono::hours(1), size_t(64) << 20};
   std::atomic<bool> cancel_all{false};     // shutdown(): the grace period is over
   // stop() before listen() has started (a model that fails to load at once) must still end it.
   std::atomic<bool> stop_requested{false}, listen_entered{false}, listen_returned{false};
@@ -175,6 +182,7 @@ struct Server::Impl {
   void completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Completions); }
   void chat_completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Chat); }
   void messages(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Messages); }
+  void responses(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Responses); }
   void count_message_tokens(const httplib::Request& req, httplib::Response& res) const;
 
   json model_card() const;
@@ -231,6 +239,7 @@ Server::Server(ServeOptions options)
   http.Post("/v1/chat/completions", to(&Impl::chat_completions));
   http.Post("/v1/messages", to(&Impl::messages));
   http.Post("/v1/messages/count_tokens", to(&Impl::count_message_tokens));
+  http.Post("/v1/responses", to(&Impl::responses));
 }
 
 // Runs before cpp-httplib reads a body, so a bad Content-Length is refused without waiting for it.
@@ -428,7 +437,24 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
     if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
     if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
     json body = parse_json(req.body, "the request body");
+    std::optional<ResponseHeaderFields> response_fields;
     if (api == Api::Messages) body = chat_body_from_messages(body);
+    if (api == Api::Responses) {
+      json history = json::array();
+      if (body.is_object() && body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
+        const json& previous = body["previous_response_id"];
+        std::optional<json> kept = previous.is_string() ? response_store.get(previous.get<std::string>()) : std::nullopt;
+        if (!kept)
+          throw ApiError(400, fmt::format("Previous response with id {} not found (responses are kept for an hour "
+                                          "when stored)", previous.dump()), "previous_response_id");
+        history = std::move(*kept);
+      }
+      ResponsesRequest read = chat_body_from_responses(body, history);
+      response_fields = response_header(body, random_id("resp_"), unix_time(), options.model_name);
+      if (body.value("store", json(true)) != false) job->response_id = response_fields->id;
+      job->conversation = std::move(read.conversation);
+      body = std::move(read.chat);
+    }
     job->request = chat ? parse_chat_request(body, *tokenizer, options.model_name, options.limits)
                         : parse_completion_request(body, *tokenizer, options.model_name, options.limits);
     job->header = {random_id(chat ? "chatcmpl-" : "cmpl-"),
@@ -436,6 +462,7 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
                    options.model_name, unix_time()};
     if (api == Api::Messages && job->request.stream)
       job->message_events.emplace(random_id("msg_"), options.model_name, int64_t(job->request.prompts[0].size()));
+    if (api == Api::Responses && job->request.stream) job->response_events.emplace(*response_fields);
     // An interim response may go out only before the final one starts: not while streaming.
     job->probe.allow_interim(!job->request.stream && req.version == "HTTP/1.1");
     submit(job);
@@ -448,6 +475,13 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
     }
     reply = wait_for_response(*job);
     if (api == Api::Messages) reply = message_from_chat_response(reply, random_id("msg_"));
+    if (api == Api::Responses) {
+      if (!job->response_id.empty()) {
+        job->conversation.push_back(reply["choices"][0]["message"]);
+        response_store.put(job->response_id, std::move(job->conversation));
+      }
+      reply = response_from_chat(reply, *response_fields);
+    }
   } catch (const ApiError& e) {
     status = e.status, reply = api == Api::Messages ? anthropic_error(e) : e.to_json();
   } catch (const Error& e) {
@@ -578,7 +612,9 @@ json Server::Impl::wait_for_response(Job& job) {
 bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
   const ApiRequest& r = job.request;
   const auto write = [&](const json& event) {
-    const std::string line = job.message_events ? job.message_events->push(event) : "data: " + dump(event) + "\n\n";
+    const std::string line = job.message_events    ? job.message_events->push(event)
+                             : job.response_events ? job.response_events->push(event)
+                                                   : "data: " + dump(event) + "\n\n";
     if (line.empty() || sink.write(line.data(), line.size())) return true;
     job.gone = true;  // the client went away: the engine cancels its sequences
     return false;
@@ -670,7 +706,11 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
     chunk["usage"] = usage.to_json();
     if (!write(chunk)) return false;
   }
-  const std::string end = job.message_events ? "" : "data: [DONE]\n\n";
+  if (job.response_events && !job.response_id.empty()) {
+    job.conversation.push_back(job.response_events->assistant_message());
+    response_store.put(job.response_id, std::move(job.conversation));
+  }
+  const std::string end = job.message_events || job.response_events ? "" : "data: [DONE]\n\n";
   if (!end.empty() && !sink.write(end.data(), end.size())) return false;
   sink.done();
   return true;
