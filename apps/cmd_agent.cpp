@@ -65,7 +65,7 @@ void add_agent(CLI::App& app) {
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   add_sampling_options(cmd, sampling);
   cmd->add_flag("--json", print_json, "Print the episode's summary as JSON after the trajectory");
-  cmd->callback([] {
+  cmd->callback([cmd] {
     HYLA_CHECK(expert || !model_dir.empty(), "hyla agent: pass --model DIR, or --expert to watch the expert play");
     HYLA_CHECK(!model_dir.empty() || !tokenizer_file.empty(), "hyla agent --expert: pass --tokenizer FILE (or --model DIR)");
     if (min_confidence) limits.min_confidence = *min_confidence;
@@ -74,12 +74,16 @@ void add_agent(CLI::App& app) {
     faults.share = fault_share;
     const std::filesystem::path dir(model_dir);
     const Tokenizer tokenizer = tokenizer_file.empty() ? load_model_tokenizer(dir) : Tokenizer::load(tokenizer_file);
+    std::unique_ptr<Model> model;
+    if (!expert) {
+      model = load_model_for_engine(dir);
+      limits.context = fit_default_context(*model, limits.context, cmd->count("--context") > 0, "agent");
+    }
     std::vector<AgentSession> sessions;
     sessions.emplace_back(*env, parse_split(split), task, faults, limits, tokenizer);
     if (expert) {
       run_expert(sessions[0]);
     } else {
-      const std::unique_ptr<Model> model = load_model_for_engine(dir);
       EngineOptions options;
       options.max_sequences = 1;
       options.context = limits.context;

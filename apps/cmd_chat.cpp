@@ -88,13 +88,14 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--delimiter", delimiter, "When input is not a terminal: the line printed after each reply");
   cmd->add_option("--history", history_file, "On a terminal: the file of past input lines (empty: none)");
   add_expert_memory_options(cmd, expert_memory);
-  cmd->callback([] {
+  cmd->callback([cmd] {
     if (serve_experts_to_rank0(model_dir)) return;
     ModelLoadOptions load = expert_memory.load_options();
     load.bf16_matrices = dtype == "bf16";
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, load);
     const Tokenizer tokenizer = load_model_tokenizer(model_dir);
     const ChatTemplate chat(tokenizer);
+    context = fit_default_context(*model, context, cmd->count("--context") > 0, "chat");
     EngineOptions options;
     options.max_sequences = 1;
     options.context = context;

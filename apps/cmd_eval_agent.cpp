@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/eval/agent_eval.h"
+#include "hyla/infer/engine.h"
 #include "hyla/io/file.h"
 #include "hyla/rl/agent_report.h"
 
@@ -43,7 +44,8 @@ void add_eval_agent(CLI::App& eval) {
   cmd->add_option("--out", out_file, "Write the JSON results here");
   cmd->add_option("--report", report_file, "Write a self-contained HTML report here");
   cmd->add_flag("--json", print_json, "Print the JSON results instead of the table");
-  cmd->callback([] {
+  cmd->callback([cmd] {
+    const bool context_given = cmd->count("--context") > 0;
     HYLA_CHECK(labels.empty() || labels.size() == model_dirs.size(), "--label: {} labels for {} models", labels.size(),
                model_dirs.size());
     ojson results = {{"split", split},        {"tasks", tasks},          {"trials", trials},
@@ -61,8 +63,9 @@ void add_eval_agent(CLI::App& eval) {
       o.sampling.seed = seed;
       o.faults.share = fault_share;
       o.limits = limits;
+      o.limits.context = fit_default_context(*model, limits.context, context_given, "eval agent");
       o.engine.max_sequences = max_sequences;
-      o.engine.context = limits.context;
+      o.engine.context = o.limits.context;
       o.engine.precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
       const std::vector<Trajectory> episodes = play_agent_tasks(*model, tokenizer, o);
       const std::string label = labels.empty() ? fs::path(model_dirs[i]).lexically_normal().string() : labels[i];

@@ -52,13 +52,14 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--stop", request.stop, "Stop strings (repeatable)");
   cmd->add_flag("--ignore-eos{false}", request.stop_at_end_tokens,
                 "Go on past end-of-text tokens to --max-tokens (llama-cli's --ignore-eos, the API's ignore_eos)");
-  cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(positive());
+  auto* context_option =
+      cmd->add_option("-c,--context,--ctx-size", context, "Maximum tokens of prompt + generation")->check(positive());
   cmd->add_option("--prefill-chunk", prefill_chunk, "Prompt tokens per forward")->check(positive());
   cmd->add_option("--dtype", dtype, "Matmul inputs")->check(CLI::IsMember({"f32", "bf16"}));
   auto* schema = cmd->add_option("-j,--json-schema", json_schema, "Generate only JSON of this schema ('{}': any JSON value)");
   cmd->add_option("--json-schema-file", json_schema_file, "The same, read from a file")->excludes(schema)->check(CLI::ExistingFile);
   add_expert_memory_options(cmd, expert_memory);
-  cmd->callback([text] {
+  cmd->callback([text, context_option] {
     if (!prompt_file.empty()) prompt = read_file(prompt_file);
     else if (text->count() == 0) prompt = read_prompt_from_stdin();
     if (!json_schema_file.empty()) request.grammar = json_schema_grammar(parse_json_file(json_schema_file), json_schema_file);
@@ -76,7 +77,11 @@ void add_generate(CLI::App& app) {
     HYLA_CHECK(!request.prompt.empty(), "generate: the prompt encodes to no tokens");
     EngineOptions options;
     options.max_sequences = 1;
-    options.context = std::min<int64_t>(context, int64_t(request.prompt.size()) + request.max_tokens + 1);
+    // A default context past the model's window ends the generation at the window.
+    options.context = fit_default_context(
+        *model, std::min<int64_t>(context, int64_t(request.prompt.size()) + request.max_tokens + 1),
+        context_option->count() > 0, "generate");
+    request.max_tokens = std::min<int64_t>(request.max_tokens, options.context - int64_t(request.prompt.size()));
     options.prefill_chunk = prefill_chunk;
     options.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;
     options.prefix_cache_bytes = 0;

@@ -82,8 +82,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
                   "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
   add_expert_memory_options(cmd, expert_memory);
-  cmd->callback([] {
+  cmd->callback([cmd] {
     if (serve_experts_to_rank0(options.model_dir)) return;
+    options.context_given = cmd->count("--context") > 0;
     options.load = expert_memory.load_options();
     options.load.bf16_matrices = dtype == "bf16";
     if (min_confidence) options.limits.guardrails.min_confidence = *min_confidence;
@@ -133,7 +134,7 @@ void add_serve(CLI::App& app) {
       throw;
     }
     fmt::print("hyla serve: model '{}' ready ({} slots × {} tokens); {}\n", server.model_name(),
-               options.engine.max_sequences, options.engine.context, server.memory_summary());
+               server.engine_options().max_sequences, server.engine_options().context, server.memory_summary());
     watcher.join();
     http.join();
   });

@@ -370,6 +370,36 @@ void poke_gguf(const std::filesystem::path& file, const std::string& key, T valu
 
 }  // namespace
 
+// Issue 67: a model whose window is smaller than a command's default context runs at its window and
+// says so; a context asked for past the window stays an error naming both.
+TEST(Cli, DefaultContextsFitTheModelsWindow) {
+  test::TempDir dir;
+  test::write_bytes(dir / "config.json", test::nano_config([](nlohmann::json& j) {
+                                           j["vocab_size"] = 512;
+                                           j["max_position_embeddings"] = 256;
+                                         }).to_json().dump());
+  test::small_tokenizer().save(dir / "tok.json");
+  const std::string m = (dir / "m").string();
+  ASSERT_EQ(run_hyla("init --config " + (dir / "config.json").string() + " --out " + m + " --tokenizer " +
+                     (dir / "tok.json").string()).exit_code, 0);
+  const std::string note = "the model's window is 256 tokens (max_position_embeddings): using a context of 256";
+  auto r = test::run_command("echo hello | " + std::string(HYLA_BINARY) + " chat -m " + m + " -n 4");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("chat: " + note + " rather than 4096"), std::string::npos) << r.output;
+  r = run_hyla("generate -m " + m + " -p hello -n 400 --temperature 0");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("generate: " + note), std::string::npos) << r.output;
+  r = run_hyla("generate -m " + m + " -p hello -n 400 --context 4096");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("exceeds the model's window (256 tokens"), std::string::npos) << r.output;
+  const std::string log = (dir / "serve.log").string();
+  r = test::run_command(std::string(HYLA_BINARY) + " serve -m " + m + " --port 0 > " + log + " 2>&1 & pid=$!; " +
+                        "for i in $(seq 200); do grep -q 'ready (' " + log + " && break; sleep 0.05; done; " +
+                        "kill $pid; wait $pid; cat " + log);
+  EXPECT_NE(r.output.find("hyla serve: " + note + " rather than 8192"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ready (16 slots × 256 tokens)"), std::string::npos) << r.output;
+}
+
 // `--tokenizer` takes a model whose tokenizer to use as well as a tokenizer.json: a Kimi checkpoint's
 // tiktoken.model encodes, and travels into a new model directory and a GGUF's vocabulary.
 TEST(Cli, TokenizerArgumentsTakeAModelsTokenizer) {

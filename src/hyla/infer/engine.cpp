@@ -93,4 +93,12 @@ std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir, c
   return model;
 }
 
+int64_t fit_default_context(const Model& model, int64_t context, bool given, const char* command) {
+  const int64_t window = model.config().max_position_embeddings;
+  if (given || context <= window) return context;
+  fmt::print(stderr, "{}: the model's window is {} tokens (max_position_embeddings): using a context of {} rather "
+             "than {}\n", command, window, window, context);
+  return window;
+}
+
 }  // namespace hyla

@@ -52,4 +52,9 @@ class Engine {
 // so loading runs on a passing thread, and the engine's worker owns the only pool.
 std::unique_ptr<Model> load_model_for_engine(const std::filesystem::path& dir, const ModelLoadOptions& options = {});
 
+// A command's context against the model's window (max_position_embeddings): a default past the
+// window becomes the window, and a line on stderr from `command` says so; a context the user gave
+// stays as given (the engine refuses one past the window, naming both).
+int64_t fit_default_context(const Model& model, int64_t context, bool given, const char* command);
+
 }  // namespace hyla

@@ -506,6 +506,8 @@ int Server::bind() {
 
 void Server::load() {
   impl_->model = load_model_for_engine(options_.model_dir, options_.load);
+  options_.engine.context = fit_default_context(*impl_->model, options_.engine.context, options_.context_given, "hyla serve");
+  options_.limits.context = options_.engine.context;
   options_.limits.vision = impl_->model->config().vision;  // before ready_: no request reads limits until then
   HYLA_CHECK(std::filesystem::is_regular_file(options_.model_dir) ||
                  std::filesystem::exists(options_.model_dir / "tokenizer.json") ||

@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string api_key;          // when set, /v1 requests need "Authorization: Bearer <key>"
   bool metrics_need_key = false;  // and /metrics too
   EngineOptions engine;
+  bool context_given = false;   // engine.context was asked for; a default past the model's window is cut to it
   ModelLoadOptions load;        // e.g. the routed experts offloaded (expert_offload.h)
   ServeLimits limits;
   int http_threads = 0;         // threads kept ready; 0: 2 × engine slots + 4
@@ -55,6 +56,7 @@ class Server {
   bool ready() const { return ready_; }
   std::string memory_summary() const;  // the engine's state memory (after load)
   const std::string& model_name() const { return options_.model_name; }
+  const EngineOptions& engine_options() const { return options_.engine; }  // as load() settled them
 
  private:
   struct Impl;
