@@ -186,8 +186,8 @@ void add_chat(CLI::App& app) {
         const std::optional<InterruptStopsReply> ctrl_c = interactive ? std::optional<InterruptStopsReply>(std::in_place) : std::nullopt;
         out = engine.submit(request).get();
       }
-      const AssistantReply rest = stream.finish();
-      show({rest.content, rest.reasoning});
+      const AssistantReply rest = stream.finish().reply;
+      show({rest.content, rest.reasoning, {}});
       fmt::print("\n");
       if (!interactive) fmt::print("{}\n", delimiter);
       std::fflush(stdout);

@@ -4,6 +4,8 @@
 // as the tokenizer encodes the rendered text, and every reply read back, whole and streamed.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -127,6 +129,23 @@ TEST(ChatTemplate, ParsesToolCallBlocksAndLeavesBrokenOnesAsText) {
   EXPECT_FALSE(r.malformed_call);
 }
 
+// What a stream's call deltas add up to: each call as opened, its arguments as streamed.
+struct CallsStreamed {
+  std::vector<ToolCall> calls;
+  size_t argument_bytes = 0;
+  void take(const std::vector<ReplyStream::CallDelta>& deltas) {
+    for (const ReplyStream::CallDelta& d : deltas) {
+      if (!d.name.empty()) {
+        EXPECT_EQ(d.index, calls.size()) << "calls open in order, once";
+        calls.push_back({d.name, ""});
+      }
+      ASSERT_LT(d.index, calls.size()) << "arguments of a call not opened";
+      calls[d.index].arguments += d.arguments;
+      argument_bytes += d.arguments.size();
+    }
+  }
+};
+
 TEST(ReplyStream, StreamsTextUntilAMarkerAndHoldsBackPartialMarkers) {
   const ChatTemplate chat(test::small_tokenizer());
   const ChatOptions offered = offering(), plain_options;
@@ -135,18 +154,52 @@ TEST(ReplyStream, StreamsTextUntilAMarkerAndHoldsBackPartialMarkers) {
   EXPECT_EQ(s.push("let me <tool").content, "let me ");  // "<tool" may begin a marker
   EXPECT_EQ(s.push("_call>\n{\"name\": \"f\", ").content, "");
   EXPECT_EQ(s.push("\"arguments\": {\"a\": 1}}\n</tool_call>").content, "");
-  const AssistantReply r = s.finish();
-  ASSERT_EQ(r.tool_calls.size(), 1u);
-  EXPECT_EQ(r.tool_calls[0].name, "f");
+  const ReplyStream::Finish r = s.finish();
+  ASSERT_EQ(r.reply.tool_calls.size(), 1u);
+  EXPECT_EQ(r.reply.tool_calls[0].name, "f");
   ReplyStream plain(chat, offered);
   EXPECT_EQ(plain.push("a <b").content, "a <b");
   EXPECT_EQ(plain.push("x <").content, "x ");
-  EXPECT_EQ(plain.finish().content, "<");
+  EXPECT_EQ(plain.finish().reply.content, "<");
   ReplyStream prefilled(chat, offered, "<tool_call>\n");
   EXPECT_EQ(prefilled.push("{\"name\": \"g\", \"arguments\": {}}\n</tool_call>").content, "");
-  EXPECT_EQ(prefilled.finish().tool_calls.at(0).name, "g");
+  EXPECT_EQ(prefilled.finish().reply.tool_calls.at(0).name, "g");
   ReplyStream no_tools(chat, plain_options);  // nothing held: the text is the reply
   EXPECT_EQ(no_tools.push("x <tool").content, "x <tool");
+}
+
+// Issue 67: a call opens once its name is written and its arguments stream as they are written,
+// token by token, as the model wrote them: what streamed adds up to the reply's calls.
+TEST(ReplyStream, CallArgumentsStreamAsTheyAreWritten) {
+  const ChatTemplate chat(test::small_tokenizer());
+  const ChatOptions offered = offering();
+  const std::string text = "Checking.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Par\\\"is\", "
+                           "\"n\": [1, {\"x\": true}]}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n"
+                           "</tool_call>";
+  ReplyStream s(chat, offered);
+  CallsStreamed calls;
+  std::vector<size_t> grew;  // argument bytes after each piece
+  for (size_t at = 0; at < text.size(); ++at) {
+    calls.take(s.push(text.substr(at, 1)).calls);
+    grew.push_back(calls.argument_bytes);
+  }
+  const ReplyStream::Finish rest = s.finish();
+  calls.take(rest.calls);
+  ASSERT_EQ(rest.reply.tool_calls.size(), 2u);
+  ASSERT_EQ(calls.calls.size(), 2u);
+  EXPECT_EQ(calls.calls[0].name, "f");
+  EXPECT_EQ(calls.calls[0].arguments, "{\"city\": \"Par\\\"is\", \"n\": [1, {\"x\": true}]}");
+  EXPECT_EQ(rest.reply.tool_calls[0].arguments, calls.calls[0].arguments);  // as written, not re-serialised
+  EXPECT_EQ(calls.calls[1].arguments, "{}");
+  // The first call's arguments arrived over many pieces, not at the end.
+  EXPECT_GT(std::set<size_t>(grew.begin(), grew.end()).size(), 20u);
+  // A name is only sent whole: nothing opens while it is being written.
+  ReplyStream naming(chat, offered);
+  EXPECT_TRUE(naming.push("<tool_call>\n{\"name\": \"get_wea").calls.empty());
+  const ReplyStream::Delta opened = naming.push("ther\", \"arguments\": {\"c");
+  ASSERT_EQ(opened.calls.size(), 1u);
+  EXPECT_EQ(opened.calls[0].name, "get_weather");
+  EXPECT_EQ(opened.calls[0].arguments, "{\"c");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,15 +305,25 @@ void expect_replies_read_back(ChatFormat format, const std::string& golden_file)
     for (size_t step : {1, 3, 7}) {
       ReplyStream stream(chat, options);
       std::string content, reasoning;
+      CallsStreamed calls;
       for (size_t at = 0; at < text.size(); at += step) {
         const ReplyStream::Delta delta = stream.push(std::string_view(text).substr(at, step));
         content += delta.content;
         reasoning += delta.reasoning;
+        calls.take(delta.calls);
       }
-      const AssistantReply rest = stream.finish();
-      EXPECT_EQ(content + rest.content, reply.content) << name << " in pieces of " << step;
-      EXPECT_EQ(reasoning + rest.reasoning, reply.reasoning) << name << " in pieces of " << step;
-      EXPECT_EQ(rest.tool_calls.size(), reply.tool_calls.size()) << name;
+      const size_t before_the_end = calls.argument_bytes;
+      const ReplyStream::Finish rest = stream.finish();
+      calls.take(rest.calls);
+      EXPECT_EQ(content + rest.reply.content, reply.content) << name << " in pieces of " << step;
+      EXPECT_EQ(reasoning + rest.reply.reasoning, reply.reasoning) << name << " in pieces of " << step;
+      // Each call opened with its name and its arguments streamed as written, adding up to the reply's.
+      ASSERT_EQ(calls.calls.size(), reply.tool_calls.size()) << name << " in pieces of " << step;
+      for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+        EXPECT_EQ(calls.calls[i].name, reply.tool_calls[i].name) << name;
+        EXPECT_EQ(calls.calls[i].arguments, reply.tool_calls[i].arguments) << name << " in pieces of " << step;
+      }
+      if (!reply.tool_calls.empty()) EXPECT_GT(before_the_end, 0u) << name << ": nothing streamed before the end";
     }
   }
 }

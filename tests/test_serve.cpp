@@ -536,23 +536,35 @@ TEST(Serve, ChatRepliesAndToolCallsStreamingAndNot) {
   EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Paris"})"));
   EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
 
-  // Streaming: role first, then content deltas, then the tool call, finish_reason, usage, [DONE].
+  // Streaming: role first, then content deltas, then the tool call (opened with its id and name,
+  // its arguments in several deltas as they are generated), finish_reason, usage, [DONE].
   json stream_body = weather_body;
   stream_body["stream"] = true;
   const std::vector<json> events = sse_events(post_stream(s, "/v1/chat/completions", stream_body));
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
   json streamed_call;
-  std::string content;
+  std::string content, arguments;
+  int argument_deltas = 0;
   for (const json& e : events) {
     EXPECT_EQ(e["object"], "chat.completion.chunk");
     const json& delta = e["choices"][0]["delta"];
     if (delta.contains("content")) content += delta["content"].get<std::string>();
-    if (delta.contains("tool_calls")) streamed_call = delta["tool_calls"][0];
+    if (!delta.contains("tool_calls")) continue;
+    const json& d = delta["tool_calls"][0];
+    EXPECT_EQ(d["index"], 0);
+    if (d.contains("id")) {
+      EXPECT_TRUE(streamed_call.is_null()) << "the call opens once";
+      streamed_call = d;
+    }
+    arguments += d["function"]["arguments"].get<std::string>();
+    argument_deltas += !d["function"]["arguments"].get<std::string>().empty();
   }
   EXPECT_EQ(content, "");
-  EXPECT_EQ(streamed_call["index"], 0);
+  EXPECT_EQ(streamed_call["id"].get<std::string>().rfind("call_", 0), 0u);
   EXPECT_EQ(streamed_call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(arguments), json::parse(R"({"city": "Paris"})"));
+  EXPECT_GT(argument_deltas, 2);
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], weather["usage"]["completion_tokens"]);
   EXPECT_EQ(events.back()["usage"]["prompt_tokens"], weather["usage"]["prompt_tokens"]);

@@ -45,6 +45,15 @@ AssistantReply parse_kimi_k3(std::string_view text, const ChatOptions& options, 
 // the end of the text; with `partial`, before the longest tail that may begin a delimiter.
 size_t segment_end(std::string_view text, size_t from, std::initializer_list<std::string_view> delimiters, bool partial);
 
+// Where the JSON value starting at `from` (after any whitespace) ends, or npos when the text ends
+// before it does: strings, escapes and nesting are followed, nothing else is checked. A number or
+// literal that reaches the end of the text is unfinished (it may go on).
+size_t json_value_end(std::string_view text, size_t from);
+
+// The text `text` ends with, without trailing whitespace: what of a value still being written may be
+// streamed (the whitespace may turn out to lie after the value's end).
+std::string_view trim_trailing_space(std::string_view text);
+
 // A JSON value as Python's json.dumps writes it (what Jinja's tojson gives in Hugging Face's chat
 // templates): ", " and ": " separators, or "," and ":" with `compact`; keys in their order, or
 // sorted by code point (json.dumps's sort_keys, case-sensitive) with `sort_keys`; non-ASCII kept.

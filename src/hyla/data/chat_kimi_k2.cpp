@@ -84,7 +84,22 @@ AssistantReply parse_kimi_k2(std::string_view text, const ChatOptions& options, 
   }
   const size_t calls_at = segment_end(text, 0, {kSectionBegin, kCallBegin, kEnd}, partial);
   reply.content = text.substr(0, calls_at);
-  if (partial) return reply;
+  if (partial) {  // the calls begun: each named once its argument marker is written
+    size_t at = calls_at;
+    if (text.substr(at).starts_with(kSectionBegin)) at += kSectionBegin.size();
+    while (text.substr(at).starts_with(kCallBegin)) {
+      const size_t args_at = text.find(kArgumentBegin, at);
+      if (args_at == std::string_view::npos) break;
+      std::string_view id = trim_space(text.substr(at + kCallBegin.size(), args_at - at - kCallBegin.size()));
+      if (id.starts_with("functions.")) id.remove_prefix(10);
+      const std::string_view name = id.substr(0, id.rfind(':'));
+      const size_t from = args_at + kArgumentBegin.size(), end = segment_end(text, from, {kCallEnd, kSectionEnd}, true);
+      reply.tool_calls.push_back({std::string(name), std::string(trim_trailing_space(trim_space(text.substr(from, end - from))))});
+      if (!text.substr(end).starts_with(kCallEnd)) break;
+      at = end + kCallEnd.size();
+    }
+    return reply;
+  }
   // The model may skip the section markers; a call's end marker may be cut off by max_tokens.
   size_t at = calls_at;
   if (text.substr(at).starts_with(kSectionBegin)) at += kSectionBegin.size();

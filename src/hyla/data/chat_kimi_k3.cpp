@@ -266,6 +266,54 @@ std::optional<std::string> read_call_arguments(std::string_view text, size_t& at
   return arguments.dump();
 }
 
+// The calls begun at `at` (after the content) of a reply still being written: each named once its
+// open tag is complete, its arguments the JSON text read_call_arguments builds, as far as the
+// arguments written allow: every finished one, and a string one's text so far. Each reading of a
+// longer reply extends the one before.
+void calls_so_far(std::string_view text, size_t at, std::vector<ToolCall>& calls) {
+  skip(text, at, kResponseEnd);
+  if (!skip(text, at, kToolsStart)) return;
+  for (;;) {
+    const std::optional<Tag> call = read_open_tag(text, at);
+    const std::string* tool = call && call->name == "call" ? call->find("tool") : nullptr;
+    if (!tool) return;
+    std::string arguments = "{";
+    bool complete = false;
+    for (size_t written = 0;; ++written) {
+      if (skip(text, at, kCallEnd)) {
+        complete = true;
+        break;
+      }
+      const std::optional<Tag> tag = read_open_tag(text, at);
+      const std::string* key = tag && tag->name == "argument" ? tag->find("key") : nullptr;
+      if (!key) break;  // unfinished, or a json block (sent whole at the end)
+      const std::string* type = tag->find("type");
+      const bool is_string = type && *type == "string";
+      const std::string close = fmt::format("{}argument{}", kClose, kSep);
+      const size_t end = text.find(close, at);
+      const std::string_view value = text.substr(at, end == std::string_view::npos ? end : end - at);
+      const std::string head = (written ? "," : "") + nlohmann::json(*key).dump() + ":";
+      const auto dump = [](const nlohmann::ordered_json& v) {
+        return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+      };
+      if (end == std::string_view::npos) {
+        if (is_string) {  // its text so far, as a JSON string without its closing quote
+          const std::string quoted = dump(std::string(text.substr(at, segment_end(text, at, {close}, true) - at)));
+          arguments += head + quoted.substr(0, quoted.size() - 1);
+        }
+        break;
+      }
+      const nlohmann::ordered_json parsed =
+          is_string ? nlohmann::ordered_json(std::string(value)) : nlohmann::ordered_json::parse(value, nullptr, false);
+      if (parsed.is_discarded()) break;
+      arguments += head + dump(parsed);
+      at = end + close.size();
+    }
+    calls.push_back({*tool, complete ? arguments + "}" : arguments});
+    if (!complete) return;
+  }
+}
+
 }  // namespace
 
 AssistantReply parse_kimi_k3(std::string_view text, const ChatOptions& options, bool partial) {
@@ -283,7 +331,10 @@ AssistantReply parse_kimi_k3(std::string_view text, const ChatOptions& options, 
   const size_t end = segment_end(text, at, {kResponseEnd, kToolsStart, kMessageEnd}, partial);
   reply.content = text.substr(at, end - at);
   at = end;
-  if (partial) return reply;
+  if (partial) {
+    if (options.offers_tools()) calls_so_far(text, at, reply.tool_calls);
+    return reply;
+  }
   skip(text, at, kResponseEnd);
   const size_t tools_at = at;
   if (options.offers_tools() && skip(text, at, kToolsStart)) {

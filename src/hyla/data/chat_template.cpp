@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <optional>
 
 #include "hyla/core/error.h"
 #include "hyla/core/text.h"
@@ -44,6 +45,42 @@ size_t segment_end(std::string_view text, size_t from, std::initializer_list<std
     for (std::string_view d : delimiters)
       if (n < d.size() && text.substr(text.size() - n) == d.substr(0, n)) return text.size() - n;
   return text.size();
+}
+
+size_t json_value_end(std::string_view t, size_t i) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (i < t.size() && space(t[i])) ++i;
+  if (i >= t.size()) return std::string_view::npos;
+  if (t[i] != '{' && t[i] != '[' && t[i] != '"') {
+    while (i < t.size() && !space(t[i]) && t[i] != ',' && t[i] != '}' && t[i] != ']') ++i;
+    return i < t.size() ? i : std::string_view::npos;
+  }
+  int depth = 0;
+  bool in_string = false;
+  for (; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        if (depth == 0) return i + 1;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+std::string_view trim_trailing_space(std::string_view text) {
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\n' || text.back() == '\r'))
+    text.remove_suffix(1);
+  return text;
 }
 
 std::string python_json(const nlohmann::ordered_json& value, bool compact, bool sort_keys) {
@@ -153,6 +190,39 @@ void render_hyla(std::span<const ChatMessage> messages, bool add_generation_prom
   }
 }
 
+// A call block's JSON body as far as it is written: the tool's name once its string is complete,
+// and the text of "arguments" (an object, as the model wrote it) so far. Read member by member,
+// so that each reading of a longer body extends the one before; nullopt before the name.
+std::optional<ToolCall> call_so_far(std::string_view body) {
+  size_t i = body.find_first_not_of(" \t\r\n");
+  if (i == std::string_view::npos || body[i] != '{') return std::nullopt;
+  std::optional<std::string> name;
+  std::string arguments;
+  for (++i;;) {
+    i = body.find_first_not_of(" \t\r\n,", i);
+    if (i == std::string_view::npos || body[i] != '"') break;
+    const size_t key_end = json_value_end(body, i);
+    if (key_end == std::string_view::npos) break;
+    const nlohmann::json key = nlohmann::json::parse(body.substr(i, key_end - i), nullptr, false);
+    i = body.find_first_not_of(" \t\r\n", key_end);
+    if (i == std::string_view::npos || body[i] != ':') break;
+    const size_t value_at = body.find_first_not_of(" \t\r\n", i + 1);
+    if (value_at == std::string_view::npos) break;
+    const size_t value_end = json_value_end(body, value_at);
+    const std::string_view value = body.substr(value_at, value_end == std::string_view::npos ? value_end : value_end - value_at);
+    if (key == "name" && value_end != std::string_view::npos) {
+      const nlohmann::json n = nlohmann::json::parse(value, nullptr, false);
+      if (n.is_string()) name = n.get<std::string>();
+    } else if (key == "arguments" && body[value_at] == '{') {
+      arguments = trim_trailing_space(value);
+    }
+    if (value_end == std::string_view::npos) break;
+    i = value_end;
+  }
+  if (!name) return std::nullopt;
+  return ToolCall{*name, std::move(arguments)};
+}
+
 AssistantReply parse_hyla(std::string_view text, const ChatOptions& options, bool partial) {
   AssistantReply reply;
   if (!options.offers_tools()) {
@@ -160,7 +230,17 @@ AssistantReply parse_hyla(std::string_view text, const ChatOptions& options, boo
     return reply;
   }
   if (partial) {
-    reply.content = text.substr(0, segment_end(text, 0, {kCallOpen}, true));
+    size_t at = segment_end(text, 0, {kCallOpen}, true);
+    reply.content = text.substr(0, at);
+    while (text.substr(at).starts_with(kCallOpen)) {
+      const size_t body = at + kCallOpen.size(), close = text.find(kCallClose, body);
+      std::optional<ToolCall> call = call_so_far(text.substr(body, close == std::string_view::npos ? close : close - body));
+      if (!call) break;
+      reply.tool_calls.push_back(std::move(*call));
+      if (close == std::string_view::npos) break;
+      at = text.find_first_not_of(" \t\r\n", close + kCallClose.size());
+      if (at == std::string_view::npos) break;
+    }
     return reply;
   }
   std::string content;
@@ -178,9 +258,14 @@ AssistantReply parse_hyla(std::string_view text, const ChatOptions& options, boo
     const size_t next = close == std::string_view::npos ? text.size() : close + kCallClose.size();
     if (j.is_object() && j.contains("name") && j["name"].is_string()) {
       content += text.substr(at, open - at);
+      // Arguments as the model wrote them (what streaming sent, call_so_far); a string is its text.
       const auto args = j.find("arguments");
+      const std::optional<ToolCall> written = call_so_far(inner);
       reply.tool_calls.push_back({j["name"].get<std::string>(),
-                                  args == j.end() ? "{}" : args->is_string() ? args->get<std::string>() : args->dump()});
+                                  args == j.end()        ? "{}"
+                                  : args->is_string()    ? args->get<std::string>()
+                                  : args->is_object() && written ? written->arguments
+                                                         : args->dump()});
     } else {
       content += text.substr(at, next - at);
     }

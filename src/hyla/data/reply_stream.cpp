@@ -23,15 +23,35 @@ ReplyStream::ReplyStream(const ChatTemplate& chat, const ChatOptions& options, s
 ReplyStream::Delta ReplyStream::push(std::string_view piece) {
   text_ += piece;
   const AssistantReply now = chat_->parse_reply(text_, *options_, /*partial=*/true);
-  return {unsent(now.content, sent_content_), unsent(now.reasoning, sent_reasoning_)};
+  Delta delta{unsent(now.content, sent_content_), unsent(now.reasoning, sent_reasoning_), {}};
+  for (size_t i = 0; i < now.tool_calls.size(); ++i) {
+    const ToolCall& call = now.tool_calls[i];
+    const bool opens = i == sent_arguments_.size();
+    if (opens) sent_arguments_.emplace_back();
+    std::string& sent = sent_arguments_[i];
+    std::string more = call.arguments.starts_with(sent) ? call.arguments.substr(sent.size()) : std::string();
+    if (!opens && more.empty()) continue;
+    sent += more;
+    delta.calls.push_back({i, opens ? call.name : std::string(), std::move(more)});
+  }
+  return delta;
 }
 
-AssistantReply ReplyStream::finish() {
-  AssistantReply reply = chat_->parse_reply(text_, *options_);
+ReplyStream::Finish ReplyStream::finish() {
+  Finish out{chat_->parse_reply(text_, *options_), {}};
+  AssistantReply& reply = out.reply;
   reply.content = unsent(reply.content, sent_content_);
   reply.reasoning = unsent(reply.reasoning, sent_reasoning_);
+  for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+    const ToolCall& call = reply.tool_calls[i];
+    if (i >= sent_arguments_.size()) {
+      out.calls.push_back({i, call.name, call.arguments});
+    } else if (call.arguments.starts_with(sent_arguments_[i]) && call.arguments.size() > sent_arguments_[i].size()) {
+      out.calls.push_back({i, std::string(), call.arguments.substr(sent_arguments_[i].size())});
+    }
+  }
   text_.clear();
-  return reply;
+  return out;
 }
 
 }  // namespace hyla

@@ -322,14 +322,16 @@ std::string MessageEvents::push(const json& chunk) {
   }
   if (const json* calls = field(delta, "tool_calls")) {
     for (const json& call : *calls) {
-      out += open_block("tool_use", {{"type", "tool_use"},
-                                     {"id", call["id"]},
-                                     {"name", call["function"]["name"]},
-                                     {"input", json::object()}});
-      const std::string arguments = input_of(call["function"]["arguments"].get<std::string>()).dump();
-      out += event("content_block_delta", {{"type", "content_block_delta"},
-                                           {"index", index_},
-                                           {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
+      if (call.contains("id"))  // the call opens: a tool_use block
+        out += open_block("tool_use", {{"type", "tool_use"},
+                                       {"id", call["id"]},
+                                       {"name", call["function"]["name"]},
+                                       {"input", json::object()}});
+      const std::string arguments = call["function"].value("arguments", std::string());
+      if (!arguments.empty())
+        out += event("content_block_delta", {{"type", "content_block_delta"},
+                                             {"index", index_},
+                                             {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
     }
   }
   if (field(choice, "finish_reason")) {

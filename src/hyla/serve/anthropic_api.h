@@ -15,7 +15,8 @@
 //   thinking {type: enabled | disabled}       -> chat_template_kwargs.thinking
 // and back: reasoning -> a thinking block, content -> a text block, each call -> a tool_use block;
 // finish "stop" -> end_turn (stop_sequence when a stop string ended it), "length" -> max_tokens,
-// "tool_calls" -> tool_use. cache_control and other annotations on blocks are accepted and ignored.
+// "tool_calls" -> tool_use; a streamed call's tool_use block opens with the call and its arguments
+// follow as input_json_deltas. cache_control and other annotations on blocks are accepted and ignored.
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

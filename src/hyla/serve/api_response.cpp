@@ -124,15 +124,12 @@ json completion_chunk(const ResponseHeader& header, int64_t index, const std::st
   return chunk;
 }
 
-json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+json tool_calls_json(const std::vector<ToolCall>& calls) {
   json list = json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    json call = {{"id", random_id("call_")},
-                 {"type", "function"},
-                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) call["index"] = i;
-    list.push_back(std::move(call));
-  }
+  for (const ToolCall& call : calls)
+    list.push_back({{"id", random_id("call_")},
+                    {"type", "function"},
+                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   return list;
 }
 

@@ -63,6 +63,6 @@ nlohmann::json chat_response(const ResponseHeader& header, const ApiRequest& req
                              const std::vector<FinishedChoice>& choices, const Tokenizer& tokenizer);
 nlohmann::json chat_chunk(const ResponseHeader& header, int64_t index, const nlohmann::json& delta,
                           const nlohmann::json& finish_reason);
-nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index = false);
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
 
 }  // namespace hyla

@@ -314,7 +314,10 @@ std::string ResponseEvents::close_item() {
   const int64_t index = int64_t(output_.size());
   std::string out;
   json item;
-  if (open_ == "reasoning") {
+  if (open_ == "function_call") {
+    out += event("response.function_call_arguments.done", {{"item_id", item_id_}, {"output_index", index}, {"arguments", text_}});
+    item = call_item(item_id_, tool_calls_.back(), "completed");
+  } else if (open_ == "reasoning") {
     out += event("response.reasoning_text.done", {{"item_id", item_id_}, {"output_index", index}, {"content_index", 0}, {"text", text_}});
     out += event("response.content_part.done", {{"item_id", item_id_}, {"output_index", index}, {"content_index", 0},
                                                  {"part", {{"type", "reasoning_text"}, {"text", text_}}}});
@@ -360,21 +363,22 @@ std::string ResponseEvents::push(const json& chunk) {
                                                 {"content_index", 0}, {"delta", *c}, {"logprobs", json::array()}});
   }
   if (const json* calls = field(delta, "tool_calls")) {
-    out += close_item();
     for (const json& call : *calls) {
-      const json tool_call = {{"id", call["id"]}, {"type", "function"}, {"function", call["function"]}};
-      tool_calls_.push_back(tool_call);
-      const std::string id = random_id("fc_");
-      const int64_t index = int64_t(output_.size());
-      json item = call_item(id, tool_call, "in_progress");
-      item["arguments"] = "";
-      out += event("response.output_item.added", {{"output_index", index}, {"item", item}});
-      const json& arguments = call["function"]["arguments"];
-      out += event("response.function_call_arguments.delta", {{"item_id", id}, {"output_index", index}, {"delta", arguments}});
-      out += event("response.function_call_arguments.done", {{"item_id", id}, {"output_index", index}, {"arguments", arguments}});
-      item = call_item(id, tool_call, "completed");
-      out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
-      output_.push_back(std::move(item));
+      if (call.contains("id")) {  // the call opens: a function_call item
+        out += close_item();
+        open_ = "function_call";
+        item_id_ = random_id("fc_");
+        text_.clear();
+        tool_calls_.push_back({{"id", call["id"]}, {"type", "function"}, {"function", {{"name", call["function"]["name"]}, {"arguments", ""}}}});
+        out += event("response.output_item.added",
+                     {{"output_index", int64_t(output_.size())}, {"item", call_item(item_id_, tool_calls_.back(), "in_progress")}});
+      }
+      const std::string arguments = call["function"].value("arguments", std::string());
+      if (arguments.empty()) continue;
+      text_ += arguments;
+      tool_calls_.back()["function"]["arguments"] = text_;
+      out += event("response.function_call_arguments.delta",
+                   {{"item_id", item_id_}, {"output_index", int64_t(output_.size())}, {"delta", arguments}});
     }
   }
   if (field(choice, "finish_reason")) {

@@ -627,6 +627,19 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
   // A reply the confidence guardrail may replace is held until it is judged, at its end.
   const bool hold = r.chat && r.guardrails.judges_confidence();
   std::vector<bool> done(n, false);
+  std::vector<std::vector<std::string>> call_ids(n);  // per choice, per call opened
+  // A call's delta in OpenAI's form: the call's id, type and name when it opens, then its
+  // arguments as they are written.
+  const auto write_call = [&](size_t i, const ReplyStream::CallDelta& call) {
+    json entry = {{"index", call.index}, {"function", {{"arguments", call.arguments}}}};
+    if (!call.name.empty()) {
+      call_ids[i].push_back(random_id("call_"));
+      entry["id"] = call_ids[i].back();
+      entry["type"] = "function";
+      entry["function"]["name"] = call.name;
+    }
+    return write(chat_chunk(job.header, int64_t(i), {{"tool_calls", json::array({entry})}}, nullptr));
+  };
   for (size_t i = 0; i < n; ++i) {
     if (r.chat && !write(chat_chunk(job.header, int64_t(i), {{"role", "assistant"}, {"content", ""}}, nullptr)))
       return false;
@@ -659,6 +672,8 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
         return false;
       if (!delta.content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", delta.content}}, nullptr)))
         return false;
+      for (const ReplyStream::CallDelta& call : delta.calls)
+        if (!write_call(i, call)) return false;
     }
     for (size_t i : ready) {
       done[i] = true;
@@ -677,17 +692,24 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       usage.add(out);
       json last;
       if (r.chat) {
-        // What has not been streamed yet: the held call (or all of a held reply), judged whole.
-        AssistantReply unsent = hold ? chat_template.parse_reply(r.prefill + out.text, r.chat_options) : replies[i].finish();
-        const auto [reply, guardrail] = chat_reply(r, out, std::move(unsent));
+        // What has not been streamed yet (all of a held reply, judged whole).
+        ReplyStream::Finish unsent;
+        if (hold) {
+          unsent.reply = chat_template.parse_reply(r.prefill + out.text, r.chat_options);
+          for (size_t k = 0; k < unsent.reply.tool_calls.size(); ++k)
+            unsent.calls.push_back({k, unsent.reply.tool_calls[k].name, unsent.reply.tool_calls[k].arguments});
+        } else {
+          unsent = replies[i].finish();
+        }
+        const auto [reply, guardrail] = chat_reply(r, out, std::move(unsent.reply));
         if (!reply.reasoning.empty() &&
             !write(chat_chunk(job.header, int64_t(i), {{"reasoning_content", reply.reasoning}}, nullptr)))
           return false;
         if (!reply.content.empty() && !write(chat_chunk(job.header, int64_t(i), {{"content", reply.content}}, nullptr)))
           return false;
-        if (!reply.tool_calls.empty() &&
-            !write(chat_chunk(job.header, int64_t(i), {{"tool_calls", tool_calls_json(reply.tool_calls, true)}}, nullptr)))
-          return false;
+        if (!guardrail)
+          for (const ReplyStream::CallDelta& call : unsent.calls)
+            if (!write_call(i, call)) return false;
         last = chat_chunk(job.header, int64_t(i), json::object(),
                           guardrail ? "stop" : finish_reason(out, !reply.tool_calls.empty()));
         if (guardrail) {
