@@ -79,6 +79,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--fallback-text", guard.fallback, "The content of a chat choice a guardrail stopped");
   cmd->add_option("--http-threads", options.http_threads, "HTTP threads kept ready (0: 2 × max-sequences + 4)")->check(non_negative());
   cmd->add_option("--max-connections", options.max_connections, "Connections served at once, one thread each")->check(positive());
+  cmd->add_option("--keepalive", options.keepalive_seconds,
+                  "Seconds a stream may stay silent (a long prompt's prefill) before a keep-alive is sent")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
                   "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
   add_expert_memory_options(cmd, expert_memory);

@@ -1270,6 +1270,28 @@ TEST(Serve, OpenAiNpmClientEndToEnd) {
   EXPECT_NE(r.output.find("openai client: all checks passed"), std::string::npos) << r.output;
 }
 
+// Issue 67: a stream kept silent by a long prompt's prefill gets keep-alives (an SSE comment; on
+// /v1/messages Anthropic's ping event), and the stream that follows is whole.
+TEST(Serve, SilentStreamsGetKeepAlives) {
+  TestServer s([](ServeOptions& o) {
+    o.engine.context = 8192;
+    o.engine.prefill_chunk = 16;
+    o.keepalive_seconds = 0.001;
+    o.limits.max_body_bytes = 1 << 20;
+  });
+  std::string prompt;
+  for (int i = 0; i < 200; ++i) prompt += "In the beginning God created the heaven. ";
+  const std::string chat = post_stream(s, "/v1/chat/completions",
+                                       {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 4}, {"stream", true}});
+  EXPECT_NE(chat.find(": keep-alive\n\n"), std::string::npos) << chat.substr(0, 300);
+  EXPECT_LT(chat.find(": keep-alive"), chat.find("\"finish_reason\":\"")) << "keep-alives come while the prompt is read";
+  EXPECT_EQ(sse_events(chat).back()["choices"][0]["finish_reason"], "length");
+  const std::string messages = post_stream(s, "/v1/messages",  // another prompt: none of it cached
+      {{"messages", {{{"role", "user"}, {"content", "And " + prompt}}}}, {"max_tokens", 4}, {"stream", true}});
+  EXPECT_NE(messages.find("event: ping\ndata: {\"type\": \"ping\"}"), std::string::npos) << messages.substr(0, 300);
+  EXPECT_NE(messages.find("event: message_stop"), std::string::npos);
+}
+
 // Issue 67: the Anthropic Messages API driven by Anthropic's own SDK (tests/serve/anthropic_client.cjs):
 // text, blocks, images, count_tokens, stop sequences, a tool loop, a forced call, streams and errors.
 TEST(Serve, AnthropicSdkEndToEnd) {

@@ -613,7 +613,18 @@ json Server::Impl::wait_for_response(Job& job) {
 
 bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
   const ApiRequest& r = job.request;
+  auto last_write = std::chrono::steady_clock::now();
+  const auto keep_alive = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_write).count() < options.keepalive_seconds) return true;
+    last_write = now;
+    const std::string line = job.message_events ? "event: ping\ndata: {\"type\": \"ping\"}\n\n" : ": keep-alive\n\n";
+    if (sink.write(line.data(), line.size())) return true;
+    job.gone = true;
+    return false;
+  };
   const auto write = [&](const json& event) {
+    last_write = std::chrono::steady_clock::now();
     const std::string line = job.message_events    ? job.message_events->push(event)
                              : job.response_events ? job.response_events->push(event)
                                                    : "data: " + dump(event) + "\n\n";
@@ -660,6 +671,7 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
         if (!done[i] && job.futures[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready) ready.push_back(i);
       pieces.swap(job.pieces);
     }
+    if (pieces.empty() && ready.empty() && !keep_alive()) return false;
     for (const auto& [i, text] : pieces) {
       if (!r.chat) {
         if (!write(completion_chunk(job.header, int64_t(i), text, nullptr))) return false;

@@ -30,6 +30,9 @@ struct ServeOptions {
   int http_threads = 0;         // threads kept ready; 0: 2 × engine slots + 4
   int max_connections = 1024;   // connections served at once (one thread each); more wait to be accepted
   double shutdown_grace_seconds = 10;  // shutdown(): in-flight requests get this long, then are cancelled
+  // A stream silent this long (a long prompt's prefill) gets a keep-alive: an SSE comment, or
+  // Anthropic's ping event, so that clients and proxies do not time it out.
+  double keepalive_seconds = 10;
   // Browser origins allowed to call the API (CORS), e.g. "http://localhost:3000"; "*" allows any.
   // Empty: no CORS headers, so browsers keep pages of other origins out.
   std::vector<std::string> cors_origins;
