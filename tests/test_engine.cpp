@@ -11,6 +11,7 @@
 #include "hyla/data/chat_template.h"
 #include "hyla/data/utf8.h"
 #include "hyla/infer/engine.h"
+#include "hyla/io/json_fields.h"
 #include "hyla/infer/json_grammar.h"
 #include "hyla/infer/prefix_cache.h"
 #include "hyla/infer/sequence_state.h"
@@ -377,6 +378,69 @@ TEST(Engine, AnEqualPromptRereadsOnlyItsLastToken) {
   EXPECT_EQ(first.cached_prompt_tokens, 0);
   EXPECT_EQ(again.cached_prompt_tokens, int64_t(r.prompt.size()) - 1);
   EXPECT_EQ(again.tokens, first.tokens);
+}
+
+// Issue 67: multi-turn Kimi K3 and Kimi Linear conversations (reasoning sent back, a tool turn, an
+// edit in the middle of the history) through one engine with the prompt-state cache. Every turn
+// restores only a prefix the new prompt shares with what the engine read before (never a cut-off
+// one: llama.cpp's cache reuse restored a KDA state that did not match the reused prefix), and
+// continues as a fresh engine does: the same tokens, log-probabilities within f32 chunking noise.
+TEST(Engine, KimiConversationsReuseOnlySharedPrefixesAndContinueExactly) {
+  for (const bool k3 : {true, false}) {
+    const Tokenizer tokenizer = test::kimi_tokenizer(k3);
+    nlohmann::json j = parse_json_file((test::source_dir() / (k3 ? "configs/kimi-k3-tiny.json" : "configs/kimi-linear-tiny.json")).string());
+    j["vocab_size"] = tokenizer.vocab_size();
+    Model model(ModelConfig::from_json(j, "kimi-tiny"));
+    model.initialize(1);
+    test::randomize_params(model.params(), 7);
+    const ChatTemplate chat(tokenizer);
+    ChatOptions options;
+    options.tools = {R"({"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}})"};
+    EngineOptions o = EngineFixture::exact(1, 4096, 32);
+    o.prefix_cache_bytes = int64_t(64) << 20;
+    o.snapshot_interval = 16;
+    EngineOptions cold_options = o;
+    cold_options.prefix_cache_bytes = 0;
+    Engine warm(model, tokenizer, o);
+    std::vector<std::vector<int32_t>> read;  // every sequence the warm engine's cache may hold
+    std::vector<ChatMessage> messages = {{"system", "You are terse."}, {"user", test::sample_text(1, 3)}};
+    const auto turn = [&](const std::string& what) {
+      GenerationRequest r;
+      r.prompt = chat.encode(messages, /*add_generation_prompt=*/true, options);
+      r.max_tokens = 6;
+      r.sampling.temperature = 0;
+      r.stop_at_end_tokens = false;
+      r.logprobs = true;
+      const GenerationOutput w = warm.submit(r).get();
+      Engine cold(model, tokenizer, cold_options);
+      const GenerationOutput c = cold.submit(r).get();
+      EXPECT_EQ(w.tokens, c.tokens) << (k3 ? "k3 " : "linear ") << what;
+      for (size_t i = 0; i < std::min(w.token_logprobs.size(), c.token_logprobs.size()); ++i)
+        EXPECT_NEAR(w.token_logprobs[i], c.token_logprobs[i], 1e-4) << what << " token " << i;
+      size_t shared = 0;
+      for (const std::vector<int32_t>& s : read) {
+        size_t n = 0;
+        while (n < s.size() && n < r.prompt.size() && s[n] == r.prompt[n]) ++n;
+        shared = std::max(shared, n);
+      }
+      EXPECT_LE(w.cached_prompt_tokens, int64_t(shared)) << what << ": restored past what the prompt shares";
+      std::vector<int32_t> sequence = r.prompt;
+      sequence.insert(sequence.end(), w.tokens.begin(), w.tokens.end());
+      read.push_back(std::move(sequence));
+      return w.cached_prompt_tokens;
+    };
+    EXPECT_EQ(turn("first turn"), 0);
+    messages.push_back({"assistant", "Let me look.", {{"lookup", R"({"q": "light"})", "call_1"}}, {}, "They ask; look it up."});
+    messages.push_back({"tool", "found: let there be light", {}, {}, {}, "lookup", "call_1"});
+    EXPECT_GT(turn("after a tool result"), 0);
+    messages.push_back({"assistant", "Done.", {}, {}, "Answered."});
+    messages.push_back({"user", "Thanks; and the second day?"});
+    const int64_t third = turn("third turn");
+    EXPECT_GT(third, 0);
+    // An edit in the first user message: only what precedes it (system prompt, tools) is reused.
+    messages[1].content = "Another question entirely, " + messages[1].content;
+    EXPECT_LT(turn("after an edit"), third);
+  }
 }
 
 TEST(Engine, RefusesAContextPastTheWindowOrOverTheMemoryBudget) {

@@ -1270,6 +1270,41 @@ TEST(Serve, OpenAiNpmClientEndToEnd) {
   EXPECT_NE(r.output.find("openai client: all checks passed"), std::string::npos) << r.output;
 }
 
+// Issue 67: /metrics counts the prompt tokens restored and read, and the prompts that restored a
+// prefix: a conversation's second turn restores its first.
+TEST(Serve, MetricsCountPromptTokensRestoredAndRead) {
+  TestServer s;
+  const Scenario sc;
+  const json first = post(s, "/v1/chat/completions", {{"messages", sc.hello_messages}, {"temperature", 0}});
+  json messages = sc.hello_messages;
+  messages.push_back(first["choices"][0]["message"]);
+  messages.push_back({{"role", "user"}, {"content", "And again?"}});
+  const json second = post(s, "/v1/chat/completions", {{"messages", messages}, {"temperature", 0}, {"max_tokens", 4}});
+  const int64_t cached = second["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GT(cached, 0);
+  const int64_t prompts = first["usage"]["prompt_tokens"].get<int64_t>() + second["usage"]["prompt_tokens"].get<int64_t>();
+  const std::string metrics = s.client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find(fmt::format("hyla_prompt_tokens_cached_total {}\n", cached)), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(fmt::format("hyla_prompt_tokens_read_total {}\n", prompts - cached)), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("hyla_prompt_state_restores_total{result=\"hit\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("hyla_prompt_state_restores_total{result=\"miss\"} 1\n"), std::string::npos) << metrics;
+}
+
+// Issue 67: llama-server's /props, which chat UIs read first.
+TEST(Serve, PropsDescribeTheModelForChatUis) {
+  TestServer s;
+  const auto res = s.client().Get("/props");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json props = json::parse(res->body);
+  EXPECT_EQ(props["model_alias"], "hyla-test");
+  EXPECT_EQ(props["total_slots"], 4);
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 1024);
+  EXPECT_EQ(props["chat_template"], "hyla");
+  EXPECT_EQ(props["modalities"]["vision"], true);
+  EXPECT_EQ(props["build_info"].get<std::string>().rfind("hyla ", 0), 0u);
+}
+
 // Issue 67: a stream kept silent by a long prompt's prefill gets keep-alives (an SSE comment; on
 // /v1/messages Anthropic's ping event), and the stream that follows is whole.
 TEST(Serve, SilentStreamsGetKeepAlives) {

@@ -188,6 +188,8 @@ std::vector<Scheduler::Finished> Scheduler::step() {
   stats_.waiting = int64_t(waiting_.size());
   stats_.prompt_state_bytes = prefix_cache_.bytes();
   stats_.prompt_state_snapshots = prefix_cache_.snapshots();
+  stats_.prompt_state_hits = prefix_cache_.hits();
+  stats_.prompt_state_misses = prefix_cache_.misses();
   return finished;
 }
 

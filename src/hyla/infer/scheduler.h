@@ -108,6 +108,7 @@ struct LatencyHistogram {
 struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
   int64_t prompt_state_bytes = 0, prompt_state_snapshots = 0;  // the prompt-state cache now
+  int64_t prompt_state_hits = 0, prompt_state_misses = 0;       // prompts that restored a prefix, or none
   LatencyHistogram ttft, itl;  // time to first token, inter-token latency
   std::array<int64_t, std::size(kFinishReasons)> finished{};  // requests by FinishReason
 };

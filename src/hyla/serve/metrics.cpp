@@ -88,6 +88,12 @@ std::string prometheus_metrics(const EngineStats& s, const ServerCounters& serve
     out += fmt::format("hyla_requests_finished_total{{reason=\"{}\"}} {}\n", to_string(reason), s.finished[size_t(reason)]);
   counter(out, "hyla_prompt_tokens_total", "Prompt tokens received.", s.prompt_tokens);
   counter(out, "hyla_prompt_tokens_cached_total", "Prompt tokens restored from the prompt-state cache.", s.cached_prompt_tokens);
+  counter(out, "hyla_prompt_tokens_read_total", "Prompt tokens the model read (computed, not restored).",
+          s.prompt_tokens - s.cached_prompt_tokens);
+  out += "# HELP hyla_prompt_state_restores_total Prompts that restored a cached prefix (hit) or read from the start (miss).\n"
+         "# TYPE hyla_prompt_state_restores_total counter\n";
+  out += fmt::format("hyla_prompt_state_restores_total{{result=\"hit\"}} {}\n", s.prompt_state_hits);
+  out += fmt::format("hyla_prompt_state_restores_total{{result=\"miss\"}} {}\n", s.prompt_state_misses);
   counter(out, "hyla_generation_tokens_total", "Tokens generated.", s.generated_tokens);
   histogram(out, "hyla_time_to_first_token_seconds", "Time from submission to the first generated token.", s.ttft);
   histogram(out, "hyla_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", s.itl);

@@ -63,7 +63,7 @@ int64_t unix_time() {
 std::string route_label(const std::string& path) {
   for (const char* route :
        {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-        "/v1/models", "/health",
+        "/v1/models", "/health", "/props",
         "/metrics", "/tokenize", "/detokenize"})
     if (path == route) return route;
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
@@ -177,6 +177,7 @@ struct Server::Impl {
   void list_models(const httplib::Request& req, httplib::Response& res) const;
   void describe_model(const httplib::Request& req, httplib::Response& res) const;
   void metrics(const httplib::Request& req, httplib::Response& res) const;
+  void props(const httplib::Request& req, httplib::Response& res) const;
   void tokenize(const httplib::Request& req, httplib::Response& res) const;
   void detokenize(const httplib::Request& req, httplib::Response& res) const;
   void completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Completions); }
@@ -233,6 +234,7 @@ Server::Server(ServeOptions options)
   http.Get("/v1/models", to(&Impl::list_models));
   http.Get(R"(/v1/models/(.+))", to(&Impl::describe_model));
   http.Get("/metrics", to(&Impl::metrics));
+  http.Get("/props", to(&Impl::props));
   http.Post("/tokenize", to(&Impl::tokenize));
   http.Post("/detokenize", to(&Impl::detokenize));
   http.Post("/v1/completions", to(&Impl::completions));
@@ -298,7 +300,7 @@ bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::R
 
 bool Server::Impl::refuse_api_key(const httplib::Request& req, httplib::Response& res) const {
   const bool needs_key = !options.api_key.empty() &&
-                         (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                         (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/props" ||
                           (options.metrics_need_key && req.path == "/metrics"));
   // OpenAI's clients send the key as a bearer token, Anthropic's as x-api-key.
   if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options.api_key) ||
@@ -357,6 +359,23 @@ void Server::Impl::metrics(const httplib::Request&, httplib::Response& res) cons
   res.set_content(prometheus_metrics(stats, counters, options.engine.max_sequences,
                                      offload ? std::optional(offload->stats()) : std::nullopt),
                   "text/plain; version=0.0.4");
+}
+
+// llama-server's /props, which chat UIs read: the model, its context, slots, chat format and
+// modalities, and the sampling defaults a request without those fields gets.
+void Server::Impl::props(const httplib::Request&, httplib::Response& res) const {
+  if (!ready) return send_error(res, ApiError(503, "the model is still loading", "", "model_loading", "server_error"));
+  send_json(res, 200,
+            {{"model_alias", options.model_name},
+             {"model_path", options.model_dir.string()},
+             {"total_slots", options.engine.max_sequences},
+             {"chat_template", std::string(to_string(ChatTemplate(*tokenizer).format()))},
+             {"modalities", {{"vision", model->config().vision.enabled}, {"audio", false}}},
+             {"default_generation_settings",
+              {{"n_ctx", options.engine.context},
+               {"params", {{"temperature", 1.0}, {"top_p", 1.0}, {"top_k", 0}, {"min_p", 0.0},
+                           {"n_predict", options.limits.max_tokens}}}}},
+             {"build_info", fmt::format("hyla {}", HYLA_VERSION)}});
 }
 
 // llama.cpp's and vLLM's tokenizer endpoints, so that clients count and inspect tokens with the
