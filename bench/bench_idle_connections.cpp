@@ -4,6 +4,7 @@
 // concurrent completions, against the same measurements with no idle connection in the same run.
 //
 //   build/bench_idle_connections [--model DIR] [--idle 1000] [--clients 16] [--tokens 16] [--max-connections N]
+//                                [--endpoint completions|chat|messages|responses]
 //
 // --max-connections caps the server's threads (default: enough for every connection); a cap of 12,
 // the old fixed pool for 4 slots, shows the starvation this guards against.
@@ -69,7 +70,21 @@ struct Figures {
   int completed = 0;
 };
 
-Figures measure(int port, int clients, int tokens) {
+// A generation request of `tokens` tokens on the API `endpoint` names: its path and body.
+std::pair<std::string, nlohmann::json> generation_request(const std::string& endpoint, int tokens) {
+  const nlohmann::json user = {{{"role", "user"}, {"content", "The model contract"}}};
+  if (endpoint == "completions")
+    return {"/v1/completions",
+            {{"prompt", "The model contract"}, {"max_tokens", tokens}, {"temperature", 0}, {"ignore_eos", true}}};
+  if (endpoint == "chat")
+    return {"/v1/chat/completions", {{"messages", user}, {"max_tokens", tokens}, {"temperature", 0}, {"ignore_eos", true}}};
+  if (endpoint == "messages") return {"/v1/messages", {{"messages", user}, {"max_tokens", tokens}, {"temperature", 0}}};
+  if (endpoint == "responses")
+    return {"/v1/responses", {{"input", "The model contract"}, {"max_output_tokens", tokens}, {"temperature", 0}}};
+  hyla::fail("--endpoint {}: completions, chat, messages or responses", endpoint);
+}
+
+Figures measure(int port, int clients, int tokens, const std::string& endpoint) {
   Figures f;
   std::vector<double> health;
   for (int i = 0; i < 7; ++i) {
@@ -90,10 +105,11 @@ Figures measure(int port, int clients, int tokens) {
     threads.emplace_back([&, i] {
       httplib::Client c("127.0.0.1", port);
       c.set_read_timeout(300, 0);
-      const nlohmann::json body = {{"prompt", "The model contract"}, {"max_tokens", tokens}, {"temperature", 0},
-                                   {"ignore_eos", true}};
-      auto res = c.Post("/v1/completions", body.dump(), "application/json");
+      const auto [path, body] = generation_request(endpoint, tokens);
+      auto res = c.Post(path, body.dump(), "application/json");
       ok[size_t(i)] = res && res->status == 200;
+      if (!ok[size_t(i)] && i == 0)
+        fmt::print(stderr, "{} failed: {}\n", path, res ? fmt::format("{} {}", res->status, res->body) : httplib::to_string(res.error()));
     });
   for (auto& t : threads) t.join();
   f.burst = seconds_since(t0);
@@ -104,7 +120,7 @@ Figures measure(int port, int clients, int tokens) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_dir;
+  std::string model_dir, endpoint = "completions";
   int idle = 1000, clients = 16, tokens = 16, max_connections = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -113,6 +129,7 @@ int main(int argc, char** argv) {
     else if (flag == "--clients") clients = std::stoi(value);
     else if (flag == "--tokens") tokens = std::stoi(value);
     else if (flag == "--max-connections") max_connections = std::stoi(value);
+    else if (flag == "--endpoint") endpoint = value;
     else return fmt::print(stderr, "unknown flag {}\n", flag), 2;
   }
   try {
@@ -136,17 +153,18 @@ int main(int argc, char** argv) {
     } stop_on_exit{server, http};
     server.load();
 
-    const Figures base = measure(port, clients, tokens);
+    generation_request(endpoint, tokens);  // a bad --endpoint fails before the measurement
+    const Figures base = measure(port, clients, tokens, endpoint);
     std::vector<int> sockets;
     const auto t0 = clock_type::now();
     for (int i = 0; i < idle; ++i) sockets.push_back(connect_idle(port));
     const double opening = seconds_since(t0);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server has accepted them all
-    const Figures loaded = measure(port, clients, tokens);
+    const Figures loaded = measure(port, clients, tokens, endpoint);
     for (int fd : sockets) close(fd);
 
-    fmt::print("{} idle connections opened in {:.3f} s; {} clients × {} tokens per burst\n\n", idle, opening, clients,
-               tokens);
+    fmt::print("{} idle connections opened in {:.3f} s; {} clients × {} tokens per burst on {}\n\n", idle, opening,
+               clients, tokens, generation_request(endpoint, tokens).first);
     fmt::print("| measurement | no idle connection | {} idle connections | ratio |\n|---|---:|---:|---:|\n", idle);
     const auto row = [](const char* name, double a, double b) {
       fmt::print("| {} | {:.4f} s | {:.4f} s | {:.2f}× |\n", name, a, b, b / a);

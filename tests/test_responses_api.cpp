@@ -69,7 +69,7 @@ TEST(ResponsesApi, MalformedBodiesNameTheField) {
   expect_refused(R"({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]})",
                  "input[0].content[0]", "no file ids");
   expect_refused(R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0]", "hosted tools");
-  expect_refused(R"({"input": "x", "reasoning": {"effort": "extreme"}})", "reasoning.effort", "minimal, low");
+  expect_refused(R"({"input": "x", "reasoning": {"effort": "extreme"}})", "reasoning.effort", "minimal, low, medium, high or max");
   expect_refused(R"({"input": "x", "instructions": 3})", "instructions", "string");
 }
 
@@ -126,6 +126,10 @@ TEST(ResponsesApi, TheStoreKeepsConversationsForItsTimeAndWithinItsBytes) {
   EXPECT_TRUE(store.get("b") && store.get("c"));
   store.put("huge", json::array({std::string(200, 'h')}));  // larger than the store: never kept
   EXPECT_FALSE(store.get("huge"));
+  // A byte-level model's reply may hold invalid UTF-8: kept as it is (a 500 before).
+  store.put("bytes", json::array({{{"role", "assistant"}, {"content", std::string("ok \xff\xfe")}}}));
+  ASSERT_TRUE(store.get("bytes"));
+  EXPECT_EQ((*store.get("bytes"))[0]["content"], std::string("ok \xff\xfe"));
   ResponseStore brief(std::chrono::seconds(0), 1000);
   brief.put("x", json::array());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -791,6 +791,9 @@ TEST(Serve, BadRequestsGetOpenAiShaped4xxAndTheServerLivesOn) {
         "body over the limit");
   check(c.Post("/v1/chat/completions", R"({"messages": "hello"})", "application/json"), 400, "messages type");
   check(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user"}]})", "application/json"), 400, "no content");
+  check(c.Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "extreme"})",
+               "application/json"), 400, "reasoning_effort");
+  check(c.Post("/v1/responses", R"({"input": [{"type": "nothing"}]})", "application/json"), 400, "responses item");
   check(c.Get("/v1/nothing"), 404, "unknown route");
   check(c.Get("/v1/completions"), 404, "wrong method");
   const json ok = post(s, "/v1/completions", {{"prompt", "still alive"}, {"max_tokens", 2}});

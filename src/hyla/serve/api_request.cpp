@@ -259,7 +259,19 @@ static Image image_part(const json& part, const std::string& where, const ServeL
 }
 
 // chat_template_kwargs (vLLM's field): the Kimi K3 template's switches.
+// OpenAI's reasoning_effort in Kimi K3's words (low, high, max): minimal is low, medium is high.
+std::string thinking_effort_of(const std::string& effort, const std::string& param) {
+  if (effort == "minimal" || effort == "low") return "low";
+  if (effort == "medium" || effort == "high") return "high";
+  if (effort == "max") return "max";
+  invalid(param, fmt::format("'{}' must be minimal, low, medium, high or max, got '{}'", param, effort));
+}
+
 static void read_template_kwargs(const json& body, ChatOptions& options) {
+  if (const json* effort = field(body, "reasoning_effort")) {
+    if (!effort->is_string()) invalid("reasoning_effort", "'reasoning_effort' must be a string");
+    options.thinking_effort = thinking_effort_of(effort->get<std::string>(), "reasoning_effort");
+  }
   const json* kwargs = field(body, "chat_template_kwargs");
   if (!kwargs) return;
   if (!kwargs->is_object()) invalid("chat_template_kwargs", "'chat_template_kwargs' must be an object");

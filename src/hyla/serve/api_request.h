@@ -48,6 +48,10 @@ struct ApiRequest {
 // "model" gets the served one.
 ApiRequest parse_completion_request(const nlohmann::json& body, const Tokenizer& tokenizer,
                                     const std::string& served_model, const ServeLimits& limits);
+// OpenAI's reasoning effort (minimal, low, medium, high; or max) as Kimi K3's thinking effort
+// (low, high, max); an ApiError naming `param` otherwise.
+std::string thinking_effort_of(const std::string& effort, const std::string& param);
+
 ApiRequest parse_chat_request(const nlohmann::json& body, const Tokenizer& tokenizer, const std::string& served_model,
                               const ServeLimits& limits);
 

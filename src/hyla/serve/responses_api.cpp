@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "hyla/serve/api_request.h"
 #include "hyla/serve/api_response.h"
 
 namespace hyla {
@@ -98,11 +99,9 @@ json response_format_of(const json& text) {
 }
 
 std::string effort_of(const json& reasoning) {
-  const std::string effort = reasoning.is_object() ? reasoning.value("effort", std::string()) : "";
-  if (effort == "minimal" || effort == "low") return "low";
-  if (effort == "medium") return "high";
-  if (effort == "high") return "max";
-  invalid("reasoning.effort", "'reasoning.effort' must be minimal, low, medium or high");
+  const json effort = reasoning.is_object() ? reasoning.value("effort", json()) : json();
+  if (!effort.is_string()) invalid("reasoning.effort", "'reasoning.effort' must be a string");
+  return thinking_effort_of(effort.get<std::string>(), "reasoning.effort");
 }
 
 json reasoning_item(const std::string& id, const std::string& text) {
@@ -407,7 +406,8 @@ void ResponseStore::evict(std::chrono::steady_clock::time_point now) {
 }
 
 void ResponseStore::put(const std::string& id, json conversation) {
-  const size_t bytes = conversation.dump().size();
+  // Generated text may hold invalid UTF-8 (a byte-level model's pieces): its size as sent, U+FFFD for those bytes.
+  const size_t bytes = conversation.dump(-1, ' ', false, json::error_handler_t::replace).size();
   std::lock_guard<std::mutex> lock(mutex_);
   if (bytes > max_bytes_) return;  // larger than the whole store: never kept
   entries_.push_back({id, std::move(conversation), bytes, std::chrono::steady_clock::now()});

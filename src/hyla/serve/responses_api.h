@@ -18,7 +18,7 @@
 //   tools [{type: function, name, description, parameters}], tool_choice, max_output_tokens,
 //   temperature, top_p, text.format (json_schema, json_object), reasoning.effort
 //                                        -> chat_template_kwargs.thinking_effort (minimal and low: low,
-//                                           medium: high, high: max)
+//                                           medium and high: high, max: max)
 // and back: reasoning -> a reasoning item (reasoning_text), content -> a message item
 // (output_text), each call -> a function_call item; a reply cut by max_output_tokens is
 // "incomplete". The conversation a response ends (its input and reply as chat messages) is what
