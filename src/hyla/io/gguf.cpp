@@ -205,19 +205,13 @@ json GgufArray::at(uint64_t i) const {
   HYLA_CHECK(i < count_, "GGUF array: element {} of {}", i, count_);
   const char* p = bytes_.data() + i * element_bytes(element_);
   switch (element_) {
-    case GgufValueType::U8: return load_unaligned<uint8_t>(p);
-    case GgufValueType::I8: return load_unaligned<int8_t>(p);
-    case GgufValueType::U16: return load_unaligned<uint16_t>(p);
-    case GgufValueType::I16: return load_unaligned<int16_t>(p);
-    case GgufValueType::U32: return load_unaligned<uint32_t>(p);
-    case GgufValueType::I32: return load_unaligned<int32_t>(p);
+    case GgufValueType::U64: return load_unaligned<uint64_t>(p);  // may lie past int64
     case GgufValueType::F32: return load_unaligned<float>(p);
     case GgufValueType::Bool: return *p == 1;
-    case GgufValueType::U64: return load_unaligned<uint64_t>(p);
-    case GgufValueType::I64: return load_unaligned<int64_t>(p);
     case GgufValueType::F64: return load_unaligned<double>(p);
     case GgufValueType::String: return std::string(string(i));
     case GgufValueType::Array: break;
+    default: return integer(i);
   }
   fail("GGUF array: element type {}", uint32_t(element_));
 }

@@ -11,12 +11,8 @@ using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void invalid(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-const json* field(const json& object, const char* key) {
-  const auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
+using api::field;
+using api::invalid;
 
 std::string type_of(const json& block, const std::string& where) {
   if (!block.is_object() || !block.contains("type") || !block["type"].is_string())

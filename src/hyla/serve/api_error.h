@@ -24,4 +24,21 @@ struct ApiError : std::runtime_error {
   }
 };
 
+// Reading request bodies, shared by every API's reader (api_request.h, anthropic_api.h,
+// responses_api.h).
+namespace api {
+
+// A 400 naming the field `param`.
+[[noreturn]] inline void invalid(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+// A present, non-null member of a JSON object, or nullptr.
+inline const nlohmann::json* field(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+}  // namespace api
+
 }  // namespace hyla

@@ -27,15 +27,8 @@ std::string type_name(const json& j) {
   return "object";
 }
 
-[[noreturn]] void invalid(const std::string& param, const std::string& message) {
-  throw ApiError(400, message, param);
-}
-
-// A present, non-null field, or nullptr.
-const json* field(const json& body, const char* name) {
-  const auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
+using api::field;
+using api::invalid;
 
 double number(const json& body, const char* name, double fallback, double lo, double hi) {
   const json* v = field(body, name);

@@ -14,12 +14,8 @@ using json = nlohmann::json;
 
 namespace {
 
-[[noreturn]] void invalid(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
-
-const json* field(const json& object, const char* key) {
-  const auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
+using api::field;
+using api::invalid;
 
 std::string string_at(const json& object, const char* key, const std::string& where) {
   const json* value = field(object, key);
