@@ -443,6 +443,50 @@ TEST(Engine, KimiConversationsReuseOnlySharedPrefixesAndContinueExactly) {
   }
 }
 
+// Issue 67: Kimi K2's forced calls (tool_choice required, or a named tool) are held to the tools'
+// schemas by grammar, so even a model with random weights writes a call that parses.
+TEST(Engine, ForcedKimiK2CallsParseEvenFromARandomModel) {
+  const Tokenizer tokenizer = test::kimi_tokenizer(false);
+  nlohmann::json j = parse_json_file((test::source_dir() / "configs/kimi-linear-tiny.json").string());
+  j["vocab_size"] = tokenizer.vocab_size();
+  Model model(ModelConfig::from_json(j, "kimi-linear-tiny"));
+  model.initialize(1);
+  test::randomize_params(model.params(), 11);
+  const ChatTemplate chat(tokenizer);
+  ASSERT_EQ(chat.format(), ChatFormat::KimiK2);
+  const json parameters = json::parse(R"({"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+      "required": ["city"]})");
+  const std::vector<ToolSchema> tools = {{"get_weather", parameters}, {"get_time", json()}};
+  ChatOptions offered;
+  offered.tools = {R"({"name": "get_weather"})", R"({"name": "get_time"})"};
+  const KimiK2CallMarkers markers{tokenizer.special_id("<|tool_call_argument_begin|>"),
+                                  tokenizer.special_id("<|tool_call_end|>")};
+  Engine engine(model, tokenizer, EngineFixture::exact(2, 1024, 32));
+  for (const bool named : {false, true}) {
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      const std::string prefix = chat.forced_call_prefix(named ? "get_weather" : "", 0);
+      GenerationRequest r;
+      r.prompt = chat.encode(std::vector<ChatMessage>{{"user", "Weather in Paris?"}}, true, offered);
+      tokenizer.encode_append(prefix, /*allow_special=*/true, r.prompt);
+      r.max_tokens = 200;
+      r.sampling.temperature = 1;
+      r.sampling.seed = seed;
+      r.grammar = kimi_k2_call_grammar(named ? std::vector<ToolSchema>{tools[0]} : tools, named, 0, markers);
+      const GenerationOutput out = engine.submit(r).get();
+      const AssistantReply reply = chat.parse_reply(prefix + out.text, offered);
+      ASSERT_EQ(reply.tool_calls.size(), 1u) << prefix + out.text;
+      const json arguments = json::parse(reply.tool_calls[0].arguments);
+      if (named || reply.tool_calls[0].name == "get_weather") {
+        EXPECT_EQ(reply.tool_calls[0].name, "get_weather");
+        EXPECT_TRUE(arguments["city"] == "Paris" || arguments["city"] == "Oslo") << out.text;
+      } else {
+        EXPECT_EQ(reply.tool_calls[0].name, "get_time");
+        EXPECT_TRUE(arguments.is_object());
+      }
+    }
+  }
+}
+
 TEST(Engine, RefusesAContextPastTheWindowOrOverTheMemoryBudget) {
   EngineFixture f;
   EngineOptions o = EngineFixture::exact(4, f.config.max_position_embeddings + 1, 16);

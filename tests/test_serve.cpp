@@ -463,6 +463,11 @@ TEST(ServeRequest, KimiChatsRenderTheirTemplatesAndForceCallsTheirWay) {
   const ApiRequest named = parse_chat_request(body, k2, "m", test_limits());
   EXPECT_EQ(named.prefill, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>");
   EXPECT_TRUE(k2.decode(named.prompts[0]).ends_with("<|im_assistant|>assistant<|im_middle|>" + named.prefill));
+  EXPECT_TRUE(named.generation.grammar);  // K2's arguments follow the tool's parameters
+  body["tool_choice"] = "auto";
+  const ApiRequest k2_auto = parse_chat_request(body, k2, "m", test_limits());
+  EXPECT_TRUE(k2_auto.generation.grammar && k2_auto.generation.grammar_after == k2.token_id("<|tool_call_begin|>"));
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
   body.erase("tool_choice");
   body["response_format"] = {{"type", "json_object"}};
   EXPECT_TRUE(error(body, k3).starts_with("response_format: ")) << error(body, k3);

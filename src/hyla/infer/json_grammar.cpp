@@ -379,4 +379,27 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& 
   return grammar;
 }
 
+std::shared_ptr<const Grammar> kimi_k2_call_grammar(const std::vector<ToolSchema>& tools, bool named, size_t call_index,
+                                                    KimiK2CallMarkers markers) {
+  HYLA_ASSERT(!tools.empty() && (!named || tools.size() == 1));
+  auto grammar = std::make_shared<Grammar>();
+  const Rule start = grammar->add_rule();
+  JsonGrammarBuilder builder(*grammar, nullptr, false);
+  for (const ToolSchema& tool : tools) {
+    JsonGrammarBuilder arguments(*grammar, &tool.parameters, false);
+    const Rule args = tool.parameters.is_null()
+                          ? builder.object()
+                          : arguments.schema(tool.parameters, fmt::format("the parameters of tool '{}'", tool.name));
+    Sequence call;
+    if (!named) {
+      call = grammar->literal(fmt::format("functions.{}:{}", tool.name, call_index));
+      call.push_back(Grammar::special(markers.argument_begin));
+    }
+    call.push_back(Grammar::ref(args));
+    call.push_back(Grammar::special(markers.call_end));
+    grammar->add_alternative(start, call);
+  }
+  return grammar;
+}
+
 }  // namespace hyla

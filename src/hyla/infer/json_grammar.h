@@ -43,4 +43,14 @@ enum class ToolCallFrom {
 std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, ToolCallFrom from,
                                                  int32_t call_close_token);
 
+// Kimi K2's call: `functions.NAME:INDEX`, its argument marker, the arguments the tool's schema
+// allows and its end marker, from just after the call's begin marker (tool_choice "required", or
+// "auto" once the model writes that marker); `named`: the argument marker is written already (a
+// named tool_choice, one tool), so the arguments and the end marker.
+struct KimiK2CallMarkers {
+  int32_t argument_begin = -1, call_end = -1;
+};
+std::shared_ptr<const Grammar> kimi_k2_call_grammar(const std::vector<ToolSchema>& tools, bool named, size_t call_index,
+                                                    KimiK2CallMarkers markers);
+
 }  // namespace hyla

@@ -410,9 +410,26 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   if (r.generation.grammar && chat_template.format() == ChatFormat::KimiK3)
     invalid("response_format", "'response_format' cannot constrain a Kimi K3 reply: it is written in its template's "
                                "think and response channels");
+  if (chat_template.format() == ChatFormat::KimiK2 && !schemas.empty() && choice != "none") {
+    // Kimi K2's calls are held to the tools' schemas as hyla's are: a forced one from its prefix on,
+    // an "auto" one from its begin marker (Kimi K3's calls are tags around the think channel's end,
+    // read as written).
+    const std::optional<int32_t> begin = tokenizer.token_id("<|tool_call_begin|>"),
+                                 argument = tokenizer.token_id("<|tool_call_argument_begin|>"),
+                                 end = tokenizer.token_id("<|tool_call_end|>");
+    if (begin && argument && end && (!forced.empty() || !r.generation.grammar)) {
+      try {
+        r.generation.grammar = kimi_k2_call_grammar(forced.empty() ? schemas : forced,
+                                                    /*named=*/!forced.empty() && choice != "required", previous_calls,
+                                                    {*argument, *end});
+      } catch (const Error& e) {
+        invalid("tools", e.what());
+      }
+      if (forced.empty()) r.generation.grammar_after = *begin;
+    }
+  }
   if (chat_template.format() == ChatFormat::Hyla) {
-    // hyla's calls end at the </tool_call> token, so a grammar can hold them to the tools' schemas;
-    // Kimi's calls are read as written (their templates force them in text, not by grammar).
+    // hyla's calls end at the </tool_call> token, so a grammar can hold them to the tools' schemas.
     const std::optional<int32_t> open = tokenizer.token_id("<tool_call>"), close = tokenizer.token_id("</tool_call>");
     if (!forced.empty()) {
       // The forced call is well-formed by construction: its JSON follows the tool's parameters schema.
