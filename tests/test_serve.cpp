@@ -1298,6 +1298,47 @@ TEST(Serve, MetricsCountPromptTokensRestoredAndRead) {
   EXPECT_NE(metrics.find("hyla_prompt_state_restores_total{result=\"miss\"} 1\n"), std::string::npos) << metrics;
 }
 
+// Issue 67: the chat page at / and its files at /web/NAME, compiled in, under a policy that lets
+// it run only this server's scripts and reach only this server; nothing in it names another host,
+// and its scripts parse.
+TEST(Serve, ChatPageIsServedWholeUnderItsPolicy) {
+  TestServer s;
+  auto c = s.client();
+  const auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  const std::string policy = page->get_header_value("Content-Security-Policy");
+  EXPECT_NE(policy.find("default-src 'none'"), std::string::npos) << policy;
+  EXPECT_NE(policy.find("connect-src 'self'"), std::string::npos) << policy;
+  EXPECT_NE(page->body.find("<script src=\"/web/chat.js\""), std::string::npos);
+  for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() / "web")) {
+    const std::string name = entry.path().filename().string();
+    const auto file = c.Get("/web/" + name);
+    ASSERT_TRUE(file) << name;
+    EXPECT_EQ(file->status, 200) << name;
+    EXPECT_EQ(file->body, read_file(entry.path().string())) << name << ": the binary serves the repository's file";
+    for (const char* outside : {"http://", "https://", "//cdn", "@import"})
+      EXPECT_EQ(file->body.find(outside), std::string::npos) << name << " names " << outside;
+    if (name.ends_with(".js")) {
+      const auto r = test::run_command("node --check " + entry.path().string());
+      EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    }
+  }
+  EXPECT_EQ(c.Get("/web/missing.js")->status, 404);
+  EXPECT_EQ(c.Get("/web/../CMakeLists.txt")->status, 404);
+  // A reply's Markdown can only make the page's own markup: its text is escaped first.
+  const auto r = test::run_command(
+      "node -e 'eval(require(\"fs\").readFileSync(process.argv[1], \"utf8\") + \";globalThis.md = renderMarkdown;\"); "
+      "process.stdout.write(md(process.argv[2]))' " + (test::source_dir() / "web/markdown.js").string() +
+      " '<img src=x onerror=alert(1)> **bold** [a](javascript:alert(1)) [b](https://e.org)\n\n```\n<b>\n```'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("<img"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("href=\"javascript"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("<strong>bold</strong>"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("<pre><code>&lt;b&gt;"), std::string::npos) << r.output;
+}
+
 // Issue 67: llama-server's /props, which chat UIs read first.
 TEST(Serve, PropsDescribeTheModelForChatUis) {
   TestServer s;

@@ -29,6 +29,7 @@
 #include "hyla/serve/http_threads.h"
 #include "hyla/serve/metrics.h"
 #include "hyla/serve/responses_api.h"
+#include "hyla/serve/web_assets.h"
 #include "hyla/data/reply_stream.h"
 
 namespace hyla {
@@ -63,9 +64,10 @@ int64_t unix_time() {
 std::string route_label(const std::string& path) {
   for (const char* route :
        {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-        "/v1/models", "/health", "/props",
+        "/v1/models", "/health", "/props", "/",
         "/metrics", "/tokenize", "/detokenize"})
     if (path == route) return route;
+  if (path.rfind("/web/", 0) == 0) return "/web/{file}";
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
 }
 
@@ -178,6 +180,7 @@ struct Server::Impl {
   void describe_model(const httplib::Request& req, httplib::Response& res) const;
   void metrics(const httplib::Request& req, httplib::Response& res) const;
   void props(const httplib::Request& req, httplib::Response& res) const;
+  void page(const httplib::Request& req, httplib::Response& res) const;
   void tokenize(const httplib::Request& req, httplib::Response& res) const;
   void detokenize(const httplib::Request& req, httplib::Response& res) const;
   void completions(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Completions); }
@@ -235,6 +238,8 @@ Server::Server(ServeOptions options)
   http.Get(R"(/v1/models/(.+))", to(&Impl::describe_model));
   http.Get("/metrics", to(&Impl::metrics));
   http.Get("/props", to(&Impl::props));
+  http.Get("/", to(&Impl::page));
+  http.Get(R"(/web/([A-Za-z0-9_.-]+))", to(&Impl::page));
   http.Post("/tokenize", to(&Impl::tokenize));
   http.Post("/detokenize", to(&Impl::detokenize));
   http.Post("/v1/completions", to(&Impl::completions));
@@ -359,6 +364,28 @@ void Server::Impl::metrics(const httplib::Request&, httplib::Response& res) cons
   res.set_content(prometheus_metrics(stats, counters, options.engine.max_sequences,
                                      offload ? std::optional(offload->stats()) : std::nullopt),
                   "text/plain; version=0.0.4");
+}
+
+// The chat page (web/, serve/web_assets.h) at / and its files at /web/NAME. Its policy lets it run
+// only this server's scripts and styles and talk only to this server.
+void Server::Impl::page(const httplib::Request& req, httplib::Response& res) const {
+  const std::string name = req.matches.size() > 1 ? req.matches[1].str() : "index.html";
+  for (const WebAsset& asset : web_assets()) {
+    if (name != asset.name) continue;
+    const std::string_view n(asset.name);
+    const char* type = n.ends_with(".html") ? "text/html; charset=utf-8"
+                       : n.ends_with(".js") ? "text/javascript; charset=utf-8"
+                       : n.ends_with(".css") ? "text/css; charset=utf-8"
+                                             : "application/octet-stream";
+    res.set_header("Content-Security-Policy",
+                   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+                   "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(reinterpret_cast<const char*>(asset.data), asset.size, type);
+    return;
+  }
+  send_error(req, res, ApiError(404, fmt::format("no page file '{}'", name), "", "not_found"));
 }
 
 // llama-server's /props, which chat UIs read: the model, its context, slots, chat format and
