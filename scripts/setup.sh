@@ -17,11 +17,12 @@ packages=(
   dict-devil                       # the long-context suite's held-out haystack
   fonts-dejavu-core                # the fonts `hyla data prepare-documents` draws with
   curl                             # end-to-end server tests
+  chromium                         # the chat page's test in a headless browser
   util-linux                       # flock around the tests' one npm install
   procps                           # pkill in the kill -9 resume test
   jq                               # scripts/studies.sh summaries
 )
-# Node.js and npm run the `openai` npm client in the server tests. Machines that already have them
+# Node.js and npm run the `openai` and `@anthropic-ai/sdk` clients and puppeteer-core in the server tests. Machines that already have them
 # (e.g. from NodeSource, whose nodejs package conflicts with Debian's npm) keep theirs.
 if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 

@@ -1257,9 +1257,10 @@ std::filesystem::path client_node_modules() {
   const auto dir = test::build_dir() / "npm";
   std::filesystem::create_directories(dir);
   if (!std::filesystem::exists(dir / "node_modules/openai/package.json") ||
-      !std::filesystem::exists(dir / "node_modules/@anthropic-ai/sdk/package.json")) {
+      !std::filesystem::exists(dir / "node_modules/@anthropic-ai/sdk/package.json") ||
+      !std::filesystem::exists(dir / "node_modules/puppeteer-core/package.json")) {
     const auto r = test::run_command("flock " + (dir / ".lock").string() + " npm install --no-audit --no-fund --loglevel=error --prefix " +
-                                     dir.string() + " openai@6 @anthropic-ai/sdk@1");
+                                     dir.string() + " openai@6 @anthropic-ai/sdk@1 puppeteer-core@24");
     EXPECT_EQ(r.exit_code, 0) << "npm install of the client libraries failed (is the npm registry reachable?):\n" << r.output;
   }
   return dir / "node_modules";
@@ -1337,6 +1338,27 @@ TEST(Serve, ChatPageIsServedWholeUnderItsPolicy) {
   EXPECT_EQ(r.output.find("href=\"javascript"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("<strong>bold</strong>"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("<pre><code>&lt;b&gt;"), std::string::npos) << r.output;
+}
+
+// Issue 67: the chat page in a real browser (headless Chromium, tests/serve/chat_page.cjs): a
+// message and its streamed reply, an attached image, Stop, folded reasoning; the screenshot it
+// saves (build/chat-page.png) shows a reader the page.
+TEST(Serve, ChatPageWorksInHeadlessChromium) {
+  const auto modules = client_node_modules();
+  ASSERT_TRUE(std::filesystem::exists("/usr/bin/chromium")) << "needs Debian's chromium (scripts/setup.sh installs it)";
+  TestServer s;
+  test::TempDir dir;
+  test::write_bytes(dir / "scenario.json", Scenario().to_json().dump());
+  test::write_bytes(dir / "picture.png", encode_png(Scenario::picture(0)));
+  const auto screenshot = test::build_dir() / "chat-page.png";
+  std::filesystem::remove(screenshot);
+  const auto r = test::run_command("NODE_PATH=" + modules.string() + " timeout 120 node " +
+                                   (test::source_dir() / "tests/serve/chat_page.cjs").string() + " " + s.url() + "/ " +
+                                   (dir / "scenario.json").string() + " " + (dir / "picture.png").string() + " " +
+                                   screenshot.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("chat page: all checks passed"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(screenshot));
 }
 
 // Issue 67: llama-server's /props, which chat UIs read first.
