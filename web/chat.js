@@ -121,7 +121,7 @@ function apiMessages() {
         ? [{ type: "text", text: m.content }, ...m.images.map((url) => ({ type: "image_url", image_url: { url } }))]
         : m.content;
       out.push({ role: "user", content });
-    } else {
+    } else if (m.content || m.reasoning || (m.tool_calls && m.tool_calls.length)) {  // not a reply stopped at once
       const a = { role: "assistant", content: m.content || "" };
       if (m.reasoning) a.reasoning_content = m.reasoning;
       if (m.tool_calls && m.tool_calls.length) a.tool_calls = m.tool_calls;
@@ -176,7 +176,7 @@ async function send(text) {
       headers,
       signal: controller.signal,
       body: JSON.stringify({
-        messages: apiMessages().slice(0, -1),  // without the empty reply
+        messages: apiMessages(),  // the empty reply being written is left out
         stream: true,
         temperature: Number($("temperature").value),
         top_p: Number($("top_p").value),

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -356,9 +357,12 @@ std::shared_ptr<const Grammar> json_schema_grammar(const json& schema, const std
   return grammar;
 }
 
-std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, ToolCallFrom from,
-                                                 int32_t call_close_token) {
-  HYLA_ASSERT(!tools.empty() && (from != ToolCallFrom::Arguments || tools.size() == 1));
+namespace {
+
+// One alternative per tool: the text `call` writes around the rule of that tool's arguments (its
+// parameters schema; any object when it has none).
+using CallText = std::function<Sequence(Grammar&, const ToolSchema&, Rule arguments)>;
+std::shared_ptr<const Grammar> call_grammar(const std::vector<ToolSchema>& tools, const CallText& call) {
   auto grammar = std::make_shared<Grammar>();
   const Rule start = grammar->add_rule();
   JsonGrammarBuilder builder(*grammar, nullptr, false);
@@ -367,39 +371,42 @@ std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& 
     const Rule args = tool.parameters.is_null()
                           ? builder.object()
                           : arguments.schema(tool.parameters, fmt::format("the parameters of tool '{}'", tool.name));
-    Sequence call;
-    if (from == ToolCallFrom::Marker) call = grammar->literal("\n");
-    if (from != ToolCallFrom::Arguments)
-      for (const Grammar::Symbol& s : grammar->literal("{\"name\": " + json(tool.name).dump() + ", \"arguments\": ")) call.push_back(s);
-    call.push_back(Grammar::ref(args));
-    for (const Grammar::Symbol& s : grammar->literal("}\n")) call.push_back(s);
-    call.push_back(Grammar::special(call_close_token));
-    grammar->add_alternative(start, call);
+    grammar->add_alternative(start, call(*grammar, tool, args));
   }
   return grammar;
+}
+
+void append(Sequence& to, const Sequence& more) { to.insert(to.end(), more.begin(), more.end()); }
+
+}  // namespace
+
+std::shared_ptr<const Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, ToolCallFrom from,
+                                                 int32_t call_close_token) {
+  HYLA_ASSERT(!tools.empty() && (from != ToolCallFrom::Arguments || tools.size() == 1));
+  return call_grammar(tools, [&](Grammar& g, const ToolSchema& tool, Rule args) {
+    Sequence call;
+    if (from == ToolCallFrom::Marker) append(call, g.literal("\n"));
+    if (from != ToolCallFrom::Arguments) append(call, g.literal("{\"name\": " + json(tool.name).dump() + ", \"arguments\": "));
+    call.push_back(Grammar::ref(args));
+    append(call, g.literal("}\n"));
+    call.push_back(Grammar::special(call_close_token));
+    return call;
+  });
 }
 
 std::shared_ptr<const Grammar> kimi_k2_call_grammar(const std::vector<ToolSchema>& tools, bool named, size_t call_index,
                                                     KimiK2CallMarkers markers) {
   HYLA_ASSERT(!tools.empty() && (!named || tools.size() == 1));
-  auto grammar = std::make_shared<Grammar>();
-  const Rule start = grammar->add_rule();
-  JsonGrammarBuilder builder(*grammar, nullptr, false);
-  for (const ToolSchema& tool : tools) {
-    JsonGrammarBuilder arguments(*grammar, &tool.parameters, false);
-    const Rule args = tool.parameters.is_null()
-                          ? builder.object()
-                          : arguments.schema(tool.parameters, fmt::format("the parameters of tool '{}'", tool.name));
+  return call_grammar(tools, [&](Grammar& g, const ToolSchema& tool, Rule args) {
     Sequence call;
     if (!named) {
-      call = grammar->literal(fmt::format("functions.{}:{}", tool.name, call_index));
+      append(call, g.literal(fmt::format("functions.{}:{}", tool.name, call_index)));
       call.push_back(Grammar::special(markers.argument_begin));
     }
     call.push_back(Grammar::ref(args));
     call.push_back(Grammar::special(markers.call_end));
-    grammar->add_alternative(start, call);
-  }
-  return grammar;
+    return call;
+  });
 }
 
 }  // namespace hyla
