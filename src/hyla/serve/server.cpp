@@ -305,8 +305,8 @@ bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::R
 
 bool Server::Impl::refuse_api_key(const httplib::Request& req, httplib::Response& res) const {
   const bool needs_key = !options.api_key.empty() &&
-                         (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/props" ||
-                          (options.metrics_need_key && req.path == "/metrics"));
+                         (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
+                          req.path == "/props" || (options.metrics_need_key && req.path == "/metrics"));
   // OpenAI's clients send the key as a bearer token, Anthropic's as x-api-key.
   if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options.api_key) ||
       (req.has_header("x-api-key") && same_secret(req.get_header_value("x-api-key"), options.api_key)))
@@ -472,7 +472,8 @@ void Server::Impl::count_message_tokens(const httplib::Request& req, httplib::Re
   }
 }
 
-// POST /v1/completions, /v1/chat/completions and /v1/messages: a JSON reply, or an SSE stream.
+// POST /v1/completions, /v1/chat/completions, /v1/messages and /v1/responses: a JSON reply, or an
+// SSE stream.
 void Server::Impl::generate(const httplib::Request& req, httplib::Response& res, Api api) {
   auto job = std::make_shared<Job>(in_flight);
   job->probe = ConnectionProbe(req.remote_addr, req.remote_port, req.local_port);
@@ -531,7 +532,8 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   } catch (const ApiError& e) {
     status = e.status, reply = api == Api::Messages ? anthropic_error(e) : e.to_json();
   } catch (const Error& e) {
-    status = 400, reply = api == Api::Messages ? anthropic_error(ApiError(400, e.what())) : ApiError(400, e.what()).to_json();
+    const ApiError bad(400, e.what());
+    status = 400, reply = api == Api::Messages ? anthropic_error(bad) : bad.to_json();
   }
   res.status = status;  // counted by the logger however it is sent
   if (job->probe.half_closed() && job->probe.send_reply(status, "application/json", dump(reply))) return;
@@ -684,14 +686,12 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
   // A reply the confidence guardrail may replace is held until it is judged, at its end.
   const bool hold = r.chat && r.guardrails.judges_confidence();
   std::vector<bool> done(n, false);
-  std::vector<std::vector<std::string>> call_ids(n);  // per choice, per call opened
   // A call's delta in OpenAI's form: the call's id, type and name when it opens, then its
   // arguments as they are written.
   const auto write_call = [&](size_t i, const ReplyStream::CallDelta& call) {
     json entry = {{"index", call.index}, {"function", {{"arguments", call.arguments}}}};
     if (!call.name.empty()) {
-      call_ids[i].push_back(random_id("call_"));
-      entry["id"] = call_ids[i].back();
+      entry["id"] = random_id("call_");
       entry["type"] = "function";
       entry["function"]["name"] = call.name;
     }
