@@ -323,7 +323,9 @@ void expect_replies_read_back(ChatFormat format, const std::string& golden_file)
         EXPECT_EQ(calls.calls[i].name, reply.tool_calls[i].name) << name;
         EXPECT_EQ(calls.calls[i].arguments, reply.tool_calls[i].arguments) << name << " in pieces of " << step;
       }
-      if (!reply.tool_calls.empty()) EXPECT_GT(before_the_end, 0u) << name << ": nothing streamed before the end";
+      if (!reply.tool_calls.empty()) {
+        EXPECT_GT(before_the_end, 0u) << name << ": nothing streamed before the end";
+      }
     }
   }
 }
