@@ -82,6 +82,8 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--keepalive", options.keepalive_seconds,
                   "Seconds a stream may stay silent (a long prompt's prefill) before a keep-alive is sent")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--slot-save-path", options.slot_save_path,
+                  "Directory for slot files: POST /slots/{id}?action=save|restore (created if missing)");
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
                   "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
   add_expert_memory_options(cmd, expert_memory);

@@ -487,6 +487,65 @@ TEST(Engine, ForcedKimiK2CallsParseEvenFromARandomModel) {
   }
 }
 
+// Kimi K3's forced calls are held by kimi_k3_call_grammar: with thinking off from the first token,
+// with thinking on once the model closes its think channel (free text until then: a logit bias
+// makes this random model close it soon). Every reply parses into calls of offered tools whose
+// arguments follow their schemas: an enum, a bounded integer, a string of at most 8 characters.
+TEST(Engine, ForcedKimiK3CallsParseEvenFromARandomModel) {
+  const Tokenizer tokenizer = test::kimi_tokenizer(true);
+  nlohmann::json j = parse_json_file((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  j["vocab_size"] = tokenizer.vocab_size();
+  Model model(ModelConfig::from_json(j, "kimi-k3-tiny"));
+  model.initialize(1);
+  test::randomize_params(model.params(), 11);
+  const ChatTemplate chat(tokenizer);
+  ASSERT_EQ(chat.format(), ChatFormat::KimiK3);
+  const json parameters = json::parse(R"({"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
+      "days": {"type": "integer"}, "units": {"type": "string", "maxLength": 8}}, "required": ["city"]})");
+  const std::vector<ToolSchema> tools = {{"get_weather", parameters}, {"get_time", json()}};
+  const KimiK3Markers markers{tokenizer.special_id("<|open|>"), tokenizer.special_id("<|sep|>"),
+                              tokenizer.special_id("<|close|>")};
+  Engine engine(model, tokenizer, EngineFixture::exact(2, 4096, 32));
+  int calls = 0;
+  for (const bool thinking : {false, true})
+    for (const bool named : {false, true})
+      for (uint64_t seed = 0; seed < 3; ++seed) {
+        ChatOptions offered;
+        offered.tools = {R"({"name": "get_weather"})", R"({"name": "get_time"})"};
+        offered.thinking = thinking;
+        GenerationRequest r;
+        r.prompt = chat.encode(std::vector<ChatMessage>{{"user", "Weather in Paris?"}}, true, offered);
+        r.max_tokens = 3000;  // a free object's random keys run long
+        r.sampling.temperature = 1;
+        r.sampling.seed = seed;
+        if (thinking) r.sampling.logit_bias = {{markers.close, 6.0f}};
+        r.grammar = kimi_k3_call_grammar(named ? std::vector<ToolSchema>{tools[0]} : tools, thinking, named, markers);
+        const GenerationOutput out = engine.submit(r).get();
+        const std::string where = fmt::format("thinking {} named {} seed {}: {}", thinking, named, seed, out.text);
+        EXPECT_EQ(out.finish_reason, FinishReason::Stop) << where;
+        const AssistantReply reply = chat.parse_reply(out.text, offered);
+        EXPECT_FALSE(reply.malformed_call) << where;
+        ASSERT_GE(reply.tool_calls.size(), 1u) << where;
+        if (named) EXPECT_EQ(reply.tool_calls.size(), 1u) << where;
+        for (const ToolCall& call : reply.tool_calls) {
+          ++calls;
+          const json arguments = json::parse(call.arguments);
+          ASSERT_TRUE(arguments.is_object()) << where;
+          if (call.name == "get_time") {
+            EXPECT_FALSE(named) << where;
+            continue;
+          }
+          ASSERT_EQ(call.name, "get_weather") << where;
+          EXPECT_TRUE(arguments["city"] == "Paris" || arguments["city"] == "Oslo") << where;
+          if (arguments.contains("days")) EXPECT_TRUE(arguments["days"].is_number_integer()) << where;
+          if (arguments.contains("units"))
+            EXPECT_LE(std::ranges::count_if(arguments["units"].get<std::string>(),
+                                            [](char c) { return (uint8_t(c) & 0xc0) != 0x80; }), 8) << where;
+        }
+      }
+  EXPECT_GE(calls, 12);
+}
+
 TEST(Engine, RefusesAContextPastTheWindowOrOverTheMemoryBudget) {
   EngineFixture f;
   EngineOptions o = EngineFixture::exact(4, f.config.max_position_embeddings + 1, 16);

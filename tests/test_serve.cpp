@@ -21,6 +21,7 @@
 #include "hyla/data/image_file.h"
 #include "hyla/data/utf8.h"
 #include "hyla/io/base64.h"
+#include "hyla/io/file.h"
 #include "hyla/quant/quantize_model.h"
 #include "hyla/agent/guardrails.h"
 #include "hyla/serve/api_error.h"
@@ -457,9 +458,11 @@ TEST(ServeRequest, KimiChatsRenderTheirTemplatesAndForceCallsTheirWay) {
   const ApiRequest required = parse_chat_request(body, k3, "m", test_limits());
   EXPECT_EQ(required.prefill, "");
   EXPECT_NE(k3.decode(required.prompts[0]).find("You MUST call tools in the next message."), std::string::npos);
+  EXPECT_TRUE(required.generation.grammar && !required.generation.grammar_after);  // held from the first token
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
-  EXPECT_NE(error(body, k3).find("tool_choice: Kimi K3's chat format cannot force a named tool"), std::string::npos)
-      << error(body, k3);
+  const ApiRequest k3_named = parse_chat_request(body, k3, "m", test_limits());
+  EXPECT_EQ(k3_named.prefill, "");
+  EXPECT_TRUE(k3_named.generation.grammar && !k3_named.generation.grammar_after);
   const ApiRequest named = parse_chat_request(body, k2, "m", test_limits());
   EXPECT_EQ(named.prefill, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>");
   EXPECT_TRUE(k2.decode(named.prompts[0]).ends_with("<|im_assistant|>assistant<|im_middle|>" + named.prefill));
@@ -818,6 +821,9 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   c.set_bearer_token_auth("sekret");
   EXPECT_EQ(c.Get("/v1/models")->status, 200);
   EXPECT_EQ(s.client().Get("/health")->status, 200);  // health needs no key
+  EXPECT_EQ(s.client().Get("/slots")->status, 401);    // slots, like /props, do
+  EXPECT_EQ(s.client().Post("/slots/0?action=erase", "{}", "application/json")->status, 401);
+  EXPECT_EQ(c.Get("/slots")->status, 200);
   EXPECT_EQ(s.client().Get("/metrics")->status, 200);  // nor, by default, metrics
   // The scheme is case-insensitive (RFC 7235); the key is not.
   for (const auto& [header, status] : {std::pair{"bearer sekret", 200}, {"BEARER  sekret", 200}, {"Bearer sekreT", 401},
@@ -1374,6 +1380,103 @@ TEST(Serve, PropsDescribeTheModelForChatUis) {
   EXPECT_EQ(props["chat_template"], "hyla");
   EXPECT_EQ(props["modalities"]["vision"], true);
   EXPECT_EQ(props["build_info"].get<std::string>().rfind("hyla ", 0), 0u);
+}
+
+// Issue 67: llama-server's slots. A request's slot keeps its state; saved, erased, restored on a
+// restarted server, it is continued without reading its tokens again, as a fresh server continues
+// the whole prompt. Bad ids, actions, filenames and files are 400s in OpenAI's shape; a server
+// without --slot-save-path answers 501.
+TEST(Serve, SlotsAreListedSavedErasedAndRestoredAcrossARestart) {
+  test::TempDir dir;
+  const auto with_slots = [&](ServeOptions& o) {
+    o.engine.max_sequences = 2;
+    o.slot_save_path = dir / "slots";
+  };
+  const auto ids = [](const TestServer& s, const std::string& text) {
+    return post(s, "/tokenize", {{"content", text}})["tokens"].get<std::vector<int32_t>>();
+  };
+  const auto slots = [](const TestServer& s) {
+    const auto res = s.client().Get("/slots");
+    EXPECT_TRUE(res && res->status == 200);
+    return res ? json::parse(res->body) : json();
+  };
+  const auto act = [](const TestServer& s, const std::string& path, const json& body, int status) {
+    return post(s, path, body, status);
+  };
+  std::vector<int32_t> head, tail;
+  int64_t held = 0;
+  {
+    TestServer s(with_slots);
+    const json empty = slots(s);
+    ASSERT_EQ(empty.size(), 2u);
+    EXPECT_EQ(empty[0]["id"], 0);
+    EXPECT_EQ(empty[0]["n_ctx"], 1024);
+    EXPECT_EQ(empty[0]["is_processing"], false);
+    EXPECT_EQ(empty[0]["n_tokens"], 0);
+    EXPECT_FALSE(empty[0].contains("id_task"));
+    head = ids(s, "In the beginning God created the heaven and the earth. And the earth was without form");
+    tail = ids(s, ", and void; and darkness was upon the face of the deep.");
+    // One generated token: the state holds the prompt exactly (the sampled token is never fed).
+    post(s, "/v1/completions", {{"prompt", head}, {"max_tokens", 1}, {"temperature", 0}});
+    const json used = slots(s);
+    const int slot = used[0]["n_tokens"] > 0 ? 0 : 1;
+    EXPECT_EQ(used[size_t(slot)]["n_tokens"], head.size());
+    EXPECT_EQ(used[size_t(slot)]["n_prompt_tokens"], head.size());
+    EXPECT_EQ(used[size_t(slot)]["next_token"][0]["n_decoded"], 1);
+    EXPECT_EQ(used[size_t(slot)]["next_token"][0]["has_next_token"], false);
+    const std::string at = fmt::format("/slots/{}", slot);
+    const json saved = act(s, at + "?action=save", {{"filename", "genesis.slot"}}, 200);
+    held = saved["n_saved"].get<int64_t>();
+    EXPECT_EQ(held, int64_t(head.size()));
+    EXPECT_EQ(saved["id_slot"], slot);
+    EXPECT_EQ(saved["filename"], "genesis.slot");
+    EXPECT_EQ(saved["n_written"], std::filesystem::file_size(dir / "slots" / "genesis.slot"));
+    EXPECT_TRUE(saved["timings"].contains("save_ms"));
+    EXPECT_EQ(act(s, at + "?action=erase", json::object(), 200)["n_erased"], held);
+    EXPECT_EQ(slots(s)[size_t(slot)]["n_tokens"], 0);
+
+    EXPECT_EQ(act(s, "/slots/2?action=save", {{"filename", "x"}}, 400)["error"]["param"], "id_slot");
+    EXPECT_EQ(act(s, "/slots/-1?action=save", {{"filename", "x"}}, 400)["error"]["param"], "id_slot");
+    EXPECT_EQ(act(s, "/slots/0?action=fly", {{"filename", "x"}}, 400)["error"]["param"], "action");
+    for (const char* name : {"../escape", "", ".hidden", "a/b", "sp ace", "new\nline"})
+      EXPECT_EQ(act(s, "/slots/0?action=save", {{"filename", name}}, 400)["error"]["param"], "filename") << name;
+    EXPECT_FALSE(std::filesystem::exists(dir / "escape"));
+    EXPECT_EQ(act(s, "/slots/0?action=save", {{"filename", 3}}, 400)["error"]["param"], "filename");
+    auto c = s.client();
+    const auto not_json = c.Post("/slots/0?action=restore", "{", "application/json");
+    ASSERT_TRUE(not_json);
+    EXPECT_EQ(not_json->status, 400);
+    const json missing = act(s, "/slots/0?action=restore", {{"filename", "absent.slot"}}, 400);
+    EXPECT_NE(missing["error"]["message"].get<std::string>().find("slot file absent.slot: no such file"), std::string::npos);
+    const std::string whole = read_file(dir / "slots" / "genesis.slot");
+    test::write_bytes(dir / "slots" / "cut.slot", whole.substr(0, whole.size() / 2));
+    const json cut = act(s, "/slots/0?action=restore", {{"filename", "cut.slot"}}, 400);
+    EXPECT_NE(cut["error"]["message"].get<std::string>().find("unable to restore slot 0: slot file cut.slot: truncated"),
+              std::string::npos) << cut.dump();
+    EXPECT_EQ(cut["error"]["type"], "invalid_request_error");
+  }
+  std::vector<int32_t> prompt = head;
+  prompt.insert(prompt.end(), tail.begin(), tail.end());
+  const json request = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1}};
+  json fresh;
+  {
+    TestServer cold([](ServeOptions& o) { o.engine.prefix_cache_bytes = 0; });
+    fresh = post(cold, "/v1/completions", request);
+    EXPECT_EQ(fresh["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(post(cold, "/slots/0?action=erase", json::object(), 501)["error"]["type"], "not_supported_error");
+  }
+  TestServer restarted(with_slots);
+  const json restored = act(restarted, "/slots/1?action=restore", {{"filename", "genesis.slot"}}, 200);
+  EXPECT_EQ(restored["n_restored"], held);
+  EXPECT_EQ(restored["n_read"], std::filesystem::file_size(dir / "slots" / "genesis.slot"));
+  EXPECT_EQ(slots(restarted)[1]["n_tokens"], held);
+  const json continued = post(restarted, "/v1/completions", request);
+  EXPECT_EQ(continued["usage"]["prompt_tokens_details"]["cached_tokens"], held);
+  EXPECT_EQ(continued["choices"][0]["text"], fresh["choices"][0]["text"]);
+  const json& a = continued["choices"][0]["logprobs"]["token_logprobs"];
+  const json& b = fresh["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i].get<double>(), b[i].get<double>(), 2e-2) << i;
 }
 
 // Issue 67: a stream kept silent by a long prompt's prefill gets keep-alives (an SSE comment; on

@@ -369,9 +369,8 @@ std::string ChatTemplate::forced_call_prefix(std::string_view tool_name, size_t 
              (tool_name.empty() ? std::string()
                                 : fmt::format("functions.{}:{}<|tool_call_argument_begin|>", tool_name, previous_calls));
     case ChatFormat::KimiK3:
-      // Its template says "you MUST call tools" in the prompt (ChatOptions::tool_choice); the call
-      // follows the think channel, so no prefix can force it, nor name the tool.
-      HYLA_CHECK(tool_name.empty(), "Kimi K3's chat format cannot force a named tool; use tool_choice 'required'");
+      // The call follows the think channel, so no prefix can force it: a grammar does
+      // (kimi_k3_call_grammar), from the think channel on.
       return {};
   }
   return {};

@@ -38,6 +38,15 @@ std::future<GenerationOutput> Engine::submit(GenerationRequest request) {
   return future;
 }
 
+void Engine::enqueue(Task task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    HYLA_CHECK(!stopping_, "the engine is shutting down");
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_one();
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   EngineStats s = stats_;
@@ -51,10 +60,17 @@ void Engine::run() {
     std::vector<std::pair<GenerationRequest, std::promise<GenerationOutput>>> arrived;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !scheduler_.idle(); });
+      // A task deferred until its slot's request finished runs after the step that finished it.
+      wake_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !tasks_.empty() || !deferred_.empty() || !scheduler_.idle();
+      });
       if (stopping_) break;
       arrived.swap(incoming_);
+      deferred_.insert(deferred_.end(), std::make_move_iterator(tasks_.begin()), std::make_move_iterator(tasks_.end()));
+      tasks_.clear();
     }
+    // Before the new requests are admitted: an action asked for before a request comes first.
+    std::erase_if(deferred_, [&](Task& task) { return task(scheduler_); });
     for (auto& [request, promise] : arrived) promises_.emplace(scheduler_.add(std::move(request)), std::move(promise));
     std::vector<Scheduler::Finished> finished;
     std::exception_ptr failure;

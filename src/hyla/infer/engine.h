@@ -3,6 +3,7 @@
 // submit from other threads and wait on futures (`serve`'s HTTP threads, `generate`, `chat`).
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -27,6 +28,24 @@ class Engine {
   // Queues a request (a request that can never run throws here); the future is fulfilled when it
   // finishes (a model failure arrives as an exception).
   std::future<GenerationOutput> submit(GenerationRequest request);
+  // Runs `task` on the worker between two steps (the scheduler is the worker's alone) and gives
+  // its result. With `slot` ≥ 0 it waits until no request runs in that slot, as llama-server
+  // defers a slot action.
+  template <class Result>
+  std::future<Result> between_steps(std::function<Result(Scheduler&)> task, int slot = -1) {
+    auto promise = std::make_shared<std::promise<Result>>();
+    std::future<Result> future = promise->get_future();
+    enqueue([task = std::move(task), promise, slot](Scheduler& scheduler) {
+      if (scheduler.slot_busy(slot)) return false;
+      try {
+        promise->set_value(task(scheduler));
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+      return true;
+    });
+    return future;
+  }
   EngineStats stats() const;
   const Model& model() const { return scheduler_.model(); }
   const Tokenizer& tokenizer() const { return scheduler_.tokenizer(); }
@@ -34,6 +53,10 @@ class Engine {
   std::string memory_summary() const { return scheduler_.memory_summary(); }
 
  private:
+  // A task between steps: returns whether it ran (false: try again after the next step). Never
+  // throws; it answers its caller itself, and an engine that stops drops it (its future breaks).
+  using Task = std::function<bool(Scheduler&)>;
+  void enqueue(Task task);
   void run();
 
   Scheduler scheduler_;  // the worker's alone
@@ -41,6 +64,8 @@ class Engine {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::pair<GenerationRequest, std::promise<GenerationOutput>>> incoming_;
+  std::vector<Task> tasks_;      // under the mutex
+  std::vector<Task> deferred_;   // the worker's alone: tasks waiting for their slot
   EngineStats stats_;  // the scheduler's, as of its last step
   int64_t submitted_ = 0;
   bool stopping_ = false;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -150,6 +151,22 @@ class JsonGrammarBuilder {
     g_.add_alternative(character_, {g_.byte('\\'), g_.bytes(escaped)});
     std::bitset<256> hex = byte_range('0', '9') | byte_range('a', 'f') | byte_range('A', 'F');
     g_.add_alternative(character_, {g_.byte('\\'), g_.byte('u'), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex)});
+    add_multibyte_utf8(character_);
+    return character_;
+  }
+
+ public:
+  // One character of raw text (Kimi K3's string arguments): any but NUL, whole UTF-8 sequences.
+  Rule text_character() {
+    if (text_character_ >= 0) return text_character_;
+    text_character_ = g_.add_rule();
+    g_.add_alternative(text_character_, {g_.bytes(byte_range(0x01, 0x7f))});
+    add_multibyte_utf8(text_character_);
+    return text_character_;
+  }
+
+ private:
+  void add_multibyte_utf8(Rule r) {
     // Well-formed UTF-8 only (RFC 3629 table 3-7): no overlong forms, surrogates or code points past U+10FFFF.
     const auto range = [&](int lo, int hi) { return g_.bytes(byte_range(lo, hi)); };
     const Grammar::Symbol tail = range(0x80, 0xbf);
@@ -162,8 +179,7 @@ class JsonGrammarBuilder {
              {range(0xf0, 0xf0), range(0x90, 0xbf), tail, tail},
              {range(0xf1, 0xf3), tail, tail, tail},
              {range(0xf4, 0xf4), range(0x80, 0x8f), tail, tail}})
-      g_.add_alternative(character_, sequence);
-    return character_;
+      g_.add_alternative(r, sequence);
   }
 
   // {"key": value, ...} with any keys, `values` for every value.
@@ -334,7 +350,8 @@ class JsonGrammarBuilder {
   Grammar& g_;
   const json* root_;
   bool strict_;
-  Rule value_ = -1, object_ = -1, array_ = -1, integer_ = -1, number_ = -1, boolean_ = -1, space_ = -1, character_ = -1;
+  Rule value_ = -1, object_ = -1, array_ = -1, integer_ = -1, number_ = -1, boolean_ = -1, space_ = -1, character_ = -1,
+       text_character_ = -1;
   std::map<std::pair<int64_t, int64_t>, Rule> strings_;
   std::map<std::string, Rule> refs_;
 };
@@ -407,6 +424,136 @@ std::shared_ptr<const Grammar> kimi_k2_call_grammar(const std::vector<ToolSchema
     call.push_back(Grammar::special(markers.call_end));
     return call;
   });
+}
+
+namespace {
+
+// A Kimi K3 tag's attribute value as its renderer writes it.
+std::string k3_attribute(std::string_view value) {
+  std::string out;
+  for (const char c : value) out += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  return out;
+}
+
+const char* k3_type(const json& value) {
+  if (value.is_boolean()) return "boolean";
+  if (value.is_null()) return "null";
+  if (value.is_number()) return "number";
+  if (value.is_string()) return "string";
+  return value.is_object() ? "object" : "array";
+}
+
+// Kimi K3's call text around the grammar's rules: tags are <|open|>NAME ATTRIBUTES<|sep|> …
+// <|close|>NAME<|sep|>, their names and attributes plain text.
+struct K3Writer {
+  Grammar& g;
+  KimiK3Markers m;
+  Sequence open(std::string_view text) {
+    Sequence s = {Grammar::special(m.open)};
+    append(s, g.literal(text));
+    s.push_back(Grammar::special(m.sep));
+    return s;
+  }
+  Sequence close(std::string_view name) {
+    Sequence s = {Grammar::special(m.close)};
+    append(s, g.literal(name));
+    s.push_back(Grammar::special(m.sep));
+    return s;
+  }
+  // One argument tag of `key`: its type attribute and value as the schema allows (the renderer
+  // writes a string's raw text and any other value's JSON).
+  Rule argument(JsonGrammarBuilder& builder, const std::string& key, const json& schema, const std::string& where) {
+    const Rule r = g.add_rule();
+    const std::string head = "argument key=\"" + k3_attribute(key) + "\" type=\"";
+    const auto add = [&](std::string_view type, const Sequence& value) {
+      Sequence s = open(head + std::string(type) + "\"");
+      append(s, value);
+      append(s, close("argument"));
+      g.add_alternative(r, s);
+    };
+    const auto literal_value = [&](const json& v) { return g.literal(v.is_string() ? v.get<std::string>() : v.dump()); };
+    if (schema.is_object() && schema.contains("const")) {
+      add(k3_type(schema["const"]), literal_value(schema["const"]));
+      return r;
+    }
+    if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array() && !schema["enum"].empty()) {
+      for (const json& v : schema["enum"]) add(k3_type(v), literal_value(v));
+      return r;
+    }
+    const json* type = schema.is_object() && schema.contains("type") ? &schema["type"] : nullptr;
+    if (type && *type == "string") {
+      const int64_t min = std::clamp<int64_t>(schema.value("minLength", int64_t(0)), 0, kMaxCount);
+      const int64_t max = schema.contains("maxLength") ? std::clamp<int64_t>(schema.value("maxLength", int64_t(0)), min, kMaxCount) : -1;
+      add("string", {Grammar::ref(g.repeat(Grammar::ref(builder.text_character()), min, max))});
+      return r;
+    }
+    const Sequence value = {Grammar::ref(builder.schema(schema, where))};
+    if (type && type->is_string()) {
+      add(*type == "integer" ? "number" : type->get<std::string>(), value);
+      return r;
+    }
+    // Several types, or none said: the value as JSON under a type that makes the reader parse it.
+    for (const char* t : {"object", "array", "number", "boolean", "null"}) add(t, value);
+    return r;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Grammar> kimi_k3_call_grammar(const std::vector<ToolSchema>& tools, bool thinking, bool one_call,
+                                                    KimiK3Markers markers) {
+  HYLA_ASSERT(!tools.empty());
+  auto grammar = std::make_shared<Grammar>();
+  Grammar& g = *grammar;
+  const Rule start = g.add_rule();
+  K3Writer w{g, markers};
+  const Rule call = g.add_rule();
+  for (const ToolSchema& tool : tools) {
+    const std::string where = fmt::format("the parameters of tool '{}'", tool.name);
+    JsonGrammarBuilder builder(g, &tool.parameters, false);
+    Sequence s = w.open("call tool=\"" + k3_attribute(tool.name) + "\" index=\"");
+    s.pop_back();  // the index's digits come before the separator
+    s.push_back(g.bytes(byte_range('1', '9')));
+    s.push_back(Grammar::ref(g.repeat(g.bytes(byte_range('0', '9')), 0, 2)));
+    append(s, g.literal("\""));
+    s.push_back(Grammar::special(markers.sep));
+    const json& p = tool.parameters;
+    if (p.is_object() && p.contains("properties") && p["properties"].is_object() && !p.contains("$ref") &&
+        !p.contains("anyOf") && !p.contains("oneOf") && !p.contains("allOf")) {
+      // One tag per property in the order of their names, required ones always (the renderer's
+      // tags; a parsed JSON object keeps no order).
+      std::set<std::string> required;
+      if (p.contains("required") && p["required"].is_array())
+        for (const json& k : p["required"])
+          if (k.is_string()) required.insert(k.get<std::string>());
+      for (const auto& [key, schema] : p["properties"].items()) {
+        const Rule tag = w.argument(builder, key, schema, where + ".properties." + key);
+        s.push_back(Grammar::ref(required.count(key) ? tag : g.optional({Grammar::ref(tag)})));
+      }
+    } else {  // any object, or a schema the tags cannot spell: the renderer's JSON block
+      const Rule object = p.is_null() ? builder.object() : builder.schema(p, where);
+      Sequence block = w.open("json type=\"object\"");
+      block.push_back(Grammar::ref(object));
+      append(block, w.close("json"));
+      s.push_back(Grammar::ref(g.optional(block)));
+    }
+    append(s, w.close("call"));
+    g.add_alternative(call, s);
+  }
+  Sequence reply;
+  if (thinking) {  // the think channel's text is free (ordinary tokens), then the channel closes
+    reply.push_back(Grammar::ref(g.repeat(g.bytes(byte_range(0x00, 0xff)), 0, -1)));
+    append(reply, w.close("think"));
+    append(reply, w.open("response"));
+  }
+  append(reply, w.close("response"));  // an empty response: the reply is the call
+  append(reply, w.open("tools"));
+  reply.push_back(Grammar::ref(call));
+  if (!one_call) reply.push_back(Grammar::ref(g.repeat(Grammar::ref(call), 0, -1)));
+  append(reply, w.close("tools"));
+  append(reply, w.close("message"));
+  g.add_alternative(start, reply);
+  return grammar;
 }
 
 }  // namespace hyla

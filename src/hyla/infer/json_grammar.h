@@ -53,4 +53,17 @@ struct KimiK2CallMarkers {
 std::shared_ptr<const Grammar> kimi_k2_call_grammar(const std::vector<ToolSchema>& tools, bool named, size_t call_index,
                                                     KimiK2CallMarkers markers);
 
+// Kimi K3's forced reply: the tools section with one call (a named tool_choice) or more
+// ("required"), then the message's close. Each call is `<|open|>call tool="NAME" index="N"<|sep|>`,
+// one argument tag per property of the tool's schema in the order of their names (required ones
+// always; a string's raw text, any other value's JSON, with its type attribute) or, for a schema
+// without properties, one JSON block, then `<|close|>call<|sep|>`. From where the generation prompt
+// leaves the reply: in the think channel when `thinking` (its text free, ordinary tokens only, until
+// the model closes it), then an empty response channel; else in the response channel, closed empty.
+struct KimiK3Markers {
+  int32_t open = -1, sep = -1, close = -1;
+};
+std::shared_ptr<const Grammar> kimi_k3_call_grammar(const std::vector<ToolSchema>& tools, bool thinking, bool one_call,
+                                                    KimiK3Markers markers);
+
 }  // namespace hyla

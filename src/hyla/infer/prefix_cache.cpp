@@ -120,6 +120,10 @@ int64_t PrefixCache::restore(std::span<const int32_t> tokens, std::span<const Pr
   return node->end;
 }
 
+int64_t PrefixCache::cached_length(std::span<const int32_t> tokens, std::span<const PromptInput> inputs) {
+  return deepest(tokens, inputs, int64_t(tokens.size()) - 1)->end;
+}
+
 void PrefixCache::store(std::span<const int32_t> tokens, std::span<const PromptInput> inputs, int64_t length,
                         const SequenceState& state, Cursor& cursor) {
   HYLA_ASSERT(state.length() == length && length <= int64_t(tokens.size()));

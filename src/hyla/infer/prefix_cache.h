@@ -64,6 +64,8 @@ class PrefixCache {
   // must be empty; returns its length (0: nothing reused, state untouched). Sets the cursor.
   int64_t restore(std::span<const int32_t> tokens, std::span<const PromptInput> inputs, SequenceState& state,
                   Cursor& cursor);
+  // The length restore() would give, without loading anything or counting a hit.
+  int64_t cached_length(std::span<const int32_t> tokens, std::span<const PromptInput> inputs);
   // Saves `state`, which holds exactly the first `length` of `tokens`, as a snapshot at `length`:
   // a node from the deepest cached prefix of those tokens (the cursor's) to `length`. Nothing is
   // added when that prefix is cached already or the node does not fit the budget.

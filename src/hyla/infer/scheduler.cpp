@@ -9,6 +9,7 @@
 
 #include "hyla/core/error.h"
 #include "hyla/data/chat_template.h"
+#include "hyla/infer/slot_file.h"
 #include "hyla/infer/text_stream.h"
 
 namespace hyla {
@@ -91,6 +92,7 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   for (int64_t i = 0; i < options.max_sequences; ++i)
     slots_.push_back(std::make_unique<SequenceState>(model, options.context, options.latent_dtype));
   slot_used_.assign(slots_.size(), false);
+  history_.resize(slots_.size());
   end_ids_ = ChatTemplate(tokenizer).end_ids();
   sample_vocab_ = std::min<int64_t>(model.config().vocab_size, tokenizer.vocab_size());
   if (auto id = tokenizer.token_id("<|image_pad|>")) image_pad_id_ = *id;
@@ -188,7 +190,7 @@ std::vector<Scheduler::Finished> Scheduler::step() {
   stats_.waiting = int64_t(waiting_.size());
   stats_.prompt_state_bytes = prefix_cache_.bytes();
   stats_.prompt_state_snapshots = prefix_cache_.snapshots();
-  stats_.prompt_state_hits = prefix_cache_.hits();
+  stats_.prompt_state_hits = prefix_cache_.hits() + slot_reuses_;
   stats_.prompt_state_misses = prefix_cache_.misses();
   return finished;
 }
@@ -198,6 +200,7 @@ std::vector<Scheduler::RequestId> Scheduler::abort() {
   for (auto& a : running_) {
     ids.push_back(a->id);
     slot_used_[size_t(a->slot)] = false;
+    history_[size_t(a->slot)].tokens.clear();  // stopped mid-step: the state is not known to be whole
   }
   for (auto& a : waiting_) ids.push_back(a->id);
   running_.clear();
@@ -208,6 +211,7 @@ std::vector<Scheduler::RequestId> Scheduler::abort() {
 
 void Scheduler::weights_changed() {
   prefix_cache_.clear();
+  for (SlotHistory& h : history_) h = {};
   stats_.prompt_state_bytes = stats_.prompt_state_snapshots = 0;
 }
 
@@ -239,27 +243,28 @@ void Scheduler::drop_cancelled(std::vector<Finished>& finished) {
 void Scheduler::admit_waiting(std::vector<Finished>& finished) {
   for (;;) {
     if (waiting_.empty()) return;
-    int slot = -1;
-    for (size_t i = 0; i < slot_used_.size(); ++i)
-      if (!slot_used_[i]) {
-        slot = int(i);
-        break;
-      }
+    const auto [slot, held] = choose_slot(*waiting_.front());
     if (slot < 0) return;
     std::unique_ptr<Active> a = std::move(waiting_.front());
     waiting_.pop_front();
     slot_used_[size_t(slot)] = true;
     a->slot = slot;
     SequenceState& state = *slots_[size_t(slot)];
-    state.reset();
+    history_[size_t(slot)].tokens.clear();
     a->output.prompt_tokens = int64_t(a->request.prompt.size());
     if (a->request.prompt_logprobs) {  // the first token has no distribution; the prefill scores the rest
       a->output.prompt_logprobs.push_back(NAN);
       if (a->request.top_logprobs > 0) a->output.prompt_top_logprobs.emplace_back();
     }
-    // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
-    a->prefilled =
-        a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->images, state, a->snapshots);
+    if (held > 0) {
+      a->prefilled = held;  // the slot's state goes on from where its last request left it
+      ++slot_reuses_;
+    } else {
+      state.reset();
+      // Scoring needs every prompt row's logits, so a scored prompt is read whole, never restored.
+      a->prefilled =
+          a->request.prompt_logprobs ? 0 : prefix_cache_.restore(a->request.prompt, a->images, state, a->snapshots);
+    }
     a->output.cached_prompt_tokens = a->prefilled;
     stats_.prompt_tokens += a->output.prompt_tokens;
     stats_.cached_prompt_tokens += a->prefilled;
@@ -269,6 +274,32 @@ void Scheduler::admit_waiting(std::vector<Finished>& finished) {
     }
     running_.push_back(std::move(a));
   }
+}
+
+std::pair<int, int64_t> Scheduler::choose_slot(const Active& a) {
+  const std::vector<int32_t>& prompt = a.request.prompt;
+  int best = -1, empty = -1, oldest = -1;
+  int64_t best_length = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slot_used_[i]) continue;
+    const SlotHistory& h = history_[i];
+    if (h.tokens.empty()) {
+      if (empty < 0) empty = int(i);
+      continue;
+    }
+    if (oldest < 0 || h.last_use < history_[size_t(oldest)].last_use) oldest = int(i);
+    const int64_t n = int64_t(h.tokens.size());
+    // The prompt's last token must still be read for its logits; a scored prompt is read whole.
+    if (n >= int64_t(prompt.size()) || n <= best_length || a.request.prompt_logprobs) continue;
+    if (!prefix_cache_.enabled() && !h.restored) continue;
+    if (!std::equal(h.tokens.begin(), h.tokens.end(), prompt.begin())) continue;
+    const auto images_before = std::ranges::count_if(a.images, [&](const PromptInput& in) { return in.row < n; });
+    if (!std::ranges::equal(h.inputs, std::span(a.images).first(size_t(images_before)))) continue;
+    best = int(i);
+    best_length = n;
+  }
+  if (best >= 0 && best_length >= prefix_cache_.cached_length(prompt, a.images)) return {best, best_length};
+  return {empty >= 0 ? empty : oldest, 0};
 }
 
 // One step's model call: the sequences in it, in order, and what the model gave back for them.
@@ -497,11 +528,99 @@ void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& fi
     if (state.length() > 0 && state.length() <= int64_t(turn.size()))
       prefix_cache_.store(turn, a.images, state.length(), state, a.snapshots);
   }
+  if (a.slot >= 0) {
+    SlotHistory& h = history_[size_t(a.slot)];
+    h = {.last_use = ++slot_clock_, .last_request = a.id, .prompt_tokens = a.output.prompt_tokens,
+         .cached_prompt_tokens = a.output.cached_prompt_tokens, .generated_tokens = int64_t(a.output.tokens.size()),
+         .max_tokens = a.request.max_tokens};
+    // The state holds the prompt and the reply but its last token (sampled, never fed), or, cut
+    // off during its prefill, part of the prompt: whole tokens either way, unless it failed.
+    const int64_t length = slots_[size_t(a.slot)]->length();
+    if (!a.error && length <= h.prompt_tokens + h.generated_tokens) {
+      h.tokens.assign(a.request.prompt.begin(), a.request.prompt.begin() + std::min(length, h.prompt_tokens));
+      h.tokens.insert(h.tokens.end(), a.output.tokens.begin(), a.output.tokens.begin() + (length - int64_t(h.tokens.size())));
+      for (const PromptInput& in : a.images)
+        if (in.row < length) h.inputs.push_back(in);
+    }
+  }
   a.output.seconds = seconds_between(a.start, Clock::now());
   finished.push_back({a.id, std::move(a.output), a.error});
   ++stats_.finished[size_t(reason)];
   if (a.slot >= 0) slot_used_[size_t(a.slot)] = false;
   std::erase_if(running_, [&](const std::unique_ptr<Active>& p) { return p.get() == &a; });
+}
+
+int Scheduler::checked_slot(int slot) const {
+  HYLA_CHECK(slot >= 0 && slot < int(slots_.size()), "no slot {}: this server has slots 0 to {}", slot,
+             int(slots_.size()) - 1);
+  return slot;
+}
+
+bool Scheduler::slot_busy(int slot) const { return slot >= 0 && slot < int(slots_.size()) && slot_used_[size_t(slot)]; }
+
+std::vector<Scheduler::SlotInfo> Scheduler::slots() const {
+  std::vector<SlotInfo> infos;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const SlotHistory& h = history_[i];
+    SlotInfo& info = infos.emplace_back(SlotInfo{.id = int(i), .processing = bool(slot_used_[i]),
+                                                 .tokens = int64_t(h.tokens.size()), .request = h.last_request,
+                                                 .prompt_tokens = h.prompt_tokens,
+                                                 .cached_prompt_tokens = h.cached_prompt_tokens,
+                                                 .generated_tokens = h.generated_tokens, .max_tokens = h.max_tokens});
+    if (!info.processing) continue;
+    for (const auto& a : running_)
+      if (a->slot == int(i)) {
+        info.tokens = slots_[i]->length();
+        info.request = a->id;
+        info.prompt_tokens = a->output.prompt_tokens;
+        info.cached_prompt_tokens = a->output.cached_prompt_tokens;
+        info.generated_tokens = int64_t(a->output.tokens.size());
+        info.max_tokens = a->request.max_tokens;
+      }
+  }
+  return infos;
+}
+
+namespace {
+
+void check_free(bool busy, int slot) {
+  HYLA_CHECK(!busy, "slot {} is processing a request; wait for it to finish", slot);
+}
+
+}  // namespace
+
+Scheduler::SlotTransfer Scheduler::save_slot(int slot, const std::filesystem::path& file) {
+  check_free(slot_busy(checked_slot(slot)), slot);
+  const Clock::time_point start = Clock::now();
+  SlotHistory& h = history_[size_t(slot)];
+  SequenceState& state = *slots_[size_t(slot)];
+  if (h.tokens.empty()) state.reset();  // nothing whole is held: an empty state is saved
+  SlotTransfer t;
+  t.tokens = int64_t(h.tokens.size());
+  t.bytes = save_slot_file(file, model_fingerprint(*model_), h.tokens, h.inputs, state);
+  t.seconds = seconds_between(start, Clock::now());
+  return t;
+}
+
+Scheduler::SlotTransfer Scheduler::restore_slot(int slot, const std::filesystem::path& file) {
+  check_free(slot_busy(checked_slot(slot)), slot);
+  const Clock::time_point start = Clock::now();
+  SlotTransfer t;
+  SlotContents contents =
+      load_slot_file(file, model_fingerprint(*model_), model_->config().vocab_size, *slots_[size_t(slot)], &t.bytes);
+  history_[size_t(slot)] = {.tokens = std::move(contents.tokens), .inputs = std::move(contents.inputs),
+                            .restored = true, .last_use = ++slot_clock_};
+  t.tokens = int64_t(history_[size_t(slot)].tokens.size());
+  t.seconds = seconds_between(start, Clock::now());
+  return t;
+}
+
+int64_t Scheduler::erase_slot(int slot) {
+  check_free(slot_busy(checked_slot(slot)), slot);
+  const int64_t tokens = int64_t(history_[size_t(slot)].tokens.size());
+  history_[size_t(slot)] = {};
+  slots_[size_t(slot)]->reset();
+  return tokens;
 }
 
 }  // namespace hyla

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -108,7 +109,8 @@ struct LatencyHistogram {
 struct EngineStats {
   int64_t requests = 0, prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0, running = 0, waiting = 0;
   int64_t prompt_state_bytes = 0, prompt_state_snapshots = 0;  // the prompt-state cache now
-  int64_t prompt_state_hits = 0, prompt_state_misses = 0;       // prompts that restored a prefix, or none
+  // Prompts that restored a prefix (from the prompt-state cache, or a free slot's own state), or none.
+  int64_t prompt_state_hits = 0, prompt_state_misses = 0;
   LatencyHistogram ttft, itl;  // time to first token, inter-token latency
   std::array<int64_t, std::size(kFinishReasons)> finished{};  // requests by FinishReason
 };
@@ -141,6 +143,29 @@ class Scheduler {
   // After the model's weights change (an RL update): cached prompt states are stale, and dropped.
   void weights_changed();
 
+  // Slots (llama-server's /slots). A free slot keeps the state its last request left (the prompt
+  // and the reply but for its last token), and a request whose prompt extends a free slot's tokens
+  // takes that slot and reads only what follows: the same prompt-state reuse as the prefix cache's,
+  // on with it (EngineOptions::prefix_cache_bytes > 0) or for a slot restored from a file. Slot
+  // files: slot_file.h. Each action throws hyla::Error naming the problem (no such slot, a slot
+  // a request is running in, a file that does not fit), leaving the slot as it was.
+  struct SlotInfo {
+    int id = 0;
+    bool processing = false;
+    int64_t tokens = 0;  // in the slot's state
+    RequestId request = 0;  // the request running in it, or its last (0: none yet)
+    int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0, max_tokens = 0;  // that request's
+  };
+  struct SlotTransfer {
+    int64_t tokens = 0, bytes = 0;
+    double seconds = 0;
+  };
+  std::vector<SlotInfo> slots() const;
+  bool slot_busy(int slot) const;  // a request runs in it (false for a slot that does not exist)
+  SlotTransfer save_slot(int slot, const std::filesystem::path& file);
+  SlotTransfer restore_slot(int slot, const std::filesystem::path& file);
+  int64_t erase_slot(int slot);  // empties the slot's state; returns the tokens it held
+
   const EngineStats& stats() const { return stats_; }  // gauges as of the last step
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
@@ -152,6 +177,11 @@ class Scheduler {
   struct Active;
   struct StepBatch;
   void admit_waiting(std::vector<Finished>& finished);
+  // The free slot for `a` and the prompt tokens its state already holds: the one whose tokens `a`'s
+  // prompt extends furthest, if reuse applies and no cached prefix is longer; else the free slot
+  // holding nothing, or the least recently used (0 tokens: to be reset).
+  std::pair<int, int64_t> choose_slot(const Active& a);
+  int checked_slot(int slot) const;  // `slot`, or an error naming the slots there are
   void drop_cancelled(std::vector<Finished>& finished);
   void forward_and_sample(std::vector<Finished>& finished);
   void plan_prefill_chunks(StepBatch& batch) const;
@@ -175,6 +205,19 @@ class Scheduler {
   EngineOptions options_;
   std::vector<std::unique_ptr<SequenceState>> slots_;
   std::vector<bool> slot_used_;
+  // What each slot's state holds once its request finished (prompt and reply tokens, images), for
+  // reuse and slot files; empty while a request runs in it or after a failure.
+  struct SlotHistory {
+    std::vector<int32_t> tokens;
+    std::vector<PromptInput> inputs;
+    bool restored = false;  // from a slot file: reused even with the prefix cache off
+    uint64_t last_use = 0;
+    RequestId last_request = 0;
+    int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0, max_tokens = 0;
+  };
+  std::vector<SlotHistory> history_;
+  uint64_t slot_clock_ = 0;
+  int64_t slot_reuses_ = 0;  // prompts that continued a free slot's own state
   PrefixCache prefix_cache_;
   std::vector<int32_t> end_ids_;
   int64_t sample_vocab_ = 0;  // ids past the tokenizer's vocabulary (a model's may be padded) are never sampled

@@ -410,6 +410,18 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
   if (r.generation.grammar && chat_template.format() == ChatFormat::KimiK3)
     invalid("response_format", "'response_format' cannot constrain a Kimi K3 reply: it is written in its template's "
                                "think and response channels");
+  if (chat_template.format() == ChatFormat::KimiK3 && !forced.empty()) {
+    // Kimi K3's forced call: free thinking, then the tools section the grammar holds to the schemas.
+    const std::optional<int32_t> open = tokenizer.token_id("<|open|>"), sep = tokenizer.token_id("<|sep|>"),
+                                 close = tokenizer.token_id("<|close|>");
+    if (!open || !sep || !close) invalid("tool_choice", "this tokenizer lacks Kimi K3's tag tokens, so a call cannot be forced");
+    try {
+      r.generation.grammar = kimi_k3_call_grammar(forced, options.thinking, /*one_call=*/choice != "required",
+                                                  {*open, *sep, *close});
+    } catch (const Error& e) {
+      invalid("tools", e.what());
+    }
+  }
   if (chat_template.format() == ChatFormat::KimiK2 && !schemas.empty() && choice != "none") {
     // Kimi K2's calls are held to the tools' schemas as hyla's are: a forced one from its prefix on,
     // an "auto" one from its begin marker (Kimi K3's calls are tags around the think channel's end,

@@ -29,6 +29,7 @@
 #include "hyla/serve/http_threads.h"
 #include "hyla/serve/metrics.h"
 #include "hyla/serve/responses_api.h"
+#include "hyla/serve/slots_api.h"
 #include "hyla/serve/web_assets.h"
 #include "hyla/data/reply_stream.h"
 
@@ -64,10 +65,11 @@ int64_t unix_time() {
 std::string route_label(const std::string& path) {
   for (const char* route :
        {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-        "/v1/models", "/health", "/props", "/",
+        "/v1/models", "/health", "/props", "/slots", "/",
         "/metrics", "/tokenize", "/detokenize"})
     if (path == route) return route;
   if (path.rfind("/web/", 0) == 0) return "/web/{file}";
+  if (path.rfind("/slots/", 0) == 0) return "/slots/{id}";
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{id}" : "other";
 }
 
@@ -180,6 +182,8 @@ struct Server::Impl {
   void describe_model(const httplib::Request& req, httplib::Response& res) const;
   void metrics(const httplib::Request& req, httplib::Response& res) const;
   void props(const httplib::Request& req, httplib::Response& res) const;
+  void list_slots(const httplib::Request& req, httplib::Response& res) const;
+  void slot_action(const httplib::Request& req, httplib::Response& res) const;
   void page(const httplib::Request& req, httplib::Response& res) const;
   void tokenize(const httplib::Request& req, httplib::Response& res) const;
   void detokenize(const httplib::Request& req, httplib::Response& res) const;
@@ -238,6 +242,8 @@ Server::Server(ServeOptions options)
   http.Get(R"(/v1/models/(.+))", to(&Impl::describe_model));
   http.Get("/metrics", to(&Impl::metrics));
   http.Get("/props", to(&Impl::props));
+  http.Get("/slots", to(&Impl::list_slots));
+  http.Post(R"(/slots/([^/]*))", to(&Impl::slot_action));
   http.Get("/", to(&Impl::page));
   http.Get(R"(/web/([A-Za-z0-9_.-]+))", to(&Impl::page));
   http.Post("/tokenize", to(&Impl::tokenize));
@@ -306,7 +312,8 @@ bool Server::Impl::refuse_content_length(const httplib::Request& req, httplib::R
 bool Server::Impl::refuse_api_key(const httplib::Request& req, httplib::Response& res) const {
   const bool needs_key = !options.api_key.empty() &&
                          (req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize" ||
-                          req.path == "/props" || (options.metrics_need_key && req.path == "/metrics"));
+                          req.path == "/props" || req.path == "/slots" || req.path.rfind("/slots/", 0) == 0 ||
+                          (options.metrics_need_key && req.path == "/metrics"));
   // OpenAI's clients send the key as a bearer token, Anthropic's as x-api-key.
   if (!needs_key || same_secret(bearer_token(req.get_header_value("Authorization")), options.api_key) ||
       (req.has_header("x-api-key") && same_secret(req.get_header_value("x-api-key"), options.api_key)))
@@ -403,6 +410,40 @@ void Server::Impl::props(const httplib::Request&, httplib::Response& res) const 
                {"params", {{"temperature", 1.0}, {"top_p", 1.0}, {"top_k", 0}, {"min_p", 0.0},
                            {"n_predict", options.limits.max_tokens}}}}},
              {"build_info", fmt::format("hyla {}", HYLA_VERSION)}});
+}
+
+void Server::Impl::list_slots(const httplib::Request& req, httplib::Response& res) const {
+  try {
+    if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
+    const auto slots =
+        engine->between_steps(std::function<std::vector<Scheduler::SlotInfo>(Scheduler&)>(&Scheduler::slots)).get();
+    if (req.has_param("fail_on_no_slot") && std::ranges::all_of(slots, &Scheduler::SlotInfo::processing))
+      throw ApiError(503, "no slot available", "", "", "unavailable_error");
+    send_json(res, 200, slots_listing(slots, options.engine.context));
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const std::exception& e) {  // the engine stopped
+    send_error(res, ApiError(503, describe_exception(e), "", "", "server_error"));
+  }
+}
+
+void Server::Impl::slot_action(const httplib::Request& req, httplib::Response& res) const {
+  try {
+    if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
+    if (options.slot_save_path.empty())
+      throw ApiError(501, "this server does not support slot actions: start it with --slot-save-path", "", "",
+                     "not_supported_error");
+    const SlotAction action = parse_slot_action(req.matches[1].str(), req.get_param_value("action"), req.body,
+                                                options.slot_save_path, int(options.engine.max_sequences));
+    send_json(res, 200,
+              engine->between_steps(std::function<json(Scheduler&)>([&action](Scheduler& scheduler) {
+                      return run_slot_action(scheduler, action);
+                    }), action.slot).get());
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const std::exception& e) {  // a save that failed to write, or the engine stopped
+    send_error(res, ApiError(500, describe_exception(e), "", "", "server_error"));
+  }
 }
 
 // llama.cpp's and vLLM's tokenizer endpoints, so that clients count and inspect tokens with the
@@ -562,6 +603,12 @@ void Server::load() {
                  std::filesystem::exists(options_.model_dir / "tiktoken.model"),
              "serve: {} has no tokenizer.json (or a Kimi checkpoint's tiktoken.model)", options_.model_dir.string());
   impl_->tokenizer = std::make_unique<Tokenizer>(load_model_tokenizer(options_.model_dir));
+  if (!options_.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.slot_save_path, ec);
+    HYLA_CHECK(std::filesystem::is_directory(options_.slot_save_path), "serve: --slot-save-path {}: not a directory{}",
+               options_.slot_save_path.string(), ec ? " (" + ec.message() + ")" : "");
+  }
   impl_->engine = std::make_unique<Engine>(*impl_->model, *impl_->tokenizer, options_.engine);
   ready_ = true;
 }

@@ -1,7 +1,9 @@
 #pragma once
 // `hyla serve`: an OpenAI-compatible HTTP server over the inference engine.
 //   POST /v1/completions, POST /v1/chat/completions (JSON or SSE streams), GET /v1/models,
-//   GET /health (503 while the model loads, then 200), GET /metrics (Prometheus text).
+//   GET /health (503 while the model loads, then 200), GET /metrics (Prometheus text); the
+//   Anthropic Messages and OpenAI Responses APIs; llama-server's /props, /slots and tokenizer
+//   routes; and the chat page at /.
 // Each HTTP connection runs on a thread of its own (http_threads.h) and waits on the engine, whose
 // worker decodes every running request together; a client that disconnects has its sequences
 // cancelled. What the server defends against, and what needs a proxy in front: docs/threat-model.md.
@@ -36,6 +38,9 @@ struct ServeOptions {
   // Browser origins allowed to call the API (CORS), e.g. "http://localhost:3000"; "*" allows any.
   // Empty: no CORS headers, so browsers keep pages of other origins out.
   std::vector<std::string> cors_origins;
+  // Where POST /slots/{id}?action=save|restore writes and reads slot files (created at load);
+  // empty: slot actions answer 501, as llama-server's without --slot-save-path.
+  std::filesystem::path slot_save_path;
 };
 
 // Each connection holds a socket: lifts the soft limit on open files (often 1024) to `files`, as far
