@@ -6,20 +6,24 @@
 # pass-key accuracy at 256 tokens over every depth (100 samples per depth), and fails unless it
 # reaches 90%. The model goes to runs/base/model; the other recipes start from it with --init.
 # Resumable: rerun it after an interruption and training continues from the last checkpoint.
+# SEED (default 1) seeds the initial weights and the data order; OUT (default runs/base) is where
+# the run and the model go (scripts/agent.sh gives each recipe seed its own).
 #   bash scripts/base.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}
 hyla="$build/hyla"
-out=runs/base
+out=${OUT:-runs/base}
+seed=${SEED:-1}
 mkdir -p "$out"
 bash scripts/prepare-kjv.sh "$build"
+jq ".seed = $seed" configs/train-base.json > "$out/train-base.json"
 
 start=$(date +%s)
 resume=--overwrite
 [[ -d "$out/run/checkpoints" ]] && resume=--resume
 [[ -f "$out/run/model/config.json" ]] && resume=done
 if [[ $resume != done ]]; then
-  "$hyla" train --config configs/agent.json --train configs/train-base.json --data data/kjv --out "$out/run" $resume
+  "$hyla" train --config configs/agent.json --train "$out/train-base.json" --data data/kjv --out "$out/run" $resume
 fi
 trained=$(date +%s)
 
