@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "hyla/model/model_files.h"
+#include "hyla/core/error.h"
 #include "hyla/model/config.h"
 #include "hyla/plan/plan.h"
 #include "hyla/plan/plan_report.h"
@@ -20,7 +21,7 @@ void add_plan(CLI::App& app) {
                   "Model config.json (hyla's or a Hugging Face one), model directory, or GGUF file")
       ->required();
   cmd->add_option("--context", options.context, "Tokens per sequence (default: max_position_embeddings)");
-  cmd->add_option("--weights", weights, "Weight format: bf16, fp8, int8, int4")->capture_default_str();
+  cmd->add_option("--weights", weights, "Weight format: bf16, fp8, int8, int4, q8_0, mxfp4")->capture_default_str();
   cmd->add_option("--kv", kv, "Latent cache format: bf16, fp8")->capture_default_str();
   cmd->add_option("--batch", options.batch, "Concurrent sequences")->capture_default_str();
   cmd->add_option("--gpu", gpu, "h100-80g, h200-141g, a100-80g, b200-192g or custom:MEM_GB,BW_TBps,TFLOPS")
@@ -31,10 +32,29 @@ void add_plan(CLI::App& app) {
   static double host_gb = 0, host_gbps = 50, nvme_gb = 0, nvme_gbps = 28, object_gbps = 1.25;
   cmd->add_option("--gpus", options.box_gpus, "GPUs in the box: plan where the routed experts live (0: as many as hold everything)")
       ->capture_default_str();
-  cmd->add_option("--host-memory", host_gb, "With --gpus: host RAM for experts, GB")->capture_default_str();
-  cmd->add_option("--host-bandwidth", host_gbps, "With --gpus: host-to-GPU bandwidth per GPU, GB/s")->capture_default_str();
+  auto* host_memory = cmd->add_option("--host-memory", host_gb,
+                                      "With --gpus: host RAM for experts, GB; with --hosts: each server's RAM, GB")
+                          ->capture_default_str();
+  auto* host_bandwidth = cmd->add_option("--host-bandwidth", host_gbps,
+                                         "With --gpus: host-to-GPU bandwidth per GPU, GB/s; with --hosts: each "
+                                         "server's memory bandwidth, GB/s")
+                             ->capture_default_str();
   cmd->add_option("--nvme", nvme_gb, "With --gpus: NVMe space for experts, GB")->capture_default_str();
-  cmd->add_option("--nvme-bandwidth", nvme_gbps, "With --gpus: NVMe read bandwidth, all drives, GB/s")->capture_default_str();
+  cmd->add_option("--nvme-bandwidth", nvme_gbps,
+                  "With --gpus: NVMe read bandwidth, all drives, GB/s; with --hosts: each server's, for experts its "
+                  "RAM cannot hold")
+      ->capture_default_str();
+  // Inference across CPU servers, tensor- and expert-parallel (docs/distributed.md).
+  static int64_t hosts = 0;
+  static std::string network, expert_weights = "mxfp4";
+  static double host_tflops = 2;
+  auto* hosts_option = cmd->add_option("--hosts", hosts,
+                                       "CPU servers the model is split over (tensor-parallel dense half, "
+                                       "expert-parallel routed experts); weights: --weights for the dense half");
+  auto* network_option = cmd->add_option("--network", network, "With --hosts: each server's link, GBPS,LATENCY_US");
+  cmd->add_option("--host-flops", host_tflops, "With --hosts: each server's bf16 matmul rate, TFLOP/s")
+      ->capture_default_str();
+  cmd->add_option("--expert-weights", expert_weights, "With --hosts: the routed experts' format")->capture_default_str();
   cmd->add_option("--object-bandwidth", object_gbps, "With --gpus: object storage read bandwidth, GB/s")->capture_default_str();
   // Any of these plans the communication of training on the DP x EP layout (docs/plan.md
   // "Communication of training").
@@ -59,7 +79,7 @@ void add_plan(CLI::App& app) {
           ->capture_default_str(),
   };
   cmd->add_flag("--json", as_json, "Print one JSON object");
-  cmd->callback([comm_options] {
+  cmd->callback([comm_options, hosts_option, network_option, host_memory, host_bandwidth] {
     const ModelConfig config = model_config_of(config_path);
     options.weights = parse_weight_format(weights);
     options.kv = parse_cache_format(kv);
@@ -71,6 +91,20 @@ void add_plan(CLI::App& app) {
       comm.scale_out = parse_fabric(fabric, "--fabric");
       comm.nvlink = parse_fabric(nvlink, "--nvlink");
       options.comm = comm;
+    }
+    if (hosts_option->count() > 0) {
+      HYLA_CHECK(network_option->count() > 0 && host_memory->count() > 0 && host_bandwidth->count() > 0,
+                 "--hosts needs --network GBPS,LATENCY_US, --host-memory GB and --host-bandwidth GB/s");
+      HostsOptions h;
+      h.hosts = hosts;
+      h.network = parse_network(network, "--network");
+      h.memory_bytes = host_gb * 1e9;
+      h.bandwidth_bytes_per_s = host_gbps * 1e9;
+      h.flops = host_tflops * 1e12;
+      h.disk_bandwidth_bytes_per_s = nvme_gbps * 1e9;
+      h.dense_weights = options.weights;
+      h.expert_weights = parse_weight_format(expert_weights, "--expert-weights");
+      options.hosts = h;
     }
     const Plan plan = make_plan(config, options);
     if (as_json)

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <tuple>
 #include <cmath>
 
 #include "hyla/model/model.h"
@@ -463,6 +465,123 @@ TEST(PlanComm, RejectsLayoutsAndFabricsOutOfRange) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--nvlink: unknown fabric 'ib-xdr' (known: nvlink4, ", 0), 0u) << e.what();
   }
+}
+
+// A token's k experts (distinct) over N hosts of E/N each: the busiest host's expected count,
+// against every choice enumerated.
+TEST(PlanHosts, BusiestHostExpertsMatchEnumeration) {
+  for (const auto& [experts, chosen, hosts] : {std::tuple{8, 3, 2}, {8, 3, 4}, {12, 4, 3}, {10, 5, 5}, {6, 6, 2}}) {
+    double total = 0, count = 0;
+    for (uint32_t mask = 0; mask < (1u << experts); ++mask) {
+      if (std::popcount(mask) != chosen) continue;
+      int busiest = 0;
+      for (int h = 0; h < hosts; ++h) {
+        const int each = experts / hosts;
+        busiest = std::max(busiest, std::popcount(mask & (((1u << each) - 1) << (h * each))));
+      }
+      total += busiest;
+      ++count;
+    }
+    EXPECT_NEAR(expected_busiest_host_experts(experts, chosen, hosts), total / count, 1e-12)
+        << experts << " " << chosen << " " << hosts;
+  }
+  EXPECT_DOUBLE_EQ(expected_busiest_host_experts(896, 16, 1), 16);
+  test::expect_error([] { expected_busiest_host_experts(10, 2, 3); }, "10 experts over 3 hosts");
+}
+
+// configs/small.json over 1 and 2 hosts, every figure by hand (docs/distributed.md's formulas).
+TEST(PlanHosts, SmallByHand) {
+  const ModelConfig c = load("configs/small.json");
+  PlanOptions o;
+  o.context = 1000;
+  HostsOptions h;
+  h.network = parse_network("10,5", "--network");
+  h.memory_bytes = 1e9;
+  h.bandwidth_bytes_per_s = 100e9;
+  h.flops = 1e12;
+  h.disk_bandwidth_bytes_per_s = 2e9;
+  h.dense_weights = parse_weight_format("bf16");
+  h.expert_weights = parse_weight_format("mxfp4");
+  h.hosts = 2;
+  o.hosts = h;
+  const Plan p = make_plan(c, o);
+  const double total = 200042544, routed = 7 * 128 * 3 * 512 * 128, lookup = 8192 * 512;
+  const double mxfp4 = 0.5 + 1.0 / 32, d = 512, V = 8192;
+  for (const HostsPlan* x : {&*p.hosts, &*p.one_host}) {
+    const double n = double(x->hosts);
+    EXPECT_DOUBLE_EQ(x->dense_bytes, 2 * (total - routed) / n);
+    EXPECT_DOUBLE_EQ(x->expert_bytes, mxfp4 * routed / n);
+    EXPECT_DOUBLE_EQ(x->state_bytes, p.sequence.latent_cache_bytes + p.sequence.fixed_bytes() / n);
+    EXPECT_DOUBLE_EQ(x->resident_expert_share, 1);  // a few hundred MB in 0.9 GB
+    EXPECT_DOUBLE_EQ(x->compute_seconds, p.flops.decode() / (n * 1e12));
+    EXPECT_DOUBLE_EQ(x->disk_seconds, 0);
+  }
+  const HostsPlan& two = *p.hosts;
+  const HostsPlan& one = *p.one_host;
+  // One host exchanges nothing and reads 4 of 128 experts a layer.
+  EXPECT_EQ(one.collectives_per_token, 0);
+  EXPECT_DOUBLE_EQ(one.network_seconds, 0);
+  EXPECT_DOUBLE_EQ(one.experts_read_per_layer, 4);
+  // Two: the embedding's and 2 x 8 layers' d-row all-reduces (f32, 2 (N-1)/N of the row each), no
+  // latent MoE, and the logits' gather; one hop each.
+  EXPECT_EQ(two.collectives_per_token, 1 + 16 + 1);
+  EXPECT_DOUBLE_EQ(two.sent_bytes_per_token, 17 * 2 * 0.5 * 4 * d + 0.5 * 4 * V);
+  EXPECT_DOUBLE_EQ(two.network_seconds, 18 * 5e-6 + two.sent_bytes_per_token / 10e9);
+  EXPECT_DOUBLE_EQ(two.experts_read_per_layer, expected_busiest_host_experts(128, 4, 2));
+  const double expert_params = 3 * 512 * 128;
+  EXPECT_DOUBLE_EQ(two.read_bytes, 2 * (total - routed - lookup) / 2 +
+                                       7 * two.experts_read_per_layer * expert_params * mxfp4 +
+                                       p.sequence.latent_cache_bytes + 2 * p.sequence.fixed_bytes() / 2);
+  EXPECT_DOUBLE_EQ(two.memory_seconds, two.read_bytes / 100e9);
+  EXPECT_DOUBLE_EQ(two.step_seconds(), std::max(two.memory_seconds, two.compute_seconds) + two.network_seconds);
+  // Prefill: compute per token (this model reads little), the rows' bytes and a chunk's share of the latency.
+  EXPECT_DOUBLE_EQ(two.prefill_compute_seconds_per_token, p.flops.prefill() / 2e12);
+  EXPECT_DOUBLE_EQ(two.prefill_network_seconds_per_token, 17 * 2 * 0.5 * 4 * d / 10e9 + 18 * 5e-6 / 512);
+  EXPECT_GT(two.decode_tokens_per_s_per_sequence(), one.decode_tokens_per_s_per_sequence());
+}
+
+// Experts that do not fit a host's RAM are read from its disk; the dense share must fit.
+TEST(PlanHosts, WhatDoesNotFitIsReadFromDisk) {
+  const ModelConfig c = load("configs/kimi-k3.json");
+  PlanOptions o;
+  o.context = 8192;
+  o.weights = parse_weight_format("q8_0");
+  HostsOptions h;
+  h.network = parse_network("12.5,5", "--network");
+  h.memory_bytes = 768e9;
+  h.bandwidth_bytes_per_s = 400e9;
+  h.disk_bandwidth_bytes_per_s = 28e9;
+  h.dense_weights = o.weights;
+  h.hosts = 2;
+  o.hosts = h;
+  const Plan p = make_plan(c, o);
+  const double usable = 0.9 * 768e9;
+  EXPECT_NEAR(p.hosts->resident_expert_share, (usable - p.hosts->dense_bytes - p.hosts->state_bytes) / p.hosts->expert_bytes,
+              1e-12);
+  EXPECT_LT(p.hosts->resident_expert_share, 1);
+  EXPECT_GT(p.hosts->disk_seconds, 0);
+  EXPECT_LT(p.one_host->resident_expert_share, p.hosts->resident_expert_share);
+  // K3's latent MoE adds two latent-width collectives per MoE layer.
+  const int64_t moe_layers = c.num_hidden_layers - c.moe.first_k_dense_replace;
+  EXPECT_EQ(p.hosts->collectives_per_token, 1 + 2 * c.num_hidden_layers + 2 * moe_layers + 1);
+  o.hosts->memory_bytes = 1e9;
+  EXPECT_FALSE(make_plan(c, o).hosts->fits_dense);
+  EXPECT_EQ(make_plan(c, o).hosts->resident_expert_share, 0);
+}
+
+TEST(PlanHosts, RejectsBadNetworksAndSplits) {
+  test::expect_error([] { parse_network("12.5", "--network"); }, "--network 12.5: give GBPS,LATENCY_US");
+  test::expect_error([] { parse_network("x,5", "--network"); }, "--network x,5: give GBPS,LATENCY_US");
+  test::expect_error([] { parse_network("0,5", "--network"); }, "the bandwidth must be > 0");
+  test::expect_error([] { parse_network("10,-1", "--network"); }, "give GBPS,LATENCY_US");
+  PlanOptions o;
+  HostsOptions h;
+  h.network = parse_network("10,5", "--network");
+  h.memory_bytes = 1e9;
+  h.bandwidth_bytes_per_s = 1e9;
+  h.hosts = 3;
+  o.hosts = h;
+  test::expect_error([&] { make_plan(load("configs/small.json"), o); }, "the 128 routed experts of a layer must split evenly");
 }
 
 TEST(Plan, ParsesGpusAndFormats) {

@@ -129,6 +129,25 @@ TEST(PlanCli, DocsCommunicationTableIsCurrent) {
   EXPECT_EQ(rows, 15);
 }
 
+TEST(PlanCli, HostsOnRequest) {
+  const std::string k3 = "plan --config " + config_path("kimi-k3.json") + " --context 8192 --weights q8_0";
+  const auto r = run_hyla(k3 + " --hosts 4 --network 12.5,5 --host-memory 768 --host-bandwidth 400 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json h = json::parse(r.output).at("hosts");
+  EXPECT_EQ(h["hosts"], 4);
+  EXPECT_EQ(h["one_host"]["hosts"], 1);
+  EXPECT_EQ(h["options"]["expert_weights"], "mxfp4");
+  EXPECT_GT(h["decode_tokens_per_s_per_sequence"].get<double>(), h["one_host"]["decode_tokens_per_s_per_sequence"].get<double>());
+  const auto text = run_hyla(k3 + " --hosts 4 --network 12.5,5 --host-memory 768 --host-bandwidth 400");
+  EXPECT_NE(text.output.find("across 4 hosts"), std::string::npos) << text.output;
+  const auto missing = run_hyla(k3 + " --hosts 4 --host-memory 768 --host-bandwidth 400");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("--hosts needs --network GBPS,LATENCY_US, --host-memory GB and --host-bandwidth GB/s"),
+            std::string::npos) << missing.output;
+  const auto format = run_hyla(k3 + " --hosts 2 --network 1,1 --host-memory 8 --host-bandwidth 8 --expert-weights nf4");
+  EXPECT_NE(format.output.find("--expert-weights: unknown format 'nf4'"), std::string::npos) << format.output;
+}
+
 TEST(PlanCli, BadOptionsGiveOneLineErrors) {
   const std::string small = "plan --config " + config_path("small.json");
   const std::pair<std::string, std::string> cases[] = {
@@ -139,7 +158,7 @@ TEST(PlanCli, BadOptionsGiveOneLineErrors) {
       {" --batch -2", "--batch -2: must be at least 1"},
       {" --batch two", "--batch = two"},
       {" --context 2000000", "--context 2000000: must lie in [1, max_position_embeddings = 1048576]"},
-      {" --weights fp4", "--weights: unknown format 'fp4' (known: bf16, fp8, int8, int4)"},
+      {" --weights fp4", "--weights: unknown format 'fp4' (known: bf16, fp8, int8, int4, q8_0, mxfp4)"},
       {" --kv int4", "--kv: unknown format 'int4' (known: bf16, fp8)"},
       {" --mfu 0", "--mfu 0: must lie in (0, 1]"},
       {" --ep 3", "--ep 3: must divide the 128 routed experts"},

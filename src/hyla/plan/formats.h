@@ -10,8 +10,8 @@ struct NumberFormat {
   std::string layout;          // how the bytes come about, for the report
 };
 
-// bf16 | fp8 | int8 | int4; anything else is a one-line hyla::Error naming the option.
-NumberFormat parse_weight_format(const std::string& text);
+// bf16 | fp8 | int8 | int4 | q8_0 | mxfp4; anything else is a one-line hyla::Error naming `option`.
+NumberFormat parse_weight_format(const std::string& text, const std::string& option = "--weights");
 // bf16 | fp8.
 NumberFormat parse_cache_format(const std::string& text);
 

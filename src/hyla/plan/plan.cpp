@@ -110,6 +110,12 @@ Plan make_plan(const ModelConfig& config, const PlanOptions& options) {
   p.training = training(p);
   if (o.box_gpus > 0) p.experts = plan_expert_placement(p);
   if (o.comm) p.communication = plan_communication(p);
+  if (o.hosts) {
+    p.hosts = plan_hosts(p, *o.hosts);
+    HostsOptions alone = *o.hosts;
+    alone.hosts = 1;
+    p.one_host = plan_hosts(p, alone);
+  }
   return p;
 }
 

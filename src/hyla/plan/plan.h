@@ -10,6 +10,7 @@
 #include "hyla/plan/flops.h"
 #include "hyla/plan/formats.h"
 #include "hyla/plan/gpus.h"
+#include "hyla/plan/hosts.h"
 #include "hyla/plan/offload.h"
 #include "hyla/plan/sequence_memory.h"
 
@@ -34,6 +35,8 @@ struct PlanOptions {
   double object_bandwidth_bytes_per_s = 1.25e9;  // a 10 Gb/s network
   // Set: the communication of training on a DP x EP layout against its compute (comm.h).
   std::optional<CommOptions> comm;
+  // Set: inference over CPU servers, tensor- and expert-parallel (hosts.h).
+  std::optional<HostsOptions> hosts;
 };
 
 // Each GPU keeps this share of its memory for weights and sequence state; the rest is held back
@@ -105,6 +108,7 @@ struct Plan {
   Training training;
   std::optional<ExpertPlacement> experts;      // options.box_gpus > 0
   std::optional<Communication> communication;  // options.comm set
+  std::optional<HostsPlan> hosts, one_host;    // options.hosts set: its hosts, and one such host alone
 };
 
 // Fails with a one-line hyla::Error on options outside their range.

@@ -246,6 +246,37 @@ void communication(std::string& out, const Plan& p) {
 
 }  // namespace
 
+void hosts(std::string& out, const Plan& p) {
+  const HostsPlan& h = *p.hosts;
+  const HostsPlan& one = *p.one_host;
+  const HostsOptions& o = *p.options.hosts;
+  out += fmt::format("\nacross {} hosts (dense half tensor-parallel, routed experts expert-parallel; {} dense, {} "
+                     "experts; {} of RAM, {} memory bandwidth and {} each)\n",
+                     o.hosts, o.dense_weights.name, o.expert_weights.name, si(o.memory_bytes, "B"),
+                     si(o.bandwidth_bytes_per_s, "B/s"), si(o.flops, "FLOP/s"));
+  line(out, "held per host", si(h.held_bytes(), "B"),
+       fmt::format("dense {} + experts {} + state {} (batch {})", si(h.dense_bytes, "B"), si(h.expert_bytes, "B"),
+                   si(h.state_bytes, "B"), p.options.batch));
+  line(out, "experts resident", fmt::format("{:.1f}%", 100 * h.resident_expert_share),
+       !h.fits_dense ? "the dense share and state alone do not fit"
+       : h.resident_expert_share < 1 ? fmt::format("the rest read from disk at {}", si(o.disk_bandwidth_bytes_per_s, "B/s"))
+                                     : "all in RAM");
+  line(out, "collectives per token", grouped(h.collectives_per_token),
+       fmt::format("{} sent per host per token; {} a message", si(h.sent_bytes_per_token, "B"),
+                   duration(o.network.latency_seconds)));
+  line(out, "experts read per MoE layer", fmt::format("{:.2f}", h.experts_read_per_layer),
+       fmt::format("on the busiest host (of {} per token)", p.config.moe.num_experts_per_tok));
+  line(out, "decode step", duration(h.step_seconds()),
+       fmt::format("memory {} (compute {}) + disk {} + network {}", duration(h.memory_seconds),
+                   duration(h.compute_seconds), duration(h.disk_seconds), duration(h.network_seconds)));
+  line(out, "decode tokens/s per sequence", fmt::format("{:.2f}", h.decode_tokens_per_s_per_sequence()),
+       fmt::format("one host alone: {:.2f} ({:.2f}x)", one.decode_tokens_per_s_per_sequence(),
+                   h.decode_tokens_per_s_per_sequence() / one.decode_tokens_per_s_per_sequence()));
+  line(out, "prefill tokens/s", fmt::format("{:.1f}", h.prefill_tokens_per_s()),
+       fmt::format("one host alone: {:.1f}; network {:.0f}% of it", one.prefill_tokens_per_s(),
+                   100 * h.prefill_network_seconds_per_token * h.prefill_tokens_per_s()));
+}
+
 std::string plan_text(const Plan& p) {
   std::string out;
   header(out, p);
@@ -257,6 +288,7 @@ std::string plan_text(const Plan& p) {
   if (p.experts) expert_tiers(out, p);
   training(out, p);
   if (p.communication) communication(out, p);
+  if (p.hosts) hosts(out, p);
   return out;
 }
 
@@ -333,6 +365,41 @@ json plan_json(const Plan& p) {
                              {"hit_rate_for_resident_speed", x.hit_rate_for_resident_speed()},
                              {"decode_tokens_per_s_per_sequence_at_uniform_hit_rate",
                               1 / x.step_seconds(x.uniform_hit_rate())}};
+  }
+  if (p.hosts) {
+    const auto hosts_json = [](const HostsPlan& h) {
+      return json{{"hosts", h.hosts},
+                  {"dense_bytes_per_host", h.dense_bytes},
+                  {"expert_bytes_per_host", h.expert_bytes},
+                  {"state_bytes_per_host", h.state_bytes},
+                  {"held_bytes_per_host", h.held_bytes()},
+                  {"resident_expert_share", h.resident_expert_share},
+                  {"fits_dense", h.fits_dense},
+                  {"collectives_per_token", h.collectives_per_token},
+                  {"sent_bytes_per_token_per_host", h.sent_bytes_per_token},
+                  {"experts_read_per_moe_layer", h.experts_read_per_layer},
+                  {"decode_read_bytes", h.read_bytes},
+                  {"decode_memory_seconds", h.memory_seconds},
+                  {"decode_compute_seconds", h.compute_seconds},
+                  {"decode_disk_seconds", h.disk_seconds},
+                  {"decode_network_seconds", h.network_seconds},
+                  {"decode_step_seconds", h.step_seconds()},
+                  {"decode_tokens_per_s_per_sequence", h.decode_tokens_per_s_per_sequence()},
+                  {"prefill_compute_seconds_per_token", h.prefill_compute_seconds_per_token},
+                  {"prefill_network_seconds_per_token", h.prefill_network_seconds_per_token},
+                  {"prefill_tokens_per_s", h.prefill_tokens_per_s()}};
+    };
+    const HostsOptions& o = *p.options.hosts;
+    out["hosts"] = hosts_json(*p.hosts);
+    out["hosts"]["one_host"] = hosts_json(*p.one_host);
+    out["hosts"]["options"] = {{"network_bandwidth_bytes_per_s", o.network.bandwidth_bytes_per_s},
+                               {"network_latency_seconds", o.network.latency_seconds},
+                               {"memory_bytes", o.memory_bytes},
+                               {"bandwidth_bytes_per_s", o.bandwidth_bytes_per_s},
+                               {"flops", o.flops},
+                               {"disk_bandwidth_bytes_per_s", o.disk_bandwidth_bytes_per_s},
+                               {"dense_weights", o.dense_weights.name},
+                               {"expert_weights", o.expert_weights.name}};
   }
   if (p.communication) {
     const Communication& x = *p.communication;
