@@ -18,15 +18,21 @@ constexpr const char* kThreadsHelp =
 
 void set_thread_count(int n) { hyla::set_thread_config(hyla::thread_config_for(n)); }
 
-// `-t/--threads` on every subcommand too (`hyla generate -t 1 …`, as llama.cpp users type it),
-// unless a subcommand gives the flag its own meaning (`bench` takes a list of thread counts).
-void add_threads_everywhere(CLI::App& app) {
+constexpr const char* kExchangeTimeoutHelp =
+    "Under mpirun, inference: a process that answers nothing for this many seconds ends the job, named (0: wait "
+    "forever)";
+
+// `-t/--threads` and `--exchange-timeout` on every subcommand too (`hyla generate -t 1 …`, as
+// llama.cpp users type it), unless a subcommand gives a flag its own meaning (`bench` takes a
+// list of thread counts).
+void add_global_options_everywhere(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     const bool has_t = sub->get_option_no_throw("-t") != nullptr;
     if (sub->get_option_no_throw("--threads") == nullptr)
       sub->add_option_function<int>(has_t ? "--threads" : "-t,--threads", set_thread_count,
                                     kThreadsHelp);
-    add_threads_everywhere(*sub);
+    sub->add_option_function<double>("--exchange-timeout", hyla::set_exchange_timeout, kExchangeTimeoutHelp);
+    add_global_options_everywhere(*sub);
   }
 }
 
@@ -50,6 +56,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows every option's default
   app.add_option_function<int>("-t,--threads", set_thread_count, kThreadsHelp);
+  app.add_option_function<double>("--exchange-timeout", hyla::set_exchange_timeout, kExchangeTimeoutHelp);
   hyla::cli::add_version(app);
   hyla::cli::add_inspect(app);
   hyla::cli::add_init(app);
@@ -68,7 +75,7 @@ int main(int argc, char** argv) {
   hyla::cli::add_quantize(app);
   hyla::cli::add_convert(app);
   hyla::cli::add_eval(app);
-  add_threads_everywhere(app);
+  add_global_options_everywhere(app);
   // Under mpirun an error on one process ends every process of the job (none waits forever for
   // it in a collective), and says which process failed.
   auto fail_with = [](int code, const std::string& message) {

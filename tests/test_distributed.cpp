@@ -234,6 +234,51 @@ TEST(Distributed, ServingAcrossProcessesGivesOneProcessOutputsBitForBit) {
   EXPECT_FALSE(texts[0].empty());
 }
 
+// Issue 68: a process of a serving job stopped (SIGSTOP) mid-run. The request in flight gets a
+// 503 naming it within the exchange timeout (never a hang, never wrong text), and the job ends.
+TEST(Distributed, AStoppedProcessEndsServingWithA503NamingIt) {
+  const std::string model = (tiny().dir / "stopped-served").string();
+  ASSERT_EQ(test::run_hyla("init --config " + tiny().config + " --out " + model + " --seed 3 --tokenizer " +
+                           (tiny().dir / "tok.json").string()).exit_code, 0);
+  const std::string log = (tiny().dir / "stopped-served.log").string();
+  const std::string command =
+      mpirun(2) + HYLA_BINARY + " --exchange-timeout 3 serve --model " + model + " --port 0 > " + log + " 2>&1";
+  pid_t shell = 0;
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  ASSERT_EQ(posix_spawn(&shell, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && (!fs::exists(log) || read_file(log).find("ready (") == std::string::npos))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string started = read_file(log), marker = "listening on http://127.0.0.1:";
+  ASSERT_NE(started.find("ready ("), std::string::npos) << started;
+  httplib::Client client("127.0.0.1", std::stoi(started.substr(started.find(marker) + marker.size())));
+  client.set_read_timeout(60, 0);
+  const std::string body = nlohmann::json({{"prompt", "And God said"}, {"max_tokens", 8}, {"temperature", 0}}).dump();
+  auto res = client.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+
+  const auto stopped = test::run_command(
+      "for p in $(pgrep -f 'serve --model " + model + " --port 0$'); do grep -qz '^OMPI_COMM_WORLD_RANK=1$' "
+      "/proc/$p/environ 2>/dev/null && kill -STOP $p && echo $p; done");
+  ASSERT_FALSE(stopped.output.empty()) << "no rank 1 found";
+  const auto stopped_at = std::chrono::steady_clock::now();
+  res = client.Post("/v1/completions", body, "application/json");
+  const double answered = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ASSERT_TRUE(res) << "no answer: " << read_file(log);
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_NE(res->body.find("process 1 of the job answered nothing for 3 s"), std::string::npos) << res->body;
+  EXPECT_LT(answered, 20.0);
+  int status = 0;
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (::waitpid(shell, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool ended = std::chrono::steady_clock::now() < deadline;
+  test::run_command("pkill -CONT -f 'serve --model " + model + " --port 0$'; pkill -KILL -f 'serve --model " + model +
+                    " --port 0$'");
+  EXPECT_TRUE(ended) << "the job did not end: " << read_file(log);
+  EXPECT_NE(read_file(log).find("hyla serve: process 1 of the job answered nothing"), std::string::npos) << read_file(log);
+}
+
 // A user error under mpirun is one clear line naming the process, and ends the job at once.
 TEST(Distributed, AnErrorEndsEveryProcessWithAClearLine) {
   const auto start = std::chrono::steady_clock::now();

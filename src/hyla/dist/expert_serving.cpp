@@ -45,6 +45,16 @@ std::function<bool(const Param&)> share_of(const ModelConfig& config, int rank, 
   };
 }
 
+// Once per job, when every process holds its share: from then on a process that answers nothing
+// for the exchange timeout is a fault (before, one may still be reading its experts).
+void all_loaded(Collective& world) {
+  static bool done = false;
+  if (done) return;
+  world.barrier();
+  world.set_exchange_timeout(exchange_timeout());
+  done = true;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_model_across_processes(const std::filesystem::path& dir, const ModelLoadOptions& options) {
@@ -62,6 +72,7 @@ std::unique_ptr<Model> load_model_across_processes(const std::filesystem::path& 
   for (size_t i = 0; i < model->moe_layers().size(); ++i)
     exchanges.push_back(std::make_unique<LeadingExchange>(world, int(i)));
   model->own_expert_exchanges(std::move(exchanges));
+  all_loaded(world);
   return model;
 }
 
@@ -86,6 +97,7 @@ bool serve_experts_to_rank0(const std::filesystem::path& dir, const ModelLoadOpt
   nothing.load.assign(size_t(nothing.experts), 0);
   nothing.offsets.assign(size_t(nothing.experts + 1), 0);
   Workspace workspace;
+  all_loaded(world);
   for (;;) {
     std::string header;
     world.broadcast(header);

@@ -1,6 +1,10 @@
 #include "hyla/dist/mpi_collective.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <climits>
 #include <future>
 #include <utility>
@@ -21,12 +25,6 @@ constexpr auto kSleep = std::chrono::microseconds(20);
 int count_of(size_t n) {
   HYLA_ASSERT(n <= size_t(INT_MAX));
   return int(n);
-}
-
-std::vector<int> ints(std::span<const int64_t> values) {
-  std::vector<int> out;
-  for (int64_t v : values) out.push_back(count_of(size_t(v)));
-  return out;
 }
 
 std::vector<int> displacements(const std::vector<int>& counts) {
@@ -90,6 +88,36 @@ void MpiThread::complete(MPI_Request& request) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) break;
     if (abort_code_.load() >= 0) MPI_Abort(MPI_COMM_WORLD, abort_code_.load());
+    if (waiting_.load(std::memory_order_relaxed) == 0 && Clock::now() - start > kSpin) std::this_thread::sleep_for(kSleep);
+  }
+  busy_nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+}
+
+void MpiThread::complete_all(std::span<MPI_Request> requests, std::span<const int> peers, double timeout_seconds) {
+  HYLA_ASSERT(requests.size() == peers.size());
+  const auto start = Clock::now();
+  std::vector<char> done(requests.size(), 0);
+  for (size_t left = requests.size(); left > 0;) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (done[i]) continue;
+      int finished = 0;
+      MPI_Test(&requests[i], &finished, MPI_STATUS_IGNORE);
+      if (finished) done[i] = 1, --left;
+    }
+    if (left == 0) break;
+    if (abort_code_.load() >= 0) MPI_Abort(MPI_COMM_WORLD, abort_code_.load());
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (timeout_seconds > 0 && waited > timeout_seconds) {
+      std::vector<int> silent;
+      for (size_t i = 0; i < requests.size(); ++i)
+        if (!done[i] && std::find(silent.begin(), silent.end(), peers[i]) == silent.end()) silent.push_back(peers[i]);
+      std::string names;
+      for (int r : silent) names += (names.empty() ? "" : ", ") + std::to_string(r);
+      throw ProcessFailure(fmt::format("process{} {} of the job answered nothing for {:g} s (killed, stopped or cut "
+                                       "off; --exchange-timeout): the job cannot go on",
+                                       silent.size() == 1 ? "" : "es", names, timeout_seconds),
+                           silent);
+    }
     if (waiting_.load(std::memory_order_relaxed) == 0 && Clock::now() - start > kSpin) std::this_thread::sleep_for(kSleep);
   }
   busy_nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
@@ -189,26 +217,78 @@ void MpiCollective::barrier() {
   });
 }
 
+// Point to point, so that a process that answers nothing is named (a collective operation
+// cannot say which process it waits for). Messages between two processes arrive in the order
+// sent, and operations run one at a time, so one tag serves every exchange.
+constexpr int kExchangeTag = 17;
+
 void MpiCollective::broadcast(std::string& text) {
   thread_->run([this, &text] {
     int64_t length = int64_t(text.size());
-    MPI_Request r;
-    MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &r);
-    thread_->complete(r);
-    text.resize(size_t(length));
-    MPI_Ibcast(text.data(), count_of(text.size()), MPI_CHAR, 0, comm_, &r);
-    thread_->complete(r);
+    if (rank_ != 0) {  // waiting for rank 0 is idle time, not a fault: no timeout
+      MPI_Request r;
+      MPI_Irecv(&length, 1, MPI_INT64_T, 0, kExchangeTag, comm_, &r);
+      thread_->complete(r);
+      text.resize(size_t(length));
+      MPI_Irecv(text.data(), count_of(text.size()), MPI_CHAR, 0, kExchangeTag, comm_, &r);
+      thread_->complete(r);
+      return;
+    }
+    std::vector<MPI_Request> requests;
+    std::vector<int> peers;
+    for (int q = 1; q < size_; ++q) {
+      MPI_Request r;
+      MPI_Isend(&length, 1, MPI_INT64_T, q, kExchangeTag, comm_, &r);
+      requests.push_back(r), peers.push_back(q);
+      MPI_Isend(text.data(), count_of(text.size()), MPI_CHAR, q, kExchangeTag, comm_, &r);
+      requests.push_back(r), peers.push_back(q);
+    }
+    thread_->complete_all(requests, peers, timeout_seconds_);
   });
 }
+
+namespace {
+
+// Block q of `send` (bytes out[q] at out_at[q]) to process q and block q of `receive` from it;
+// this process's own block is copied.
+void exchange_blocks(MpiThread& thread, MPI_Comm comm, int rank, int size, const char* send, const std::vector<int64_t>& out,
+                     const std::vector<int64_t>& out_at, char* receive, const std::vector<int64_t>& in,
+                     const std::vector<int64_t>& in_at, double timeout_seconds) {
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank || in[size_t(q)] == 0) continue;
+    MPI_Request r;
+    MPI_Irecv(receive + in_at[size_t(q)], count_of(size_t(in[size_t(q)])), MPI_BYTE, q, kExchangeTag, comm, &r);
+    requests.push_back(r), peers.push_back(q);
+  }
+  HYLA_ASSERT(out[size_t(rank)] == in[size_t(rank)]);
+  if (out[size_t(rank)] > 0) std::memcpy(receive + in_at[size_t(rank)], send + out_at[size_t(rank)], size_t(out[size_t(rank)]));
+  for (int q = 0; q < size; ++q) {
+    if (q == rank || out[size_t(q)] == 0) continue;
+    MPI_Request r;
+    MPI_Isend(send + out_at[size_t(q)], count_of(size_t(out[size_t(q)])), MPI_BYTE, q, kExchangeTag, comm, &r);
+    requests.push_back(r), peers.push_back(q);
+  }
+  thread.complete_all(requests, peers, timeout_seconds);
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& bytes) {
+  std::vector<int64_t> at(bytes.size(), 0);
+  for (size_t q = 1; q < bytes.size(); ++q) at[q] = at[q - 1] + bytes[q - 1];
+  return at;
+}
+
+}  // namespace
 
 void MpiCollective::all_to_all(std::span<const int64_t> send, std::span<int64_t> receive) {
   HYLA_ASSERT(send.size() == receive.size() && send.size() % size_t(size_) == 0);
   bytes_ += int64_t(send.size_bytes());
   thread_->run([this, send, receive] {
-    MPI_Request r;
-    MPI_Ialltoall(send.data(), count_of(send.size() / size_t(size_)), MPI_INT64_T, receive.data(),
-                  count_of(receive.size() / size_t(size_)), MPI_INT64_T, comm_, &r);
-    thread_->complete(r);
+    const std::vector<int64_t> block(size_t(size_), int64_t(send.size_bytes() / size_t(size_)));
+    const std::vector<int64_t> at = offsets_of(block);
+    exchange_blocks(*thread_, comm_, rank_, size_, reinterpret_cast<const char*>(send.data()), block, at,
+                    reinterpret_cast<char*>(receive.data()), block, at, timeout_seconds_);
   });
 }
 
@@ -217,11 +297,11 @@ void MpiCollective::all_to_all_v(const float* send, std::span<const int64_t> sen
   HYLA_ASSERT(int(send_counts.size()) == size_ && int(receive_counts.size()) == size_);
   for (int64_t c : send_counts) bytes_ += c * 4;
   thread_->run([&] {
-    const std::vector<int> out = ints(send_counts), in = ints(receive_counts);
-    const std::vector<int> out_at = displacements(out), in_at = displacements(in);
-    MPI_Request r;
-    MPI_Ialltoallv(send, out.data(), out_at.data(), MPI_FLOAT, receive, in.data(), in_at.data(), MPI_FLOAT, comm_, &r);
-    thread_->complete(r);
+    std::vector<int64_t> out, in;
+    for (int64_t c : send_counts) out.push_back(c * int64_t(sizeof(float)));
+    for (int64_t c : receive_counts) in.push_back(c * int64_t(sizeof(float)));
+    exchange_blocks(*thread_, comm_, rank_, size_, reinterpret_cast<const char*>(send), out, offsets_of(out),
+                    reinterpret_cast<char*>(receive), in, offsets_of(in), timeout_seconds_);
   });
 }
 

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "hyla/model/collective.h"
@@ -46,6 +47,9 @@ class MpiThread {
   }
   // On the thread: completes one nonblocking operation, counting its time.
   void complete(MPI_Request& request);
+  // On the thread: completes point-to-point operations with `peers` (one each); after
+  // `timeout_seconds` (> 0) with some still open, throws ProcessFailure naming their peers.
+  void complete_all(std::span<MPI_Request> requests, std::span<const int> peers, double timeout_seconds);
   [[noreturn]] void abort(int code);
   double busy_seconds() const { return double(busy_nanoseconds_.load()) * 1e-9; }
 
@@ -87,6 +91,7 @@ class MpiCollective final : public Collective {
   void all_to_all_v(const float* send, std::span<const int64_t> send_counts, float* receive,
                     std::span<const int64_t> receive_counts) override;
   std::unique_ptr<Collective> split(int color) override;
+  void set_exchange_timeout(double seconds) override { timeout_seconds_ = seconds; }
   double busy_seconds() const override { return thread_->busy_seconds(); }
   int64_t bytes() const override { return bytes_.load(); }
 
@@ -102,6 +107,7 @@ class MpiCollective final : public Collective {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::atomic<int64_t> bytes_{0};
+  double timeout_seconds_ = 0;  // set_exchange_timeout
 };
 
 }  // namespace hyla

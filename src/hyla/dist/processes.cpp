@@ -1,5 +1,6 @@
 #include "hyla/dist/processes.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -16,6 +17,7 @@ namespace {
 std::unique_ptr<MpiCollective> mpi;
 #endif
 std::vector<std::function<void()>> last_words_at_stop;
+double exchange_timeout_seconds = 60;
 
 // OpenMPI's launcher (mpirun, or a PMIx-aware resource manager) names every process's rank.
 bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("PMIX_RANK"); }
@@ -40,6 +42,13 @@ void stop_processes() {
   mpi.reset();
 #endif
 }
+
+void set_exchange_timeout(double seconds) {
+  HYLA_CHECK(seconds >= 0 && std::isfinite(seconds), "--exchange-timeout {}: must be >= 0 seconds", seconds);
+  exchange_timeout_seconds = seconds;
+}
+
+double exchange_timeout() { return exchange_timeout_seconds; }
 
 Collective& processes() {
 #if HYLA_MPI

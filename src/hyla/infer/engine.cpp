@@ -77,6 +77,9 @@ void Engine::run() {
     std::vector<Scheduler::RequestId> failed;
     try {
       finished = scheduler_.step();
+    } catch (const ProcessFailure&) {  // the job cannot go on: said as it is, for the caller to end it
+      failure = std::current_exception();
+      failed = scheduler_.abort();
     } catch (const std::exception& e) {
       // A failure inside the model fails every request in flight, not the process.
       failure = std::make_exception_ptr(Error("inference failed: " + describe_exception(e)));

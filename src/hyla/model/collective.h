@@ -12,8 +12,19 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "hyla/core/error.h"
 
 namespace hyla {
+
+// Another process of the job stopped answering within the exchange timeout (a process killed,
+// stopped or cut off): the job cannot go on. `ranks` are the processes that sent nothing in time.
+class ProcessFailure : public Error {
+ public:
+  ProcessFailure(const std::string& message, std::vector<int> ranks) : Error(message), ranks(std::move(ranks)) {}
+  std::vector<int> ranks;
+};
 
 class Collective {
  public:
@@ -48,6 +59,11 @@ class Collective {
   // The processes that pass the same `color`, ranked in this collective's order, as a collective
   // of their own (every process calls it together).
   virtual std::unique_ptr<Collective> split(int color) = 0;
+  // From now on, an exchange (all_to_all, all_to_all_v, a broadcast's sending side) in which a
+  // process sends nothing for `seconds` throws ProcessFailure naming it (0: wait forever).
+  // Inference across processes sets it once every process has loaded its share; training leaves
+  // it off (one process may write a checkpoint for minutes while the others wait).
+  virtual void set_exchange_timeout(double seconds) {}
   // Seconds spent inside the reductions so far (on the thread that runs them), and bytes handed
   // to them (each operation's buffer: what this process sends into it).
   virtual double busy_seconds() const = 0;

@@ -20,6 +20,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
+#include "hyla/dist/processes.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/model/model.h"
 #include "hyla/serve/anthropic_api.h"
@@ -168,6 +169,7 @@ struct Server::Impl {
   // The conversations previous_response_id continues: an hour, 64 MiB of JSON at most.
   ResponseStore response_store{std::chrono::hours(1), size_t(64) << 20};
   std::atomic<bool> cancel_all{false};     // shutdown(): the grace period is over
+  std::atomic<bool> processes_failed{false};  // a process of the job stopped answering: 503s, then the job ends
   // stop() before listen() has started (a model that fails to load at once) must still end it.
   std::atomic<bool> stop_requested{false}, listen_entered{false}, listen_returned{false};
 
@@ -193,6 +195,9 @@ struct Server::Impl {
   void responses(const httplib::Request& req, httplib::Response& res) { generate(req, res, Api::Responses); }
   void count_message_tokens(const httplib::Request& req, httplib::Response& res) const;
 
+  // A process of the job stopped answering (ProcessFailure): every request gets a 503 from now
+  // on, and after a second, for the answers to leave, the job ends with the failure's line.
+  ApiError process_failure(const ProcessFailure& e);
   json model_card() const;
   void answer_tokenizer_request(const httplib::Request& req, httplib::Response& res,
                                 const std::function<json(const json&)>& answer) const;
@@ -343,9 +348,21 @@ void Server::Impl::answer_rejection(const httplib::Request& req, httplib::Respon
   }
 }
 
+ApiError Server::Impl::process_failure(const ProcessFailure& e) {
+  if (!processes_failed.exchange(true)) {
+    const std::string line = e.what();
+    std::thread([line] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      fmt::print(stderr, "hyla serve: {}\n", line);
+      abort_processes(1);
+    }).detach();
+  }
+  return ApiError(503, e.what(), "", "process_failure", "server_error");
+}
+
 // A draining server is unhealthy, so that a load balancer stops sending it requests.
 void Server::Impl::health(const httplib::Request&, httplib::Response& res) const {
-  const char* status = draining ? "shutting_down" : ready ? "ok" : "loading";
+  const char* status = processes_failed ? "process_failure" : draining ? "shutting_down" : ready ? "ok" : "loading";
   send_json(res, status == std::string_view("ok") ? 200 : 503, {{"status", status}});
 }
 
@@ -524,6 +541,9 @@ void Server::Impl::generate(const httplib::Request& req, httplib::Response& res,
   try {
     if (!ready) throw ApiError(503, "the model is still loading", "", "model_loading", "server_error");
     if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down", "server_error");
+    if (processes_failed)
+      throw ApiError(503, "a process of this job stopped answering; the job is ending", "", "process_failure",
+                     "server_error");
     json body = parse_json(req.body, "the request body");
     std::optional<ResponseHeaderFields> response_fields;
     if (api == Api::Messages) body = chat_body_from_messages(body);
@@ -693,6 +713,9 @@ json Server::Impl::wait_for_response(Job& job) {
   for (size_t i = 0; i < job.futures.size(); ++i) {
     try {
       choices.push_back({int64_t(i), job.prompt_of[i], job.futures[i].get()});
+    } catch (const ProcessFailure& e) {
+      job.gone = true;
+      throw process_failure(e);
     } catch (const std::exception& e) {
       job.gone = true;
       throw ApiError(500, describe_exception(e), "", "", "server_error");
@@ -786,6 +809,9 @@ bool Server::Impl::stream(Job& job, httplib::DataSink& sink) {
       GenerationOutput out;
       try {
         out = job.futures[i].get();
+      } catch (const ProcessFailure& e) {
+        write(process_failure(e).to_json());
+        return false;
       } catch (const std::exception& e) {
         if (!write(ApiError(500, describe_exception(e), "", "", "server_error").to_json())) return false;
         continue;
