@@ -51,6 +51,18 @@ inline void randomize_params(ParamStore& store, unsigned seed) {
   store.refresh_bf16();
 }
 
+// configs/kimi-k3-tiny.json (k3) or configs/kimi-linear-tiny.json at a tokenizer's vocabulary,
+// initialised, then given random values (randomize_params with `seed`).
+inline std::unique_ptr<Model> random_kimi_tiny(bool k3, int64_t vocab_size, unsigned seed) {
+  nlohmann::json j =
+      parse_json_file((source_dir() / (k3 ? "configs/kimi-k3-tiny.json" : "configs/kimi-linear-tiny.json")).string());
+  j["vocab_size"] = vocab_size;
+  auto model = std::make_unique<Model>(ModelConfig::from_json(j, k3 ? "kimi-k3-tiny" : "kimi-linear-tiny"));
+  model->initialize(1);
+  randomize_params(model->params(), seed);
+  return model;
+}
+
 // Random token ids for packed sequences of `lengths`, each its own next-token target.
 inline ModelInput random_input(const ModelConfig& c, const std::vector<int64_t>& lengths, unsigned seed) {
   ModelInput in;

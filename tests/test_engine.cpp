@@ -388,11 +388,8 @@ TEST(Engine, AnEqualPromptRereadsOnlyItsLastToken) {
 TEST(Engine, KimiConversationsReuseOnlySharedPrefixesAndContinueExactly) {
   for (const bool k3 : {true, false}) {
     const Tokenizer tokenizer = test::kimi_tokenizer(k3);
-    nlohmann::json j = parse_json_file((test::source_dir() / (k3 ? "configs/kimi-k3-tiny.json" : "configs/kimi-linear-tiny.json")).string());
-    j["vocab_size"] = tokenizer.vocab_size();
-    Model model(ModelConfig::from_json(j, "kimi-tiny"));
-    model.initialize(1);
-    test::randomize_params(model.params(), 7);
+    const std::unique_ptr<Model> random = test::random_kimi_tiny(k3, tokenizer.vocab_size(), 7);
+    Model& model = *random;
     const ChatTemplate chat(tokenizer);
     ChatOptions options;
     options.tools = {R"({"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}})"};
@@ -447,11 +444,8 @@ TEST(Engine, KimiConversationsReuseOnlySharedPrefixesAndContinueExactly) {
 // schemas by grammar, so even a model with random weights writes a call that parses.
 TEST(Engine, ForcedKimiK2CallsParseEvenFromARandomModel) {
   const Tokenizer tokenizer = test::kimi_tokenizer(false);
-  nlohmann::json j = parse_json_file((test::source_dir() / "configs/kimi-linear-tiny.json").string());
-  j["vocab_size"] = tokenizer.vocab_size();
-  Model model(ModelConfig::from_json(j, "kimi-linear-tiny"));
-  model.initialize(1);
-  test::randomize_params(model.params(), 11);
+  const std::unique_ptr<Model> random = test::random_kimi_tiny(false, tokenizer.vocab_size(), 11);
+  Model& model = *random;
   const ChatTemplate chat(tokenizer);
   ASSERT_EQ(chat.format(), ChatFormat::KimiK2);
   const json parameters = json::parse(R"({"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
@@ -493,11 +487,8 @@ TEST(Engine, ForcedKimiK2CallsParseEvenFromARandomModel) {
 // arguments follow their schemas: an enum, a bounded integer, a string of at most 8 characters.
 TEST(Engine, ForcedKimiK3CallsParseEvenFromARandomModel) {
   const Tokenizer tokenizer = test::kimi_tokenizer(true);
-  nlohmann::json j = parse_json_file((test::source_dir() / "configs/kimi-k3-tiny.json").string());
-  j["vocab_size"] = tokenizer.vocab_size();
-  Model model(ModelConfig::from_json(j, "kimi-k3-tiny"));
-  model.initialize(1);
-  test::randomize_params(model.params(), 11);
+  const std::unique_ptr<Model> random = test::random_kimi_tiny(true, tokenizer.vocab_size(), 11);
+  Model& model = *random;
   const ChatTemplate chat(tokenizer);
   ASSERT_EQ(chat.format(), ChatFormat::KimiK3);
   const json parameters = json::parse(R"({"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},

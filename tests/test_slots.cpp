@@ -12,7 +12,6 @@
 #include "hyla/infer/engine.h"
 #include "hyla/infer/slot_file.h"
 #include "hyla/io/file.h"
-#include "hyla/io/json_fields.h"
 #include "model_test_util.h"
 #include "test_util.h"
 #include "text_fixtures.h"
@@ -20,20 +19,12 @@
 namespace hyla {
 namespace {
 
-using json = nlohmann::json;
-
 struct KimiFixture {
   Tokenizer tokenizer = test::kimi_tokenizer(true);
-  ModelConfig config;
   std::unique_ptr<Model> model;
-  explicit KimiFixture(unsigned seed = 7) {
-    json j = parse_json_file((test::source_dir() / "configs/kimi-k3-tiny.json").string());
-    j["vocab_size"] = tokenizer.vocab_size();
-    config = ModelConfig::from_json(j, "kimi-k3-tiny");
-    model = std::make_unique<Model>(config);
-    model->initialize(1);
-    test::randomize_params(model->params(), seed);
-  }
+  const ModelConfig& config;
+  explicit KimiFixture(unsigned seed = 7)
+      : model(test::random_kimi_tiny(true, tokenizer.vocab_size(), seed)), config(model->config()) {}
   static EngineOptions options(int64_t prefix_cache_bytes, int64_t context = 2048, DType latent = DType::F32) {
     EngineOptions o;
     o.max_sequences = 2;

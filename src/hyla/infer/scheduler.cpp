@@ -520,27 +520,23 @@ void Scheduler::finish(Active& a, FinishReason reason, std::vector<Finished>& fi
   }
   a.output.text = a.text.text();
   a.output.stop_sequence = a.text.stop_found();
-  if (prefix_cache_.enabled() && a.slot >= 0 && reason != FinishReason::Cancelled && !a.error) {
-    // The turn's end: the next turn of a conversation re-sends these tokens and reads only what follows.
-    const SequenceState& state = *slots_[size_t(a.slot)];
-    std::vector<int32_t> turn = a.request.prompt;
-    turn.insert(turn.end(), a.output.tokens.begin(), a.output.tokens.end());
-    if (state.length() > 0 && state.length() <= int64_t(turn.size()))
-      prefix_cache_.store(turn, a.images, state.length(), state, a.snapshots);
-  }
   if (a.slot >= 0) {
+    const SequenceState& state = *slots_[size_t(a.slot)];
     SlotHistory& h = history_[size_t(a.slot)];
     h = {.last_use = ++slot_clock_, .last_request = a.id, .prompt_tokens = a.output.prompt_tokens,
          .cached_prompt_tokens = a.output.cached_prompt_tokens, .generated_tokens = int64_t(a.output.tokens.size()),
          .max_tokens = a.request.max_tokens};
     // The state holds the prompt and the reply but its last token (sampled, never fed), or, cut
     // off during its prefill, part of the prompt: whole tokens either way, unless it failed.
-    const int64_t length = slots_[size_t(a.slot)]->length();
+    const int64_t length = state.length();
     if (!a.error && length <= h.prompt_tokens + h.generated_tokens) {
       h.tokens.assign(a.request.prompt.begin(), a.request.prompt.begin() + std::min(length, h.prompt_tokens));
       h.tokens.insert(h.tokens.end(), a.output.tokens.begin(), a.output.tokens.begin() + (length - int64_t(h.tokens.size())));
       for (const PromptInput& in : a.images)
         if (in.row < length) h.inputs.push_back(in);
+      // The turn's end: the next turn of a conversation re-sends these tokens and reads only what follows.
+      if (prefix_cache_.enabled() && reason != FinishReason::Cancelled && length > 0)
+        prefix_cache_.store(h.tokens, h.inputs, length, state, a.snapshots);
     }
   }
   a.output.seconds = seconds_between(a.start, Clock::now());

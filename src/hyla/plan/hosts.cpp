@@ -99,14 +99,15 @@ HostsPlan plan_hosts(const Plan& p, const HostsOptions& o) {
   const double latency = double(h.collectives_per_token) * hops * o.network.latency_seconds;
 
   // Decode: the busiest host reads its dense share, its most-chosen experts and the state.
-  double expert_params = 0;
-  if (moe_layers > 0) {
-    const double E = double(c.moe.num_experts), k = double(c.moe.num_experts_per_tok);
-    expert_params = routed / (double(moe_layers) * E);
+  // Balanced routing: each of t tokens picks k of E experts, so a host's E/N experts see
+  // E(1 − (1 − k/E)^t)/N distinct ones on average.
+  const double E = double(c.moe.num_experts), k = double(c.moe.num_experts_per_tok);
+  const auto touched_per_host = [&](double tokens) { return E * (1 - std::pow(1 - k / E, tokens)) / n; };
+  const double expert_params = moe_layers > 0 ? routed / (double(moe_layers) * E) : 0;
+  if (moe_layers > 0)
     h.experts_read_per_layer = p.options.batch == 1
                                    ? expected_busiest_host_experts(c.moe.num_experts, c.moe.num_experts_per_tok, o.hosts)
-                                   : E * (1 - std::pow(1 - k / E, batch)) / n;
-  }
+                                   : touched_per_host(batch);
   const double expert_read = double(moe_layers) * h.experts_read_per_layer * expert_params * o.expert_weights.bytes_per_value;
   const double dense_read = (dense - lookup) * o.dense_weights.bytes_per_value / n;
   const double state_read = batch * (p.sequence.latent_cache_bytes + 2 * p.sequence.fixed_bytes() / n);
@@ -121,12 +122,8 @@ HostsPlan plan_hosts(const Plan& p, const HostsOptions& o) {
   // collectives carry all its rows at once (their latency shared), and only the last token's
   // logits are gathered.
   const double chunk = double(o.prefill_chunk);
-  double chunk_experts = 0;
-  if (moe_layers > 0) {
-    const double E = double(c.moe.num_experts), k = double(c.moe.num_experts_per_tok);
-    chunk_experts = double(moe_layers) * E * (1 - std::pow(1 - k / E, chunk)) / n * expert_params *
-                    o.expert_weights.bytes_per_value;
-  }
+  const double chunk_experts =
+      moe_layers > 0 ? double(moe_layers) * touched_per_host(chunk) * expert_params * o.expert_weights.bytes_per_value : 0;
   const double prefill_memory = (dense_read + chunk_experts) / o.bandwidth_bytes_per_s / chunk;
   h.prefill_compute_seconds_per_token = std::max(p.flops.prefill() / (n * o.flops), prefill_memory);
   h.prefill_network_seconds_per_token =
