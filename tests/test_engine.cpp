@@ -517,7 +517,9 @@ TEST(Engine, ForcedKimiK3CallsParseEvenFromARandomModel) {
         const AssistantReply reply = chat.parse_reply(out.text, offered);
         EXPECT_FALSE(reply.malformed_call) << where;
         ASSERT_GE(reply.tool_calls.size(), 1u) << where;
-        if (named) EXPECT_EQ(reply.tool_calls.size(), 1u) << where;
+        if (named) {
+          EXPECT_EQ(reply.tool_calls.size(), 1u) << where;
+        }
         for (const ToolCall& call : reply.tool_calls) {
           ++calls;
           const json arguments = json::parse(call.arguments);
@@ -528,10 +530,13 @@ TEST(Engine, ForcedKimiK3CallsParseEvenFromARandomModel) {
           }
           ASSERT_EQ(call.name, "get_weather") << where;
           EXPECT_TRUE(arguments["city"] == "Paris" || arguments["city"] == "Oslo") << where;
-          if (arguments.contains("days")) EXPECT_TRUE(arguments["days"].is_number_integer()) << where;
-          if (arguments.contains("units"))
+          if (arguments.contains("days")) {
+            EXPECT_TRUE(arguments["days"].is_number_integer()) << where;
+          }
+          if (arguments.contains("units")) {
             EXPECT_LE(std::ranges::count_if(arguments["units"].get<std::string>(),
                                             [](char c) { return (uint8_t(c) & 0xc0) != 0x80; }), 8) << where;
+          }
         }
       }
   EXPECT_GE(calls, 12);
