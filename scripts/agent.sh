@@ -8,9 +8,9 @@
 # 3. GRPO from that checkpoint (configs/rl-agent.json with seed S; format_reward 0: pass or fail);
 # 4. the picked SFT model and the RL model on the test split, 100 tasks per environment x 8 trials
 #    at temperature 1, faults off (sampling seed S).
-# For the first recipe seed only, the fault-tolerant branch (SFT continued on demonstrations with
-# faults in half of the calls, configs/train-agent-sft-faults.json, then GRPO) and the other
-# evaluations (faults in 20% of calls, the shifted split, greedy) follow.
+# Once every recipe seed is done, for the first one only: the fault-tolerant branch (SFT continued
+# on demonstrations with faults in half of the calls, configs/train-agent-sft-faults.json, then
+# GRPO) and the other evaluations (faults in 20% of calls, the shifted split, greedy).
 # About 50 minutes a recipe seed alone (2-core AMD EPYC), so it runs in resumable segments: every
 # step saves its model or JSON and skips what is already done; after an interruption rerun it.
 # Each recipe seed's files are in runs/agent/seed-S; runs/agent/sft and runs/agent/rl are the first
@@ -70,21 +70,24 @@ for seed in $seeds; do
   models=(-m "$out/sft" --label sft -m "$out/rl-run/model" --label rl)
   evaluate "$out/eval-test" test 0 1 8 "${models[@]}"
   echo "recipe seed $seed: $(( ($(date +%s) - start) / 60 )) min this run; reports in $out/eval-*.html" >&2
-
-  [[ $seed == "$first" ]] || continue
-  for model in sft rl; do
-    source=$out/sft
-    [[ $model == rl ]] && source=$out/rl-run/model
-    rm -rf "runs/agent/$model.tmp" && cp -r "$source" "runs/agent/$model.tmp"
-    rm -rf "runs/agent/$model" && mv "runs/agent/$model.tmp" "runs/agent/$model"
-  done
-  sft "$out/sft-faults-run" configs/train-agent-sft-faults.json "$out/sft" "$seed"
-  grpo "$out/rl-faults-run" "$seed" "$out/sft-faults-run/model"
-  branch=(-m "$out/sft-faults-run/model" --label "sft+faults" -m "$out/rl-faults-run/model" --label "rl+faults")
-  evaluate "$out/eval-test-faults0.2" test 0.2 1 8 "${models[@]}" "${branch[@]}"
-  evaluate "$out/eval-shifted" shifted 0 1 8 "${models[@]}"
-  evaluate "$out/eval-test-greedy" test 0 0 1 "${models[@]}"
 done
+
+# The first recipe seed's other branches, once every seed's claim is in.
+seed=$first
+out=runs/agent/seed-$seed
+models=(-m "$out/sft" --label sft -m "$out/rl-run/model" --label rl)
+for model in sft rl; do
+  source=$out/sft
+  [[ $model == rl ]] && source=$out/rl-run/model
+  rm -rf "runs/agent/$model.tmp" && cp -r "$source" "runs/agent/$model.tmp"
+  rm -rf "runs/agent/$model" && mv "runs/agent/$model.tmp" "runs/agent/$model"
+done
+sft "$out/sft-faults-run" configs/train-agent-sft-faults.json "$out/sft" "$seed"
+grpo "$out/rl-faults-run" "$seed" "$out/sft-faults-run/model"
+branch=(-m "$out/sft-faults-run/model" --label "sft+faults" -m "$out/rl-faults-run/model" --label "rl+faults")
+evaluate "$out/eval-test-faults0.2" test 0.2 1 8 "${models[@]}" "${branch[@]}"
+evaluate "$out/eval-shifted" shifted 0 1 8 "${models[@]}"
+evaluate "$out/eval-test-greedy" test 0 0 1 "${models[@]}"
 
 # The summary over recipe seeds: per seed the test pass@1 of SFT and RL (faults off, temperature 1)
 # and SFT's lookup pass@1; the pooled gain is the mean of the seeds' gains, its interval from their
