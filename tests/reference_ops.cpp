@@ -32,6 +32,7 @@ std::vector<bf16> rounded(const float* x, int64_t rows, int64_t cols, int64_t ld
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 bool visible(int64_t key, int64_t pos, int64_t window) { return key <= pos && (window == 0 || pos - key < window); }
+bool visible(int64_t key, int64_t pos, const AttentionDims& d) { return !d.causal || visible(key, pos, d.window); }
 
 // Per source of row r of an AttnRes mixture: rstd(V_n[r]) and z_n = rstd · (V_n[r] · (w ⊙ γ)).
 struct AttnResScores {
@@ -570,7 +571,7 @@ AttentionDouble attention(const AttentionDims& d, int64_t batch, const int64_t* 
         prob.assign(size_t(kv_len), 0.0);
         double mx = -INFINITY;
         for (int64_t s = 0; s < kv_len; ++s) {
-          if (!visible(s, pos, d.window)) continue;
+          if (!visible(s, pos, d)) continue;
           double dot = 0;
           for (int64_t e = 0; e < Dq; ++e) dot += qi[e] * k[size_t(((kb + s) * H + h) * Dq + e)];
           prob[size_t(s)] = d.scale * dot;
@@ -579,7 +580,7 @@ AttentionDouble attention(const AttentionDims& d, int64_t batch, const int64_t* 
         if (mx == -INFINITY) continue;  // sees no key: o = 0, lse = -inf, no gradient
         double sum = 0;
         for (int64_t s = 0; s < kv_len; ++s)
-          sum += prob[size_t(s)] = visible(s, pos, d.window) ? std::exp(prob[size_t(s)] - mx) : 0.0;
+          sum += prob[size_t(s)] = visible(s, pos, d) ? std::exp(prob[size_t(s)] - mx) : 0.0;
         r.lse[size_t(row)] = mx + std::log(sum);
         for (int64_t s = 0; s < kv_len; ++s) {
           prob[size_t(s)] /= sum;

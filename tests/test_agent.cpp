@@ -137,10 +137,14 @@ TEST(AgentRuntime, TheExpertSolvesEveryTaskAndRecoversFromExplicitFaults) {
         EXPECT_EQ(t.reward, 1.0);
         EXPECT_EQ(t.ids, chat.encode(t.messages, false, options));
         EXPECT_EQ(t.invalid_calls, 0);
-        if (name == "calculator") EXPECT_EQ(t.tool_calls, 1) << "the whole expression in one call";
+        if (name == "calculator") {
+          EXPECT_EQ(t.tool_calls, 1) << "the whole expression in one call";
+        }
         ChatOptions full = options;
         full.compact_tools = false;  // the JSON definitions hyla serve lists
-        if (i == 0) EXPECT_LT(t.ids.size() + 50, chat.encode(t.messages, false, full).size()) << name;
+        if (i == 0) {
+          EXPECT_LT(t.ids.size() + 50, chat.encode(t.messages, false, full).size()) << name;
+        }
 
         AgentSession faulty(*env, split, i, {0.3, {1, 1, 0, 0}}, f.limits, f.tokenizer);
         run_expert(faulty);

@@ -132,6 +132,32 @@ TEST(Attention, PrefillOnACache) {
   check_against_reference(Problem(dims(2, 32, 32, 50), {37, 64, 100}, {150, 264, 101}));
 }
 
+TEST(Attention, BidirectionalWithinEachSequence) {
+  AttentionDims d = dims(3, 32, 32);
+  d.causal = false;
+  for (int64_t t : {1, 17, 64, 65, 200}) {
+    SCOPED_TRACE("T=" + std::to_string(t));
+    check_against_reference(Problem(d, {t}, {t}));
+  }
+  check_against_reference(Problem(d, {1, 70, 130, 5}, {1, 70, 130, 5}));
+  // The last query sees every key either way; the first sees them all only without the mask.
+  Problem p(d, {40}, {40});
+  const Outputs both = run_kernel(p);
+  p.dims.causal = true;
+  const Outputs causal = run_kernel(p);
+  const int64_t last = 39 * d.heads * d.v_dim, width = d.heads * d.v_dim;
+  EXPECT_TRUE(std::equal(both.o.begin() + last, both.o.begin() + last + width, causal.o.begin() + last));
+  EXPECT_NE(both.o[0], causal.o[0]);
+}
+
+TEST(Attention, BidirectionalNeedsEqualLengthsAndNoWindow) {
+  AttentionDims d = dims(1, 16, 16);
+  d.causal = false;
+  EXPECT_THROW(run_kernel(Problem(d, {3}, {5})), Error);
+  d.window = 4;
+  EXPECT_THROW(run_kernel(Problem(d, {5}, {5})), Error);
+}
+
 TEST(Attention, DecodeStep) {
   check_against_reference(Problem(dims(4, 32, 32), {1, 1, 1}, {1, 300, 65}));
   check_against_reference(Problem(dims(4, 32, 32, 7), {1, 1, 1}, {1, 300, 65}));

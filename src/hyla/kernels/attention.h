@@ -1,5 +1,5 @@
 #pragma once
-// Blocked causal attention with online softmax (flash-attention-2 style) on the CPU, forward and
+// Blocked causal (or bidirectional) attention with online softmax (flash-attention-2 style) on the CPU, forward and
 // backward, for the latent-attention mixer (SPEC §4) in training and prefill. Never forms a T×T
 // matrix; tiles a query sees no key of are skipped, so a sliding window costs O(T·window).
 // Kernels take plain pointers and shapes; their scratch memory (task lists, per-thread tiles)
@@ -23,6 +23,9 @@ struct AttentionDims {
   // accumulation; masks, softmax, max and sums stay f32). Measured 1.45-1.75x faster, with errors
   // ~3e-3 of the output scale. attention_backward rejects it.
   bool bf16_products = false;
+  // false: bidirectional, every query sees every key of its sequence (a vision tower's attention
+  // within one image); needs q_len == kv_len and window 0.
+  bool causal = true;
 };
 
 // Packed variable-length batch of `batch` sequences. Sequence b owns query rows

@@ -241,17 +241,18 @@ struct Range {
 };
 
 // Key tiles holding a key that some query at positions [p_lo, p_hi] sees.
-Range key_tiles(const Sequence& s, int64_t p_lo, int64_t p_hi, int64_t window) {
-  const int64_t lo = window ? std::max<int64_t>(0, p_lo - window + 1) : 0;
-  const int64_t hi = std::min(s.kv_len - 1, p_hi);
+Range key_tiles(const Sequence& s, int64_t p_lo, int64_t p_hi, const AttentionDims& d) {
+  const int64_t lo = d.causal && d.window ? std::max<int64_t>(0, p_lo - d.window + 1) : 0;
+  const int64_t hi = d.causal ? std::min(s.kv_len - 1, p_hi) : s.kv_len - 1;
   if (hi < lo) return {0, -1};
   return {lo / kTileK, hi / kTileK};
 }
 
 // Query tiles holding a query that sees some key in [k_lo, k_hi].
-Range query_tiles(const Sequence& s, int64_t k_lo, int64_t k_hi, int64_t window) {
+Range query_tiles(const Sequence& s, int64_t k_lo, int64_t k_hi, const AttentionDims& d) {
+  if (!d.causal) return s.q_len > 0 ? Range{0, (s.q_len - 1) / kTileQ} : Range{0, -1};
   const int64_t lo = std::max<int64_t>(0, k_lo - s.offset());
-  const int64_t hi = window ? std::min(s.q_len - 1, k_hi + window - 1 - s.offset()) : s.q_len - 1;
+  const int64_t hi = d.window ? std::min(s.q_len - 1, k_hi + d.window - 1 - s.offset()) : s.q_len - 1;
   if (hi < lo) return {0, -1};
   return {lo / kTileQ, hi / kTileQ};
 }
@@ -259,7 +260,9 @@ Range query_tiles(const Sequence& s, int64_t k_lo, int64_t k_hi, int64_t window)
 enum class Visibility { None, All, Some };
 
 // How the queries at positions [p_lo, p_hi] see the keys [k_lo, k_hi].
-Visibility classify(int64_t p_lo, int64_t p_hi, int64_t k_lo, int64_t k_hi, int64_t window) {
+Visibility classify(int64_t p_lo, int64_t p_hi, int64_t k_lo, int64_t k_hi, const AttentionDims& d) {
+  if (!d.causal) return Visibility::All;
+  const int64_t window = d.window;
   if (k_lo > p_hi || (window && p_lo - k_hi >= window)) return Visibility::None;
   const bool all = k_hi <= p_lo && (window == 0 || p_hi - k_lo < window);
   return all ? Visibility::All : Visibility::Some;
@@ -365,10 +368,10 @@ void forward_tile(const AttentionDims& d, const Sequence& s, int64_t h, int64_t 
   std::fill(m, m + ld, -std::numeric_limits<float>::infinity());
   std::fill(l, l + ld, 0.0f);
   bool first = true;
-  const Range keys = key_tiles(s, p0, p0 + nq - 1, d.window);
+  const Range keys = key_tiles(s, p0, p0 + nq - 1, d);
   for (int64_t kt = keys.first; kt <= keys.last; ++kt) {
     const int64_t j0 = kt * kTileK, nk = std::min(kTileK, s.kv_len - j0);
-    const Visibility vis = classify(p0, p0 + nq - 1, j0, j0 + nk - 1, d.window);
+    const Visibility vis = classify(p0, p0 + nq - 1, j0, j0 + nk - 1, d);
     if (vis == Visibility::None) continue;
     product<Ops, false, Out::Set>(nk, ld, Ops::steps(Dq), kv.k + j0 * kv.ldk, kv.ldk, q_op, ld, scores, ld);
     if (vis == Visibility::Some) mask_tile(scores, nk, ld, j0, p0, d.window);
@@ -472,7 +475,7 @@ void backward_unit(const AttentionDims& d, const Sequence& s, int64_t h, int64_t
   float* dvh = dv + s.k_begin * ldv + h * Dv;
 
   for (int64_t i = 0; i < s.q_len; ++i) std::fill(dq_out + i * ld_dq, dq_out + i * ld_dq + Dq, 0.0f);
-  const Range seen_by = query_tiles(s, kt_begin * kTileK, std::min(kt_end * kTileK, s.kv_len) - 1, d.window);
+  const Range seen_by = query_tiles(s, kt_begin * kTileK, std::min(kt_end * kTileK, s.kv_len) - 1, d);
   for (int64_t qt = seen_by.first; qt <= seen_by.last; ++qt) {
     const int64_t i0 = qt * kTileQ, nq = std::min(kTileQ, s.q_len - i0), ld = round_up(nq, kLanes);
     pack_transposed(qh + i0 * ldq, ldq, nq, Dq, d.scale, q_packed + i0 * Dq, ld);
@@ -494,11 +497,11 @@ void backward_unit(const AttentionDims& d, const Sequence& s, int64_t h, int64_t
       std::fill(dkh + j * ldq, dkh + j * ldq + Dq, 0.0f);
       std::fill(dvh + j * ldv, dvh + j * ldv + Dv, 0.0f);
     }
-    const Range queries = query_tiles(s, j0, j0 + nk - 1, d.window);
+    const Range queries = query_tiles(s, j0, j0 + nk - 1, d);
     for (int64_t qt = queries.first; qt <= queries.last; ++qt) {
       const int64_t i0 = qt * kTileQ, nq = std::min(kTileQ, s.q_len - i0), ld = round_up(nq, kLanes);
       const int64_t p0 = s.offset() + i0;
-      const Visibility vis = classify(p0, p0 + nq - 1, j0, j0 + nk - 1, d.window);
+      const Visibility vis = classify(p0, p0 + nq - 1, j0, j0 + nk - 1, d);
       if (vis == Visibility::None) continue;
       product<F32, false, Out::Set>(nk, ld, Dq, kh + j0 * ldq, ldq, q_packed + i0 * Dq, ld, scores, ld);
       if (vis == Visibility::Some) mask_tile(scores, nk, ld, j0, p0, d.window);
@@ -605,7 +608,7 @@ void forward_tile_amx(const AttentionDims& d, const Sequence& s, int64_t h, int6
   }();
   _tile_loadconfig(&config);
   bool first = true;
-  const Range keys = key_tiles(s, p0, p0 + nq - 1, d.window);
+  const Range keys = key_tiles(s, p0, p0 + nq - 1, d);
   for (int64_t kt0 = keys.first; kt0 <= keys.last; kt0 += kStepTiles) {
     const int64_t kt1 = std::min(keys.last + 1, kt0 + kStepTiles), j0 = kt0 * kTileK;
     const int64_t nk = std::min(kt1 * kTileK, s.kv_len) - j0;
@@ -638,7 +641,7 @@ void forward_tile_amx(const AttentionDims& d, const Sequence& s, int64_t h, int6
     }
     for (int64_t kt = kt0; kt < kt1; ++kt) {
       const int64_t jt = kt * kTileK, n = std::min(kTileK, s.kv_len - jt);
-      if (classify(p0, p0 + nq - 1, jt, jt + n - 1, d.window) == Visibility::Some)
+      if (classify(p0, p0 + nq - 1, jt, jt + n - 1, d) == Visibility::Some)
         mask_tile(scores + (jt - j0) * ld, n, ld, jt, p0, d.window);
     }
     softmax_step(scores, nk, ld, m, l, alpha);
@@ -685,9 +688,14 @@ void check_arguments(const AttentionDims& d, int64_t batch, const int64_t* q_sta
              "attention: need heads, qk_dim, v_dim > 0 and window >= 0, got {}, {}, {}, {}", d.heads, d.qk_dim,
              d.v_dim, d.window);
   HYLA_CHECK(batch >= 0, "attention: negative batch {}", batch);
-  for (int64_t b = 0; b < batch; ++b)
+  HYLA_CHECK(d.causal || d.window == 0, "attention: a window ({}) needs causal attention", d.window);
+  for (int64_t b = 0; b < batch; ++b) {
     HYLA_CHECK(q_starts[b + 1] >= q_starts[b] && k_starts[b + 1] >= k_starts[b],
                "attention: sequence {} has decreasing q_starts or k_starts", b);
+    HYLA_CHECK(d.causal || q_starts[b + 1] - q_starts[b] == k_starts[b + 1] - k_starts[b],
+               "attention: sequence {} has {} queries and {} keys; bidirectional attention needs as many", b,
+               q_starts[b + 1] - q_starts[b], k_starts[b + 1] - k_starts[b]);
+  }
 }
 
 }  // namespace
@@ -712,7 +720,7 @@ void attention_forward(const AttentionDims& d, int64_t batch, const int64_t* q_s
     int64_t sequence_cost = 0;
     for (int64_t qt = 0; qt < ceil_div(s.q_len, kTileQ); ++qt) {
       const int64_t p0 = s.offset() + qt * kTileQ, p1 = p0 + std::min(kTileQ, s.q_len - qt * kTileQ) - 1;
-      const Range keys = key_tiles(s, p0, p1, d.window);
+      const Range keys = key_tiles(s, p0, p1, d);
       const int64_t cost = 1 + keys.last - keys.first + 1;
       sequence_cost += cost;
       for (int64_t h = 0; h < d.heads; ++h) units[n++] = {b, h, qt, qt + 1, cost, 0, -1};
@@ -802,7 +810,7 @@ void attention_backward(const AttentionDims& d, int64_t batch, const int64_t* q_
     const int64_t key_tiles_n = ceil_div(s.kv_len, kTileK);
     // Cost of key tile kt: the query tiles that see it (+1 for its own bookkeeping).
     auto cost = [&](int64_t kt) {
-      const Range r = query_tiles(s, kt * kTileK, std::min((kt + 1) * kTileK, s.kv_len) - 1, d.window);
+      const Range r = query_tiles(s, kt * kTileK, std::min((kt + 1) * kTileK, s.kv_len) - 1, d);
       return 1 + r.last - r.first + 1;
     };
     int64_t total = 1;
