@@ -82,6 +82,29 @@ void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows,
   }
 }
 
+void layernorm_forward(const float* x, int64_t ld_x, const float* w, const float* b, int64_t rows, int64_t dim,
+                       float eps, float* y, int64_t ld_y, float* stats) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld_x;
+    double sum = 0, squares = 0;
+    for (int64_t j = 0; j < dim; ++j) sum += xr[j];
+    const double mean = sum / double(dim);
+    for (int64_t j = 0; j < dim; ++j) squares += (xr[j] - mean) * (xr[j] - mean);
+    const double inv = 1.0 / std::sqrt(squares / double(dim) + eps);
+    if (stats) stats[2 * r] = float(mean), stats[2 * r + 1] = float(inv);
+    for (int64_t j = 0; j < dim; ++j) y[r * ld_y + j] = float((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.0));
+  }
+}
+
+void gelu_forward(Gelu kind, const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = float(kind == Gelu::Erf
+                     ? 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))
+                     : 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+  }
+}
+
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < width; ++j) {
@@ -129,6 +152,18 @@ void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double thet
       const double angle = double(positions[r]) * std::pow(theta, -2.0 * double(i) / double(dim));
       table[r * dim + i] = float(std::cos(angle));
       table[r * dim + pairs + i] = float(std::sin(angle));
+    }
+}
+
+void rope_table_2d(const int64_t* rows, const int64_t* columns, int64_t n, int64_t dim, double theta, float* table) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < dim / 4; ++i) {
+      const double frequency = std::pow(theta, -4.0 * double(i) / double(dim));
+      for (int64_t axis = 0; axis < 2; ++axis) {
+        const double angle = double(axis == 0 ? columns[r] : rows[r]) * frequency;
+        table[r * dim + 2 * i + axis] = float(std::cos(angle));
+        table[r * dim + dim / 2 + 2 * i + axis] = float(std::sin(angle));
+      }
     }
 }
 

@@ -76,7 +76,12 @@ void small_gemm_bf16(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha,
 void rmsnorm_forward(const float* x, int64_t ld_x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
                      int64_t ld_y, float* rstd);
 
+// Mean and variance in double, two passes.
+void layernorm_forward(const float* x, int64_t ld_x, const float* w, const float* b, int64_t rows, int64_t dim,
+                       float eps, float* y, int64_t ld_y, float* stats);
+
 void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows, int64_t width, float* h);
+void gelu_forward(Gelu kind, const float* x, int64_t n, float* y);
 void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
 void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d);
 void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y);
@@ -87,6 +92,8 @@ void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table);
 void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout x_layout,
                   float* y, HeadLayout y_layout);
+// Pair 2i by column·θ^(−4i/dim), pair 2i+1 by row·θ^(−4i/dim), as SPEC §7 writes them.
+void rope_table_2d(const int64_t* rows, const int64_t* columns, int64_t n, int64_t dim, double theta, float* table);
 
 void causal_conv1d_forward(const Conv1dShape& s, const float* x, int64_t ld_x, const float* w,
                            const float* const* tails, float* y, int64_t ld_y, Workspace& workspace);

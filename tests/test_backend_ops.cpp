@@ -277,6 +277,43 @@ std::vector<Case> rmsnorm_cases() {
   return cases;
 }
 
+std::vector<Case> layernorm_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 450;
+  for (const auto& [rows, dim] : kRowShapes)
+    for (const bool bias : {true, false}) {
+      const int64_t ld_x = dim + 3, ld_y = dim + 1;
+      // An offset of 5 per row: the mean must come out before the variance.
+      std::vector<float> x = normal(rows * ld_x, seed += 3, 3.0f);
+      for (float& e : x) e += 5.0f;
+      const std::vector<float> w = normal(dim, seed + 1), b = normal(dim, seed + 2);
+      cases.push_back({fmt::format("rows={} dim={} ld_x={} ld_y={} bias={}", rows, dim, ld_x, ld_y, bias), "f32",
+                       kF32Elementwise, [=](Backend backend) {
+                         std::vector<float> y(size_t(rows * ld_y), kUnwritten), stats(size_t(2 * rows), kUnwritten);
+                         CALL_OP(backend, layernorm_forward, x.data(), ld_x, w.data(), bias ? b.data() : nullptr, rows,
+                                 dim, 1e-5f, y.data(), ld_y, stats.data());
+                         return Outputs{{"y", values(y)}, {"stats", values(stats)}};
+                       }});
+    }
+  return cases;
+}
+
+std::vector<Case> gelu_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 470;
+  for (const Gelu kind : {Gelu::Erf, Gelu::Tanh})
+    for (const int64_t n : {int64_t(5), int64_t(1000), int64_t(40000)}) {
+      const std::vector<float> x = normal(n, ++seed, 3.0f);
+      cases.push_back({fmt::format("{} n={}", kind == Gelu::Erf ? "erf" : "tanh", n), "f32", kF32Elementwise,
+                       [=](Backend backend) {
+                         std::vector<float> y(size_t(n), kUnwritten);
+                         CALL_OP(backend, gelu_forward, kind, x.data(), n, y.data());
+                         return Outputs{{"y", values(y)}};
+                       }});
+    }
+  return cases;
+}
+
 std::vector<Case> gated_activation_cases() {
   std::vector<Case> cases;
   uint32_t seed = 500;
@@ -386,6 +423,29 @@ std::vector<Case> rope_cases() {
                        CALL_OP(backend, rope_table, s.positions.data(), rows, s.dim, s.theta, table.data());
                        CALL_OP(backend, rope_forward, table.data(), rows, s.heads, s.dim, x.data(), s.layout, y.data(),
                                s.layout);
+                       return Outputs{{"table", values(table)}, {"y", values(y)}};
+                     }});
+  }
+  return cases;
+}
+
+std::vector<Case> rope_2d_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 650;
+  // A grid of 3x5 patches, and one of 64x64 (rows in parallel) at MoonViT's head width 72.
+  for (const auto& [grid_rows, grid_cols, heads, dim] :
+       {std::tuple{int64_t(3), int64_t(5), int64_t(2), int64_t(8)}, std::tuple{int64_t(64), int64_t(64), int64_t(3), int64_t(72)}}) {
+    std::vector<int64_t> rows, columns;
+    for (int64_t r = 0; r < grid_rows; ++r)
+      for (int64_t c = 0; c < grid_cols; ++c) rows.push_back(r), columns.push_back(c);
+    const int64_t n = grid_rows * grid_cols;
+    const HeadLayout layout{heads * dim, dim};
+    const std::vector<float> x = normal(n * heads * dim, ++seed);
+    cases.push_back({fmt::format("grid={}x{} heads={} dim={}", grid_rows, grid_cols, heads, dim), "f32",
+                     kF32Elementwise, [=](Backend backend) {
+                       std::vector<float> table(size_t(n * dim), kUnwritten), y(x.size(), kUnwritten);
+                       CALL_OP(backend, rope_table_2d, rows.data(), columns.data(), n, dim, 10000.0, table.data());
+                       CALL_OP(backend, rope_forward, table.data(), n, heads, dim, x.data(), layout, y.data(), layout);
                        return Outputs{{"table", values(table)}, {"y", values(y)}};
                      }});
   }
@@ -1042,11 +1102,14 @@ const Op kOps[] = {
     {"small_gemm", small_gemm_cases},
     {"skinny_gemm", skinny_gemm_cases},
     {"rmsnorm_forward", rmsnorm_cases},
+    {"layernorm_forward", layernorm_cases},
+    {"gelu_forward", gelu_cases},
     {"gated_activation_forward", gated_activation_cases},
     {"sigmoid_rows", sigmoid_rows_cases},
     {"sigmoid_rows_backward", sigmoid_rows_backward_cases},
     {"sigmoid_gate", sigmoid_gate_cases},
     {"rope", rope_cases},
+    {"rope_2d", rope_2d_cases},
     {"causal_conv1d_forward", causal_conv1d_cases},
     {"add_rows", add_rows_cases},
     {"copy_heads", copy_heads_cases},

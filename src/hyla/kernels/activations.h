@@ -21,6 +21,14 @@ void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows
 void gated_activation_backward(GatedActivation act, const float* gu, const float* dh, int64_t rows, int64_t width,
                                float* dgu);
 
+// GELU, y = x·Φ(x): Erf exactly (PyTorch's nn.GELU()), Tanh by its approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (gelu_pytorch_tanh). A vision tower's MLPs (SPEC §7).
+enum class Gelu : uint8_t { Erf, Tanh };
+// y = gelu(x) over n values; y may alias x.
+void gelu_forward(Gelu kind, const float* x, int64_t n, float* y);
+// dx = dy ⊙ gelu'(x) over n values; dx may alias dy.
+void gelu_backward(Gelu kind, const float* x, const float* dy, int64_t n, float* dx);
+
 inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 inline float silu(float x) { return x * sigmoid(x); }
 inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }

@@ -13,6 +13,11 @@ namespace hyla {
 // positions near 2^20 an f32 angle would be off by ~0.06 rad.
 void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double theta, float* table);
 
+// The table of a vision tower's 2-D rotary positions (SPEC §7): for i < dim/4, pair 2i turns by
+// columns[r]·θ^(−4i/dim) and pair 2i+1 by rows[r]·θ^(−4i/dim) (the column first, as MoonViT's code
+// has it). dim must be a multiple of 4. Same layout as rope_table.
+void rope_table_2d(const int64_t* rows, const int64_t* columns, int64_t n, int64_t dim, double theta, float* table);
+
 // y = rotation of x, per row (by that row's table entry) and head. y may alias x.
 void rope_forward(const float* table, int64_t rows, int64_t heads, int64_t dim, const float* x, HeadLayout x_layout,
                   float* y, HeadLayout y_layout);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "hyla/core/error.h"
 #include "hyla/core/team.h"
 
 namespace hyla {
@@ -44,6 +45,21 @@ void rope_table(const int64_t* positions, int64_t rows, int64_t dim, double thet
         table[r * dim + pairs + i] = float(std::sin(angle));
       }
     }
+  });
+}
+
+void rope_table_2d(const int64_t* rows, const int64_t* columns, int64_t n, int64_t dim, double theta, float* table) {
+  HYLA_CHECK(dim > 0 && dim % 4 == 0, "2-D rotary positions need a head width that is a multiple of 4, got {}", dim);
+  const int64_t pairs = dim / 2;
+  const double log_theta = std::log(theta);
+  parallel_rows(n, 4 * pairs, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t p = 0; p < pairs; ++p) {
+        const double position = double(p % 2 == 0 ? columns[r] : rows[r]);
+        const double angle = position * std::exp(-4.0 * double(p / 2) / double(dim) * log_theta);
+        table[r * dim + p] = float(std::cos(angle));
+        table[r * dim + pairs + p] = float(std::sin(angle));
+      }
   });
 }
 
