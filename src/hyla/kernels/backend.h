@@ -4,7 +4,7 @@
 // The op interface. A backend implements exactly these headers of this folder:
 //   matmul.h (gemm, gemm_batched), small_gemm.h, skinny_gemm.h, int8_gemm.h,
 //   mxfp4_gemm.h                                                               matrix products
-//   norm.h, activations.h, rope.h, conv1d.h, residual.h                        per-row steps
+//   norm.h, activations.h, rope.h, conv1d.h, residual.h, resample.h            per-row steps
 //   layout.h                                                                   copies between layouts
 //   kda.h, kda_gates.h                                                         the KDA mixer
 //   attention.h, latent_attention.h                                            attention

@@ -1,0 +1,92 @@
+#pragma once
+// MoonViT, the vision tower of Kimi K2.5 and Kimi K3, with its projector (SPEC §7.2): an image's
+// normalised patches in, one row of the language model's width out per merge×merge patches.
+//
+// What crosses: TowerImage (a grid of patches, each channel-first as the checkpoint's patch
+// convolution reads it) and plain output rows. The weights live in the caller's ParamStore under
+// the checkpoint's own names (vision_tower.*, mm_projector.*), so HF, GGUF and model directories
+// name them alike; the patch convolution [D, C, P, P] is held as the matrix [D, C·P·P].
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hyla/core/tensor.h"
+#include "hyla/kernels/resample.h"
+#include "hyla/model/context.h"
+#include "hyla/model/layers.h"
+#include "hyla/model/params.h"
+
+namespace hyla {
+
+struct VisionTowerConfig {
+  enum class Norm : uint8_t { LayerNorm, RmsNorm };    // LayerNorm with a bias (K2.5), RMSNorm without (K3)
+  enum class Projector : uint8_t { PatchMerger, PatchMergerV2 };  // K2.5's, K3's (SPEC §7.2)
+
+  int64_t patch_size = 14, channels = 3;
+  int64_t hidden_size = 1152, num_heads = 16, head_dim = 72, num_layers = 27, intermediate_size = 4304;
+  int64_t pos_emb_height = 64, pos_emb_width = 64;  // the learned grid, resized to each image's
+  GridResample pos_emb_resample = GridResample::Bicubic;
+  Norm norm = Norm::LayerNorm;
+  double norm_eps = 1e-5;
+  bool bias = true;  // of the patch convolution, wqkv, wo, fc0 and fc1
+  double rope_theta = 10000.0;
+  int64_t merge = 2;
+  Projector projector = Projector::PatchMerger;
+  double projector_eps = 1e-5;
+  int64_t text_hidden_size = 7168;
+
+  int64_t patch_values() const { return channels * patch_size * patch_size; }
+  void validate(const std::string& source) const;
+};
+
+struct TowerImage {
+  int64_t grid_rows = 0, grid_cols = 0;  // patches; multiples of merge
+  // [grid_rows·grid_cols, C·P·P]: patches row-major over the grid, each channel-first (c, y, x),
+  // normalised as SPEC §7.2 says.
+  const float* patches = nullptr;
+};
+
+class VisionTower {
+ public:
+  // Registers the tower's and projector's parameters in `store` (Component::Vision).
+  VisionTower(ParamStore& store, const VisionTowerConfig& config);
+  const VisionTowerConfig& config() const { return config_; }
+
+  // Output rows an image gives: (grid_rows / merge)·(grid_cols / merge).
+  int64_t tokens(const TowerImage& image) const;
+  // The projector's rows of every image, in order, into out [Σ tokens, text_hidden_size]. Images
+  // attend only within themselves. Scratch grows to the largest call and is kept.
+  void forward(std::span<const TowerImage> images, float* out, Precision precision, Workspace& workspace);
+
+ private:
+  struct Norm {  // LayerNorm (weight, bias) or RMSNorm (weight) as the config says
+    Param* weight = nullptr;
+    Param* bias = nullptr;
+    void forward(const VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, float eps, float* y) const;
+  };
+  struct Block {
+    Norm norm0, norm1;
+    Linear wqkv, wo, fc0, fc1;
+    Param *wqkv_bias = nullptr, *wo_bias = nullptr, *fc0_bias = nullptr, *fc1_bias = nullptr;
+  };
+  Norm make_norm(ParamStore& store, const std::string& name, int64_t dim, bool with_bias) const;
+  Param* make_bias(ParamStore& store, const std::string& name, int64_t dim, bool present) const;
+
+  VisionTowerConfig config_;
+  Linear patch_embed_;
+  Param* patch_bias_ = nullptr;
+  Param* pos_emb_ = nullptr;  // [pos_emb_height, pos_emb_width, D]
+  std::vector<Block> blocks_;
+  Norm final_norm_;
+  Norm pre_norm_;   // PatchMerger: per patch, before the merge's concatenation
+  Linear proj0_, proj2_;
+  Param *proj0_bias_ = nullptr, *proj2_bias_ = nullptr;
+  Norm post_norm_;  // PatchMergerV2: RMSNorm over the output
+
+  // Scratch, grown to the largest call.
+  Tensor x_, normed_, qkv_, q_, k_, v_, attn_, lse_, hidden_, merged_, projected_, rope_, pos_;
+  std::vector<int64_t> starts_, patch_rows_, patch_cols_;
+};
+
+}  // namespace hyla
