@@ -3,8 +3,10 @@
 // of its variants (Kimi K2.5's and Kimi K3's).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -86,17 +88,23 @@ std::vector<std::pair<int64_t, double>> taps(GridResample mode, int64_t o, int64
   return r;
 }
 
-std::vector<double> values(const ParamStore& store, const std::string& name) {
-  const Param& p = store.get(name);
-  return {p.value.data<float>(), p.value.data<float>() + p.numel()};
-}
+// The parameters in double (finite differences perturb them here), shapes from the store.
+struct Weights {
+  const ParamStore& store;
+  std::map<std::string, std::vector<double>> values;
+  explicit Weights(const ParamStore& s) : store(s) {
+    for (const auto& p : s.params()) values[p->name].assign(p->v(), p->v() + p->numel());
+  }
+  const std::vector<double>& operator()(const std::string& name) const { return values.at(name); }
+};
 
 // y[n, out] = x[n, in]·Wᵀ (+ b).
-std::vector<double> linear(const std::vector<double>& x, int64_t n, const ParamStore& store, const std::string& name,
+std::vector<double> linear(const std::vector<double>& x, int64_t n, const Weights& weights, const std::string& name,
                            bool bias) {
-  const std::vector<double> w = values(store, name + ".weight");
-  const int64_t out = store.get(name + ".weight").shape[0], in = store.get(name + ".weight").shape[1];
-  const std::vector<double> b = bias ? values(store, name + ".bias") : std::vector<double>(size_t(out), 0.0);
+  const std::vector<double>& w = weights(name + ".weight");
+  const Param& param = weights.store.get(name + ".weight");
+  const int64_t out = param.shape[0], in = param.shape[1];
+  const std::vector<double> b = bias ? weights(name + ".bias") : std::vector<double>(size_t(out), 0.0);
   std::vector<double> y(size_t(n * out));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t o = 0; o < out; ++o) {
@@ -107,10 +115,10 @@ std::vector<double> linear(const std::vector<double>& x, int64_t n, const ParamS
   return y;
 }
 
-void norm(std::vector<double>& x, int64_t dim, const ParamStore& store, const std::string& name, bool layer_norm,
+void norm(std::vector<double>& x, int64_t dim, const Weights& weights, const std::string& name, bool layer_norm,
           double eps) {
-  const std::vector<double> w = values(store, name + ".weight");
-  const std::vector<double> b = layer_norm ? values(store, name + ".bias") : std::vector<double>(size_t(dim), 0.0);
+  const std::vector<double>& w = weights(name + ".weight");
+  const std::vector<double> b = layer_norm ? weights(name + ".bias") : std::vector<double>(size_t(dim), 0.0);
   for (size_t r = 0; r < x.size() / size_t(dim); ++r) {
     double* row = &x[r * size_t(dim)];
     double mean = 0, var = 0;
@@ -128,13 +136,13 @@ double gelu_tanh(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI)
 double gelu_erf(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
 
 // One image through the tower and projector, as SPEC §7.2 writes it.
-std::vector<double> reference(const Config& c, const ParamStore& store, const TowerImage& img) {
+std::vector<double> reference(const Config& c, const Weights& store, const TowerImage& img) {
   const int64_t D = c.hidden_size, H = c.num_heads, hd = c.head_dim, inner = H * hd, R = img.grid_rows,
                 C = img.grid_cols, n = R * C, m = c.merge;
   const bool ln = c.norm == Config::Norm::LayerNorm;
   std::vector<double> patches(img.patches, img.patches + n * c.patch_values());
   std::vector<double> x = linear(patches, n, store, "vision_tower.patch_embed.proj", c.bias);
-  const std::vector<double> pos = values(store, "vision_tower.patch_embed.pos_emb.weight");
+  const std::vector<double>& pos = store("vision_tower.patch_embed.pos_emb.weight");
   for (int64_t r = 0; r < R; ++r)
     for (int64_t col = 0; col < C; ++col)
       for (const auto& [i, wi] : taps(c.pos_emb_resample, r, c.pos_emb_height, R))
@@ -270,7 +278,7 @@ TEST(VisionTower, MatchesTheDoubleReferenceInBothVariants) {
     int64_t row = 0;
     for (size_t i = 0; i < images.size(); ++i) {
       SCOPED_TRACE("image " + std::to_string(i));
-      const std::vector<double> want = reference(c, store, images[i]);
+      const std::vector<double> want = reference(c, Weights(store), images[i]);
       EXPECT_LE(scaled_error(out.data() + row * c.text_hidden_size, want), 2e-5);
       row += tower.tokens(images[i]);
     }
@@ -279,6 +287,46 @@ TEST(VisionTower, MatchesTheDoubleReferenceInBothVariants) {
     tower.forward({&images[1], 1}, alone.data(), Precision::F32, test::test_workspace());
     for (size_t i = 0; i < alone.size(); ++i)
       EXPECT_NEAR(alone[i], out[size_t(6 * c.text_hidden_size) + i], 1e-5) << i;
+  }
+}
+
+TEST(VisionTower, GradientsMatchFiniteDifferences) {
+  for (const Config& c : {k25_like(), k3_like()}) {
+    SCOPED_TRACE(c.bias ? "K2.5-like" : "K3-like");
+    ParamStore store;
+    VisionTower tower(store, c);
+    store.allocate();
+    randomize(store, 21);
+    store.zero_grads();
+    // The learned grid's own size and a resized one, in one batch.
+    const std::vector<float> a = test::normal_floats(4 * 6 * c.patch_values(), 1),
+                             b = test::normal_floats(2 * 4 * c.patch_values(), 2);
+    const std::vector<TowerImage> images = {{4, 6, a.data()}, {2, 4, b.data()}};
+    const int64_t tokens = tower.tokens(images[0]) + tower.tokens(images[1]);
+    const std::vector<float> d_out = test::normal_floats(tokens * c.text_hidden_size, 3);
+    std::vector<float> out(d_out.size());
+    tower.forward(images, out.data(), Precision::F32, test::test_workspace(), /*save=*/true);
+    tower.backward(d_out.data(), test::test_workspace());
+
+    Weights weights(store);
+    auto loss = [&] {
+      double total = 0;
+      size_t i = 0;
+      for (const TowerImage& img : images)
+        for (double y : reference(c, weights, img)) total += d_out[i++] * y;
+      return total;
+    };
+    for (const auto& p : store.params()) {
+      const int64_t numel = p->numel();
+      std::vector<int64_t> entries = {0, numel / 3, 2 * numel / 3 + 1, numel - 1};
+      entries.erase(std::remove_if(entries.begin(), entries.end(), [&](int64_t e) { return e >= numel; }),
+                    entries.end());
+      const float* g = p->g();
+      EXPECT_GT(test::expect_gradients(p->name, loss, weights.values.at(p->name),
+                                       [&](int64_t e) { return double(g[e]); }, entries),
+                0.0)
+          << p->name << ": the entries tested nothing";
+    }
   }
 }
 

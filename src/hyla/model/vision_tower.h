@@ -56,14 +56,28 @@ class VisionTower {
   // Output rows an image gives: (grid_rows / merge)·(grid_cols / merge).
   int64_t tokens(const TowerImage& image) const;
   // The projector's rows of every image, in order, into out [Σ tokens, text_hidden_size]. Images
-  // attend only within themselves. Scratch grows to the largest call and is kept.
-  void forward(std::span<const TowerImage> images, float* out, Precision precision, Workspace& workspace);
+  // attend only within themselves. Scratch grows to the largest call and is kept. With `save`,
+  // every block keeps its activations (and `images` must stay valid) for backward().
+  void forward(std::span<const TowerImage> images, float* out, Precision precision, Workspace& workspace,
+               bool save = false);
+  // Given d_out [Σ tokens, text_hidden_size] for the last saved forward, adds every parameter's
+  // gradient (the pixels have none).
+  void backward(const float* d_out, Workspace& workspace);
 
  private:
   struct Norm {  // LayerNorm (weight, bias) or RMSNorm (weight) as the config says
     Param* weight = nullptr;
     Param* bias = nullptr;
-    void forward(const VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, float eps, float* y) const;
+    // stats: [rows, 2] (LayerNorm's mean and 1/σ; RMSNorm uses the first rows values for 1/rms).
+    void forward(VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, float eps, float* y,
+                 float* stats) const;
+    // dx (= or += when accumulate) from dy; adds to the weight's (and bias's) gradient.
+    void backward(VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, const float* stats,
+                  const float* dy, float* dx, bool accumulate, Workspace& workspace) const;
+  };
+  // One block's activations: its own buffers when saving, the shared scratch otherwise.
+  struct BlockActivations {
+    float *x_in, *stats0, *normed0, *q, *k, *v, *attn, *lse, *x_mid, *stats1, *normed1, *pre_gelu;
   };
   struct Block {
     Norm norm0, norm1;
@@ -84,9 +98,17 @@ class VisionTower {
   Param *proj0_bias_ = nullptr, *proj2_bias_ = nullptr;
   Norm post_norm_;  // PatchMergerV2: RMSNorm over the output
 
-  // Scratch, grown to the largest call.
-  Tensor x_, normed_, qkv_, q_, k_, v_, attn_, lse_, hidden_, merged_, projected_, rope_, pos_;
+  // Activations (one arena, carved per block when saving) and scratch, grown to the largest call.
+  Tensor arena_, rope_, pos_, scratch_;
+  std::vector<BlockActivations> acts_;
+  float *x_final_ = nullptr, *stats_final_ = nullptr, *normed_final_ = nullptr;  // final norm's input, stats, output
+  float *merged_raw_ = nullptr, *stats_pre_ = nullptr, *merged_ = nullptr;     // the merge, before and after pre_norm
+  float *pre_gelu_proj_ = nullptr, *post_gelu_proj_ = nullptr, *out_pre_ = nullptr, *stats_post_ = nullptr;
   std::vector<int64_t> starts_, patch_rows_, patch_cols_;
+  std::vector<TowerImage> saved_images_;
+  int64_t patches_ = 0, out_rows_ = 0;
+  Precision precision_ = Precision::F32;
+  bool saved_ = false;
 };
 
 }  // namespace hyla
