@@ -110,7 +110,7 @@ void add_chat(CLI::App& app) {
     }
     std::vector<ChatMessage> history;
     std::vector<ChatImage> attached;  // /image: for the next user message
-    const int64_t patch_size = model->config().vision.patch_size;
+    const int64_t patch_size = model->config().vision.position_pixels();
     if (!system.empty()) history.push_back({"system", system, {}, {}, {}});
     const size_t fixed = history.size();
     if (interactive)

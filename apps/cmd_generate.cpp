@@ -73,7 +73,7 @@ void add_generate(CLI::App& app) {
       request.images.push_back(to_model_image(read_image_file(file), model->config().vision, file));
     request.prompt = request.images.empty()
                          ? tokenizer.encode(prompt, /*allow_special=*/true)
-                         : encode_with_images(tokenizer, prompt, request.images, model->config().vision.patch_size, true);
+                         : encode_with_images(tokenizer, prompt, request.images, model->config().vision.position_pixels(), true);
     HYLA_CHECK(!request.prompt.empty(), "generate: the prompt encodes to no tokens");
     EngineOptions options;
     options.max_sequences = 1;

@@ -286,6 +286,140 @@ std::vector<double> reference_kda(const ModelConfig& c, const SpecWeights& w, co
 }
 
 
+namespace {
+
+// PyTorch's source taps along one axis (align_corners=False), in double.
+std::vector<std::pair<int64_t, double>> resize_taps(GridResample mode, int64_t o, int64_t in, int64_t out) {
+  double s = double(in) / double(out) * (double(o) + 0.5) - 0.5;
+  auto clamp = [&](int64_t i) { return std::min(std::max<int64_t>(i, 0), in - 1); };
+  if (mode == GridResample::Bilinear) {
+    s = std::max(s, 0.0);
+    const int64_t i0 = int64_t(s);
+    return {{clamp(i0), 1 - (s - double(i0))}, {clamp(i0 + 1), s - double(i0)}};
+  }
+  const double a = -0.75, f = std::floor(s), t = s - f;
+  auto kernel = [a](double d) {
+    d = std::abs(d);
+    return d <= 1 ? (a + 2) * d * d * d - (a + 3) * d * d + 1 : a * d * d * d - 5 * a * d * d + 8 * a * d - 4 * a;
+  };
+  std::vector<std::pair<int64_t, double>> r;
+  for (int k = -1; k <= 2; ++k) r.push_back({clamp(int64_t(f) + k), kernel(t - k)});
+  return r;
+}
+
+// y[n, out] = x[n, in]·Wᵀ (+ b when `bias`), W = name.weight.
+std::vector<double> linear_rows(const std::vector<double>& x, int64_t n, const ParamValues& P, const std::string& name,
+                                int64_t out, int64_t in, bool bias) {
+  const std::vector<double>& w = P.at(name + ".weight");
+  std::vector<double> y(size_t(n * out));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = bias ? P.at(name + ".bias")[size_t(o)] : 0.0;
+      for (int64_t i = 0; i < in; ++i) s += x[size_t(r * in + i)] * w[size_t(o * in + i)];
+      y[size_t(r * out + o)] = s;
+    }
+  return y;
+}
+
+// Each `dim`-wide row of x normalised in place: LayerNorm with bias, or RMSNorm.
+void norm_rows(std::vector<double>& x, int64_t dim, const ParamValues& P, const std::string& name, bool layer_norm,
+               double eps) {
+  const std::vector<double>& w = P.at(name + ".weight");
+  for (size_t r = 0; r < x.size() / size_t(dim); ++r) {
+    double* row = &x[r * size_t(dim)];
+    double mean = 0, var = 0;
+    if (layer_norm) {
+      for (int64_t j = 0; j < dim; ++j) mean += row[j];
+      mean /= double(dim);
+    }
+    for (int64_t j = 0; j < dim; ++j) var += (row[j] - mean) * (row[j] - mean);
+    const double inv = 1 / std::sqrt(var / double(dim) + eps);
+    for (int64_t j = 0; j < dim; ++j)
+      row[j] = (row[j] - mean) * inv * w[size_t(j)] + (layer_norm ? P.at(name + ".bias")[size_t(j)] : 0.0);
+  }
+}
+
+}  // namespace
+
+std::vector<double> reference_moonvit(const VisionConfig& v, int64_t d, const ParamValues& P, int64_t R, int64_t C,
+                                      const std::vector<double>& patches) {
+  const MoonVitConfig& c = v.moonvit;
+  const int64_t D = c.hidden_size, H = c.num_heads, hd = c.head_dim, inner = H * hd, I = c.intermediate_size;
+  const int64_t n = R * C, m = c.merge, values = v.channels * v.patch_size * v.patch_size;
+  const bool ln = c.norm == VisionNorm::LayerNorm;
+  std::vector<double> x = linear_rows(patches, n, P, "vision_tower.patch_embed.proj", D, values, c.bias);
+  const std::vector<double>& pos = P.at("vision_tower.patch_embed.pos_emb.weight");
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t col = 0; col < C; ++col)
+      for (const auto& [i, wi] : resize_taps(c.pos_emb_resample, r, c.pos_emb_height, R))
+        for (const auto& [j, wj] : resize_taps(c.pos_emb_resample, col, c.pos_emb_width, C))
+          for (int64_t e = 0; e < D; ++e)
+            x[size_t((r * C + col) * D + e)] += wi * wj * pos[size_t((i * c.pos_emb_width + j) * D + e)];
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "vision_tower.encoder.blocks." + std::to_string(l);
+    std::vector<double> h = x;
+    norm_rows(h, D, P, p + ".norm0", ln, c.norm_eps);
+    std::vector<double> qkv = linear_rows(h, n, P, p + ".wqkv", 3 * inner, D, c.bias);
+    // 2-D rotary positions on q and k: dims (4i, 4i+1) by column·f_i, (4i+2, 4i+3) by row·f_i.
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t part = 0; part < 2; ++part)
+        for (int64_t head = 0; head < H; ++head) {
+          double* q = &qkv[size_t(t * 3 * inner + part * inner + head * hd)];
+          for (int64_t i = 0; i < hd / 4; ++i) {
+            const double f = std::pow(c.rope_theta, -4.0 * double(i) / double(hd));
+            for (int64_t axis = 0; axis < 2; ++axis) {
+              const double angle = double(axis == 0 ? t % C : t / C) * f;
+              const double a = q[4 * i + 2 * axis], b = q[4 * i + 2 * axis + 1];
+              q[4 * i + 2 * axis] = a * std::cos(angle) - b * std::sin(angle);
+              q[4 * i + 2 * axis + 1] = a * std::sin(angle) + b * std::cos(angle);
+            }
+          }
+        }
+    std::vector<double> o(size_t(n * inner), 0.0), scores(static_cast<size_t>(n));
+    for (int64_t head = 0; head < H; ++head)
+      for (int64_t t = 0; t < n; ++t) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t s = 0; s < n; ++s) {
+          double dot = 0;
+          for (int64_t e = 0; e < hd; ++e)
+            dot += qkv[size_t(t * 3 * inner + head * hd + e)] * qkv[size_t(s * 3 * inner + inner + head * hd + e)];
+          scores[size_t(s)] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, scores[size_t(s)]);
+        }
+        for (int64_t s = 0; s < n; ++s) sum += scores[size_t(s)] = std::exp(scores[size_t(s)] - mx);
+        for (int64_t s = 0; s < n; ++s)
+          for (int64_t e = 0; e < hd; ++e)
+            o[size_t(t * inner + head * hd + e)] +=
+                scores[size_t(s)] / sum * qkv[size_t(s * 3 * inner + 2 * inner + head * hd + e)];
+      }
+    const std::vector<double> attn = linear_rows(o, n, P, p + ".wo", D, inner, c.bias);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += attn[i];
+    h = x;
+    norm_rows(h, D, P, p + ".norm1", ln, c.norm_eps);
+    std::vector<double> u = linear_rows(h, n, P, p + ".mlp.fc0", I, D, c.bias);
+    for (double& e : u) e = 0.5 * e * (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)));
+    const std::vector<double> mlp = linear_rows(u, n, P, p + ".mlp.fc1", D, I, c.bias);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += mlp[i];
+  }
+  norm_rows(x, D, P, "vision_tower.encoder.final_layernorm", ln, c.norm_eps);
+  const bool v1 = c.projector == VisionProjector::PatchMerger;
+  if (v1) norm_rows(x, D, P, "mm_projector.pre_norm", true, c.projector_eps);  // per patch, before the merge
+  const int64_t tokens = (R / m) * (C / m), merged = m * m * D;
+  std::vector<double> cat;
+  for (int64_t gi = 0; gi < R / m; ++gi)
+    for (int64_t gj = 0; gj < C / m; ++gj)
+      for (int64_t wi = 0; wi < m; ++wi)
+        for (int64_t wj = 0; wj < m; ++wj) {
+          const double* row = &x[size_t(((gi * m + wi) * C + gj * m + wj) * D)];
+          cat.insert(cat.end(), row, row + D);
+        }
+  std::vector<double> mid = linear_rows(cat, tokens, P, "mm_projector.proj.0", merged, merged, v1);
+  for (double& e : mid) e = 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)));
+  std::vector<double> out = linear_rows(mid, tokens, P, "mm_projector.proj.2", d, merged, v1);
+  if (!v1) norm_rows(out, d, P, "mm_projector.post_norm", false, c.projector_eps);
+  return out;
+}
+
 std::vector<double> reference_logits(const ModelConfig& c, const ParamValues& params, const TokenBatch& tokens,
                                      const std::vector<int32_t>& ids, const std::vector<Image>& images,
                                      int32_t image_pad_id) {
@@ -295,9 +429,30 @@ std::vector<double> reference_logits(const ModelConfig& c, const ParamValues& pa
   Rows x(size_t(N * d));
   for (int64_t r = 0; r < N; ++r)
     for (int64_t j = 0; j < d; ++j) x[size_t(r * d + j)] = all.at("model.embed_tokens.weight")[size_t(ids[size_t(r)] * d + j)];
-  // §7: pad rows, in order, take W_patch · patch + b + row_embed[r] + col_embed[c].
+  // §7.2: pad rows, in order, take each image's MoonViT rows, its patches (x/255 − mean)/std.
   int64_t row = 0;
   for (const Image& img : images) {
+    if (c.vision.tower != VisionTower::MoonVit) break;
+    const MoonVitConfig& m = c.vision.moonvit;
+    const int64_t P = c.vision.patch_size, R = img.height / P, C = img.width / P;
+    std::vector<double> patches;
+    for (int64_t gr = 0; gr < R; ++gr)
+      for (int64_t gc = 0; gc < C; ++gc)
+        for (int64_t ch = 0; ch < 3; ++ch)
+          for (int64_t y = 0; y < P; ++y)
+            for (int64_t xx = 0; xx < P; ++xx)
+              patches.push_back((img.pixels[size_t(((gr * P + y) * img.width + gc * P + xx) * 3 + ch)] / 255.0 -
+                                 m.image_mean[size_t(ch)]) / m.image_std[size_t(ch)]);
+    const std::vector<double> rows = reference_moonvit(c.vision, d, params, R, C, patches);
+    for (size_t t = 0; t < rows.size() / size_t(d); ++t) {
+      while (ids[size_t(row)] != image_pad_id) ++row;
+      std::copy(rows.begin() + int64_t(t) * d, rows.begin() + int64_t(t + 1) * d, x.begin() + row * d);
+      ++row;
+    }
+  }
+  // §7.1: pad rows, in order, take W_patch · patch + b + row_embed[r] + col_embed[c].
+  for (const Image& img : images) {
+    if (c.vision.tower == VisionTower::MoonVit) break;
     const int64_t P = c.vision.patch_size, C = img.channels;
     for (int64_t gr = 0; gr < img.height / P; ++gr)
       for (int64_t gc = 0; gc < img.width / P; ++gc) {

@@ -49,6 +49,11 @@ MoeReference reference_moe(const ModelConfig& c, const SpecWeights& P, const std
 std::vector<double> reference_dense(const ModelConfig& c, const SpecWeights& P, const std::vector<double>& u,
                                     int64_t n);
 
+// §7.2: MoonViT and its projector on one image given as its normalised patches [R·Cg, 3·P·P]
+// (channel-first): the rows [tokens, d] that take its placeholders.
+std::vector<double> reference_moonvit(const VisionConfig& v, int64_t d, const ParamValues& params, int64_t grid_rows,
+                                      int64_t grid_cols, const std::vector<double>& patches);
+
 // §2 + §6 (+ §7): the logits [rows, V] of the whole model for token ids over a packed batch; the
 // rows holding `image_pad_id` take the images' patch embeddings, in order.
 std::vector<double> reference_logits(const ModelConfig& c, const ParamValues& params, const TokenBatch& tokens,

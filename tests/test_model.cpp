@@ -347,6 +347,86 @@ TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
   EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);
 }
 
+// SPEC §7.2: MoonViT's merged tokens replace the <|image_pad|> rows, in both published variants;
+// its parameters' gradients come through the language model.
+TEST(Model, MoonVitImagesMatchTheSpecAndTheirGradients) {
+  for (const bool k3 : {false, true}) {
+    SCOPED_TRACE(k3 ? "K3's variant" : "K2.5's variant");
+    const ModelConfig config = test::nano_config([k3](json& j) {
+      j["vision"] = {{"enabled", true}, {"tower", "moonvit"}, {"patch_size", 2}, {"channels", 3},
+                     {"moonvit",
+                      {{"hidden_size", 16}, {"num_heads", 2}, {"head_dim", 8}, {"num_layers", 1},
+                       {"intermediate_size", 24}, {"pos_emb_height", 3}, {"pos_emb_width", 3}}}};
+      if (k3)
+        j["vision"]["moonvit"].update({{"norm", "rmsnorm"}, {"norm_eps", 0.0078125}, {"bias", false},
+                                       {"pos_emb_resample", "bilinear"}, {"projector", "patchmergerv2"}});
+    });
+    EXPECT_EQ(ModelConfig::from_json(config.to_json()).to_json(), config.to_json());
+    Model model(config);
+    EXPECT_EQ(model.params().numel(), count_parameters(config).total_sum());
+    test::randomize_params(model.params(), 23);
+    const int32_t pad = 250;
+    Image img{8, 12, 3, {}};  // 4 × 6 patches of 2×2: 2 × 3 merged tokens
+    std::mt19937 rng(5);
+    for (int i = 0; i < 8 * 12 * 3; ++i) img.pixels.push_back(uint8_t(rng() % 256));
+    ModelInput in;
+    in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
+    in.tokens = TokenBatch::packed({12});
+    in.images = {img};
+    in.image_pad_id = pad;
+    for (size_t r = 0; r < in.ids.size(); ++r)
+      in.targets.push_back(r + 1 < in.ids.size() && in.ids[r + 1] != pad ? in.ids[r + 1] : -1);
+    in.targets.back() = 3;
+    const Tensor logits = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
+    test::ParamValues p = values_of(model);
+    EXPECT_LT(max_relative(logits.data<float>(), test::reference_logits(config, p, in.tokens, in.ids, in.images, pad)),
+              1e-4);
+
+    model.params().zero_grads();
+    model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true});
+    auto loss = [&] {
+      const auto l = test::reference_logits(config, p, in.tokens, in.ids, in.images, pad);
+      double total = 0;
+      int n = 0;
+      for (size_t r = 0; r < in.ids.size(); ++r) {
+        if (in.targets[r] < 0) continue;
+        const double* row = l.data() + r * 256;
+        double top = row[0], sum = 0;
+        for (int j = 0; j < 256; ++j) top = std::max(top, row[j]);
+        for (int j = 0; j < 256; ++j) sum += std::exp(row[j] - top);
+        total += top + std::log(sum) - row[in.targets[r]];
+        ++n;
+      }
+      return total / n;
+    };
+    for (const char* name : {"vision_tower.patch_embed.proj.weight", "vision_tower.patch_embed.pos_emb.weight",
+                             "vision_tower.encoder.blocks.0.wqkv.weight", "vision_tower.encoder.blocks.0.norm1.weight",
+                             "mm_projector.proj.0.weight", "mm_projector.proj.2.weight"}) {
+      const Param& param = model.params().get(name);
+      double scale = 0;
+      for (int64_t i = 0; i < param.numel(); ++i) scale = std::max(scale, double(std::fabs(param.grad.data<float>()[i])));
+      EXPECT_GT(scale, 0.0) << name;
+      for (int trial = 0; trial < 4; ++trial) {
+        const size_t i = rng() % size_t(param.numel());
+        const double h = 1e-6, saved = p[name][i];
+        p[name][i] = saved + h;
+        const double plus = loss();
+        p[name][i] = saved - h;
+        const double minus = loss();
+        p[name][i] = saved;
+        EXPECT_NEAR(param.grad.data<float>()[i], (plus - minus) / (2 * h), 2e-3 * scale + 1e-7) << name << "[" << i << "]";
+      }
+    }
+    // Wrong inputs are errors, not crashes.
+    in.ids[3] = 7;  // one pad short of the image's 6 tokens
+    EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);
+    in.ids[3] = pad;
+    in.images[0].width = 10;  // not whole merge windows
+    in.images[0].pixels.resize(8 * 10 * 3);
+    EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);
+  }
+}
+
 TEST(Model, SaveLoadRoundTrips) {
   const ModelConfig config = test::nano_config();
   Model model(config);

@@ -8,6 +8,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/moonvit_image.h"
 #include "hyla/io/base64.h"
+#include "hyla/model/moonvit.h"
 #include "test_util.h"
 
 namespace hyla {
@@ -32,8 +33,14 @@ TEST(MoonVitImage, ResizesAsPillowDoesToTheByte) {
   }
 }
 
+VisionConfig kimi_vision(int64_t patch_size = 14) {
+  VisionConfig v;
+  v.enabled = true, v.tower = VisionTower::MoonVit, v.patch_size = patch_size, v.channels = 3;
+  return v;
+}
+
 TEST(MoonVitImage, SizeRuleNeverUpscalesAndBoundsThePatches) {
-  const MoonVitImageRules rules;
+  const VisionConfig rules = kimi_vision();
   // Small enough: kept, padded to whole 28-pixel windows.
   MoonVitSize s = moonvit_size(100, 60, rules);
   EXPECT_EQ(s.width, 100);
@@ -56,16 +63,17 @@ TEST(MoonVitImage, SizeRuleNeverUpscalesAndBoundsThePatches) {
 }
 
 TEST(MoonVitImage, PatchesAreChannelFirstNormalisedAndPaddedWithBlack) {
-  MoonVitImageRules rules;
-  rules.patch_size = 2;
+  const VisionConfig vision = kimi_vision(2);
   // 3×2 pixels: resized to itself, padded to 4×4 (grid 2×2 patches of 2×2).
   std::vector<uint8_t> px;
   for (int i = 0; i < 3 * 2 * 3; ++i) px.push_back(uint8_t(i * 10));
-  MoonVitSize size;
-  const std::vector<float> p = moonvit_patches(rgb_image(3, 2, px), rules, "test", &size);
-  ASSERT_EQ(size.grid_rows, 2);
-  ASSERT_EQ(size.grid_cols, 2);
-  ASSERT_EQ(p.size(), size_t(4 * 12));
+  const Image model_image = moonvit_model_image(rgb_image(3, 2, px), vision, "test");
+  ASSERT_EQ(model_image.width, 4);
+  ASSERT_EQ(model_image.height, 4);
+  std::vector<float> p(size_t(4 * 12), NAN);
+  const TowerImage grid = moonvit_patchify(model_image, vision, "test", p.data());
+  ASSERT_EQ(grid.grid_rows, 2);
+  ASSERT_EQ(grid.grid_cols, 2);
   auto value = [](uint8_t v) { return float((v / 255.0 - 0.5) * 2.0); };
   // Patch (0, 0), channel 1, pixel (y 1, x 0) is source pixel (1, 0): index (1·3 + 0)·3 + 1.
   EXPECT_FLOAT_EQ(p[size_t(1 * 4 + 1 * 2 + 0)], value(px[(1 * 3 + 0) * 3 + 1]));
@@ -76,9 +84,12 @@ TEST(MoonVitImage, PatchesAreChannelFirstNormalisedAndPaddedWithBlack) {
   for (int i = 0; i < 12; ++i) EXPECT_FLOAT_EQ(p[size_t(24 + i)], -1.0f);
 }
 
-TEST(MoonVitImage, RefusesAnImageThatIsNotRgb) {
+TEST(MoonVitImage, RefusesAnImageThatIsNotRgbOrNotWholeWindows) {
   const Image grey{4, 4, 1, std::vector<uint8_t>(16)};
-  EXPECT_THROW(moonvit_patches(grey, {}, "grey.png", nullptr), Error);
+  EXPECT_THROW(moonvit_model_image(grey, kimi_vision(2), "grey.png"), Error);
+  const Image odd{4, 6, 3, std::vector<uint8_t>(72)};
+  std::vector<float> out(1000);
+  EXPECT_THROW(moonvit_patchify(odd, kimi_vision(2), "odd.png", out.data()), Error);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ namespace {
 
 using json = nlohmann::json;
 
-VisionConfig vision7() { return {true, 7, 1, 8}; }
+VisionConfig vision7() { return {.enabled = true, .patch_size = 7, .channels = 1, .max_grid = 8}; }
 
 Image striped(int64_t h, int64_t w, uint8_t seed) {
   Image img{h, w, 1, std::vector<uint8_t>(size_t(h * w))};

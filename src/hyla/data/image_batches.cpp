@@ -27,7 +27,7 @@ ImagePrompt image_prompt(const ImageRecord& record, const Tokenizer& tokenizer, 
   ImagePrompt p;
   p.image = to_model_image(stored, vision, source, /*fit=*/true);
   const std::string_view question = record.caption.substr(0, size_t(record.prompt_bytes));
-  append_image_span(tokenizer, p.image, vision.patch_size, p.prompt);
+  append_image_span(tokenizer, p.image, vision.position_pixels(), p.prompt);
   tokenizer.encode_append(question, false, p.prompt);
   p.answer = tokenizer.encode(record.caption.substr(size_t(record.prompt_bytes)));
   return p;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hyla/core/error.h"
+#include "hyla/data/moonvit_image.h"
 #include "hyla/io/file.h"
 
 namespace hyla {
@@ -246,6 +247,11 @@ std::string encode_png(const Image& image) {
 }
 
 Image to_model_image(const Image& image, const VisionConfig& vision, std::string_view source, bool fit) {
+  if (vision.tower == VisionTower::MoonVit) {  // its processor's rule, which always fits (SPEC §7.2)
+    HYLA_CHECK(image.channels == 1 || image.channels == 3, "{}: a {}-channel image; images are grey (1) or RGB (3)",
+               source, image.channels);
+    return moonvit_model_image(convert_channels(image, 3), vision, source);
+  }
   const int64_t P = vision.patch_size, G = vision.max_grid, side = G * P;
   HYLA_CHECK(P > 0 && G > 0 && (vision.channels == 1 || vision.channels == 3),
              "{}: vision.patch_size {}, vision.max_grid {} and vision.channels {} cannot read an image", source, P, G,
@@ -274,7 +280,7 @@ Image to_model_image(const Image& image, const VisionConfig& vision, std::string
 }
 
 int64_t patch_count(const Image& model_image, const VisionConfig& vision) {
-  const int64_t P = vision.patch_size;
+  const int64_t P = vision.position_pixels();
   HYLA_CHECK(P > 0 && model_image.height % P == 0 && model_image.width % P == 0,
              "image of {}x{} pixels is not a whole number of {}x{} patches", model_image.width, model_image.height, P, P);
   return (model_image.height / P) * (model_image.width / P);

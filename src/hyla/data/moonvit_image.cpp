@@ -57,8 +57,9 @@ uint8_t clip8(int32_t v) {
 
 }  // namespace
 
-MoonVitSize moonvit_size(int64_t width, int64_t height, const MoonVitImageRules& rules) {
-  const int64_t P = rules.patch_size, side = rules.patch_limit_on_one_side * P;
+MoonVitSize moonvit_size(int64_t width, int64_t height, const VisionConfig& vision) {
+  const MoonVitConfig& rules = vision.moonvit;
+  const int64_t P = vision.patch_size, side = rules.patch_limit_on_one_side * P;
   const double patches = std::max(1.0, double(width / P)) * std::max(1.0, double(height / P));
   const double scale = std::min({1.0, std::sqrt(double(rules.in_patch_limit) / patches), double(side) / double(width),
                                  double(side) / double(height)});
@@ -107,31 +108,18 @@ Image resize_like_pillow_bicubic(const Image& image, int64_t width, int64_t heig
   return current;
 }
 
-std::vector<float> moonvit_patches(const Image& rgb, const MoonVitImageRules& rules, std::string_view source,
-                                   MoonVitSize* size) {
+Image moonvit_model_image(const Image& rgb, const VisionConfig& vision, std::string_view source) {
   HYLA_CHECK(rgb.channels == 3, "{}: a {}-channel image; the vision tower reads RGB", source, rgb.channels);
   HYLA_CHECK(rgb.width > 0 && rgb.height > 0 && int64_t(rgb.pixels.size()) == rgb.width * rgb.height * 3,
              "{}: an empty or inconsistent {}x{} image", source, rgb.width, rgb.height);
-  const MoonVitSize s = moonvit_size(rgb.width, rgb.height, rules);
+  const MoonVitSize s = moonvit_size(rgb.width, rgb.height, vision);
   const Image resized = resize_like_pillow_bicubic(rgb, s.width, s.height);
-  const int64_t P = rules.patch_size, values = 3 * P * P;
-  std::vector<float> patches(size_t(s.grid_rows * s.grid_cols * values));
-  // x/255 in double, then − mean and × 1/std, as the processor's numpy does; a padded pixel is 0.
-  auto normalised = [&](uint8_t v, int64_t c) {
-    return float((double(v) / 255.0 - double(rules.mean[size_t(c)])) * (1.0 / double(rules.std[size_t(c)])));
-  };
-  for (int64_t r = 0; r < s.grid_rows; ++r)
-    for (int64_t col = 0; col < s.grid_cols; ++col) {
-      float* out = patches.data() + (r * s.grid_cols + col) * values;
-      for (int64_t c = 0; c < 3; ++c)
-        for (int64_t y = 0; y < P; ++y)
-          for (int64_t x = 0; x < P; ++x) {
-            const int64_t py = r * P + y, px = col * P + x;
-            *out++ = normalised(py < s.height && px < s.width ? resized.pixels[size_t((py * s.width + px) * 3 + c)] : 0, c);
-          }
-    }
-  if (size) *size = s;
-  return patches;
+  const int64_t P = vision.patch_size;
+  Image padded{s.grid_rows * P, s.grid_cols * P, 3, {}};
+  padded.pixels.assign(size_t(padded.height * padded.width * 3), 0);
+  for (int64_t y = 0; y < s.height; ++y)
+    std::copy_n(resized.pixels.begin() + y * s.width * 3, s.width * 3, padded.pixels.begin() + y * padded.width * 3);
+  return padded;
 }
 
 }  // namespace hyla

@@ -135,7 +135,7 @@ std::vector<PromptInput> Scheduler::checked_image_rows(const GenerationRequest& 
   }
   const VisionConfig& v = model_->config().vision;
   HYLA_CHECK(v.enabled, "the request has images but this model reads none (vision.enabled is false)");
-  const int64_t P = v.patch_size;
+  const int64_t P = v.position_pixels();
   std::vector<PromptInput> rows;
   int64_t row = 0;
   for (size_t i = 0; i < request.images.size(); ++i) {
@@ -143,7 +143,7 @@ std::vector<PromptInput> Scheduler::checked_image_rows(const GenerationRequest& 
     HYLA_CHECK(img.channels == v.channels, "image {}: {} channels, the model reads {}", i + 1, img.channels, v.channels);
     HYLA_CHECK(img.height > 0 && img.width > 0 && img.height % P == 0 && img.width % P == 0,
                "image {}: {}x{} pixels is not a whole number of {}x{} patches", i + 1, img.width, img.height, P, P);
-    HYLA_CHECK(img.height / P <= v.max_grid && img.width / P <= v.max_grid,
+    HYLA_CHECK(v.tower != VisionTower::Patches || (img.height / P <= v.max_grid && img.width / P <= v.max_grid),
                "image {}: {}x{} patches exceed vision.max_grid {}", i + 1, img.width / P, img.height / P, v.max_grid);
     HYLA_CHECK(int64_t(img.pixels.size()) == img.height * img.width * img.channels, "image {}: {} bytes for {}x{}x{}",
                i + 1, img.pixels.size(), img.height, img.width, img.channels);
@@ -168,7 +168,7 @@ std::vector<PromptInput> Scheduler::checked_image_rows(const GenerationRequest& 
 Scheduler::RequestId Scheduler::add(GenerationRequest request) {
   std::vector<PromptInput> images = checked_image_rows(request);
   auto active = std::make_unique<Active>(next_id_++, std::move(request));
-  const int64_t P = model_->config().vision.patch_size;
+  const int64_t P = model_->config().vision.position_pixels();
   for (size_t i = 0; i < images.size(); ++i) {
     const Image& img = active->request.images[i];
     active->image_ends.push_back(images[i].row + (img.height / P) * (img.width / P));

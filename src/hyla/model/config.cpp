@@ -45,6 +45,22 @@ constexpr std::array<std::pair<Balancing, const char*>, 4> kBalancing{{{Balancin
                                                                         {Balancing::BiasSign, "bias_sign"},
                                                                         {Balancing::AuxLoss, "aux_loss"},
                                                                         {Balancing::None, "none"}}};
+constexpr std::array<std::pair<VisionTower, const char*>, 2> kVisionTowers{
+    {{VisionTower::Patches, "patches"}, {VisionTower::MoonVit, "moonvit"}}};
+constexpr std::array<std::pair<VisionNorm, const char*>, 2> kVisionNorms{
+    {{VisionNorm::LayerNorm, "layernorm"}, {VisionNorm::RmsNorm, "rmsnorm"}}};
+constexpr std::array<std::pair<VisionProjector, const char*>, 2> kVisionProjectors{
+    {{VisionProjector::PatchMerger, "patchmerger"}, {VisionProjector::PatchMergerV2, "patchmergerv2"}}};
+constexpr std::array<std::pair<GridResample, const char*>, 2> kGridResamples{
+    {{GridResample::Bicubic, "bicubic"}, {GridResample::Bilinear, "bilinear"}}};
+
+// An enum-valued key of `f` into `value`, named by `names`.
+template <typename E, size_t N>
+void read_enum(JsonFields& f, const char* key, E& value, const std::array<std::pair<E, const char*>, N>& names) {
+  std::string text = enum_name(value, names);
+  f.read(key, text);
+  value = parse_enum(text, names, f, key);
+}
 
 }  // namespace
 
@@ -52,6 +68,10 @@ const char* to_string(LayerType t) { return enum_name(t, kLayerTypes); }
 const char* to_string(KdaGate g) { return enum_name(g, kGates); }
 const char* to_string(Activation a) { return enum_name(a, kActivations); }
 const char* to_string(Balancing b) { return enum_name(b, kBalancing); }
+const char* to_string(VisionTower t) { return enum_name(t, kVisionTowers); }
+const char* to_string(VisionNorm n) { return enum_name(n, kVisionNorms); }
+const char* to_string(VisionProjector p) { return enum_name(p, kVisionProjectors); }
+const char* to_string(GridResample r) { return enum_name(r, kGridResamples); }
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   ModelConfig c;
@@ -144,9 +164,34 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
 
   JsonFields vision = f.object("vision");
   vision.read("enabled", c.vision.enabled);
+  read_enum(vision, "tower", c.vision.tower, kVisionTowers);
   vision.read("patch_size", c.vision.patch_size);
   vision.read("channels", c.vision.channels);
   vision.read("max_grid", c.vision.max_grid);
+  if (vision.has("moonvit")) {
+    MoonVitConfig& m = c.vision.moonvit;
+    JsonFields t = vision.object("moonvit");
+    t.read("hidden_size", m.hidden_size);
+    t.read("num_heads", m.num_heads);
+    t.read("head_dim", m.head_dim);
+    t.read("num_layers", m.num_layers);
+    t.read("intermediate_size", m.intermediate_size);
+    t.read("pos_emb_height", m.pos_emb_height);
+    t.read("pos_emb_width", m.pos_emb_width);
+    read_enum(t, "pos_emb_resample", m.pos_emb_resample, kGridResamples);
+    read_enum(t, "norm", m.norm, kVisionNorms);
+    t.read("norm_eps", m.norm_eps);
+    t.read("bias", m.bias);
+    t.read("rope_theta", m.rope_theta);
+    t.read("merge", m.merge);
+    read_enum(t, "projector", m.projector, kVisionProjectors);
+    t.read("projector_eps", m.projector_eps);
+    t.read("in_patch_limit", m.in_patch_limit);
+    t.read("patch_limit_on_one_side", m.patch_limit_on_one_side);
+    t.read("image_mean", m.image_mean);
+    t.read("image_std", m.image_std);
+    t.finish();
+  }
   vision.finish();
 
   f.finish();
@@ -237,6 +282,23 @@ void ModelConfig::validate(const std::string& source) const {
   positive(vision.patch_size, "vision.patch_size");
   positive(vision.channels, "vision.channels");
   positive(vision.max_grid, "vision.max_grid");
+  if (vision.tower == VisionTower::MoonVit) {
+    const MoonVitConfig& m = vision.moonvit;
+    rule(vision.channels == 3, fmt::format("vision.channels ({}) must be 3 for the moonvit tower", vision.channels));
+    for (const auto& [value, name] :
+         {std::pair{m.hidden_size, "hidden_size"}, {m.num_heads, "num_heads"}, {m.head_dim, "head_dim"},
+          {m.num_layers, "num_layers"}, {m.intermediate_size, "intermediate_size"}, {m.pos_emb_height, "pos_emb_height"},
+          {m.pos_emb_width, "pos_emb_width"}, {m.merge, "merge"}, {m.in_patch_limit, "in_patch_limit"},
+          {m.patch_limit_on_one_side, "patch_limit_on_one_side"}})
+      rule(value > 0, fmt::format("vision.moonvit.{} ({}) must be > 0", name, value));
+    rule(m.head_dim % 4 == 0,
+         fmt::format("vision.moonvit.head_dim ({}) must be a multiple of 4 (2-D rotary pairs)", m.head_dim));
+    rule(m.norm_eps > 0 && m.projector_eps > 0, "vision.moonvit.norm_eps and projector_eps must be > 0");
+    rule(m.rope_theta > 1, fmt::format("vision.moonvit.rope_theta ({}) must be > 1", m.rope_theta));
+    rule(m.image_mean.size() == 3 && m.image_std.size() == 3,
+         "vision.moonvit.image_mean and image_std need one value per channel (3)");
+    for (double sd : m.image_std) rule(sd > 0, fmt::format("vision.moonvit.image_std ({}) must be > 0", sd));
+  }
 }
 
 json ModelConfig::to_json() const {
@@ -273,10 +335,24 @@ json ModelConfig::to_json() const {
         {"balancing", to_string(moe.balancing)}, {"bias_update_speed", moe.bias_update_speed},
         {"aux_loss_coef", moe.aux_loss_coef}}},
       {"attn_res", {{"enabled", attn_res.enabled}, {"block_size", attn_res.block_size}}},
-      {"vision",
-       {{"enabled", vision.enabled}, {"patch_size", vision.patch_size}, {"channels", vision.channels},
-        {"max_grid", vision.max_grid}}},
+      {"vision", vision_json()},
   };
+}
+
+json ModelConfig::vision_json() const {
+  json v = {{"enabled", vision.enabled}, {"tower", to_string(vision.tower)}, {"patch_size", vision.patch_size},
+            {"channels", vision.channels}, {"max_grid", vision.max_grid}};
+  if (vision.tower != VisionTower::MoonVit) return v;
+  const MoonVitConfig& m = vision.moonvit;
+  v["moonvit"] = {{"hidden_size", m.hidden_size}, {"num_heads", m.num_heads}, {"head_dim", m.head_dim},
+                  {"num_layers", m.num_layers}, {"intermediate_size", m.intermediate_size},
+                  {"pos_emb_height", m.pos_emb_height}, {"pos_emb_width", m.pos_emb_width},
+                  {"pos_emb_resample", to_string(m.pos_emb_resample)}, {"norm", to_string(m.norm)},
+                  {"norm_eps", m.norm_eps}, {"bias", m.bias}, {"rope_theta", m.rope_theta}, {"merge", m.merge},
+                  {"projector", to_string(m.projector)}, {"projector_eps", m.projector_eps},
+                  {"in_patch_limit", m.in_patch_limit}, {"patch_limit_on_one_side", m.patch_limit_on_one_side},
+                  {"image_mean", m.image_mean}, {"image_std", m.image_std}};
+  return v;
 }
 
 }  // namespace hyla

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "hyla/kernels/resample.h"
+
 namespace hyla {
 
 enum class LayerType { Kda, Mla, Swa };
@@ -65,11 +67,38 @@ struct AttnResConfig {
   int64_t block_size = 2;
 };
 
+enum class VisionTower { Patches, MoonVit };  // SPEC §7.1, §7.2
+enum class VisionNorm { LayerNorm, RmsNorm };  // MoonViT's: K2.5's LayerNorm with bias, K3's RMSNorm
+enum class VisionProjector { PatchMerger, PatchMergerV2 };  // K2.5's, K3's
+
+// MoonViT's options (SPEC §7.2); the patch size and channels are VisionConfig's, the output width
+// is the model's hidden_size.
+struct MoonVitConfig {
+  int64_t hidden_size = 1152, num_heads = 16, head_dim = 72, num_layers = 27, intermediate_size = 4304;
+  int64_t pos_emb_height = 64, pos_emb_width = 64;  // the learned grid, resized to each image's
+  GridResample pos_emb_resample = GridResample::Bicubic;
+  VisionNorm norm = VisionNorm::LayerNorm;
+  double norm_eps = 1e-5;
+  bool bias = true;  // of the patch convolution, wqkv, wo, fc0 and fc1
+  double rope_theta = 10000.0;
+  int64_t merge = 2;
+  VisionProjector projector = VisionProjector::PatchMerger;
+  double projector_eps = 1e-5;
+  // The processor's rules (data/moonvit_image.h): patches an image may have, and along one side.
+  int64_t in_patch_limit = 16384, patch_limit_on_one_side = 512;
+  std::vector<double> image_mean{0.5, 0.5, 0.5}, image_std{0.5, 0.5, 0.5};
+};
+
 struct VisionConfig {
   bool enabled = false;
+  VisionTower tower = VisionTower::Patches;
   int64_t patch_size = 7;
   int64_t channels = 1;
-  int64_t max_grid = 8;
+  int64_t max_grid = 8;  // the patch embedding's grid (tower "patches")
+  MoonVitConfig moonvit;  // tower "moonvit"
+  // Pixels along each side of the square one image position covers: a patch, or MoonViT's merge
+  // window of patches.
+  int64_t position_pixels() const { return tower == VisionTower::MoonVit ? moonvit.merge * patch_size : patch_size; }
 };
 
 struct ModelConfig {
@@ -91,6 +120,7 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source = "config.json");
   static ModelConfig load(const std::string& path);
   nlohmann::json to_json() const;  // every key, so a saved config.json is complete
+  nlohmann::json vision_json() const;  // the "vision" object (moonvit's keys with that tower only)
   void validate(const std::string& source = "config.json") const;
 
   bool is_moe_layer(int64_t layer) const { return layer >= moe.first_k_dense_replace; }
@@ -101,5 +131,9 @@ const char* to_string(LayerType t);
 const char* to_string(KdaGate g);
 const char* to_string(Activation a);
 const char* to_string(Balancing b);
+const char* to_string(VisionTower t);
+const char* to_string(VisionNorm n);
+const char* to_string(VisionProjector p);
+const char* to_string(GridResample r);
 
 }  // namespace hyla

@@ -37,7 +37,9 @@ Model::Model(const ModelConfig& config, bool allocate) : config_(config) {
   const int64_t d = config_.hidden_size;
   const float eps = float(config_.rms_norm_eps);
   embed_ = &params_.add("model.embed_tokens.weight", {config_.vocab_size, d}, Init::Normal, Component::Embeddings);
-  if (config_.vision.enabled) {
+  if (config_.vision.enabled && config_.vision.tower == VisionTower::MoonVit) {
+    moonvit_ = std::make_unique<MoonVit>(params_, config_.vision, d);
+  } else if (config_.vision.enabled) {
     const VisionConfig& v = config_.vision;
     patch_proj_ = Linear(params_, "model.vision.patch_proj", v.patch_size * v.patch_size * v.channels, d,
                          Component::Vision, Init::Normal, WeightStorage::FloatOnly);
@@ -164,7 +166,7 @@ void Model::grow(int64_t rows, bool backward) {
   }
 }
 
-void Model::embed(const ModelInput& in) {
+void Model::embed(const ModelInput& in, Precision precision, bool save) {
   const int64_t N = in.tokens.rows, d = config_.hidden_size, V = config_.vocab_size;
   HYLA_CHECK(int64_t(in.ids.size()) == N, "model input: {} token ids for {} rows", in.ids.size(), N);
   HYLA_CHECK(in.targets.empty() || int64_t(in.targets.size()) == N, "model input: {} targets for {} rows",
@@ -186,6 +188,7 @@ void Model::embed(const ModelInput& in) {
   const float* table = embed_->v();
   gather_rows(table, d, in.ids.data(), N, x0);
 
+  if (moonvit_) return embed_moonvit(in, precision, save);
   // Images: each patch row's embedding is W_patch · patch + b + row_embed[r] + col_embed[c].
   patch_rows_.clear();
   int64_t pads = 0;
@@ -239,6 +242,43 @@ void Model::embed(const ModelInput& in) {
     for (int64_t j = 0; j < d; ++j) row[j] = e[j] + patch_bias_->v()[j] + re[j] + ce[j];
   }
   patch_grid_ = grid;
+}
+
+// MoonViT (SPEC §7.2): each image's merged tokens, in order, take the <|image_pad|> rows.
+void Model::embed_moonvit(const ModelInput& in, Precision precision, bool save) {
+  const int64_t N = in.tokens.rows, d = config_.hidden_size;
+  patch_rows_.clear();
+  if (in.image_pad_id >= 0)
+    for (int64_t r = 0; r < N; ++r)
+      if (in.ids[size_t(r)] == in.image_pad_id) patch_rows_.push_back(r);
+  const int64_t pads = int64_t(patch_rows_.size());
+  if (in.images.empty()) {
+    HYLA_CHECK(pads == 0, "model input: {} <|image_pad|> rows but no images", pads);
+    return;
+  }
+  HYLA_CHECK(in.image_pad_id >= 0, "model input has images but no image_pad_id");
+  const VisionConfig& v = config_.vision;
+  const int64_t P = v.patch_size, values = moonvit_->patch_values();
+  int64_t patches = 0;
+  for (const Image& img : in.images) patches += (img.height / P) * (img.width / P);
+  if (!patches_.defined() || patches_.numel() < std::max<int64_t>(patches, 1) * values)
+    patches_ = Tensor::empty(DType::F32, {std::max<int64_t>(patches, 1), values});
+  tower_images_.clear();
+  int64_t tokens = 0, offset = 0;
+  for (size_t i = 0; i < in.images.size(); ++i) {
+    const TowerImage t = moonvit_patchify(in.images[i], v, fmt::format("image {}", i),
+                                          patches_.data<float>() + offset * values);
+    tower_images_.push_back(t);
+    offset += t.grid_rows * t.grid_cols;
+    tokens += moonvit_->tokens(t);
+  }
+  HYLA_CHECK(pads == tokens, "model input: {} <|image_pad|> rows but the images have {} tokens", pads, tokens);
+  if (!tower_rows_.defined() || tower_rows_.numel() < std::max<int64_t>(pads, 1) * d)
+    tower_rows_ = Tensor::empty(DType::F32, {std::max<int64_t>(pads, 1), d});
+  moonvit_->forward(tower_images_, tower_rows_.data<float>(), precision, workspace_, save);
+  float* x0 = stream_[0].data<float>();
+  for (int64_t i = 0; i < pads; ++i)
+    std::memcpy(x0 + patch_rows_[size_t(i)] * d, tower_rows_.data<float>() + i * d, size_t(d) * sizeof(float));
 }
 
 const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches) {
@@ -329,6 +369,12 @@ void Model::body_backward(const float* d_final) {
   scatter_add_rows(dx0, d, embedded_ids_.data(), N, dembed);
   if (patch_rows_.empty()) return;
   const int64_t pads = int64_t(patch_rows_.size());
+  if (moonvit_) {
+    for (int64_t i = 0; i < pads; ++i)
+      std::memcpy(tower_rows_.data<float>() + i * d, dx0 + patch_rows_[size_t(i)] * d, size_t(d) * sizeof(float));
+    moonvit_->backward(tower_rows_.data<float>(), workspace_);
+    return;
+  }
   Tensor dpatch = Tensor::empty(DType::F32, {pads, d});
   for (int64_t i = 0; i < pads; ++i) {
     const float* src = dx0 + patch_rows_[size_t(i)] * d;
@@ -404,7 +450,7 @@ ForwardResult Model::forward(const ModelInput& in, const ForwardOptions& options
   timings_ = {};
   grow(in.tokens.rows, options.backward);
   input_ = &in;
-  embed(in);
+  embed(in, options.precision, options.backward);
   const ForwardContext ctx{in.tokens, workspace_, options.precision, options.backward, options.loss_scale};
   if (offload_) offload_->count_tokens(in.tokens.rows);
   const float* h = body_forward(ctx, caches);

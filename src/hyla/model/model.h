@@ -18,6 +18,7 @@
 #include "hyla/model/ffn.h"
 #include "hyla/model/layers.h"
 #include "hyla/model/mixers.h"
+#include "hyla/model/moonvit.h"
 #include "hyla/model/params.h"
 
 namespace hyla {
@@ -149,7 +150,8 @@ class Model {
     std::vector<int> sources;
   };
   void check_input(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches) const;
-  void embed(const ModelInput& in);
+  void embed(const ModelInput& in, Precision precision, bool save);
+  void embed_moonvit(const ModelInput& in, Precision precision, bool save);
   // Runs the layers from stream 0 (the embedding); returns the final hidden rows (pre-norm).
   const float* body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches);
   void body_backward(const float* d_final);
@@ -173,6 +175,7 @@ class Model {
   AttnRes out_res_;
   Linear patch_proj_;
   Param *patch_bias_ = nullptr, *row_embed_ = nullptr, *col_embed_ = nullptr;
+  std::unique_ptr<MoonVit> moonvit_;  // vision.tower "moonvit" (SPEC §7.2), in place of the patch embedding
 
   // Activations of the last forward, grown to the largest batch and reused. The residual stream
   // holds x0 and, per layer, the stream (or AttnRes partial) after the mixer and after the FFN.
@@ -185,7 +188,9 @@ class Model {
   std::vector<int64_t> patch_rows_;  // rows that hold image patches (for the vision gradients)
   std::vector<int32_t> embedded_ids_;  // the embedding backward's token ids, -1 at patch rows
   std::vector<std::pair<int64_t, int64_t>> patch_grid_;  // (grid row, grid column) of each patch
-  Tensor patches_;                   // [patch rows, P·P·C] normalised pixels
+  Tensor patches_;                   // [patch rows, P·P·C] normalised pixels (MoonViT: its patches)
+  std::vector<TowerImage> tower_images_;  // MoonViT's images of the last forward, over patches_
+  Tensor tower_rows_;                     // [image rows, d]: MoonViT's output, then its gradient
   std::vector<LayerCache*> slots_;  // one layer's cache slot per sequence, during a cached forward
   std::vector<const float*> sources_;  // an AttnRes's stream entries, during a forward
   Workspace workspace_;             // every layer's and kernel's scratch (core/workspace.h)

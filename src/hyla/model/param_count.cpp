@@ -26,8 +26,19 @@ ParamCounts count_parameters(const ModelConfig& c) {
   add_all(Component::Embeddings, c.vocab_size * d * (c.tie_word_embeddings ? 1 : 2));
   add_all(Component::Norms, d * (2 * c.num_hidden_layers + 1));
   if (c.attn_res.enabled) add_all(Component::AttnRes, 4 * d * c.num_hidden_layers + 2 * d);
-  if (c.vision.enabled) {
-    const int64_t patch = c.vision.patch_size * c.vision.patch_size * c.vision.channels;
+  const int64_t patch = c.vision.patch_size * c.vision.patch_size * c.vision.channels;
+  if (c.vision.enabled && c.vision.tower == VisionTower::MoonVit) {
+    const MoonVitConfig& m = c.vision.moonvit;
+    const int64_t D = m.hidden_size, inner = m.num_heads * m.head_dim, I = m.intermediate_size;
+    const int64_t merged = m.merge * m.merge * D, b = m.bias ? 1 : 0;
+    const int64_t norm = m.norm == VisionNorm::LayerNorm ? 2 * D : D;
+    const int64_t block = 2 * norm + (D + b) * 3 * inner + (inner + b) * D + (D + b) * I + (I + b) * D;
+    const int64_t projector = m.projector == VisionProjector::PatchMerger
+                                  ? 2 * D + (merged + 1) * merged + (merged + 1) * d
+                                  : merged * merged + merged * d + d;
+    add_all(Component::Vision, (patch + b) * D + m.pos_emb_height * m.pos_emb_width * D + m.num_layers * block +
+                                   norm + projector);
+  } else if (c.vision.enabled) {
     add_all(Component::Vision, d * patch + d + 2 * c.vision.max_grid * d);
   }
 

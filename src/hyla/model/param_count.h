@@ -19,7 +19,7 @@ enum class Component : uint8_t {
   DenseFfn,       // dense FFN layers (l < first_k_dense_replace)
   AttnRes,        // AttnRes pseudo-queries and norms
   Norms,          // input/post-attention layernorms and the final norm
-  Vision,         // patch projection and grid embeddings
+  Vision,         // patch projection and grid embeddings, or MoonViT's tower and projector
   kCount
 };
 constexpr int kNumComponents = int(Component::kCount);

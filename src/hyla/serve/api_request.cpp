@@ -465,7 +465,7 @@ ApiRequest parse_chat_request(const json& body, const Tokenizer& tokenizer, cons
 
   std::vector<int32_t> prompt;
   try {
-    prompt = chat_template.encode(chat, /*add_generation_prompt=*/true, options, limits.vision.patch_size);
+    prompt = chat_template.encode(chat, /*add_generation_prompt=*/true, options, limits.vision.position_pixels());
   } catch (const Error& e) {
     invalid("messages", e.what());
   }

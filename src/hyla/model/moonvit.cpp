@@ -1,4 +1,4 @@
-#include "hyla/model/vision_tower.h"
+#include "hyla/model/moonvit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,28 +40,29 @@ float* grow(Tensor& t, int64_t n) {
 
 }  // namespace
 
-void VisionTowerConfig::validate(const std::string& source) const {
-  auto positive = [&](int64_t v, const char* name) {
-    HYLA_CHECK(v > 0, "{}: vision tower {} must be positive, got {}", source, name, v);
-  };
-  positive(patch_size, "patch_size");
-  positive(channels, "channels");
-  positive(hidden_size, "hidden_size");
-  positive(num_heads, "num_heads");
-  positive(head_dim, "head_dim");
-  positive(num_layers, "num_layers");
-  positive(intermediate_size, "intermediate_size");
-  positive(pos_emb_height, "pos_emb_height");
-  positive(pos_emb_width, "pos_emb_width");
-  positive(merge, "merge");
-  positive(text_hidden_size, "text_hidden_size");
-  HYLA_CHECK(head_dim % 4 == 0, "{}: vision tower head_dim {} is not a multiple of 4 (2-D rotary pairs)", source,
-             head_dim);
-  HYLA_CHECK(norm_eps > 0 && projector_eps > 0, "{}: vision tower norm epsilons must be positive", source);
-  HYLA_CHECK(rope_theta > 1, "{}: vision tower rope_theta must exceed 1, got {}", source, rope_theta);
+TowerImage moonvit_patchify(const Image& image, const VisionConfig& vision, std::string_view source, float* out) {
+  const int64_t P = vision.patch_size, window = vision.moonvit.merge * P;
+  HYLA_CHECK(image.channels == 3 && image.height > 0 && image.width > 0 && image.height % window == 0 &&
+                 image.width % window == 0 && int64_t(image.pixels.size()) == image.height * image.width * 3,
+             "{}: a {}x{}x{} image; the vision tower reads RGB with sides multiples of {}", source, image.width,
+             image.height, image.channels, window);
+  const MoonVitConfig& m = vision.moonvit;
+  // x/255 in double, then − mean and × 1/std, as the processor's numpy does.
+  float table[3][256];
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v)
+      table[c][v] = float((double(v) / 255.0 - m.image_mean[size_t(c)]) * (1.0 / m.image_std[size_t(c)]));
+  const TowerImage grid{image.height / P, image.width / P, out};
+  for (int64_t r = 0; r < grid.grid_rows; ++r)
+    for (int64_t col = 0; col < grid.grid_cols; ++col)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t y = 0; y < P; ++y)
+          for (int64_t x = 0; x < P; ++x)
+            *out++ = table[c][image.pixels[size_t(((r * P + y) * image.width + col * P + x) * 3 + c)]];
+  return grid;
 }
 
-VisionTower::Norm VisionTower::make_norm(ParamStore& store, const std::string& name, int64_t dim,
+MoonVit::Norm MoonVit::make_norm(ParamStore& store, const std::string& name, int64_t dim,
                                          bool with_bias) const {
   Norm n;
   n.weight = &store.add(name + ".weight", {dim}, Init::Ones, Component::Vision, /*weight_decay=*/false);
@@ -69,34 +70,39 @@ VisionTower::Norm VisionTower::make_norm(ParamStore& store, const std::string& n
   return n;
 }
 
-Param* VisionTower::make_bias(ParamStore& store, const std::string& name, int64_t dim, bool present) const {
+Param* MoonVit::make_bias(ParamStore& store, const std::string& name, int64_t dim, bool present) const {
   return present ? &store.add(name + ".bias", {dim}, Init::Zeros, Component::Vision, false) : nullptr;
 }
 
-void VisionTower::Norm::forward(VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, float eps,
+void MoonVit::Norm::forward(VisionNorm kind, const float* x, int64_t rows, int64_t dim, float eps,
                                 float* y, float* stats) const {
-  if (kind == VisionTowerConfig::Norm::LayerNorm)
+  if (kind == VisionNorm::LayerNorm)
     layernorm_forward(x, dim, weight->v(), bias ? bias->v() : nullptr, rows, dim, eps, y, dim, stats);
   else
     rmsnorm_forward(x, dim, weight->v(), rows, dim, eps, y, dim, stats);
 }
 
-void VisionTower::Norm::backward(VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim,
+void MoonVit::Norm::backward(VisionNorm kind, const float* x, int64_t rows, int64_t dim,
                                  const float* stats, const float* dy, float* dx, bool accumulate,
                                  Workspace& workspace) const {
-  if (kind == VisionTowerConfig::Norm::LayerNorm)
+  if (kind == VisionNorm::LayerNorm)
     layernorm_backward(x, dim, weight->v(), stats, dy, dim, rows, dim, dx, dim, accumulate, weight->g(),
                        bias ? bias->g() : nullptr, workspace);
   else
     rmsnorm_backward(x, dim, weight->v(), stats, dy, dim, rows, dim, dx, dim, accumulate, weight->g(), workspace);
 }
 
-VisionTower::VisionTower(ParamStore& store, const VisionTowerConfig& config) : config_(config) {
-  config_.validate("vision tower");
-  const VisionTowerConfig& c = config_;
+MoonVit::MoonVit(ParamStore& store, const VisionConfig& vision, int64_t text_hidden)
+    : config_(vision.moonvit),
+      patch_values_(vision.channels * vision.patch_size * vision.patch_size),
+      text_hidden_(text_hidden) {
+  const MoonVitConfig& c = config_;
+  HYLA_CHECK(c.head_dim > 0 && c.head_dim % 4 == 0 && c.merge > 0,
+             "vision tower: head_dim {} must be a positive multiple of 4 (2-D rotary pairs), merge {} positive",
+             c.head_dim, c.merge);
   const int64_t D = c.hidden_size, inner = c.num_heads * c.head_dim, merged = c.merge * c.merge * D;
-  const bool layer_norm = c.norm == VisionTowerConfig::Norm::LayerNorm;
-  patch_embed_ = Linear(store, "vision_tower.patch_embed.proj", c.patch_values(), D, Component::Vision);
+  const bool layer_norm = c.norm == VisionNorm::LayerNorm;
+  patch_embed_ = Linear(store, "vision_tower.patch_embed.proj", patch_values_, D, Component::Vision);
   patch_bias_ = make_bias(store, "vision_tower.patch_embed.proj", D, c.bias);
   pos_emb_ = &store.add("vision_tower.patch_embed.pos_emb.weight", {c.pos_emb_height, c.pos_emb_width, D},
                         Init::Normal, Component::Vision);
@@ -116,24 +122,24 @@ VisionTower::VisionTower(ParamStore& store, const VisionTowerConfig& config) : c
     blocks_.push_back(b);
   }
   final_norm_ = make_norm(store, "vision_tower.encoder.final_layernorm", D, layer_norm);
-  const bool v1 = c.projector == VisionTowerConfig::Projector::PatchMerger;
+  const bool v1 = c.projector == VisionProjector::PatchMerger;
   if (v1) pre_norm_ = make_norm(store, "mm_projector.pre_norm", D, true);
   proj0_ = Linear(store, "mm_projector.proj.0", merged, merged, Component::Vision);
   proj0_bias_ = make_bias(store, "mm_projector.proj.0", merged, v1);
-  proj2_ = Linear(store, "mm_projector.proj.2", merged, c.text_hidden_size, Component::Vision);
-  proj2_bias_ = make_bias(store, "mm_projector.proj.2", c.text_hidden_size, v1);
-  if (!v1) post_norm_ = make_norm(store, "mm_projector.post_norm", c.text_hidden_size, false);
+  proj2_ = Linear(store, "mm_projector.proj.2", merged, text_hidden_, Component::Vision);
+  proj2_bias_ = make_bias(store, "mm_projector.proj.2", text_hidden_, v1);
+  if (!v1) post_norm_ = make_norm(store, "mm_projector.post_norm", text_hidden_, false);
 }
 
-int64_t VisionTower::tokens(const TowerImage& image) const {
+int64_t MoonVit::tokens(const TowerImage& image) const {
   return (image.grid_rows / config_.merge) * (image.grid_cols / config_.merge);
 }
 
-void VisionTower::forward(std::span<const TowerImage> images, float* out, Precision precision, Workspace& workspace,
+void MoonVit::forward(std::span<const TowerImage> images, float* out, Precision precision, Workspace& workspace,
                           bool save) {
-  const VisionTowerConfig& c = config_;
+  const MoonVitConfig& c = config_;
   const int64_t D = c.hidden_size, H = c.num_heads, hd = c.head_dim, inner = H * hd, I = c.intermediate_size;
-  const int64_t m = c.merge, merged = m * m * D, text = c.text_hidden_size, L = c.num_layers;
+  const int64_t m = c.merge, merged = m * m * D, text = text_hidden_, L = c.num_layers;
   const float eps = float(c.norm_eps);
   const auto norm = c.norm;
 
@@ -246,7 +252,7 @@ void VisionTower::forward(std::span<const TowerImage> images, float* out, Precis
   // The projector.
   const float* cat = merged_raw_;
   if (pre_norm_.weight) {
-    pre_norm_.forward(VisionTowerConfig::Norm::LayerNorm, merged_raw_, out_rows * m * m, D, float(c.projector_eps),
+    pre_norm_.forward(VisionNorm::LayerNorm, merged_raw_, out_rows * m * m, D, float(c.projector_eps),
                       merged_, stats_pre_);
     cat = merged_;
   }
@@ -257,15 +263,15 @@ void VisionTower::forward(std::span<const TowerImage> images, float* out, Precis
   proj2_.forward(post_gelu_proj_, out_rows, z, precision);
   add_bias(proj2_bias_, out_rows, text, z);
   if (post_norm_.weight)
-    post_norm_.forward(VisionTowerConfig::Norm::RmsNorm, out_pre_, out_rows, text, float(c.projector_eps), out,
+    post_norm_.forward(VisionNorm::RmsNorm, out_pre_, out_rows, text, float(c.projector_eps), out,
                        stats_post_);
 }
 
-void VisionTower::backward(const float* d_out, Workspace& workspace) {
+void MoonVit::backward(const float* d_out, Workspace& workspace) {
   HYLA_CHECK(saved_, "vision tower: backward without a saved forward");
-  const VisionTowerConfig& c = config_;
+  const MoonVitConfig& c = config_;
   const int64_t D = c.hidden_size, H = c.num_heads, hd = c.head_dim, inner = H * hd, I = c.intermediate_size;
-  const int64_t m = c.merge, merged = m * m * D, text = c.text_hidden_size, L = c.num_layers;
+  const int64_t m = c.merge, merged = m * m * D, text = text_hidden_, L = c.num_layers;
   const int64_t n = patches_, T = out_rows_, batch = int64_t(saved_images_.size());
   const Precision precision = precision_;
   const auto norm = c.norm;
@@ -283,7 +289,7 @@ void VisionTower::backward(const float* d_out, Workspace& workspace) {
   // The projector, back to the merge.
   std::copy(d_out, d_out + T * text, d_z);
   if (post_norm_.weight)
-    post_norm_.backward(VisionTowerConfig::Norm::RmsNorm, out_pre_, T, text, stats_post_, d_out, d_z, false, workspace);
+    post_norm_.backward(VisionNorm::RmsNorm, out_pre_, T, text, stats_post_, d_out, d_z, false, workspace);
   add_bias_grad(proj2_bias_, d_z, T, text);
   proj2_.backward_weight(post_gelu_proj_, d_z, T, precision);
   proj2_.backward_input(d_z, T, d_mid, precision);
@@ -292,7 +298,7 @@ void VisionTower::backward(const float* d_out, Workspace& workspace) {
   proj0_.backward_weight(pre_norm_.weight ? merged_ : merged_raw_, d_mid, T, precision);
   proj0_.backward_input(d_mid, T, d_cat, precision);
   if (pre_norm_.weight)
-    pre_norm_.backward(VisionTowerConfig::Norm::LayerNorm, merged_raw_, T * m * m, D, stats_pre_, d_cat, d_cat, false,
+    pre_norm_.backward(VisionNorm::LayerNorm, merged_raw_, T * m * m, D, stats_pre_, d_cat, d_cat, false,
                        workspace);
   // The merge's transpose: each window piece back to its patch row.
   float* d_y = work;  // [n, D]

@@ -9,36 +9,17 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "hyla/core/image.h"
 #include "hyla/core/tensor.h"
-#include "hyla/kernels/resample.h"
+#include "hyla/model/config.h"
 #include "hyla/model/context.h"
 #include "hyla/model/layers.h"
 #include "hyla/model/params.h"
 
 namespace hyla {
-
-struct VisionTowerConfig {
-  enum class Norm : uint8_t { LayerNorm, RmsNorm };    // LayerNorm with a bias (K2.5), RMSNorm without (K3)
-  enum class Projector : uint8_t { PatchMerger, PatchMergerV2 };  // K2.5's, K3's (SPEC §7.2)
-
-  int64_t patch_size = 14, channels = 3;
-  int64_t hidden_size = 1152, num_heads = 16, head_dim = 72, num_layers = 27, intermediate_size = 4304;
-  int64_t pos_emb_height = 64, pos_emb_width = 64;  // the learned grid, resized to each image's
-  GridResample pos_emb_resample = GridResample::Bicubic;
-  Norm norm = Norm::LayerNorm;
-  double norm_eps = 1e-5;
-  bool bias = true;  // of the patch convolution, wqkv, wo, fc0 and fc1
-  double rope_theta = 10000.0;
-  int64_t merge = 2;
-  Projector projector = Projector::PatchMerger;
-  double projector_eps = 1e-5;
-  int64_t text_hidden_size = 7168;
-
-  int64_t patch_values() const { return channels * patch_size * patch_size; }
-  void validate(const std::string& source) const;
-};
 
 struct TowerImage {
   int64_t grid_rows = 0, grid_cols = 0;  // patches; multiples of merge
@@ -47,11 +28,17 @@ struct TowerImage {
   const float* patches = nullptr;
 };
 
-class VisionTower {
+// An image as the tower reads it (SPEC §7.2; data/moonvit_image.h makes one): RGB, sides multiples
+// of merge·P. Writes its patches into out [rows·cols, 3·P·P], each value (x/255 − mean)/std,
+// channel-first, and returns the grid. The failure names `source`.
+TowerImage moonvit_patchify(const Image& image, const VisionConfig& vision, std::string_view source, float* out);
+
+class MoonVit {
  public:
-  // Registers the tower's and projector's parameters in `store` (Component::Vision).
-  VisionTower(ParamStore& store, const VisionTowerConfig& config);
-  const VisionTowerConfig& config() const { return config_; }
+  // Registers the tower's and projector's parameters in `store` (Component::Vision): the options
+  // of vision.moonvit, vision's patch size and channels, rows of `text_hidden` values out.
+  MoonVit(ParamStore& store, const VisionConfig& vision, int64_t text_hidden);
+  int64_t patch_values() const { return patch_values_; }  // C·P·P, a patch's values
 
   // Output rows an image gives: (grid_rows / merge)·(grid_cols / merge).
   int64_t tokens(const TowerImage& image) const;
@@ -69,10 +56,10 @@ class VisionTower {
     Param* weight = nullptr;
     Param* bias = nullptr;
     // stats: [rows, 2] (LayerNorm's mean and 1/σ; RMSNorm uses the first rows values for 1/rms).
-    void forward(VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, float eps, float* y,
+    void forward(VisionNorm kind, const float* x, int64_t rows, int64_t dim, float eps, float* y,
                  float* stats) const;
     // dx (= or += when accumulate) from dy; adds to the weight's (and bias's) gradient.
-    void backward(VisionTowerConfig::Norm kind, const float* x, int64_t rows, int64_t dim, const float* stats,
+    void backward(VisionNorm kind, const float* x, int64_t rows, int64_t dim, const float* stats,
                   const float* dy, float* dx, bool accumulate, Workspace& workspace) const;
   };
   // One block's activations: its own buffers when saving, the shared scratch otherwise.
@@ -87,7 +74,8 @@ class VisionTower {
   Norm make_norm(ParamStore& store, const std::string& name, int64_t dim, bool with_bias) const;
   Param* make_bias(ParamStore& store, const std::string& name, int64_t dim, bool present) const;
 
-  VisionTowerConfig config_;
+  MoonVitConfig config_;
+  int64_t patch_values_ = 0, text_hidden_ = 0;
   Linear patch_embed_;
   Param* patch_bias_ = nullptr;
   Param* pos_emb_ = nullptr;  // [pos_emb_height, pos_emb_width, D]
