@@ -52,10 +52,18 @@ void print_config(const ModelConfig& c) {
              c.moe.num_experts, c.moe.num_experts_per_tok, c.moe.num_shared_experts, c.moe.moe_intermediate_size,
              c.moe.first_k_dense_replace, c.moe.intermediate_size, c.moe.router_latent_dim, c.moe.latent_dim,
              to_string(c.moe.activation), to_string(c.moe.balancing));
+  const MoonVitConfig& m = c.vision.moonvit;
+  const std::string vision =
+      !c.vision.enabled ? "off"
+      : c.vision.tower == VisionTower::MoonVit
+          ? fmt::format("moonvit patch {} width {} heads {}x{} blocks {} mlp {} grid {}x{} ({}) norm {} merge {} "
+                        "projector {}",
+                        c.vision.patch_size, m.hidden_size, m.num_heads, m.head_dim, m.num_layers, m.intermediate_size,
+                        m.pos_emb_height, m.pos_emb_width, to_string(m.pos_emb_resample), to_string(m.norm), m.merge,
+                        to_string(m.projector))
+          : fmt::format("patch {} channels {} grid {}", c.vision.patch_size, c.vision.channels, c.vision.max_grid);
   fmt::print("  attn_res: {} (block {})  vision: {}\n", c.attn_res.enabled ? "on" : "off", c.attn_res.block_size,
-             c.vision.enabled ? fmt::format("patch {} channels {} grid {}", c.vision.patch_size, c.vision.channels,
-                                            c.vision.max_grid)
-                              : "off");
+             vision);
 }
 
 // A GGUF's (or split set's) own tensors: ggml type, shape as stored, bytes, shard; and bytes per type.

@@ -285,28 +285,17 @@ TEST(Model, AProcessHoldsOnlyItsExperts) {
   EXPECT_EQ(exchange.call, whole.moe_layers().size());
 }
 
-// SPEC §7: an image's patches replace the <|image_pad|> rows; no loss is computed at them.
-TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
-  const ModelConfig config = test::nano_config([](json& j) { j["vision"]["enabled"] = true; j["vision"]["channels"] = 2; });
-  Model model(config);
-  test::randomize_params(model.params(), 21);
-  const int32_t pad = 250;
-  Image img{14, 21, 2, {}};  // 2 × 3 patches of 7×7×2
-  std::mt19937 rng(4);
-  for (int i = 0; i < 14 * 21 * 2; ++i) img.pixels.push_back(uint8_t(rng() % 256));
-  ModelInput in;
-  in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
-  in.tokens = TokenBatch::packed({12});
-  in.images = {img};
-  in.image_pad_id = pad;
-  for (size_t r = 0; r < in.ids.size(); ++r) in.targets.push_back(r + 1 < in.ids.size() && in.ids[r + 1] != pad ? in.ids[r + 1] : -1);
-  in.targets.back() = 3;
+// A model with images in its prompt against SPEC's double reference (tests/spec_reference.h): the
+// logits, then the gradients of the mean next-token loss over 4 random entries of each of `names`.
+void expect_image_model_matches_the_spec(const ModelConfig& config, Model& model, const ModelInput& in,
+                                         const std::vector<const char*>& names, std::mt19937& rng) {
+  const int32_t pad = in.image_pad_id;
   const Tensor logits = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
   test::ParamValues p = values_of(model);
-  EXPECT_LT(max_relative(logits.data<float>(), test::reference_logits(config, p, in.tokens, in.ids, in.images, pad)), 1e-4);
-
+  EXPECT_LT(max_relative(logits.data<float>(), test::reference_logits(config, p, in.tokens, in.ids, in.images, pad)),
+            1e-4);
   model.params().zero_grads();
-  model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true}).loss;
+  model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true});
   auto loss = [&] {
     const auto l = test::reference_logits(config, p, in.tokens, in.ids, in.images, pad);
     double total = 0;
@@ -322,8 +311,7 @@ TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
     }
     return total / n;
   };
-  for (const char* name : {"model.vision.patch_proj.weight", "model.vision.patch_proj.bias", "model.vision.row_embed",
-                           "model.vision.col_embed"}) {
+  for (const char* name : names) {
     const Param& param = model.params().get(name);
     double scale = 0;
     for (int64_t i = 0; i < param.numel(); ++i) scale = std::max(scale, double(std::fabs(param.grad.data<float>()[i])));
@@ -339,6 +327,36 @@ TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
       EXPECT_NEAR(param.grad.data<float>()[i], (plus - minus) / (2 * h), 2e-3 * scale + 1e-7) << name << "[" << i << "]";
     }
   }
+}
+
+// The prompt both image tests use: 6 image positions among 12 rows, each row's next token its target
+// (none at the pads).
+ModelInput image_prompt(const Image& img, int32_t pad) {
+  ModelInput in;
+  in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
+  in.tokens = TokenBatch::packed({12});
+  in.images = {img};
+  in.image_pad_id = pad;
+  for (size_t r = 0; r < in.ids.size(); ++r)
+    in.targets.push_back(r + 1 < in.ids.size() && in.ids[r + 1] != pad ? in.ids[r + 1] : -1);
+  in.targets.back() = 3;
+  return in;
+}
+
+// SPEC §7: an image's patches replace the <|image_pad|> rows; no loss is computed at them.
+TEST(Model, ImagePatchesMatchTheSpecAndTheirGradients) {
+  const ModelConfig config = test::nano_config([](json& j) { j["vision"]["enabled"] = true; j["vision"]["channels"] = 2; });
+  Model model(config);
+  test::randomize_params(model.params(), 21);
+  const int32_t pad = 250;
+  Image img{14, 21, 2, {}};  // 2 × 3 patches of 7×7×2
+  std::mt19937 rng(4);
+  for (int i = 0; i < 14 * 21 * 2; ++i) img.pixels.push_back(uint8_t(rng() % 256));
+  ModelInput in = image_prompt(img, pad);
+  expect_image_model_matches_the_spec(config, model, in,
+                                      {"model.vision.patch_proj.weight", "model.vision.patch_proj.bias",
+                                       "model.vision.row_embed", "model.vision.col_embed"},
+                                      rng);
   // Wrong inputs are errors, not crashes.
   in.ids[3] = 7;  // one pad short of the image's 6 patches
   EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);
@@ -369,54 +387,13 @@ TEST(Model, MoonVitImagesMatchTheSpecAndTheirGradients) {
     Image img{8, 12, 3, {}};  // 4 × 6 patches of 2×2: 2 × 3 merged tokens
     std::mt19937 rng(5);
     for (int i = 0; i < 8 * 12 * 3; ++i) img.pixels.push_back(uint8_t(rng() % 256));
-    ModelInput in;
-    in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
-    in.tokens = TokenBatch::packed({12});
-    in.images = {img};
-    in.image_pad_id = pad;
-    for (size_t r = 0; r < in.ids.size(); ++r)
-      in.targets.push_back(r + 1 < in.ids.size() && in.ids[r + 1] != pad ? in.ids[r + 1] : -1);
-    in.targets.back() = 3;
-    const Tensor logits = model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits;
-    test::ParamValues p = values_of(model);
-    EXPECT_LT(max_relative(logits.data<float>(), test::reference_logits(config, p, in.tokens, in.ids, in.images, pad)),
-              1e-4);
-
-    model.params().zero_grads();
-    model.forward(in, {.precision = Precision::F32, .outputs = Outputs::None, .backward = true});
-    auto loss = [&] {
-      const auto l = test::reference_logits(config, p, in.tokens, in.ids, in.images, pad);
-      double total = 0;
-      int n = 0;
-      for (size_t r = 0; r < in.ids.size(); ++r) {
-        if (in.targets[r] < 0) continue;
-        const double* row = l.data() + r * 256;
-        double top = row[0], sum = 0;
-        for (int j = 0; j < 256; ++j) top = std::max(top, row[j]);
-        for (int j = 0; j < 256; ++j) sum += std::exp(row[j] - top);
-        total += top + std::log(sum) - row[in.targets[r]];
-        ++n;
-      }
-      return total / n;
-    };
-    for (const char* name : {"vision_tower.patch_embed.proj.weight", "vision_tower.patch_embed.pos_emb.weight",
-                             "vision_tower.encoder.blocks.0.wqkv.weight", "vision_tower.encoder.blocks.0.norm1.weight",
-                             "mm_projector.proj.0.weight", "mm_projector.proj.2.weight"}) {
-      const Param& param = model.params().get(name);
-      double scale = 0;
-      for (int64_t i = 0; i < param.numel(); ++i) scale = std::max(scale, double(std::fabs(param.grad.data<float>()[i])));
-      EXPECT_GT(scale, 0.0) << name;
-      for (int trial = 0; trial < 4; ++trial) {
-        const size_t i = rng() % size_t(param.numel());
-        const double h = 1e-6, saved = p[name][i];
-        p[name][i] = saved + h;
-        const double plus = loss();
-        p[name][i] = saved - h;
-        const double minus = loss();
-        p[name][i] = saved;
-        EXPECT_NEAR(param.grad.data<float>()[i], (plus - minus) / (2 * h), 2e-3 * scale + 1e-7) << name << "[" << i << "]";
-      }
-    }
+    ModelInput in = image_prompt(img, pad);
+    expect_image_model_matches_the_spec(
+        config, model, in,
+        {"vision_tower.patch_embed.proj.weight", "vision_tower.patch_embed.pos_emb.weight",
+         "vision_tower.encoder.blocks.0.wqkv.weight", "vision_tower.encoder.blocks.0.norm1.weight",
+         "mm_projector.proj.0.weight", "mm_projector.proj.2.weight"},
+        rng);
     // Wrong inputs are errors, not crashes.
     in.ids[3] = 7;  // one pad short of the image's 6 tokens
     EXPECT_THROW(model.forward(in, {.precision = Precision::F32, .outputs = Outputs::All}).logits, Error);

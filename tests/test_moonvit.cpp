@@ -206,6 +206,24 @@ TEST(MoonVit, GradientsMatchFiniteDifferences) {
   }
 }
 
+// bf16 products (inference's precision) stay within bf16's rounding of the f32 forward.
+TEST(MoonVit, Bf16ProductsStayCloseToF32) {
+  const Config c = k3_like();
+  ParamStore store;
+  MoonVit tower(store, c.vision(), c.text_hidden_size);
+  store.allocate();
+  randomize(store, 31);
+  store.refresh_bf16();
+  const std::vector<float> pixels = test::normal_floats(4 * 6 * c.patch_values(), 4);
+  const TowerImage image{4, 6, pixels.data()};
+  std::vector<float> f32(size_t(tower.tokens(image) * c.text_hidden_size)), bf16(f32.size());
+  tower.forward({&image, 1}, f32.data(), Precision::F32, test::test_workspace());
+  tower.forward({&image, 1}, bf16.data(), Precision::BF16, test::test_workspace());
+  const std::vector<double> want(f32.begin(), f32.end());
+  EXPECT_LT(scaled_error(bf16.data(), want), 3e-2);
+  EXPECT_GT(scaled_error(bf16.data(), want), 0.0);  // the products did run in bf16
+}
+
 TEST(MoonVit, RejectsAGridThatIsNotAMultipleOfTheMerge) {
   ParamStore store;
   MoonVit tower(store, k25_like().vision(), 20);
