@@ -186,6 +186,7 @@ t['linear_attn_config'].update(full_attn_layers=full, kda_layers=[l + 1 for l in
                                num_heads=tiny['kda']['num_heads'], head_dim=tiny['kda']['head_dim'])
 if mxfp4:  # the release's routed experts: compressed-tensors MXFP4
     hf['quantization_config'] = {'quant_method': 'compressed-tensors', 'format': 'mxfp4-pack-quantized'}
+hf.pop('vision_config', None)  # text only, as llama.cpp's K3 converter reads it
 json.dump(hf, open(f'{dst}/config.json', 'w'), indent=1)
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
 def pack_mxfp4(w):  # the OCP recipe: scale 2^(floor(log2 max) - 2) per 32, nearest E2M1 code

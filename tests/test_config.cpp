@@ -105,6 +105,11 @@ TEST(Config, HfKimiK3ConfigIsTheReleasedShape) {
   const ModelConfig ours = ModelConfig::load((test::source_dir() / "configs/kimi-k3.json").string());
   EXPECT_EQ(hf.to_json(), ours.to_json());
   EXPECT_EQ(hf.mla.norm_eps, 1e-6);  // the official code's latent norms, not rms_norm_eps (SPEC §4)
+  // Its vision_config: MoonViT with K3's variant (SPEC §7.2), heads of 1536 / 12.
+  EXPECT_EQ(hf.vision.tower, VisionTower::MoonVit);
+  EXPECT_EQ(hf.vision.moonvit.head_dim, 128);
+  EXPECT_EQ(hf.vision.moonvit.norm_eps, 0.0078125);
+  EXPECT_EQ(hf.vision.moonvit.projector, VisionProjector::PatchMergerV2);
   EXPECT_EQ(hf.rms_norm_eps, 1e-5);
 }
 
@@ -157,6 +162,15 @@ TEST(Config, HfConfigErrorsNameTheFileAndKey) {
   json bad = j;
   bad["model_type"] = "llama";
   expect_hf_error(bad, "model_type \"llama\" is not an architecture hyla reads");
+  bad = j;
+  bad["vision_config"]["mlp_type"] = "swiglu";
+  expect_hf_error(bad, "vision_config.mlp_type is \"swiglu\"");
+  bad = j;
+  bad["vision_config"]["qkv_hidden_size"] = 1000;
+  expect_hf_error(bad, "vision_config.qkv_hidden_size is not a whole number of heads");
+  bad = j;
+  bad["vision_config"]["text_hidden_size"] = 4096;
+  expect_hf_error(bad, "vision_config.text_hidden_size must equal the text model's hidden_size");
   bad = j;
   bad["text_config"]["num_expert_group"] = 8;
   expect_hf_error(bad, "text_config.num_expert_group > 1");

@@ -736,6 +736,7 @@ nlohmann::json tiny_hf_config(bool k3) {
               {"routed_scaling_factor", 2.5}});
   t["linear_attn_config"].update({{"full_attn_layers", {4, 8}}, {"kda_layers", {1, 2, 3, 5, 6, 7}}, {"num_heads", 2},
                                   {"head_dim", 16}});
+  j.erase("vision_config");  // text only: these checkpoints hold no vision tower
   return j;
 }
 
@@ -819,6 +820,64 @@ TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
   }
 }
 
+
+// Kimi K3's vision_config and vision tensors read as SPEC §7.2's MoonViT, under the checkpoint's
+// names (the patch convolution as [D, 3, P, P]): the same logits for a prompt with an image.
+TEST(KimiHf, K3VisionTowerReadsFromTheCheckpoint) {
+  TempDir dir;
+  nlohmann::json hf = tiny_hf_config(true);
+  hf["vision_config"] = {{"activation_func", "gelu_pytorch_tanh"}, {"attn_bias", false}, {"init_pos_emb_height", 3},
+                         {"init_pos_emb_width", 3}, {"linear_bias", false}, {"merge_kernel_size", {2, 2}},
+                         {"merge_type", "sd2_tpool"}, {"mlp_type", "mlp2"}, {"mm_hidden_size", 16},
+                         {"mm_projector_type", "patchmergerv2"}, {"norm_type", "rmsnorm"},
+                         {"patch_embed_proj_bias", false}, {"patch_size", 2}, {"pos_emb_interpolation_mode", "bilinear"},
+                         {"pos_emb_type", "divided_fixed"}, {"projector_hidden_act", "gelu"},
+                         {"projector_ln_eps", 1e-05}, {"qkv_hidden_size", 24}, {"text_hidden_size", 64},
+                         {"vt_hidden_size", 16}, {"vt_intermediate_size", 24}, {"vt_num_attention_heads", 3},
+                         {"vt_num_hidden_layers", 2}};
+  test::write_bytes(dir / "config.json", hf.dump(1));
+  const ModelConfig config = ModelConfig::load((dir / "config.json").string());
+  ASSERT_TRUE(config.vision.enabled);
+  EXPECT_EQ(config.vision.moonvit.head_dim, 8);
+  Model model(config);
+  model.initialize(2);
+  test::randomize_params(model.params(), 19);
+  NamedTensors tensors;
+  for (const auto& p : model.params().params()) {
+    Tensor v = p->value;
+    const bool vision = p->name.starts_with("vision_tower.") || p->name.starts_with("mm_projector.");
+    const std::string n = vision ? p->name : "language_model." + hf_name(p->name);
+    if (n == "vision_tower.patch_embed.proj.weight") v = v.reshape(Shape{p->shape[0], 3, 2, 2});
+    if (n.ends_with("A_log")) v = v.reshape(Shape{p->shape[0]});
+    if (n.ends_with("conv1d.weight")) v = v.reshape(Shape{p->shape[0], p->shape[2]});
+    if (n.ends_with("res_proj.weight")) v = v.reshape(Shape{1, p->shape[0]});
+    tensors.emplace_back(n, v.to(DType::BF16));
+  }
+  save_model_weights(dir.path(), tensors);
+  const auto loaded = Model::load(dir.path());
+  Model rounded(config);  // the original weights rounded as the checkpoint stores them
+  for (const auto& p : model.params().params()) {
+    const Tensor r = p->value.to(DType::BF16).to(DType::F32);
+    std::memcpy(rounded.params().get(p->name).v(), r.data<float>(), r.nbytes());
+  }
+  rounded.params().refresh_bf16();
+  ModelInput in;
+  const int32_t pad = 250;
+  in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
+  in.tokens = TokenBatch::packed({12});
+  in.image_pad_id = pad;
+  Image img{8, 12, 3, {}};  // 4 × 6 patches of 2×2: 2 × 3 merged tokens
+  for (int i = 0; i < 8 * 12 * 3; ++i) img.pixels.push_back(uint8_t((i * 53 + 7) % 256));
+  in.images = {img};
+  const ForwardOptions options{.precision = Precision::F32, .outputs = Outputs::All};
+  const Tensor a = loaded->forward(in, options).logits, b = rounded.forward(in, options).logits;
+  EXPECT_EQ(max_abs_difference(a, b), 0);
+  // The image is read: other pixels give other logits.
+  in.images[0].pixels[0] ^= 0xff;
+  EXPECT_GT(max_abs_difference(loaded->forward(in, options).logits, a), 0);
+  // A text GGUF leaves the tower out, as llama.cpp's converter does.
+  EXPECT_EQ(kimi_gguf_arch(config), "kimi-k3");
+}
 
 // Rewrites the dtype of every tensor of a safetensors file whose name ends with `suffix`.
 void retype_safetensors(const fs::path& file, const std::string& suffix, const std::string& dtype) {

@@ -23,6 +23,66 @@ void read_required(JsonFields& f, const std::string& source, const char* key, T&
   f.read(key, out);
 }
 
+// Kimi K3's vision_config (SPEC §7.2): MoonViT and its projector. What hyla does not implement
+// (video's temporal pooling aside, which images never reach) is refused by name.
+void read_vision_config(JsonFields& v, const std::string& source, ModelConfig& c) {
+  auto reject = [&](const char* key, const std::string& rule) { v.fail_rule(v.path(key) + " " + rule); };
+  auto expect = [&](const char* key, const std::string& value) {
+    std::string got = value;
+    v.read(key, got);
+    if (got != value) reject(key, fmt::format("is \"{}\": hyla's MoonViT reads \"{}\"", got, value));
+  };
+  VisionConfig& vision = c.vision;
+  MoonVitConfig& m = vision.moonvit;
+  vision.enabled = true, vision.tower = VisionTower::MoonVit, vision.channels = 3, vision.patch_size = 14;
+  v.read("patch_size", vision.patch_size);
+  read_required(v, source, "vt_hidden_size", m.hidden_size);
+  read_required(v, source, "vt_num_attention_heads", m.num_heads);
+  read_required(v, source, "vt_num_hidden_layers", m.num_layers);
+  read_required(v, source, "vt_intermediate_size", m.intermediate_size);
+  int64_t qkv = m.hidden_size;
+  v.read("qkv_hidden_size", qkv);
+  if (m.num_heads <= 0 || qkv % m.num_heads != 0) reject("qkv_hidden_size", "is not a whole number of heads");
+  m.head_dim = qkv / std::max<int64_t>(m.num_heads, 1);
+  v.read("init_pos_emb_height", m.pos_emb_height);
+  v.read("init_pos_emb_width", m.pos_emb_width);
+  std::vector<int64_t> merge = {2, 2};
+  v.read("merge_kernel_size", merge);
+  if (merge.size() != 2 || merge[0] != merge[1]) reject("merge_kernel_size", "must be a square window [m, m]");
+  m.merge = merge.empty() ? 2 : merge[0];
+  std::string resample = "bilinear", norm = "rmsnorm", projector = "patchmergerv2";
+  v.read("pos_emb_interpolation_mode", resample);
+  if (resample != "bilinear" && resample != "bicubic") reject("pos_emb_interpolation_mode", "must be bilinear or bicubic");
+  m.pos_emb_resample = resample == "bicubic" ? GridResample::Bicubic : GridResample::Bilinear;
+  v.read("norm_type", norm);
+  if (norm != "rmsnorm" && norm != "layernorm") reject("norm_type", "must be rmsnorm or layernorm");
+  m.norm = norm == "rmsnorm" ? VisionNorm::RmsNorm : VisionNorm::LayerNorm;
+  // The official code builds nn.RMSNorm without an eps and runs the tower in bf16: PyTorch then
+  // uses bf16's machine epsilon, 2^-7. nn.LayerNorm's default is 1e-5.
+  m.norm_eps = m.norm == VisionNorm::RmsNorm ? 0.0078125 : 1e-5;
+  bool attn_bias = false, linear_bias = false, patch_bias = false;
+  v.read("attn_bias", attn_bias);
+  v.read("linear_bias", linear_bias);
+  v.read("patch_embed_proj_bias", patch_bias);
+  if (attn_bias != linear_bias || attn_bias != patch_bias)
+    reject("attn_bias", "must equal linear_bias and patch_embed_proj_bias (hyla's MoonViT has one bias option)");
+  m.bias = attn_bias;
+  v.read("mm_projector_type", projector);
+  if (projector != "patchmergerv2" && projector != "patchmerger") reject("mm_projector_type", "must be patchmergerv2 or patchmerger");
+  m.projector = projector == "patchmerger" ? VisionProjector::PatchMerger : VisionProjector::PatchMergerV2;
+  v.read("projector_ln_eps", m.projector_eps);
+  int64_t mm_hidden = m.hidden_size, text_hidden = c.hidden_size;
+  v.read("mm_hidden_size", mm_hidden);
+  if (mm_hidden != m.hidden_size) reject("mm_hidden_size", "must equal vt_hidden_size");
+  v.read("text_hidden_size", text_hidden);
+  if (text_hidden != c.hidden_size) reject("text_hidden_size", "must equal the text model's hidden_size");
+  expect("activation_func", "gelu_pytorch_tanh");
+  expect("projector_hidden_act", "gelu");
+  expect("merge_type", "sd2_tpool");
+  expect("mlp_type", "mlp2");
+  expect("pos_emb_type", "divided_fixed");
+}
+
 }  // namespace
 
 bool is_hf_config(const json& j) {
@@ -126,6 +186,10 @@ ModelConfig config_from_hf(const json& file, const std::string& source) {
   }
   c.attn_res.enabled = f.has("attn_res_block_size");
   f.read("attn_res_block_size", c.attn_res.block_size);
+  if (model_type == "kimi_k3" && root.has("vision_config")) {
+    JsonFields v = root.object("vision_config");
+    read_vision_config(v, source, c);
+  }
   c.validate(source);
   return c;
 }

@@ -264,7 +264,10 @@ std::string kimi_gguf_arch(const ModelConfig& c) {
   require(c.kda.gate_rank == c.kda.head_dim, "llama.cpp's decay gate is f_b(f_a u) with rank kda.head_dim (kda.gate_rank)");
   require(!mla || !c.mla.rope || c.mla.qk_rope_head_dim == 0, "llama.cpp never rotates q_pe/k_pe (mla.rope must be false)");
   require(c.mla.sliding_window == 0, "mla.sliding_window must be 0");
-  require(!c.vision.enabled, "llama.cpp's graphs read no images (vision.enabled)");
+  // MoonViT stays out of the text GGUF (as llama.cpp's converter leaves it out); hyla's own patch
+  // embedding has no llama.cpp graph at all.
+  require(!c.vision.enabled || c.vision.tower == VisionTower::MoonVit,
+          "llama.cpp's graphs read no images through hyla's patch embedding (vision.enabled)");
   require(moe.router_latent_dim == 0, "llama.cpp's router is σ(W_r u) (moe.router_latent_dim must be 0)");
   require(moe.num_experts <= 1024, "llama.cpp allows at most 1024 experts");
   if (k3) {

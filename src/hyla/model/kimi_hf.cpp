@@ -30,7 +30,15 @@ bool replace_suffix(std::string& s, std::string_view from, std::string_view to) 
 // hyla's name (and reshape) for a checkpoint tensor, nullopt for one hyla skips.
 std::optional<Target> target_of(std::string name, const ModelConfig& c, const std::string& source) {
   strip(name, "language_model.");
-  if (name.starts_with("vision_tower.") || name.starts_with("mm_projector.")) return std::nullopt;
+  if (name.starts_with("vision_tower.") || name.starts_with("mm_projector.")) {
+    if (!c.vision.enabled || c.vision.tower != VisionTower::MoonVit) return std::nullopt;
+    // MoonViT keeps the checkpoint's names (SPEC §7.2); its patch convolution is held as a matrix.
+    if (name == "vision_tower.patch_embed.proj.weight") {
+      const int64_t P = c.vision.patch_size;
+      return Target{name, Shape{c.vision.moonvit.hidden_size, c.vision.channels * P * P}};
+    }
+    return Target{name};
+  }
   const int64_t d = c.hidden_size;
   if (name.ends_with("output_attn_res_proj.weight")) return Target{"model.out_res_query", Shape{d}};
   if (name.ends_with("output_attn_res_norm.weight")) return Target{"model.out_res_norm.weight"};

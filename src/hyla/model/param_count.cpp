@@ -36,8 +36,10 @@ ParamCounts count_parameters(const ModelConfig& c) {
     const int64_t projector = m.projector == VisionProjector::PatchMerger
                                   ? 2 * D + (merged + 1) * merged + (merged + 1) * d
                                   : merged * merged + merged * d + d;
-    add_all(Component::Vision, (patch + b) * D + m.pos_emb_height * m.pos_emb_width * D + m.num_layers * block +
-                                   norm + projector);
+    // Total only: a text token never runs the tower (an image's tokens are its prefill's work).
+    add(Component::Vision, (patch + b) * D + m.pos_emb_height * m.pos_emb_width * D + m.num_layers * block + norm +
+                               projector,
+        0);
   } else if (c.vision.enabled) {
     add_all(Component::Vision, d * patch + d + 2 * c.vision.max_grid * d);
   }
