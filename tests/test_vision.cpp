@@ -215,6 +215,33 @@ TEST(VisionData, SamplerAugmentsItsDirectoryAndResumesExactly) {
   EXPECT_FALSE(again.image_augment[1].any());
 }
 
+// Kimi K3 states an image in its prompt as <|media_begin|>image WxH<|media_content|>, a
+// <|media_pad|> per position and <|media_end|>, W×H the size before the model's resize.
+TEST(VisionPrompt, KimiK3PlacesAnImageAsItsMediaSpan) {
+  TokenizerSpec spec = test::kimi_tokenizer(true).spec();
+  int32_t next = test::kimi_tokenizer(true).vocab_size();
+  for (const char* m : {"<|media_begin|>", "<|media_content|>", "<|media_pad|>", "<|media_end|>"})
+    spec.added_tokens.push_back({next++, m});
+  const Tokenizer tok(std::move(spec), "kimi k3 markers and media");
+  const ChatTemplate chat_template(tok);
+  ASSERT_EQ(chat_template.format(), ChatFormat::KimiK3);
+  Image image = striped(28, 56, 3);  // 1 × 2 positions of 28 pixels
+  image.source_width = 100, image.source_height = 50;
+  std::vector<ChatMessage> chat = {{"user", "What is it?", {}, {}, {}}};
+  chat[0].images.push_back({0, image});
+  const std::vector<int32_t> ids = chat_template.encode(chat, true, {}, 28);
+  const auto begin = std::find(ids.begin(), ids.end(), tok.special_id("<|media_begin|>"));
+  ASSERT_NE(begin, ids.end());
+  std::vector<int32_t> want = tok.encode("image 100x50");
+  want.insert(want.begin(), tok.special_id("<|media_begin|>"));
+  want.push_back(tok.special_id("<|media_content|>"));
+  want.insert(want.end(), 2, tok.special_id("<|media_pad|>"));
+  want.push_back(tok.special_id("<|media_end|>"));
+  ASSERT_LE(size_t(ids.end() - begin), ids.size());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), begin));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.special_id("<|media_pad|>")), 2);
+}
+
 TEST(VisionPrompt, MarkersPlaceImagesAndChatTurnsCarryThem) {
   const Tokenizer& tok = test::small_tokenizer();
   const std::vector<Image> images = {striped(7, 14, 1), striped(14, 14, 2)};

@@ -9,6 +9,9 @@ namespace hyla {
 struct Image {
   int64_t height = 0, width = 0, channels = 0;
   std::vector<uint8_t> pixels;
+  // The size the image had before it was made the model's (0: these pixels' own): Kimi K3's prompt
+  // states it (data/chat_kimi_k3.cpp's image spans).
+  int64_t source_width = 0, source_height = 0;
 };
 
 }  // namespace hyla

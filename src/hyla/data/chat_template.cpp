@@ -341,6 +341,17 @@ std::vector<int32_t> ChatTemplate::encode(std::span<const ChatMessage> messages,
     text.clear();
     if (piece.kind == chat::Piece::Kind::Special) {
       ids.push_back(tokenizer_.special_id(piece.text));
+    } else if (format_ == ChatFormat::KimiK3) {
+      HYLA_ASSERT(patch_size > 0);
+      const Image& img = *piece.image;
+      ids.push_back(tokenizer_.special_id("<|media_begin|>"));
+      tokenizer_.encode_append(fmt::format("image {}x{}", img.source_width ? img.source_width : img.width,
+                                           img.source_height ? img.source_height : img.height),
+                               false, ids);
+      ids.push_back(tokenizer_.special_id("<|media_content|>"));
+      ids.insert(ids.end(), size_t((img.height / patch_size) * (img.width / patch_size)),
+                 tokenizer_.special_id("<|media_pad|>"));
+      ids.push_back(tokenizer_.special_id("<|media_end|>"));
     } else {
       HYLA_ASSERT(patch_size > 0);
       append_image_span(tokenizer_, *piece.image, patch_size, ids);

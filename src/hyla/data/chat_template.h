@@ -41,7 +41,7 @@ struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
   std::vector<ToolCall> tool_calls;  // assistant turns only
-  std::vector<ChatImage> images;     // in increasing `at`; every format lays out hyla's image spans
+  std::vector<ChatImage> images;     // in increasing `at`: hyla's image spans, Kimi K3's media spans
   std::string reasoning;             // assistant turns: the think channel (Kimi K3 renders it)
   std::string name;                  // the participant's name (Kimi K3: an attribute; a tool turn's tool)
   std::string tool_call_id;          // tool turns: the id of the call it answers
@@ -85,8 +85,10 @@ class ChatTemplate {
   std::string apply(std::span<const ChatMessage> messages, bool add_generation_prompt = false,
                     const ChatOptions& options = {}) const;
   // The same conversation as ids; equals encode(apply(...), allow_special=true) whenever no
-  // message contains special-token text or images. `patch_size` is the model's
-  // (vision.patch_size), needed when a message has images.
+  // message contains special-token text or images. `patch_size` is the side of the pixels one
+  // image position covers (VisionConfig::position_pixels), needed when a message has images. Kimi K3
+  // places an image as <|media_begin|>image WxH<|media_content|>, a <|media_pad|> per position and
+  // <|media_end|> (W×H the image's source size); the other formats as hyla's span (image_text.h).
   std::vector<int32_t> encode(std::span<const ChatMessage> messages, bool add_generation_prompt = false,
                               const ChatOptions& options = {}, int64_t patch_size = 0) const;
 

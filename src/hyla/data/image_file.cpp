@@ -250,7 +250,10 @@ Image to_model_image(const Image& image, const VisionConfig& vision, std::string
   if (vision.tower == VisionTower::MoonVit) {  // its processor's rule, which always fits (SPEC §7.2)
     HYLA_CHECK(image.channels == 1 || image.channels == 3, "{}: a {}-channel image; images are grey (1) or RGB (3)",
                source, image.channels);
-    return moonvit_model_image(convert_channels(image, 3), vision, source);
+    Image out = moonvit_model_image(convert_channels(image, 3), vision, source);
+    out.source_width = image.source_width ? image.source_width : image.width;
+    out.source_height = image.source_height ? image.source_height : image.height;
+    return out;
   }
   const int64_t P = vision.patch_size, G = vision.max_grid, side = G * P;
   HYLA_CHECK(P > 0 && G > 0 && (vision.channels == 1 || vision.channels == 3),

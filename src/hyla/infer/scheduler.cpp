@@ -95,7 +95,9 @@ Scheduler::Scheduler(Model& model, const Tokenizer& tokenizer, const EngineOptio
   history_.resize(slots_.size());
   end_ids_ = ChatTemplate(tokenizer).end_ids();
   sample_vocab_ = std::min<int64_t>(model.config().vocab_size, tokenizer.vocab_size());
+  // hyla's image positions, or Kimi K3's (its chat format's media spans).
   if (auto id = tokenizer.token_id("<|image_pad|>")) image_pad_id_ = *id;
+  else if (auto media = tokenizer.token_id("<|media_pad|>")) image_pad_id_ = *media;
   stats_.ttft = stats_.itl = LatencyHistogram(kBuckets);
 }
 
