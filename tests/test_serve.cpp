@@ -241,6 +241,45 @@ std::string post_stream(const TestServer& s, const std::string& path, const json
 // ---------------------------------------------------------------------------------------------
 // Request parsing and the chat format with tools.
 
+// A MoonViT model (SPEC §7.2) takes any size the decoder accepts: its processor resizes, so a 1×1
+// image is one merged window and a long strip fits; what cannot be decoded is still a 400.
+TEST(ServeRequest, MoonVitImagesAreResizedAndBadOnesAreClearErrors) {
+  const Tokenizer& tok = test::small_tokenizer();
+  ServeLimits limits = test_limits();
+  limits.vision.tower = VisionTower::MoonVit, limits.vision.patch_size = 14, limits.vision.channels = 3;
+  auto pads = [&](const Image& img) {
+    const json part = {{"type", "image_url"}, {"image_url", {{"url", Scenario::data_url(img)}}}};
+    const ApiRequest r =
+        parse_chat_request({{"messages", {{{"role", "user"}, {"content", json::array({part})}}}}}, tok, "m", limits);
+    EXPECT_EQ(r.generation.images.size(), 1u);
+    const std::vector<int32_t>& p = r.prompts[0];
+    return std::count(p.begin(), p.end(), tok.special_id("<|image_pad|>"));
+  };
+  EXPECT_EQ(pads(Image{1, 1, 1, {200}}), 1);                                  // padded to one 28×28 window
+  EXPECT_EQ(pads(Image{7, 70, 1, std::vector<uint8_t>(490, 9)}), 3);           // 70 wide: 3 windows
+  EXPECT_EQ(pads(Image{60, 100, 3, std::vector<uint8_t>(18000, 50)}), 3 * 4);  // 84 × 112 after padding
+  auto error = [&](const std::string& url) {
+    const json part = {{"type", "image_url"}, {"image_url", {{"url", url}}}};
+    try {
+      parse_chat_request({{"messages", {{{"role", "user"}, {"content", json::array({part})}}}}}, tok, "m", limits);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted " << url.substr(0, 100);
+    return std::string();
+  };
+  const std::string png = encode_png(Scenario::picture(1));
+  EXPECT_NE(error("data:image/png;base64," + base64_encode(png.substr(0, png.size() / 2))).find("PNG"),
+            std::string::npos);
+  EXPECT_NE(error("data:image/png;base64," + base64_encode(std::string("GIF89a") + std::string(20, '\0'))).find(
+                "not a PNG or JPEG"),
+            std::string::npos);
+  EXPECT_NE(error("data:image/png;base64,***").find("not a base64 character"), std::string::npos);
+  limits.max_image_pixels = 100;  // as a 20,000 × 20,000 header meets the default limit
+  EXPECT_NE(error(Scenario::data_url(Image{20, 20, 1, std::vector<uint8_t>(400, 1)})).find("100"), std::string::npos);
+}
+
 // Image parts: a data URL becomes the model image at its place in the prompt; anything else is a
 // 400 naming the part and what is accepted, before the engine ever sees the request.
 TEST(ServeRequest, ImagePartsBecomeModelImagesOrClearErrors) {
