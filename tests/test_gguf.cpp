@@ -764,6 +764,17 @@ std::string hf_name(const std::string& name) {
   return n;
 }
 
+// The model with its weights rounded as a bf16 checkpoint stores them.
+std::unique_ptr<Model> bf16_rounded_copy(const Model& model) {
+  auto rounded = std::make_unique<Model>(model.config());
+  for (const auto& p : model.params().params()) {
+    const Tensor r = p->value.to(DType::BF16).to(DType::F32);
+    std::memcpy(rounded->params().get(p->name).v(), r.data<float>(), r.nbytes());
+  }
+  rounded->params().refresh_bf16();
+  return rounded;
+}
+
 TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
   for (const bool k3 : {true, false}) {
     TempDir dir;
@@ -793,13 +804,8 @@ TEST(KimiHf, ReleasedLayoutReadsAsTheSameModel) {
     save_model_weights(dir.path(), tensors, /*max_shard_bytes=*/200000);
     ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
     const auto loaded = Model::load(dir.path());
-    Model rounded(config);  // the original weights rounded as the checkpoint stores them
-    for (const auto& p : model.params().params()) {
-      const Tensor r = p->value.to(DType::BF16).to(DType::F32);
-      std::memcpy(rounded.params().get(p->name).v(), r.data<float>(), r.nbytes());
-    }
-    rounded.params().refresh_bf16();
-    EXPECT_EQ(max_abs_difference(logits_of(*loaded), logits_of(rounded)), 0) << k3;
+    const std::unique_ptr<Model> rounded = bf16_rounded_copy(model);
+    EXPECT_EQ(max_abs_difference(logits_of(*loaded), logits_of(*rounded)), 0) << k3;
 
     // A layer count the tensors do not back is refused before anything is sized from it.
     nlohmann::json lying = hf;
@@ -855,12 +861,7 @@ TEST(KimiHf, K3VisionTowerReadsFromTheCheckpoint) {
   }
   save_model_weights(dir.path(), tensors);
   const auto loaded = Model::load(dir.path());
-  Model rounded(config);  // the original weights rounded as the checkpoint stores them
-  for (const auto& p : model.params().params()) {
-    const Tensor r = p->value.to(DType::BF16).to(DType::F32);
-    std::memcpy(rounded.params().get(p->name).v(), r.data<float>(), r.nbytes());
-  }
-  rounded.params().refresh_bf16();
+  const std::unique_ptr<Model> rounded = bf16_rounded_copy(model);
   ModelInput in;
   const int32_t pad = 250;
   in.ids = {5, 248, pad, pad, pad, pad, pad, pad, 249, 17, 33, 8};
@@ -870,7 +871,7 @@ TEST(KimiHf, K3VisionTowerReadsFromTheCheckpoint) {
   for (int i = 0; i < 8 * 12 * 3; ++i) img.pixels.push_back(uint8_t((i * 53 + 7) % 256));
   in.images = {img};
   const ForwardOptions options{.precision = Precision::F32, .outputs = Outputs::All};
-  const Tensor a = loaded->forward(in, options).logits, b = rounded.forward(in, options).logits;
+  const Tensor a = loaded->forward(in, options).logits, b = rounded->forward(in, options).logits;
   EXPECT_EQ(max_abs_difference(a, b), 0);
   // The image is read: other pixels give other logits.
   in.images[0].pixels[0] ^= 0xff;
