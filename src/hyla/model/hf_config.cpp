@@ -49,7 +49,7 @@ void read_vision_config(JsonFields& v, const std::string& source, ModelConfig& c
   std::vector<int64_t> merge = {2, 2};
   v.read("merge_kernel_size", merge);
   if (merge.size() != 2 || merge[0] != merge[1]) reject("merge_kernel_size", "must be a square window [m, m]");
-  m.merge = merge.empty() ? 2 : merge[0];
+  m.merge = merge[0];  // the check above leaves [m, m]
   std::string resample = "bilinear", norm = "rmsnorm", projector = "patchmergerv2";
   v.read("pos_emb_interpolation_mode", resample);
   if (resample != "bilinear" && resample != "bicubic") reject("pos_emb_interpolation_mode", "must be bilinear or bicubic");
