@@ -6,7 +6,8 @@
 // mixers' FLOPs at the GEMM peak where those take longer than their bytes, all measured in this
 // process with the row's threads. With --expert-memory (docs/offload.md) every row also carries
 // the expert cache's counters, and --text makes the test tokens real text so that routing is the
-// real distribution.
+// real distribution. With --image, an image's prefill: patches/s through the vision tower and
+// tokens/s through the whole model.
 #include "bench_model.h"
 
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 #include "hyla/core/progress.h"
 #include "hyla/core/threads.h"
 #include "hyla/io/file.h"
+#include "hyla/data/image_file.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/infer/engine.h"
@@ -217,6 +219,16 @@ void bench_model(const ModelBenchArgs& a) {
     for (int64_t i = 0; i < n; ++i) ids.push_back(text[(start + size_t(i)) % text.size()]);
     return ids;
   };
+
+  std::optional<Image> image;
+  int64_t image_tokens = 0, image_patches = 0;
+  if (!a.image_file.empty()) {
+    HYLA_CHECK(config.vision.enabled && config.vision.tower == VisionTower::MoonVit,
+               "bench: --image needs a model with a MoonViT tower (or --mmproj)");
+    image = to_model_image(read_image_file(a.image_file), config.vision, a.image_file);
+    image_tokens = patch_count(*image, config.vision);
+    image_patches = (image->height / config.vision.patch_size) * (image->width / config.vision.patch_size);
+  }
 
   nlohmann::json rows = nlohmann::json::array();
   if (a.ttft_prefix > 0) {
@@ -434,6 +446,28 @@ void bench_model(const ModelBenchArgs& a) {
                                  }),
                bound ? &*bound : nullptr);
         }
+      }
+      // An image's prefill, alone in its sequence: the tower's patches/s (its share of each forward)
+      // and the image tokens/s of the whole forward.
+      if (image) {
+        ModelInput in;
+        in.image_pad_id = 0;
+        in.ids.assign(size_t(image_tokens), in.image_pad_id);
+        in.tokens = TokenBatch::uniform(1, image_tokens);
+        in.images = {*image};
+        std::vector<double> tower_rates;
+        const Stat whole = timed(double(image_tokens), [] {}, [&](int repetition) {
+          model->forward(in, {.precision = precision});
+          if (repetition > 0) tower_rates.push_back(double(image_patches) / model->timings().vision);
+        });
+        Stat tower;
+        for (double r : tower_rates) tower.mean += r / double(tower_rates.size());
+        for (double r : tower_rates)
+          tower.std += (r - tower.mean) * (r - tower.mean) / std::max(1.0, double(tower_rates.size()) - 1);
+        tower.std = std::sqrt(tower.std);
+        const std::string size = fmt::format("image {}x{}", image->source_width, image->source_height);
+        emit(fmt::format("{} tower, patches/s ({} patches)", size, image_patches), tower, nullptr);
+        emit(fmt::format("{} prefill ({} tokens)", size, image_tokens), whole, nullptr);
       }
       // Batched decode: B sequences, one token each per forward.
       for (int64_t B : a.batches) {

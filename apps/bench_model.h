@@ -22,6 +22,9 @@ struct ModelBenchArgs {
   std::string text_file;
   ModelLoadOptions load;   // --expert-memory and its flags
   bool cold_page_cache = false;  // with offload: every repetition starts with no expert resident or cached
+  // An image (PNG or JPEG) whose prefill is timed too: its patches through the vision tower, and
+  // its tokens through the whole model (tower and layers).
+  std::string image_file;
 };
 
 void bench_model(const ModelBenchArgs& args);

@@ -206,8 +206,13 @@ void add_bench(CLI::App& app) {
   bench->add_flag("--json", model_args.json, "Print a JSON list of rows");
   bench->add_option("--text", model_args.text_file, "Take the test tokens from this text instead of random ids")
       ->check(CLI::ExistingFile);
+  bench->add_option("--image", model_args.image_file,
+                    "Also time an image's prefill: patches/s through the vision tower, tokens/s through the model")
+      ->check(CLI::ExistingFile);
   static ExpertMemoryArgs expert_memory;
+  static std::filesystem::path mmproj;
   add_expert_memory_options(bench, expert_memory);
+  add_mmproj_option(bench, mmproj);
   bench->add_flag("--cold-page-cache", model_args.cold_page_cache,
                   "With --expert-memory: start every repetition with no expert resident and the experts' file pages "
                   "dropped from the page cache");
@@ -216,6 +221,7 @@ void add_bench(CLI::App& app) {
     HYLA_CHECK(!model_args.model_dir.empty(), "bench: give --model DIR, or a subcommand (kda, train)");
     if (serve_experts_to_rank0(model_args.model_dir)) return;
     model_args.load = expert_memory.load_options();
+    model_args.load.mmproj = mmproj;
     model_args.load.bf16_matrices = std::all_of(model_args.dtypes.begin(), model_args.dtypes.end(),
                                                 [](const std::string& d) { return d == "bf16"; });
     bench_model(model_args);

@@ -79,6 +79,7 @@ void add_chat(CLI::App& app) {
   static SamplingParams sampling;
   static int64_t max_tokens = 512, context = 4096;
   static ExpertMemoryArgs expert_memory;
+  static std::filesystem::path mmproj;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--system", system, "System message");
   cmd->add_option("-n,--max-tokens", max_tokens, "Most tokens per reply")->check(positive());
@@ -88,9 +89,11 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--delimiter", delimiter, "When input is not a terminal: the line printed after each reply");
   cmd->add_option("--history", history_file, "On a terminal: the file of past input lines (empty: none)");
   add_expert_memory_options(cmd, expert_memory);
+  add_mmproj_option(cmd, mmproj);
   cmd->callback([cmd] {
     if (serve_experts_to_rank0(model_dir)) return;
     ModelLoadOptions load = expert_memory.load_options();
+    load.mmproj = mmproj;
     load.bf16_matrices = dtype == "bf16";
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, load);
     const Tokenizer tokenizer = load_model_tokenizer(model_dir);

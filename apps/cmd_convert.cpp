@@ -1,6 +1,7 @@
 // `hyla convert`: a hyla model directory or a Hugging Face Kimi K3 / Kimi Linear checkpoint to a
-// llama.cpp GGUF file (kimi-k3 or kimi-linear), and any of them to a hyla model directory, one
-// tensor at a time (model/model_files.h).
+// llama.cpp GGUF file (kimi-k3 or kimi-linear), its MoonViT tower to an mmproj file beside it, and
+// any of them (a GGUF with its mmproj) to a hyla model directory, one tensor at a time
+// (model/model_files.h).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "hyla/io/safetensors.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/model_files.h"
+#include "hyla/model/moonvit_gguf.h"
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/model/weight_values.h"
 
@@ -24,6 +26,7 @@ void add_convert(CLI::App& app) {
   auto* cmd = app.add_subcommand("convert", "Convert between hyla model directories, llama.cpp kimi-k3 / kimi-linear GGUF and Kimi HF checkpoints");
   static std::string in, out, to, from, type = "bf16", weight_dtype = "f32", split_max_size;
   static bool force = false;
+  static std::filesystem::path mmproj, mmproj_out;
   cmd->add_option("-m,--model", in, "Model directory, GGUF file, or Hugging Face Kimi K3 / Kimi Linear checkpoint")->required();
   cmd->add_option("--out", out, "Output GGUF file (--to gguf) or model directory (--to hyla)")->required();
   cmd->add_option("--to", to, "Output format (default: the other one)")->check(CLI::IsMember({"gguf", "hyla"}));
@@ -35,9 +38,12 @@ void add_convert(CLI::App& app) {
   cmd->add_option("--split-max-size", split_max_size,
                   "Write the GGUF as a split set (OUT-00001-of-0000N.gguf, as llama-gguf-split): the first shard the "
                   "metadata, each other at most this many tensor bytes (e.g. 4G; binary units)");
+  add_mmproj_option(cmd, mmproj);
+  cmd->add_option("--mmproj-out", mmproj_out,
+                  "With --to gguf: write the model's MoonViT tower as a llama.cpp mmproj file (kimik25) too");
   cmd->add_flag("--force", force, "Replace --out even if it is not an earlier output of this command");
   cmd->callback([] {
-    const ModelFiles files = open_model_files(in);
+    const ModelFiles files = open_model_files(in, {.mmproj = mmproj});
     const bool gguf_in = files.format == ModelFiles::Format::Gguf;
     const std::string detected = gguf_in ? "gguf" : files.format == ModelFiles::Format::HuggingFace ? "hf" : "hyla";
     HYLA_CHECK(from.empty() || from == detected, "convert: --from {} but {} is {}", from, in,
@@ -57,13 +63,25 @@ void add_convert(CLI::App& app) {
         options.split_max_bytes = uint64_t(*bytes);
       }
       if (tokenizer) add_gguf_tokenizer(*tokenizer, config.vocab_size, options.tokenizer);
+      const bool tower = config.vision.enabled && config.vision.tower == VisionTower::MoonVit;
+      HYLA_CHECK(mmproj_out.empty() || tower, "convert: --mmproj-out, but {} has no MoonViT tower", in);
+      if (!mmproj_out.empty())
+        HYLA_CHECK(force || !fs::exists(mmproj_out) || is_gguf_file(mmproj_out),
+                   "convert: {} exists and is not a GGUF file; give --force to replace it", mmproj_out.string());
       const GgufExport written = save_kimi_gguf(out, config, weights, options);
       fmt::print("wrote {}{}: llama.cpp {} GGUF, matrices {}, {}\n", written.files.front().string(),
                  written.files.size() > 1 ? fmt::format(" … {} ({} shards)", written.files.back().string(), written.files.size()) : "",
                  written.arch, type,
                  tokenizer ? "with the vocabulary" : "no vocabulary (token ids only)");
+      if (!mmproj_out.empty()) {
+        save_moonvit_mmproj(mmproj_out, config, weights);
+        fmt::print("wrote {}: llama.cpp mmproj (kimik25), f32\n", mmproj_out.string());
+      } else if (tower) {
+        fmt::print("the vision tower is not in the text GGUF: give --mmproj-out FILE to write it as an mmproj\n");
+      }
       return;
     }
+    HYLA_CHECK(mmproj_out.empty(), "convert: --mmproj-out is for --to gguf");
     check_replaceable_output(out, "config.json", {in}, force);
     const DType dtype = weight_dtype == "bf16" ? DType::BF16 : weight_dtype == "f16" ? DType::F16 : DType::F32;
     AtomicDirectory dir(out);

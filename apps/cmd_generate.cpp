@@ -40,6 +40,7 @@ void add_generate(CLI::App& app) {
   static GenerationRequest request;
   static int64_t context = 4096, prefill_chunk = 512;
   static ExpertMemoryArgs expert_memory;
+  static std::filesystem::path mmproj;
   static std::vector<std::string> image_files;
   cmd->add_option("-m,--model", model_dir, "Model directory (with tokenizer.json)")->required();
   cmd->add_option("--image", image_files,
@@ -59,6 +60,7 @@ void add_generate(CLI::App& app) {
   auto* schema = cmd->add_option("-j,--json-schema", json_schema, "Generate only JSON of this schema ('{}': any JSON value)");
   cmd->add_option("--json-schema-file", json_schema_file, "The same, read from a file")->excludes(schema)->check(CLI::ExistingFile);
   add_expert_memory_options(cmd, expert_memory);
+  add_mmproj_option(cmd, mmproj);
   cmd->callback([text, context_option] {
     if (!prompt_file.empty()) prompt = read_file(prompt_file);
     else if (text->count() == 0) prompt = read_prompt_from_stdin();
@@ -66,6 +68,7 @@ void add_generate(CLI::App& app) {
     else if (!json_schema.empty()) request.grammar = json_schema_grammar(parse_json(json_schema, "--json-schema"), "--json-schema");
     if (serve_experts_to_rank0(model_dir)) return;
     ModelLoadOptions load = expert_memory.load_options();
+    load.mmproj = mmproj;
     load.bf16_matrices = dtype == "bf16";
     const std::unique_ptr<Model> model = load_model_for_engine(model_dir, load);
     const Tokenizer tokenizer = load_model_tokenizer(model_dir);

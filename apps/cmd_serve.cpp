@@ -31,6 +31,7 @@ void add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   static ServeOptions options;
   static ExpertMemoryArgs expert_memory;
+  static std::filesystem::path mmproj;
   static std::string dtype = "bf16", cache_dtype = "bf16";
   static int64_t prefix_cache_mb = 256, max_body_kb = 4096;
   static std::string memory;
@@ -87,10 +88,12 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--shutdown-grace", options.shutdown_grace_seconds,
                   "Seconds in-flight requests get after SIGINT/SIGTERM before they are cancelled")->check(non_negative());
   add_expert_memory_options(cmd, expert_memory);
+  add_mmproj_option(cmd, mmproj);
   cmd->callback([cmd] {
     if (serve_experts_to_rank0(options.model_dir)) return;
     options.context_given = cmd->count("--context") > 0;
     options.load = expert_memory.load_options();
+    options.load.mmproj = mmproj;
     options.load.bf16_matrices = dtype == "bf16";
     if (min_confidence) options.limits.guardrails.min_confidence = *min_confidence;
     options.engine.precision = dtype == "bf16" ? Precision::BF16 : Precision::F32;

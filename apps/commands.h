@@ -53,6 +53,8 @@ struct ExpertMemoryArgs {
   ModelLoadOptions load_options() const;
 };
 void add_expert_memory_options(CLI::App* cmd, ExpertMemoryArgs& args);
+// --mmproj (offload_options.cpp), shared by generate, chat, serve and logits: ModelLoadOptions::mmproj.
+void add_mmproj_option(CLI::App* cmd, std::filesystem::path& mmproj);
 
 // Streamed model text to stdout, flushed; on a terminal with control bytes made visible (utf8.h).
 void print_generated(std::string_view text, bool terminal);

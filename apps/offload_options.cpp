@@ -1,4 +1,5 @@
-// The expert-offload flags of generate, chat, serve and bench (docs/offload.md).
+// The model-loading flags that commands share: expert offload (generate, chat, serve and bench;
+// docs/offload.md) and --mmproj (generate, chat, serve and logits; docs/vision.md).
 #include "commands.h"
 #include "hyla/core/threads.h"
 
@@ -16,6 +17,12 @@ void add_expert_memory_options(CLI::App* cmd, ExpertMemoryArgs& args) {
                   "Prefetch the experts the next layer's router predicts, on an I/O thread (with --expert-memory; "
                   "auto: when --threads leaves a core free for it)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+}
+
+void add_mmproj_option(CLI::App* cmd, std::filesystem::path& mmproj) {
+  cmd->add_option("--mmproj", mmproj,
+                  "A llama.cpp mmproj file (projector type kimik25) whose vision tower joins a text-only model, "
+                  "e.g. a text GGUF");
 }
 
 ModelLoadOptions ExpertMemoryArgs::load_options() const {

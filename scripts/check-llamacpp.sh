@@ -3,8 +3,9 @@
 # logit (issue 48): tiny models with random weights written by hyla as GGUF (`hyla convert`), run
 # by hyla (on its model directory and on the GGUF) and by llama.cpp (on the same GGUF); the same
 # with llama-quantize's MXFP4 experts and with hyla's bf16 and Q8_0 files; a deliberate error that
-# must fail; a model `hyla train` produced, exported and run by llama.cpp; and the files people
-# download: every llama-quantize type and split sets (scripts/check-llamacpp-quants.sh).
+# must fail; a model `hyla train` produced, exported and run by llama.cpp; the files people
+# download: every llama-quantize type and split sets (scripts/check-llamacpp-quants.sh); and the
+# vision tower with its mmproj files (scripts/check-llamacpp-vision.sh).
 #
 #   bash scripts/check-llamacpp.sh BUILD LLAMA_CPP [WORK]
 #
@@ -14,7 +15,7 @@
 #   git clone package/llama/gitRelease.bundle llama.cpp && cd llama.cpp &&
 #   cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
 #     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF &&
-#   cmake --build build -j2 --target llama llama-quantize llama-tokenize
+#   cmake --build build -j2 --target llama llama-quantize llama-tokenize mtmd llama-mtmd-cli
 # Needs g++ and python3 with numpy (Debian python3-numpy; python3-torch and python3-tqdm for the rows
 # that run llama.cpp's own converter). Prints one line per comparison and
 # exits non-zero when a comparison that must pass fails (or the deliberate error passes).
@@ -109,47 +110,13 @@ compare "kimi-k3 f32 hyla->llama.cpp, MLA scale 1/sqrt(Dn)" "$m-dir.st" "$m-wron
 
 # llama.cpp's own converter: a tiny checkpoint in the release's Hugging Face layout (config.json
 # from tests/data shrunk to the tiny shape, tensors renamed and reshaped as the release stores them,
-# f32), converted by convert_hf_to_gguf.py (its tensor mapping and transforms; a shim stands in for
-# `transformers`, which Debian does not package, and writes no vocabulary), then run by hyla on the
+# f32; scripts/hf-checkpoint.py), converted by convert_hf_to_gguf.py (its tensor mapping and
+# transforms; scripts/llamacpp-converter stands in for `transformers`, which Debian does not
+# package, and writes no vocabulary), then run by hyla on the
 # checkpoint directory, by hyla on llama.cpp's GGUF and by llama.cpp on it. Needs Debian's
 # python3-torch and python3-tqdm; skipped with a note when they are missing.
 if "$python" -c "import torch, tqdm" 2>/dev/null; then
-  shim="$work/shim"
-  mkdir -p "$shim/transformers"
-  cat >"$shim/transformers/__init__.py" <<'EOF2'
-# Stands in for Hugging Face transformers in llama.cpp's converter: the config falls back to
-# config.json (the converter's own fallback) and no tokenizer is read.
-class AutoConfig:
-    @staticmethod
-    def from_pretrained(*args, **kwargs):
-        raise OSError("transformers shim: read config.json")
-class AutoTokenizer:
-    @staticmethod
-    def from_pretrained(*args, **kwargs):
-        raise OSError("transformers shim: no tokenizer")
-EOF2
-  cat >"$shim/convert.py" <<'EOF2'
-# llama.cpp's convert_hf_to_gguf.py with set_vocab writing no vocabulary (tokenizer model "none",
-# which llama.cpp loads as vocab_size dummy tokens): the tensor mapping is untouched. Debian 12's
-# torch (1.13) lacks the newer dtypes the converter lists in a table; placeholders fill the table
-# (no tensor of those types is read here).
-import runpy, sys
-import torch
-for name in ("float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"):
-    if not hasattr(torch, name):
-        setattr(torch, name, type(name, (), {})())
-llama = sys.argv.pop(1)
-sys.path[:0] = [llama, llama + "/gguf-py"]
-import conversion.base
-def no_vocab(self):
-    self.gguf_writer.add_tokenizer_model("none")
-conversion.base.TextModel.set_vocab = no_vocab
-import conversion.kimi_linear, conversion.kimi_k3
-conversion.kimi_linear.KimiLinearModel.set_vocab = no_vocab
-conversion.kimi_k3.KimiK3Model.set_vocab = no_vocab
-sys.argv[0] = llama + "/convert_hf_to_gguf.py"
-runpy.run_path(sys.argv[0], run_name="__main__")
-EOF2
+  shim="$repo/scripts/llamacpp-converter"
   # kimi-k3:mxfp4 is K3 as released: compressed-tensors MXFP4 experts. hyla keeps them MXFP4 (f32
   # activations in `hyla logits`); llama.cpp's converter repacks them into ggml MXFP4, which hyla
   # reads as they are and llama.cpp runs after llama-quantize dequantises them to F32 (its own MXFP4
@@ -159,91 +126,7 @@ EOF2
     [[ $variant == *:mxfp4 ]] && mxfp4=1
     m="$work/$arch" h="$work/$arch-hf${mxfp4:+-mxfp4}"
     rm -rf "$h" && mkdir -p "$h"
-    "$python" - "$m" "$h" "$repo" "$arch" "$mxfp4" <<'EOF2'
-import json, struct, sys
-import numpy as np
-src, dst, repo, arch, mxfp4 = sys.argv[1:6]
-k3 = arch == 'kimi-k3'
-# The released config.json, shrunk to the tiny config's shape.
-hf = json.load(open(f"{repo}/tests/data/{'kimi-k3-hf-config.json' if k3 else 'kimi-linear-48b-a3b-hf-config.json'}"))
-tiny = json.load(open(f'{src}/config.json'))
-t = hf['text_config'] if k3 else hf
-t.update(vocab_size=tiny['vocab_size'], hidden_size=tiny['hidden_size'], intermediate_size=tiny['moe']['intermediate_size'],
-         num_hidden_layers=tiny['num_hidden_layers'], num_attention_heads=tiny['mla']['num_heads'],
-         num_key_value_heads=tiny['mla']['num_heads'], kv_lora_rank=tiny['mla']['kv_lora_rank'],
-         qk_nope_head_dim=tiny['mla']['qk_nope_head_dim'], qk_rope_head_dim=tiny['mla']['qk_rope_head_dim'],
-         v_head_dim=tiny['mla']['v_head_dim'], moe_intermediate_size=tiny['moe']['moe_intermediate_size'],
-         num_experts=tiny['moe']['num_experts'], num_experts_per_token=tiny['moe']['num_experts_per_tok'],
-         num_shared_experts=tiny['moe']['num_shared_experts'], first_k_dense_replace=tiny['moe']['first_k_dense_replace'],
-         routed_scaling_factor=tiny['moe']['routed_scaling_factor'], rms_norm_eps=tiny['rms_norm_eps'],
-         max_position_embeddings=tiny['max_position_embeddings'])
-if k3:
-    t.update(q_lora_rank=tiny['mla']['q_lora_rank'] or None, routed_expert_hidden_size=tiny['moe']['latent_dim'],
-             attn_res_block_size=tiny['attn_res']['block_size'], activation_situ_beta=tiny['moe']['situ_beta'],
-             activation_situ_linear_beta=tiny['moe']['situ_linear_beta'])
-full = [l + 1 for l, x in enumerate(tiny['layer_types']) if x == 'mla']
-t['linear_attn_config'].update(full_attn_layers=full, kda_layers=[l + 1 for l in range(tiny['num_hidden_layers']) if l + 1 not in full],
-                               num_heads=tiny['kda']['num_heads'], head_dim=tiny['kda']['head_dim'])
-if mxfp4:  # the release's routed experts: compressed-tensors MXFP4
-    hf['quantization_config'] = {'quant_method': 'compressed-tensors', 'format': 'mxfp4-pack-quantized'}
-hf.pop('vision_config', None)  # text only, as llama.cpp's K3 converter reads it
-json.dump(hf, open(f'{dst}/config.json', 'w'), indent=1)
-E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6])
-def pack_mxfp4(w):  # the OCP recipe: scale 2^(floor(log2 max) - 2) per 32, nearest E2M1 code
-    rows, cols = w.shape
-    blocks = w.reshape(rows, cols // 32, 32).astype(np.float64)
-    amax = np.abs(blocks).max(axis=2)
-    e = np.clip(np.where(amax > 0, np.floor(np.log2(np.maximum(amax, 1e-38))) - 2, 0) + 127, 1, 254)
-    v = blocks / np.exp2(e - 127)[:, :, None]
-    code = np.abs(np.abs(v)[..., None] - E2M1).argmin(axis=3) | np.where(v < 0, 8, 0)
-    code = code.reshape(rows, cols).astype(np.uint8)
-    return (code[:, 0::2] | (code[:, 1::2] << 4)).astype(np.uint8), e.astype(np.uint8)
-# The tensors under the release's names and shapes.
-b = open(f'{src}/model.safetensors', 'rb').read()
-n = struct.unpack('<Q', b[:8])[0]
-header = json.loads(b[8:8 + n])
-renames = [('.mlp.gate.', '.block_sparse_moe.gate.'), ('.mlp.shared_experts.', '.block_sparse_moe.shared_experts.'),
-           ('.mlp.lat_down.', '.block_sparse_moe.routed_expert_down_proj.'),
-           ('.mlp.lat_up.', '.block_sparse_moe.routed_expert_up_proj.'),
-           ('.mlp.lat_norm.', '.block_sparse_moe.routed_expert_norm.'),
-           ('.attn_res_query', '.self_attention_res_proj.weight'), ('.attn_res_norm.', '.self_attention_res_norm.'),
-           ('.mlp_res_query', '.mlp_res_proj.weight'), ('model.out_res_query', 'model.output_attn_res_proj.weight'),
-           ('model.out_res_norm.', 'model.output_attn_res_norm.')]
-out = {}
-for name, e in header.items():
-    if name == '__metadata__':
-        continue
-    s, e2 = e['data_offsets']
-    x = np.frombuffer(b[8 + n + s:8 + n + e2], dtype=np.float32).reshape(e['shape'])
-    hname = name
-    for a, c in renames:
-        hname = hname.replace(a, c)
-    if '.mlp.experts.' in hname:
-        hname = hname.replace('.mlp.experts.', '.block_sparse_moe.experts.')
-        hname = hname.replace('.gate_proj.', '.w1.').replace('.down_proj.', '.w2.').replace('.up_proj.', '.w3.')
-        if mxfp4:
-            codes, scales = pack_mxfp4(x)
-            out[('language_model.' if k3 else '') + hname + '_packed'] = codes
-            out[('language_model.' if k3 else '') + hname + '_scale'] = scales
-            continue
-    if hname.endswith('A_log'):
-        x = x.reshape(-1) if k3 else x.reshape(1, 1, -1, 1)
-    if hname.endswith('conv1d.weight'):
-        x = x.reshape(x.shape[0], x.shape[2])
-    if hname.endswith('res_proj.weight'):
-        x = x.reshape(1, -1)
-    out[('language_model.' if k3 else '') + hname] = np.ascontiguousarray(x)
-h, offset = {}, 0
-for name, x in out.items():
-    h[name] = {'dtype': 'U8' if x.dtype == np.uint8 else 'F32', 'shape': list(x.shape), 'data_offsets': [offset, offset + x.nbytes]}
-    offset += x.nbytes
-text = json.dumps(h).encode()
-text += b' ' * ((8 - len(text) % 8) % 8)
-with open(f'{dst}/model.safetensors', 'wb') as f:
-    f.write(struct.pack('<Q', len(text)) + text)
-    for x in out.values():
-        f.write(x.tobytes())
-EOF2
+    "$python" "$repo/scripts/hf-checkpoint.py" "$m" "$h" "$repo" "$arch" "$mxfp4"
     PYTHONPATH="$shim" "$python" "$shim/convert.py" "$llama" "$h" --outtype f32 --outfile "$h.gguf" >"$h.log" 2>&1 ||
       { tail -20 "$h.log" >&2; echo "$arch convert_hf_to_gguf" >>"$work/failed"; continue; }
     hyla_logits "$h" "$h-hyla.st"
@@ -297,6 +180,9 @@ fi
 
 # Every llama-quantize type, a UD-shaped mixture and split sets (issue 64).
 bash "$repo/scripts/check-llamacpp-quants.sh" "$build" "$llama" "$work/quants" || echo "quantised files" >>"$work/failed"
+
+# The vision tower against llama.cpp's kimik25 graph, and mmproj files both ways (issue 69).
+bash "$repo/scripts/check-llamacpp-vision.sh" "$build" "$llama" "$work/vision" || echo "vision" >>"$work/failed"
 
 if [[ -f "$work/failed" ]]; then
   echo "failed: $(paste -sd, "$work/failed")" >&2

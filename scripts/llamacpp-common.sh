@@ -71,9 +71,10 @@ EOF
 }
 
 # A tiny model with hyla's initial matrices and random values where an initial model is trivial
-# (norms, AttnRes queries, the balancing bias), so every transform of the conversion is exercised;
-# the MLA layers' q and kv_b are scaled by 4 so that attention is far from uniform (at the initial
-# scale the scores are near 0 and the softmax scale would hardly matter).
+# (norms, AttnRes queries, the balancing bias; a vision tower's biases and learned grid), so every
+# transform of the conversion is exercised; the MLA layers' q and kv_b are scaled by 4, the vision
+# tower's wqkv by 8, so that attention is far from uniform (at the initial scale the scores are near
+# 0 and the softmax scale, or which rotary axis is which, would hardly matter).
 make_model() {  # config out seed [eps]
   local config=$1 out=$2 seed=$3 eps=${4:-1e-6}
   "$python" -c "import json,sys; c=json.load(open('$config')); c['rms_norm_eps']=$eps; json.dump(c,open('$work/config.json','w'))"
@@ -93,7 +94,13 @@ for name, e in header.items():
         continue
     s, t = e['data_offsets']
     x = np.frombuffer(data[s:t], dtype=np.float32).reshape(e['shape'])
-    if 'norm' in name:
+    if name.startswith(('vision_tower.', 'mm_projector.')) and name.endswith('.bias'):
+        x = 0.1 * rng.standard_normal(x.shape)
+    elif name.endswith('pos_emb.weight'):
+        x = 0.5 * rng.standard_normal(x.shape)
+    elif name.endswith('.wqkv.weight'):
+        x = 8 * x
+    elif 'norm' in name:
         x = 1 + 0.2 * rng.standard_normal(x.shape)
     elif name.endswith('res_query') or name.endswith('correction_bias'):
         x = 0.3 * rng.standard_normal(x.shape)

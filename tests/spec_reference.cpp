@@ -414,7 +414,9 @@ std::vector<double> reference_moonvit(const VisionConfig& v, int64_t d, const Pa
           cat.insert(cat.end(), row, row + D);
         }
   std::vector<double> mid = linear_rows(cat, tokens, P, "mm_projector.proj.0", merged, merged, v1);
-  for (double& e : mid) e = 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)));
+  for (double& e : mid)
+    e = c.projector_gelu == Gelu::Erf ? 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)))
+                                      : 0.5 * e * (1 + std::tanh(std::sqrt(2 / M_PI) * (e + 0.044715 * e * e * e)));
   std::vector<double> out = linear_rows(mid, tokens, P, "mm_projector.proj.2", d, merged, v1);
   if (!v1) norm_rows(out, d, P, "mm_projector.post_norm", false, c.projector_eps);
   return out;

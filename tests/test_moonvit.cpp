@@ -109,6 +109,13 @@ Config k3_like() {
   return c;
 }
 
+// Both published variants, and K2.5's with the projector's GELU in tanh form (llama.cpp's graph).
+std::vector<std::pair<std::string, Config>> variants() {
+  Config tanh_projector = k25_like();
+  tanh_projector.projector_gelu = Gelu::Tanh;
+  return {{"K2.5-like", k25_like()}, {"K2.5-like, tanh projector", tanh_projector}, {"K3-like", k3_like()}};
+}
+
 // Random values of every parameter: norms near 1, the rest at a scale that keeps activations O(1).
 void randomize(ParamStore& store, uint32_t seed) {
   for (const auto& p : store.params()) {
@@ -130,8 +137,8 @@ double scaled_error(const float* got, const std::vector<double>& want) {
 }
 
 TEST(MoonVit, MatchesTheDoubleReferenceInBothVariants) {
-  for (const Config& c : {k25_like(), k3_like()}) {
-    SCOPED_TRACE(c.bias ? "K2.5-like" : "K3-like");
+  for (const auto& [name, c] : variants()) {
+    SCOPED_TRACE(name);
     ParamStore store;
     MoonVit tower(store, c.vision(), c.text_hidden_size);
     store.allocate();
@@ -167,8 +174,8 @@ TEST(MoonVit, MatchesTheDoubleReferenceInBothVariants) {
 }
 
 TEST(MoonVit, GradientsMatchFiniteDifferences) {
-  for (const Config& c : {k25_like(), k3_like()}) {
-    SCOPED_TRACE(c.bias ? "K2.5-like" : "K3-like");
+  for (const auto& [name, c] : variants()) {
+    SCOPED_TRACE(name);
     ParamStore store;
     MoonVit tower(store, c.vision(), c.text_hidden_size);
     store.allocate();

@@ -64,10 +64,11 @@ std::unique_ptr<Model> load_model_across_processes(const std::filesystem::path& 
   HYLA_CHECK(!options.offload_experts && !options.holds,
              "--expert-memory does not combine with several processes: the experts are already split over {}",
              world.size());
-  const ModelConfig config = open_model_files(dir).config;
+  const ModelConfig config = open_model_files(dir, {.mmproj = options.mmproj}).config;
   HYLA_CHECK(config.moe.num_experts >= world.size(), "{}: {} routed experts cannot be split over {} processes",
              dir.string(), config.moe.num_experts, world.size());
-  auto model = Model::load(dir, {.holds = share_of(config, 0, world.size()), .decode_quantized = options.decode_quantized});
+  auto model = Model::load(dir, {.holds = share_of(config, 0, world.size()), .decode_quantized = options.decode_quantized,
+                                 .mmproj = options.mmproj});
   std::vector<std::unique_ptr<ExpertExchange>> exchanges;
   for (size_t i = 0; i < model->moe_layers().size(); ++i)
     exchanges.push_back(std::make_unique<LeadingExchange>(world, int(i)));
@@ -86,9 +87,9 @@ bool serve_experts_to_rank0(const std::filesystem::path& dir, const ModelLoadOpt
     });
     return false;
   }
-  const ModelConfig config = open_model_files(dir).config;
-  const auto model =
-      Model::load(dir, {.holds = share_of(config, world.rank(), world.size()), .decode_quantized = options.decode_quantized});
+  const ModelConfig config = open_model_files(dir, {.mmproj = options.mmproj}).config;
+  const auto model = Model::load(dir, {.holds = share_of(config, world.rank(), world.size()),
+                                       .decode_quantized = options.decode_quantized, .mmproj = options.mmproj});
   const std::vector<MoeFfn*> layers = model->moe_layers();
   std::vector<std::unique_ptr<ExpertParallelExchange>> exchanges;
   for (size_t i = 0; i < layers.size(); ++i) exchanges.push_back(std::make_unique<ExpertParallelExchange>(world));

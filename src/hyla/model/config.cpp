@@ -51,6 +51,7 @@ constexpr std::array<std::pair<VisionNorm, const char*>, 2> kVisionNorms{
     {{VisionNorm::LayerNorm, "layernorm"}, {VisionNorm::RmsNorm, "rmsnorm"}}};
 constexpr std::array<std::pair<VisionProjector, const char*>, 2> kVisionProjectors{
     {{VisionProjector::PatchMerger, "patchmerger"}, {VisionProjector::PatchMergerV2, "patchmergerv2"}}};
+constexpr std::array<std::pair<Gelu, const char*>, 2> kGelus{{{Gelu::Erf, "erf"}, {Gelu::Tanh, "tanh"}}};
 constexpr std::array<std::pair<GridResample, const char*>, 2> kGridResamples{
     {{GridResample::Bicubic, "bicubic"}, {GridResample::Bilinear, "bilinear"}}};
 
@@ -186,6 +187,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     t.read("merge", m.merge);
     read_enum(t, "projector", m.projector, kVisionProjectors);
     t.read("projector_eps", m.projector_eps);
+    read_enum(t, "projector_gelu", m.projector_gelu, kGelus);
     t.read("in_patch_limit", m.in_patch_limit);
     t.read("patch_limit_on_one_side", m.patch_limit_on_one_side);
     t.read("image_mean", m.image_mean);
@@ -350,6 +352,7 @@ json ModelConfig::vision_json() const {
                   {"pos_emb_resample", to_string(m.pos_emb_resample)}, {"norm", to_string(m.norm)},
                   {"norm_eps", m.norm_eps}, {"bias", m.bias}, {"rope_theta", m.rope_theta}, {"merge", m.merge},
                   {"projector", to_string(m.projector)}, {"projector_eps", m.projector_eps},
+                  {"projector_gelu", enum_name(m.projector_gelu, kGelus)},
                   {"in_patch_limit", m.in_patch_limit}, {"patch_limit_on_one_side", m.patch_limit_on_one_side},
                   {"image_mean", m.image_mean}, {"image_std", m.image_std}};
   return v;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "hyla/kernels/activations.h"
 #include "hyla/kernels/resample.h"
 
 namespace hyla {
@@ -84,6 +85,8 @@ struct MoonVitConfig {
   int64_t merge = 2;
   VisionProjector projector = VisionProjector::PatchMerger;
   double projector_eps = 1e-5;
+  // The projector MLP's GELU: the official nn.GELU() is erf; llama.cpp's kimik25 graph computes tanh.
+  Gelu projector_gelu = Gelu::Erf;
   // The processor's rules (data/moonvit_image.h): patches an image may have, and along one side.
   int64_t in_patch_limit = 16384, patch_limit_on_one_side = 512;
   std::vector<double> image_mean{0.5, 0.5, 0.5}, image_std{0.5, 0.5, 0.5};

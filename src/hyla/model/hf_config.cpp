@@ -77,7 +77,11 @@ void read_vision_config(JsonFields& v, const std::string& source, ModelConfig& c
   v.read("text_hidden_size", text_hidden);
   if (text_hidden != c.hidden_size) reject("text_hidden_size", "must equal the text model's hidden_size");
   expect("activation_func", "gelu_pytorch_tanh");
-  expect("projector_hidden_act", "gelu");
+  std::string projector_act = "gelu";
+  v.read("projector_hidden_act", projector_act);
+  if (projector_act != "gelu" && projector_act != "gelu_pytorch_tanh")
+    reject("projector_hidden_act", "must be gelu (erf) or gelu_pytorch_tanh");
+  m.projector_gelu = projector_act == "gelu" ? Gelu::Erf : Gelu::Tanh;
   expect("merge_type", "sd2_tpool");
   expect("mlp_type", "mlp2");
   expect("pos_emb_type", "divided_fixed");

@@ -123,7 +123,8 @@ void save_model_directory(const fs::path& dir, const ModelConfig& config, const 
 
 std::unique_ptr<Model> Model::load(const fs::path& dir, const ModelLoadOptions& options) {
   const ModelFiles files = open_model_files(
-      dir, {.gguf_quantized = options.decode_quantized ? GgufQuantized::Decoded : GgufQuantized::InPlace});
+      dir, {.gguf_quantized = options.decode_quantized ? GgufQuantized::Decoded : GgufQuantized::InPlace,
+            .mmproj = options.mmproj});
   const std::shared_ptr<const ModelWeights>& weights = files.weights;
   auto model = std::make_unique<Model>(files.config, /*allocate=*/false);
   model->params_.plan_storage(*weights, dir.string());
@@ -275,10 +276,20 @@ void Model::embed_moonvit(const ModelInput& in, Precision precision, bool save) 
   HYLA_CHECK(pads == tokens, "model input: {} <|image_pad|> rows but the images have {} tokens", pads, tokens);
   if (!tower_rows_.defined() || tower_rows_.numel() < std::max<int64_t>(pads, 1) * d)
     tower_rows_ = Tensor::empty(DType::F32, {std::max<int64_t>(pads, 1), d});
+  const auto t0 = std::chrono::steady_clock::now();
   moonvit_->forward(tower_images_, tower_rows_.data<float>(), precision, workspace_, save);
+  timings_.vision = seconds_since(t0);
   float* x0 = stream_[0].data<float>();
   for (int64_t i = 0; i < pads; ++i)
     std::memcpy(x0 + patch_rows_[size_t(i)] * d, tower_rows_.data<float>() + i * d, size_t(d) * sizeof(float));
+}
+
+Tensor Model::image_embeddings() const {
+  HYLA_CHECK(moonvit_, "image embeddings: the model's vision tower is not moonvit");
+  const int64_t rows = int64_t(patch_rows_.size()), d = config_.hidden_size;
+  Tensor out = Tensor::empty(DType::F32, {rows, d});
+  if (rows > 0) std::memcpy(out.data<float>(), tower_rows_.data<float>(), size_t(rows * d) * sizeof(float));
+  return out;
 }
 
 const float* Model::body_forward(const ForwardContext& ctx, std::span<SequenceCache> caches) {

@@ -71,6 +71,7 @@ struct ForwardResult {
 // Wall time of the last forward (and backward) by part of the model, in seconds.
 struct ModelTimings {
   double kda = 0, attention = 0, ffn = 0, total = 0;  // attention: latent attention mixers; ffn: dense and MoE
+  double vision = 0;                                  // the MoonViT tower (part of rest())
   double rest() const { return total - kda - attention - ffn; }
 };
 
@@ -86,6 +87,8 @@ struct ModelLoadOptions {
   // they are stored (whose products round the activations to 8 bits): the f32 evaluation of the
   // file's weights, SPEC's logits contract.
   bool decode_quantized = false;
+  // A llama.cpp mmproj file whose vision tower joins a text-only model (model/moonvit_gguf.h).
+  std::filesystem::path mmproj;
 };
 
 struct DecoderLayer {
@@ -123,6 +126,9 @@ class Model {
   ForwardResult forward(const ModelInput& in, const ForwardOptions& options, std::span<SequenceCache> caches = {});
 
   const ModelTimings& timings() const { return timings_; }
+  // MoonViT's output for the last forward's images, [image rows, d] in the order of their rows
+  // (the embeddings that replaced them); [0, d] when it had none. Tower "moonvit" only.
+  Tensor image_embeddings() const;
   // During each backward, `hook(offset)` once every gradient at flat offsets >= offset
   // (ParamStore::grads) is final: after the head, after each decoder layer from the last, and 0 at
   // the end. Data parallelism reduces those while the backward goes on (train/gradient_reducer.h).

@@ -7,6 +7,7 @@
 #include "hyla/model/hf_config.h"
 #include "hyla/model/kimi_gguf.h"
 #include "hyla/model/kimi_hf.h"
+#include "hyla/model/moonvit_gguf.h"
 
 namespace hyla {
 namespace {
@@ -64,28 +65,46 @@ void check_experts_held(const ModelConfig& config, const ModelWeights& weights, 
              held(experts) ? fmt::format("expert {} too", experts) : fmt::format("no expert {}", experts - 1), layer);
 }
 
+// The vision tower of an mmproj file joined to a text model's config and weights.
+void add_mmproj(const std::filesystem::path& mmproj, const std::string& model, ModelConfig& config,
+                ModelWeights& weights) {
+  std::error_code ec;
+  HYLA_CHECK(std::filesystem::exists(mmproj, ec), "{}: no such file (--mmproj)", mmproj.string());
+  HYLA_CHECK(is_gguf_file(mmproj), "{}: not an mmproj: not a file that starts with the GGUF magic", mmproj.string());
+  const auto gguf = std::make_shared<const GgufFile>(mmproj);
+  HYLA_CHECK(!config.vision.enabled, "{}: the model has a vision tower already; it takes no --mmproj {}", model,
+             mmproj.string());
+  config.vision = vision_config_from_mmproj(*gguf, config.hidden_size);
+  config.validate(mmproj.string());
+  add_mmproj_weights(gguf, config.vision, weights);
+}
+
 }  // namespace
 
 ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options) {
   check_model_path(path);
+  const std::string source = path.string();
   if (is_gguf_file(path)) {
     const auto gguf = std::make_shared<const GgufFile>(path);
     ModelConfig config = config_from_gguf(*gguf);
-    auto weights = std::make_shared<const ModelWeights>(weights_from_gguf(gguf, config, options.gguf_quantized));
-    return {std::move(config), std::move(weights), ModelFiles::Format::Gguf};
+    ModelWeights weights = weights_from_gguf(gguf, config, options.gguf_quantized);
+    if (!options.mmproj.empty()) add_mmproj(options.mmproj, source, config, weights);
+    return {std::move(config), std::make_shared<const ModelWeights>(std::move(weights)), ModelFiles::Format::Gguf};
   }
   const std::string config_path = (path / "config.json").string();
   ModelConfig config = ModelConfig::load(config_path);
-  auto weights = std::make_shared<const ModelWeights>(path);
+  auto weights = std::make_shared<ModelWeights>(path);
   check_layers_held(config, *weights, config_path);
   const nlohmann::json j = parse_json_file(config_path);
   if (!is_hf_config(j)) {
     check_experts_held(config, *weights, config_path);
+    if (!options.mmproj.empty()) add_mmproj(options.mmproj, source, config, *weights);
     return {std::move(config), std::move(weights), ModelFiles::Format::Hyla};
   }
-  auto mapped = std::make_shared<const ModelWeights>(weights_from_hf(weights, config));
-  check_experts_held(config, *mapped, config_path);
-  return {std::move(config), std::move(mapped), ModelFiles::Format::HuggingFace};
+  ModelWeights mapped = weights_from_hf(weights, config);
+  check_experts_held(config, mapped, config_path);
+  if (!options.mmproj.empty()) add_mmproj(options.mmproj, source, config, mapped);
+  return {std::move(config), std::make_shared<const ModelWeights>(std::move(mapped)), ModelFiles::Format::HuggingFace};
 }
 
 ModelConfig model_config_of(const std::filesystem::path& path) {

@@ -1,8 +1,9 @@
 #pragma once
 // Where a model's config and weights come from: a model directory (config.json and safetensors,
 // SPEC §8), a llama.cpp kimi-k3 / kimi-linear GGUF file (model/kimi_gguf.h), or a Hugging Face
-// Kimi K3 / Kimi Linear checkpoint directory (model/kimi_hf.h). Every command that loads a model
-// goes through here, so each format is recognised in one place.
+// Kimi K3 / Kimi Linear checkpoint directory (model/kimi_hf.h), with, optionally, a vision tower
+// from a llama.cpp mmproj file (model/moonvit_gguf.h). Every command that loads a model goes
+// through here, so each format is recognised in one place.
 #include <filesystem>
 #include <memory>
 
@@ -20,6 +21,8 @@ struct ModelFiles {
 
 struct ModelFilesOptions {
   GgufQuantized gguf_quantized = GgufQuantized::Converted;  // weights_from_gguf's
+  // A llama.cpp mmproj file (model/moonvit_gguf.h) whose vision tower joins a text-only model.
+  std::filesystem::path mmproj;
 };
 
 ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options = {});

@@ -258,7 +258,7 @@ void MoonVit::forward(std::span<const TowerImage> images, float* out, Precision 
   }
   proj0_.forward(cat, out_rows, pre_gelu_proj_, precision);
   add_bias(proj0_bias_, out_rows, merged, pre_gelu_proj_);
-  gelu_forward(Gelu::Erf, pre_gelu_proj_, out_rows * merged, post_gelu_proj_);
+  gelu_forward(c.projector_gelu, pre_gelu_proj_, out_rows * merged, post_gelu_proj_);
   float* z = post_norm_.weight ? out_pre_ : out;
   proj2_.forward(post_gelu_proj_, out_rows, z, precision);
   add_bias(proj2_bias_, out_rows, text, z);
@@ -293,7 +293,7 @@ void MoonVit::backward(const float* d_out, Workspace& workspace) {
   add_bias_grad(proj2_bias_, d_z, T, text);
   proj2_.backward_weight(post_gelu_proj_, d_z, T, precision);
   proj2_.backward_input(d_z, T, d_mid, precision);
-  gelu_backward(Gelu::Erf, pre_gelu_proj_, d_mid, T * merged, d_mid);
+  gelu_backward(c.projector_gelu, pre_gelu_proj_, d_mid, T * merged, d_mid);
   add_bias_grad(proj0_bias_, d_mid, T, merged);
   proj0_.backward_weight(pre_norm_.weight ? merged_ : merged_raw_, d_mid, T, precision);
   proj0_.backward_input(d_mid, T, d_cat, precision);
