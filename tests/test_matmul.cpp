@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "hyla/core/threads.h"
 #include "hyla/kernels/matmul.h"
 #include "reference_ops.h"
 
@@ -94,6 +95,25 @@ TEST(Gemm, PrimitivesAreCachedByShape) {
     gemm(Trans::N, Trans::N, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64);
   EXPECT_EQ(gemm_primitives_created(), created);
   EXPECT_EQ(C[0], 64.0f);
+}
+
+// oneDNN fixes a primitive's split of the work among threads when it is created: a product first
+// run on one thread gets a primitive of its own when two are there (else it stays on one).
+TEST(Gemm, PrimitivesAreCachedPerThreadCount) {
+  const ThreadConfig before = thread_config();
+  std::vector<float> A(96 * 96, 1.0f), B(96 * 96, 1.0f), C(96 * 96);
+  const auto product = [&] { gemm(Trans::N, Trans::N, 96, 96, 96, 1.0f, A.data(), 96, B.data(), 96, 0.0f, C.data(), 96); };
+  set_threads(1);
+  product();
+  const int64_t created = gemm_primitives_created();
+  set_threads(2);
+  product();
+  EXPECT_EQ(gemm_primitives_created(), created + 1);
+  set_threads(1);
+  product();
+  EXPECT_EQ(gemm_primitives_created(), created + 1);  // each count's primitive is kept
+  EXPECT_EQ(C[0], 96.0f);
+  set_thread_config(before);
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ struct GemmKey {
   Trans ta, tb;
   int64_t batch, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c;
   float alpha, beta;
+  // oneDNN splits a product's work among the threads there are when the primitive is created and
+  // keeps that split: one created on 1 thread runs on 1 thread ever after, whatever the caller's
+  // count (bench -t 1,2; adaptive threads that drop and come back).
+  int threads;
   bool operator==(const GemmKey&) const = default;
 };
 
@@ -40,7 +44,7 @@ struct GemmKeyHash {
     std::memcpy(&b, &k.beta, 4);
     mix(a);
     mix(b);
-    mix(uint64_t(k.bf16_inputs) | uint64_t(k.ta) << 1 | uint64_t(k.tb) << 2);
+    mix(uint64_t(k.bf16_inputs) | uint64_t(k.ta) << 1 | uint64_t(k.tb) << 2 | uint64_t(k.threads) << 3);
     return h;
   }
 };
@@ -167,7 +171,7 @@ GemmKey make_key(bool bf16_inputs, int64_t batch, Trans ta, Trans tb, int64_t M,
                  int64_t ldc, int64_t stride_c) {
   HYLA_ASSERT(M >= 0 && N >= 0 && K >= 0 && batch >= 0);
   HYLA_ASSERT(lda >= (ta == Trans::N ? K : M) && ldb >= (tb == Trans::N ? N : K) && ldc >= N);
-  return {bf16_inputs, ta, tb, batch, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, alpha, beta};
+  return {bf16_inputs, ta, tb, batch, M, N, K, lda, ldb, ldc, stride_a, stride_b, stride_c, alpha, beta, num_threads()};
 }
 
 // One rule for both input types: a few rows against a transposed B (x · Wᵀ, decoding) go to
