@@ -146,6 +146,45 @@ TEST(Config, HfKimiLinearConfigHasBothGatesLowRankAndNoAttnRes) {
   EXPECT_FALSE(c.attn_res.enabled);
 }
 
+// A checkpoint's preprocessor_config.json beside config.json sets MoonViT's processor; what
+// contradicts vision_config is an error naming the file and the key.
+TEST(Config, HfPreprocessorConfigSetsTheProcessor) {
+  test::TempDir dir;
+  std::filesystem::copy_file(test::source_dir() / "tests/data/kimi-k3-hf-config.json", dir / "config.json");
+  EXPECT_EQ(ModelConfig::load((dir / "config.json").string()).vision.moonvit.in_patch_limit, 16384);  // none: defaults
+  json processor = {{"media_proc_cfg", {{"in_patch_limit", 65536}, {"patch_limit_on_one_side", 1024},
+                                        {"image_mean", {0.48, 0.46, 0.41}}, {"image_std", {0.27, 0.26, 0.28}},
+                                        {"patch_size", 14}, {"merge_kernel_size", 2}, {"sample_fps", 2.0}}}};
+  write_file_atomic(dir / "preprocessor_config.json", processor.dump());
+  const MoonVitConfig m = ModelConfig::load((dir / "config.json").string()).vision.moonvit;
+  EXPECT_EQ(m.in_patch_limit, 65536);
+  EXPECT_EQ(m.patch_limit_on_one_side, 1024);
+  EXPECT_EQ(m.image_mean, (std::vector<double>{0.48, 0.46, 0.41}));
+  EXPECT_EQ(m.image_std, (std::vector<double>{0.27, 0.26, 0.28}));
+  const auto expect_error = [&](const json& bad, const std::string& what) {
+    write_file_atomic(dir / "preprocessor_config.json", bad.dump());
+    try {
+      ModelConfig::load((dir / "config.json").string());
+      FAIL() << "no error; expected: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("preprocessor_config.json"), std::string::npos) << e.what();
+    }
+  };
+  json bad = processor;
+  bad["media_proc_cfg"]["merge_kernel_size"] = 4;
+  expect_error(bad, "media_proc_cfg.merge_kernel_size is not vision_config's merge [2, 2]");
+  bad = processor;
+  bad["media_proc_cfg"]["patch_size"] = 16;
+  expect_error(bad, "media_proc_cfg.patch_size is 16, vision_config's patch_size 14");
+  bad = processor;
+  bad["media_proc_cfg"]["image_std"] = {0.5, 0.0, 0.5};
+  expect_error(bad, "image_std (0) must be > 0");
+  bad = processor;
+  bad["media_proc_cfg"]["in_patch_limit"] = "many";
+  expect_error(bad, "in_patch_limit");
+}
+
 TEST(Config, HfConfigErrorsNameTheFileAndKey) {
   json j = parse_json_file((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
   auto expect_hf_error = [](const json& config, const std::string& what) {

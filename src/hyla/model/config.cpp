@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -203,7 +204,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
 
 ModelConfig ModelConfig::load(const std::string& path) {
   const json j = parse_json_file(path);
-  return is_hf_config(j) ? config_from_hf(j, path) : from_json(j, path);
+  if (!is_hf_config(j)) return from_json(j, path);
+  ModelConfig c = config_from_hf(j, path);
+  // The processor's limits and normalisation live beside config.json in a checkpoint.
+  const std::filesystem::path processor = std::filesystem::path(path).parent_path() / "preprocessor_config.json";
+  std::error_code ec;
+  if (c.vision.tower == VisionTower::MoonVit && std::filesystem::is_regular_file(processor, ec))
+    read_hf_preprocessor_config(parse_json_file(processor.string()), processor.string(), c);
+  return c;
 }
 
 void ModelConfig::validate(const std::string& source) const {

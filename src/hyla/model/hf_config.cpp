@@ -89,6 +89,37 @@ void read_vision_config(JsonFields& v, const std::string& source, ModelConfig& c
 
 }  // namespace
 
+void read_hf_preprocessor_config(const json& file, const std::string& source, ModelConfig& c) {
+  HYLA_CHECK(file.is_object(), "{}: not a JSON object", source);
+  HYLA_CHECK(c.vision.enabled && c.vision.tower == VisionTower::MoonVit,
+             "{}: a preprocessor config, but the model has no MoonViT tower", source);
+  const bool nested = file.contains("media_proc_cfg");
+  HYLA_CHECK(!nested || file["media_proc_cfg"].is_object(), "{}: media_proc_cfg is not an object", source);
+  JsonFields f(nested ? file["media_proc_cfg"] : file, source, nested ? "media_proc_cfg" : "");
+  MoonVitConfig& m = c.vision.moonvit;
+  f.read("in_patch_limit", m.in_patch_limit);
+  f.read("patch_limit_on_one_side", m.patch_limit_on_one_side);
+  f.read("image_mean", m.image_mean);
+  f.read("image_std", m.image_std);
+  int64_t patch = c.vision.patch_size;
+  f.read("patch_size", patch);
+  if (patch != c.vision.patch_size)
+    f.fail_rule(fmt::format("{} is {}, vision_config's patch_size {}", f.path("patch_size"), patch, c.vision.patch_size));
+  if (f.has("merge_kernel_size")) {
+    std::vector<int64_t> merge;
+    if (f.raw("merge_kernel_size").is_array()) {
+      f.read("merge_kernel_size", merge);
+    } else {
+      int64_t m1 = 0;
+      f.read("merge_kernel_size", m1);
+      merge = {m1, m1};
+    }
+    if (merge != std::vector<int64_t>{m.merge, m.merge})
+      f.fail_rule(fmt::format("{} is not vision_config's merge [{}, {}]", f.path("merge_kernel_size"), m.merge, m.merge));
+  }
+  c.validate(source);
+}
+
 bool is_hf_config(const json& j) {
   return j.is_object() && j.contains("model_type") && j["model_type"].is_string() && j["model_type"] != "hyla";
 }

@@ -12,8 +12,9 @@
 // (null: 0, the up branch unbounded) and the shared experts on u after the latent up-projection;
 // "silu" → swiglu; attn_res_block_size → attn_res. Values this engine does not implement (grouped
 // routing, a router other than sigmoid, no renormalisation) are
-// errors naming the key; keys it does not need (tokens ids, auto_map, quantization_config, the
-// vision tower's) are ignored.
+// errors naming the key; keys it does not need (tokens ids, auto_map, quantization_config) are
+// ignored. K3's vision_config is read strictly (MoonViT, SPEC §7.2), and the checkpoint's
+// preprocessor_config.json beside it gives the processor's limits and normalisation.
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -27,5 +28,11 @@ bool is_hf_config(const nlohmann::json& j);
 
 // The ModelConfig of a kimi_k3 or kimi_linear config.json; `source` names the file in errors.
 ModelConfig config_from_hf(const nlohmann::json& j, const std::string& source);
+
+// A checkpoint's preprocessor_config.json (its keys under media_proc_cfg, or at the top) into
+// `c`'s MoonViT processor: in_patch_limit, patch_limit_on_one_side, image_mean and image_std;
+// patch_size and merge_kernel_size, where present, must agree with vision_config. The processor's
+// other keys (video, auto_map) are not read.
+void read_hf_preprocessor_config(const nlohmann::json& j, const std::string& source, ModelConfig& c);
 
 }  // namespace hyla
