@@ -15,25 +15,13 @@
 #   bash scripts/bench-vision.sh BUILD LLAMA_CPP [WORK]       (about 10 minutes on 2 cores)
 # LLAMA_CPP as scripts/check-llamacpp.sh says, with llama-mtmd-cli built. Needs python3 with numpy.
 set -euo pipefail
-build=$(cd "$1" && pwd) llama=$(cd "$2" && pwd) work=${3:-$(mktemp -d)}
-repo=$(cd "$(dirname "$0")/.." && pwd)
-hyla="$build/hyla" python=${PYTHON:-python3}
-mkdir -p "$work"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; llama.cpp $(git -C "$llama" rev-parse --short HEAD 2>/dev/null || echo '?'); work in $work"
+work=${3:-$(mktemp -d)}
+source "$(dirname "$0")/llamacpp-common.sh" "$1" "$2" "$work"
 
 (cd "$repo" && bash scripts/prepare-kjv.sh "$build" >/dev/null)
 m="$work/k25-tower"
 if [[ ! -f "$work/mmproj.gguf" ]]; then
-  "$python" - "$repo/configs/kimi-k3-tiny.json" "$work/config.json" <<'EOF'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c['vocab_size'] = 4096
-c['vision'] = {'enabled': True, 'tower': 'moonvit', 'patch_size': 14, 'channels': 3, 'moonvit': {
-    'hidden_size': 1152, 'num_heads': 16, 'head_dim': 72, 'num_layers': 27, 'intermediate_size': 4304,
-    'pos_emb_height': 64, 'pos_emb_width': 64, 'pos_emb_resample': 'bicubic', 'norm': 'layernorm', 'norm_eps': 1e-5,
-    'bias': True, 'merge': 2, 'projector': 'patchmerger', 'projector_eps': 1e-5, 'projector_gelu': 'erf'}}
-json.dump(c, open(sys.argv[2], 'w'), indent=1)
-EOF
+  k25_vision_config "$work/config.json" 1152 16 27 4304 64 64 erf
   "$hyla" init --config "$work/config.json" --out "$m" --seed 1 --force >/dev/null
   cp "$repo/data/kjv/tokenizer.json" "$m/"
   "$hyla" convert -m "$m" --out "$work/text.gguf" --type f32 --mmproj-out "$work/mmproj.gguf" --force >/dev/null

@@ -146,6 +146,19 @@ TEST(Config, HfKimiLinearConfigHasBothGatesLowRankAndNoAttnRes) {
   EXPECT_FALSE(c.attn_res.enabled);
 }
 
+// Writes `file` with `contents`, then loading `config` must fail naming `what` and `file`.
+void expect_load_error(const std::filesystem::path& config, const std::filesystem::path& file, const json& contents,
+                       const std::string& what) {
+  write_file_atomic(file, contents.dump());
+  try {
+    ModelConfig::load(config.string());
+    FAIL() << "no error; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  }
+}
+
 // A checkpoint's preprocessor_config.json beside config.json sets MoonViT's processor; what
 // contradicts vision_config is an error naming the file and the key.
 TEST(Config, HfPreprocessorConfigSetsTheProcessor) {
@@ -162,14 +175,7 @@ TEST(Config, HfPreprocessorConfigSetsTheProcessor) {
   EXPECT_EQ(m.image_mean, (std::vector<double>{0.48, 0.46, 0.41}));
   EXPECT_EQ(m.image_std, (std::vector<double>{0.27, 0.26, 0.28}));
   const auto expect_error = [&](const json& bad, const std::string& what) {
-    write_file_atomic(dir / "preprocessor_config.json", bad.dump());
-    try {
-      ModelConfig::load((dir / "config.json").string());
-      FAIL() << "no error; expected: " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("preprocessor_config.json"), std::string::npos) << e.what();
-    }
+    expect_load_error(dir / "config.json", dir / "preprocessor_config.json", bad, what);
   };
   json bad = processor;
   bad["media_proc_cfg"]["merge_kernel_size"] = 4;
@@ -188,15 +194,8 @@ TEST(Config, HfPreprocessorConfigSetsTheProcessor) {
 TEST(Config, HfConfigErrorsNameTheFileAndKey) {
   json j = parse_json_file((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
   auto expect_hf_error = [](const json& config, const std::string& what) {
-    const std::string path = (std::filesystem::temp_directory_path() / "hyla-hf-config-test.json").string();
-    write_file_atomic(path, config.dump());
-    try {
-      ModelConfig::load(path);
-      FAIL() << "no error; expected: " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    }
+    const std::filesystem::path path = std::filesystem::temp_directory_path() / "hyla-hf-config-test.json";
+    expect_load_error(path, path, config, what);
   };
   json bad = j;
   bad["model_type"] = "llama";
