@@ -164,6 +164,9 @@ TEST(ModelImage, ConvertsChannels) {
   EXPECT_EQ(to_model_image(Image{1, 2, 1, {7, 200}}, colour, "grey").pixels, (std::vector<uint8_t>{7, 7, 7, 200, 200, 200}));
   EXPECT_EQ(to_model_image(rgb, colour, "rgb").pixels, rgb.pixels);
   expect_error([&] { to_model_image(Image{1, 1, 2, {1, 2}}, colour, "two.png"); }, "two.png: a 2-channel image");
+  expect_error([&] { to_model_image(rgb, VisionConfig{}, "text-only.png"); },
+               "text-only.png: this model reads no images: it has no vision tower (a text GGUF takes one from an "
+               "mmproj file: --mmproj FILE)");
 }
 
 TEST(ModelImage, PadsBottomAndRightWithZeros) {

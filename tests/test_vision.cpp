@@ -435,7 +435,7 @@ TEST(VisionCli, GenerateAndChatTakeImageFiles) {
   EXPECT_NE(error(model + " -p x --image " + (dir / "bad.png").string()).find("bad.png: not a PNG or JPEG"), std::string::npos);
   EXPECT_NE(error(model + " -p x --image " + (dir / "wide.png").string()).find("vision.max_grid"), std::string::npos);
   EXPECT_NE(error(model + " -p '<image><image>' --image " + a).find("2 <image> markers but 1 image"), std::string::npos);
-  EXPECT_NE(error(text_model + " -p x --image " + a).find("reads none"), std::string::npos);
+  EXPECT_NE(error(text_model + " -p x --image " + a).find("reads no images: it has no vision tower"), std::string::npos);
 
   test::write_bytes(dir / "in.txt", "/image " + a + "\nWhat is it?\n/image " + (dir / "bad.png").string() + "\n/exit\n");
   const auto chat = test::run_command(fmt::format("({} chat -t 1 -m {} -n 4 --temperature 0 --dtype f32 < {} > {} 2> {})",

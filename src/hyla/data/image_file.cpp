@@ -247,6 +247,9 @@ std::string encode_png(const Image& image) {
 }
 
 Image to_model_image(const Image& image, const VisionConfig& vision, std::string_view source, bool fit) {
+  HYLA_CHECK(vision.enabled,
+             "{}: this model reads no images: it has no vision tower (a text GGUF takes one from an mmproj file: "
+             "--mmproj FILE)", source);
   if (vision.tower == VisionTower::MoonVit) {  // its processor's rule, which always fits (SPEC §7.2)
     HYLA_CHECK(image.channels == 1 || image.channels == 3, "{}: a {}-channel image; images are grey (1) or RGB (3)",
                source, image.channels);

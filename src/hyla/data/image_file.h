@@ -26,7 +26,8 @@ Image decode_image(std::span<const uint8_t> bytes, std::string_view source, cons
 Image read_image_file(const std::filesystem::path& path, const ImageLimits& limits = {});
 // PNG bytes of an image (1 or 3 channels), for reports and tests (stb_image_write to memory).
 std::string encode_png(const Image& image);
-// The image as the model reads it (SPEC §7). The moonvit tower: RGB (grey copied), resized and padded
+// The image as the model reads it (SPEC §7); a model without a vision tower is an error naming
+// --mmproj. The moonvit tower: RGB (grey copied), resized and padded
 // by its processor's rule (data/moonvit_image.h). The patch embedding: converted to vision.channels (RGB->grey by BT.601 luma rounded, grey->RGB by copying),
 // then, with fit = true only, downscaled (area averaging, aspect kept) to fit max_grid*patch_size on each side when larger;
 // then padded with 0 at the bottom and right to multiples of patch_size. A grid still beyond max_grid is a hyla::Error:

@@ -225,7 +225,9 @@ ApiRequest parse_completion_request(const json& body, const Tokenizer& tokenizer
 // An OpenAI image part, {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}, as
 // the model image it becomes; remote URLs are refused (the server fetches nothing).
 static Image image_part(const json& part, const std::string& where, const ServeLimits& limits) {
-  if (!limits.vision.enabled) invalid(where, where + ": this model does not read images (its vision.enabled is false)");
+  if (!limits.vision.enabled)
+    invalid(where, where + ": this model does not read images: it has no vision tower (a text GGUF takes one from "
+                           "an mmproj file: serve --mmproj FILE)");
   const json* image_url = field(part, "image_url");
   const json* url = image_url && image_url->is_object() ? field(*image_url, "url") : image_url;
   if (!url || !url->is_string())
