@@ -8,22 +8,28 @@
 # Each checkpoint is evaluated on the dev split (25 tasks per environment x 8 trials, faults off,
 # SFT's environments, sampling seed SEED) until one qualifies. When none does, the checkpoint whose
 # weakest environment scores best is taken, and "rule": "fallback" says so. Its model directory is
-# printed last; RUN/pick.jsonl keeps every checkpoint's figures and the choice.
+# printed last; RUN/pick.jsonl keeps every checkpoint's figures and the choice. A checkpoint already
+# in RUN/pick.jsonl is not evaluated again: after a fallback, a run that trained on is judged on its
+# new checkpoints.
 #   bash scripts/sft-pick.sh RUN_DIR [BUILD_DIR]       ENVS=calculator,lookup SEED=1 by default
 set -euo pipefail
 run=$1
 hyla="${2:-build}/hyla"
 envs=${ENVS:-calculator,lookup}
 seed=${SEED:-1}
-: > "$run/pick.jsonl"
+touch "$run/pick.jsonl"
+jq -c 'select(.checkpoint)' "$run/pick.jsonl" >"$run/pick.jsonl.tmp" && mv "$run/pick.jsonl.tmp" "$run/pick.jsonl"
 for checkpoint in "$run"/checkpoints/step-*; do
-  "$hyla" eval agent -m "$checkpoint/model" --envs "$envs" --split dev --tasks 25 --trials 8 --temperature 1 \
-    --faults 0 --max-steps 6 --seed "$seed" --out "$run/pick-eval.json" >/dev/null 2>&1
-  row=$(jq -c --arg c "$checkpoint" '.models[0].summary as $s |
-    {checkpoint: $c, pass1: $s.all["pass@1"], pass8: $s.all["pass@k"]["8"],
-     per_env: ($s | to_entries | map(select(.key != "all")) | map({(.key): .value["pass@1"]}) | add)}' \
-    "$run/pick-eval.json")
-  echo "$row" >>"$run/pick.jsonl"
+  row=$(jq -c --arg c "$checkpoint" 'select(.checkpoint == $c)' "$run/pick.jsonl" | head -1)
+  if [[ -z $row ]]; then
+    "$hyla" eval agent -m "$checkpoint/model" --envs "$envs" --split dev --tasks 25 --trials 8 --temperature 1 \
+      --faults 0 --max-steps 6 --seed "$seed" --out "$run/pick-eval.json" >/dev/null 2>&1
+    row=$(jq -c --arg c "$checkpoint" '.models[0].summary as $s |
+      {checkpoint: $c, pass1: $s.all["pass@1"], pass8: $s.all["pass@k"]["8"],
+       per_env: ($s | to_entries | map(select(.key != "all")) | map({(.key): .value["pass@1"]}) | add)}' \
+      "$run/pick-eval.json")
+    echo "$row" >>"$run/pick.jsonl"
+  fi
   echo "$row" >&2
   if jq -e '.pass1 >= 0.2 and .pass1 <= 0.5 and .pass8 >= .pass1 + 0.2 and ([.per_env[]] | min) >= 0.15' \
     <<<"$row" >/dev/null; then
