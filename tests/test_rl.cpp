@@ -156,7 +156,10 @@ TEST(Grpo, TheLossIsAMeanOverTheBatchsTokensHoweverItIsSplit) {
   double max_diff = 0;
   for (size_t i = 0; i < whole.values.size(); ++i)
     max_diff = std::max(max_diff, double(std::abs(split.values[i] - whole.values[i])));
-  EXPECT_LT(max_diff, 5e-5);  // AdamW's first step moves each weight by about lr = 1e-3: a reweighted batch flips some
+  // AdamW's first step moves each weight by about lr = 1e-3, whatever its gradient's size, so a
+  // weight whose gradient is near zero moves by an amount its rounding decides (5.8e-5 seen with
+  // AVX2's GEMMs); a reweighted batch flips some by ~2·lr.
+  EXPECT_LT(max_diff, 1e-4);
 }
 
 // A demonstration's scored rows are exactly the assistant's: its replies and <|im_end|>.

@@ -175,7 +175,9 @@ void tile_dispatch_native(const Tile& t, int rows, int panels) {
 // Without VNNI: a quad's 64 bytes are two ymm registers (panel rows 0–7 and 8–15), multiplied by
 // maddubs, which takes one unsigned operand and saturates its pairs' int16 sums. The biased
 // weights (q + 128, up to 255) times x (±127) would saturate, so the weights are unbiased back to
-// q and the signs move onto them: |x| · (sign(x) · q), each pair at most 2 · 127² < 2^15, exact.
+// q and the signs move onto x: |q| · (sign(q) · x), each pair at most 2 · 128 · 127 < 2^15, exact.
+// (The other way round, sign(x) · q, turns a weight of −128 into −128 again: a GGUF's Q8_0 may
+// hold −128.)
 // Sums need no starts and run a whole block in int32 (at most 256 · 127² < 2^31). MR ≤ 2 rows of
 // x against one panel keep 4·MR accumulators, the quad's two registers and the constants in the
 // 16 ymm registers; the panel's bytes are one sequential stream.
@@ -196,12 +198,13 @@ void panel_avx2(const Tile& t, int64_t row0, int panel, int64_t valid) {
       if (t.first) _mm_prefetch(reinterpret_cast<const char*>(quad + kPrefetchBytes), _MM_HINT_T0);
       const __m256i q[2] = {_mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quad)), bias),
                             _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quad + 32)), bias)};
+      const __m256i magnitude[2] = {_mm256_abs_epi8(q[0]), _mm256_abs_epi8(q[1])};
       vec::unroll<MR>([&](auto m) {
         int32_t four;
         std::memcpy(&four, x.values + (row0 + m) * x.cols + b * x.block + 4 * k, 4);
-        const __m256i x4 = _mm256_set1_epi32(four), magnitude = _mm256_abs_epi8(x4);
+        const __m256i x4 = _mm256_set1_epi32(four);
         vec::unroll<2>([&](auto h) {
-          const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(q[h], x4));
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude[h], _mm256_sign_epi8(x4, q[h]));
           sum[2 * m + h] = _mm256_add_epi32(sum[2 * m + h], _mm256_madd_epi16(pairs, ones));
         });
       });
