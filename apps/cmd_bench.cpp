@@ -25,6 +25,7 @@
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/kda.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
@@ -141,7 +142,7 @@ struct TrainBenchArgs {
 // Forward+backward of the whole model on random tokens: tokens/s, the time split by part, and
 // model FLOP utilisation against the bf16 GEMM peak measured in this run.
 void bench_train(const TrainBenchArgs& a) {
-  const ModelConfig config = ModelConfig::load(a.config);
+  const ModelConfig config = model_config_of(a.config);
   const Precision precision = a.dtype == "bf16" ? Precision::BF16 : Precision::F32;
   const double peak = measure_gemm_peak_gflops(true);
   Model model(config);

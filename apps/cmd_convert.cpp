@@ -1,6 +1,6 @@
-// `hyla convert`: a hyla model directory or a Hugging Face Kimi K3 / Kimi Linear checkpoint to a
-// llama.cpp GGUF file (kimi-k3 or kimi-linear), its MoonViT tower to an mmproj file beside it, and
-// any of them (a GGUF with its mmproj) to a hyla model directory, one tensor at a time
+// `hyla convert`: a hyla model directory or a Hugging Face checkpoint to a llama.cpp GGUF file of
+// the model's architecture (model/arch/architecture.h), its MoonViT tower to an mmproj file beside
+// it, and any of them (a GGUF with its mmproj) to a hyla model directory, one tensor at a time
 // (model/model_files.h).
 #include <fmt/format.h>
 
@@ -13,7 +13,8 @@
 #include "hyla/io/file.h"
 #include "hyla/io/gguf.h"
 #include "hyla/io/safetensors.h"
-#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/arch/architecture.h"
+#include "hyla/model/gguf_model.h"
 #include "hyla/model/model_files.h"
 #include "hyla/model/moonvit_gguf.h"
 #include "hyla/data/model_tokenizer.h"
@@ -23,11 +24,11 @@ namespace hyla::cli {
 namespace fs = std::filesystem;
 
 void add_convert(CLI::App& app) {
-  auto* cmd = app.add_subcommand("convert", "Convert between hyla model directories, llama.cpp kimi-k3 / kimi-linear GGUF and Kimi HF checkpoints");
-  static std::string in, out, to, from, type = "bf16", weight_dtype = "f32", split_max_size;
+  auto* cmd = app.add_subcommand("convert", "Convert between hyla model directories, llama.cpp GGUF files and Hugging Face checkpoints");
+  static std::string in, out, to, from, type = "bf16", weight_dtype = "f32", split_max_size, architecture_name;
   static bool force = false;
   static std::filesystem::path mmproj, mmproj_out;
-  cmd->add_option("-m,--model", in, "Model directory, GGUF file, or Hugging Face Kimi K3 / Kimi Linear checkpoint")->required();
+  cmd->add_option("-m,--model", in, "Model directory, GGUF file, or Hugging Face checkpoint")->required();
   cmd->add_option("--out", out, "Output GGUF file (--to gguf) or model directory (--to hyla)")->required();
   cmd->add_option("--to", to, "Output format (default: the other one)")->check(CLI::IsMember({"gguf", "hyla"}));
   cmd->add_option("--from", from, "Input format, checked (default: detected)")->check(CLI::IsMember({"gguf", "hyla", "hf"}));
@@ -38,6 +39,9 @@ void add_convert(CLI::App& app) {
   cmd->add_option("--split-max-size", split_max_size,
                   "Write the GGUF as a split set (OUT-00001-of-0000N.gguf, as llama-gguf-split): the first shard the "
                   "metadata, each other at most this many tensor bytes (e.g. 4G; binary units)");
+  cmd->add_option("--architecture", architecture_name,
+                  "The architecture the output names (kimi_k3, kimi_linear, hyla): a model of hyla's own whose options "
+                  "keep that architecture's rules becomes one of it (default: the model's)");
   add_mmproj_option(cmd, mmproj);
   cmd->add_option("--mmproj-out", mmproj_out,
                   "With --to gguf: write the model's MoonViT tower as a llama.cpp mmproj file (kimik25) too");
@@ -49,7 +53,11 @@ void add_convert(CLI::App& app) {
     HYLA_CHECK(from.empty() || from == detected, "convert: --from {} but {} is {}", from, in,
                detected == "gguf" ? "a GGUF file" : detected == "hf" ? "a Hugging Face checkpoint" : "a hyla model directory");
     const std::string target = to.empty() ? (gguf_in ? "hyla" : "gguf") : to;
-    const ModelConfig& config = files.config;
+    ModelConfig config = files.config;
+    if (!architecture_name.empty()) {
+      config.architecture = architecture(architecture_name).name;
+      check_architecture(config, in + " (--architecture " + architecture_name + ")");
+    }
     const ModelWeights& weights = *files.weights;
     const std::optional<Tokenizer> tokenizer = find_model_tokenizer(in);
     for (const std::string& name : weights.names()) check_weight_values(weights, name);  // what the loaders refuse
@@ -68,7 +76,7 @@ void add_convert(CLI::App& app) {
       if (!mmproj_out.empty())
         HYLA_CHECK(force || !fs::exists(mmproj_out) || is_gguf_file(mmproj_out),
                    "convert: {} exists and is not a GGUF file; give --force to replace it", mmproj_out.string());
-      const GgufExport written = save_kimi_gguf(out, config, weights, options);
+      const GgufExport written = save_gguf(out, config, weights, options);
       fmt::print("wrote {}{}: llama.cpp {} GGUF, matrices {}, {}\n", written.files.front().string(),
                  written.files.size() > 1 ? fmt::format(" … {} ({} shards)", written.files.back().string(), written.files.size()) : "",
                  written.arch, type,

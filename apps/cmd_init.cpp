@@ -5,8 +5,9 @@
 #include "hyla/data/model_tokenizer.h"
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/file.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/initialized_weights.h"
-#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/gguf_model.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 
@@ -39,10 +40,10 @@ void add_init(CLI::App& app) {
       HYLA_CHECK(force || !std::filesystem::exists(out) || is_gguf_file(out),
                  "init: {} exists and is not a GGUF file; give --force to replace it", out);
       HYLA_CHECK(cmd->count("--weight-dtype") == 0, "init: --weight-dtype is for a model directory; a GGUF takes --type");
-      const ModelConfig config = ModelConfig::load(config_path);
+      const ModelConfig config = model_config_of(config_path);
       GgufExportOptions options{.matrices = ggml_type_from_name(type), .name = "hyla init"};
       if (!tokenizer.empty()) add_gguf_tokenizer(load_tokenizer_argument(tokenizer), config.vocab_size, options.tokenizer);
-      const std::string arch = save_kimi_gguf(out, config, *initialized_weights(config, seed, experts == "mxfp4"), options).arch;
+      const std::string arch = save_gguf(out, config, *initialized_weights(config, seed, experts == "mxfp4"), options).arch;
       const ParamCounts counts = count_parameters(config);
       fmt::print("wrote {}: llama.cpp {} GGUF, {} bytes ({} parameters, {} active per token, seed {}, matrices {}, "
                  "experts {})\n", out, arch, std::filesystem::file_size(out), counts.total_sum(), counts.active_sum(),
@@ -53,7 +54,7 @@ void add_init(CLI::App& app) {
     std::vector<std::filesystem::path> read = {config_path};
     if (!tokenizer.empty()) read.emplace_back(tokenizer);
     check_replaceable_output(out, "config.json", read, force);
-    const ModelConfig config = ModelConfig::load(config_path);
+    const ModelConfig config = model_config_of(config_path);
     const DType t = weight_dtype == "bf16" ? DType::BF16 : weight_dtype == "f16" ? DType::F16 : DType::F32;
     // A tokenizer.json is copied as it is; another model's tokenizer travels as the one it reads as.
     std::string tokenizer_json;

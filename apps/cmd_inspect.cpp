@@ -10,7 +10,8 @@
 #include "hyla/io/safetensors.h"
 #include "hyla/model/config.h"
 #include "hyla/io/gguf.h"
-#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/arch/architecture.h"
+#include "hyla/model/gguf_model.h"
 #include "hyla/model/model.h"
 #include "hyla/model/model_files.h"
 #include "hyla/model/param_count.h"
@@ -40,6 +41,7 @@ std::string human_count(double n) {
 void print_config(const ModelConfig& c) {
   int64_t kda = 0, mla = 0, swa = 0;
   for (LayerType t : c.layer_types) (t == LayerType::Kda ? kda : t == LayerType::Mla ? mla : swa)++;
+  fmt::print("architecture: {}\n", c.architecture);
   fmt::print("config: d={} layers={} (kda {}, mla {}, swa {}) vocab={} tied={} max_pos={}\n", c.hidden_size,
              c.num_hidden_layers, kda, mla, swa, c.vocab_size, c.tie_word_embeddings, c.max_position_embeddings);
   fmt::print("  kda: heads={} head_dim={} conv={} gate={} lb={} chunk={}\n", c.kda.num_heads, c.kda.head_dim,
@@ -92,7 +94,7 @@ void inspect(const fs::path& dir) {
   const ModelWeights& weights = *files.weights;
   if (files.format == ModelFiles::Format::Gguf) {
     print_gguf_tensors(dir);
-    fmt::print("llama.cpp GGUF, architecture {}, read as hyla's tensors:\n", kimi_gguf_arch(config));
+    fmt::print("llama.cpp GGUF, architecture {}, read as hyla's tensors:\n", gguf_architecture(config, dir.string()).gguf_arch);
   }
   if (files.format == ModelFiles::Format::HuggingFace) fmt::print("Hugging Face checkpoint, read as hyla's tensors:\n");
   print_config(config);

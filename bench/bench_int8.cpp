@@ -30,6 +30,7 @@
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/int8_gemm.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/int8_weights.h"
 #include "hyla/model/layers.h"
 #include "hyla/model/moe_experts.h"
@@ -150,7 +151,7 @@ void BM_product(benchmark::State& state, Shape shape, int64_t n, Kind kind) {
 // The MoE layer's routed experts (RoutedExperts::forward, no saving) on `tokens` tokens routed
 // round-robin (every expert gets tokens·k/E slots).
 void BM_experts(benchmark::State& state, int64_t tokens, bool int8) {
-  const ModelConfig config = ModelConfig::load(std::string(HYLA_SOURCE_DIR) + "/configs/small.json");
+  const ModelConfig config = model_config_of(std::string(HYLA_SOURCE_DIR) + "/configs/small.json");
   const MoeConfig& m = config.moe;
   const int64_t E = m.num_experts, k = m.num_experts_per_tok, d = config.hidden_size;
   ParamStore store;

@@ -33,6 +33,7 @@
 #include "hyla/kernels/bandwidth.h"
 #include "hyla/kernels/latent_attention.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/mla_mixer.h"
 
 namespace {
@@ -71,7 +72,7 @@ void measure_references() {
 }
 
 struct Layer {
-  ModelConfig config = ModelConfig::load(HYLA_SOURCE_DIR "/configs/small.json");
+  ModelConfig config = model_config_of(HYLA_SOURCE_DIR "/configs/small.json");
   ParamStore store;
   std::unique_ptr<MlaMixer> mixer;
   Layer() {

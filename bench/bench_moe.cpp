@@ -22,6 +22,7 @@
 #include "hyla/core/half.h"
 #include "hyla/core/threads.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/ffn.h"
 
 namespace {
@@ -30,7 +31,7 @@ using hyla::bench::random_vector;
 using hyla::Precision;
 
 struct SmallMoe {
-  hyla::ModelConfig config = hyla::ModelConfig::load(std::string(HYLA_SOURCE_DIR) + "/configs/small.json");
+  hyla::ModelConfig config = hyla::model_config_of(std::string(HYLA_SOURCE_DIR) + "/configs/small.json");
   hyla::ParamStore store;
   std::unique_ptr<hyla::MoeFfn> ffn;
   SmallMoe() {

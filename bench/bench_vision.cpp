@@ -13,6 +13,7 @@
 
 #include "hyla/infer/sequence_state.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
@@ -24,7 +25,7 @@ using namespace hyla;
 constexpr int64_t kSequences = 16, kImageSide = 56, kRows = 66;
 
 struct Setup {
-  ModelConfig config = ModelConfig::load(HYLA_SOURCE_DIR "/configs/vision.json");
+  ModelConfig config = model_config_of(HYLA_SOURCE_DIR "/configs/vision.json");
   Model model{config};
   std::vector<std::unique_ptr<SequenceState>> states;
   double peak = measure_gemm_peak_gflops(true);

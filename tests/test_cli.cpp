@@ -12,6 +12,7 @@
 #include "hyla/data/tokenizer.h"
 #include "hyla/io/safetensors.h"
 #include "hyla/kernels/backend.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/model.h"
 #include "model_test_util.h"
 #include "test_util.h"
@@ -101,7 +102,7 @@ TEST(Cli, BenchBoundsDecodeByBytesAndTheMixersFlops) {
       EXPECT_TRUE(row[tier] == "LLC" || row[tier] == "DRAM") << row.dump();
   }
   // A depth that leaves no room for the tests' tokens fails before any prefill, naming the limit.
-  const int64_t max_positions = ModelConfig::load(model + "/config.json").max_position_embeddings;
+  const int64_t max_positions = model_config_of(model + "/config.json").max_position_embeddings;
   const auto deep = run_hyla("bench -m " + model + " -p 1 -n 4 -d " + std::to_string(max_positions - 2) + " -r 1");
   EXPECT_EQ(deep.exit_code, 1) << deep.output;
   EXPECT_NE(deep.output.find("reach past the model's max_position_embeddings (" + std::to_string(max_positions) + ")"),

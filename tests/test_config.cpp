@@ -6,6 +6,7 @@
 #include "hyla/core/error.h"
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/config.h"
 #include "test_util.h"
 
@@ -53,7 +54,7 @@ TEST(Config, HfBookkeepingKeysAreIgnored) {
 
 TEST(Config, RealOptionsMustBeFinite) {
   // A file's inf or NaN (a GGUF's expert_weights_scale, an HF situ_linear_beta) is refused by name.
-  const ModelConfig base = ModelConfig::load((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  const ModelConfig base = model_config_of((test::source_dir() / "configs/kimi-k3-tiny.json").string());
   for (double bad : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
     ModelConfig c = base;
     c.moe.routed_scaling_factor = bad;
@@ -69,7 +70,7 @@ TEST(Config, RealOptionsMustBeFinite) {
 
 // The Kimi K3 / Kimi Linear options (SPEC §3–§5): read, written back, and validated by name.
 TEST(Config, KimiOptionsRoundTripAndAreValidated) {
-  const ModelConfig k3 = ModelConfig::load((test::source_dir() / "configs/kimi-k3.json").string());
+  const ModelConfig k3 = model_config_of((test::source_dir() / "configs/kimi-k3.json").string());
   EXPECT_EQ(k3.kda.gate_rank, 128);
   EXPECT_EQ(k3.kda.output_gate_rank, 0);
   EXPECT_FALSE(k3.mla.rope);
@@ -80,7 +81,7 @@ TEST(Config, KimiOptionsRoundTripAndAreValidated) {
   EXPECT_TRUE(k3.moe.shared_full_width);
   EXPECT_EQ(ModelConfig::from_json(k3.to_json()).to_json(), k3.to_json());
   for (const char* tiny : {"configs/kimi-k3-tiny.json", "configs/kimi-linear-tiny.json"})
-    EXPECT_NO_THROW(ModelConfig::load((test::source_dir() / tiny).string())) << tiny;
+    EXPECT_NO_THROW(model_config_of((test::source_dir() / tiny).string())) << tiny;
 
   json j = small_json();
   j["kda"]["gate_rank"] = -1;
@@ -101,8 +102,8 @@ TEST(Config, KimiOptionsRoundTripAndAreValidated) {
 
 // A released config.json (Kimi K3's, its text model under text_config) reads as configs/kimi-k3.json.
 TEST(Config, HfKimiK3ConfigIsTheReleasedShape) {
-  const ModelConfig hf = ModelConfig::load((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
-  const ModelConfig ours = ModelConfig::load((test::source_dir() / "configs/kimi-k3.json").string());
+  const ModelConfig hf = model_config_of((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());
+  const ModelConfig ours = model_config_of((test::source_dir() / "configs/kimi-k3.json").string());
   EXPECT_EQ(hf.to_json(), ours.to_json());
   EXPECT_EQ(hf.mla.norm_eps, 1e-6);  // the official code's latent norms, not rms_norm_eps (SPEC §4)
   // Its vision_config: MoonViT with K3's variant (SPEC §7.2), heads of 1536 / 12.
@@ -126,13 +127,13 @@ TEST(Config, LatentNormEpsDefaultsByFormat) {
   hf["mla_norm_eps"] = 4e-6;
   const std::string path = (std::filesystem::temp_directory_path() / "hyla-hf-norm-eps.json").string();
   write_file_atomic(path, hf.dump());
-  EXPECT_EQ(ModelConfig::load(path).mla.norm_eps, 4e-6);
+  EXPECT_EQ(model_config_of(path).mla.norm_eps, 4e-6);
   std::filesystem::remove(path);
 }
 
 TEST(Config, HfKimiLinearConfigHasBothGatesLowRankAndNoAttnRes) {
   const ModelConfig c =
-      ModelConfig::load((test::source_dir() / "tests/data/kimi-linear-48b-a3b-hf-config.json").string());
+      model_config_of((test::source_dir() / "tests/data/kimi-linear-48b-a3b-hf-config.json").string());
   EXPECT_EQ(c.layer_types[3], LayerType::Mla);
   EXPECT_EQ(c.layer_types[26], LayerType::Mla);
   EXPECT_EQ(c.layer_types[25], LayerType::Kda);
@@ -151,7 +152,7 @@ void expect_load_error(const std::filesystem::path& config, const std::filesyste
                        const std::string& what) {
   write_file_atomic(file, contents.dump());
   try {
-    ModelConfig::load(config.string());
+    model_config_of(config.string());
     FAIL() << "no error; expected: " << what;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
@@ -164,12 +165,12 @@ void expect_load_error(const std::filesystem::path& config, const std::filesyste
 TEST(Config, HfPreprocessorConfigSetsTheProcessor) {
   test::TempDir dir;
   std::filesystem::copy_file(test::source_dir() / "tests/data/kimi-k3-hf-config.json", dir / "config.json");
-  EXPECT_EQ(ModelConfig::load((dir / "config.json").string()).vision.moonvit.in_patch_limit, 16384);  // none: defaults
+  EXPECT_EQ(model_config_of((dir / "config.json").string()).vision.moonvit.in_patch_limit, 16384);  // none: defaults
   json processor = {{"media_proc_cfg", {{"in_patch_limit", 65536}, {"patch_limit_on_one_side", 1024},
                                         {"image_mean", {0.48, 0.46, 0.41}}, {"image_std", {0.27, 0.26, 0.28}},
                                         {"patch_size", 14}, {"merge_kernel_size", 2}, {"sample_fps", 2.0}}}};
   write_file_atomic(dir / "preprocessor_config.json", processor.dump());
-  const MoonVitConfig m = ModelConfig::load((dir / "config.json").string()).vision.moonvit;
+  const MoonVitConfig m = model_config_of((dir / "config.json").string()).vision.moonvit;
   EXPECT_EQ(m.in_patch_limit, 65536);
   EXPECT_EQ(m.patch_limit_on_one_side, 1024);
   EXPECT_EQ(m.image_mean, (std::vector<double>{0.48, 0.46, 0.41}));
@@ -280,12 +281,12 @@ TEST(Config, LoadNamesTheFile) {
   test::TempDir dir;
   test::write_bytes(dir / "config.json", "{\"model_type\": \"hyla\",");
   try {
-    ModelConfig::load((dir / "config.json").string());
+    model_config_of((dir / "config.json").string());
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("config.json: not valid JSON"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(ModelConfig::load((dir / "missing.json").string()), Error);
+  EXPECT_THROW(model_config_of((dir / "missing.json").string()), Error);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "hyla/io/gguf.h"
-#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/gguf_model.h"
 #include "hyla/model/model.h"
 #include "hyla/model/model_files.h"
 #include "hyla/model/moonvit_gguf.h"
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 // kimi-k3-tiny with a K2.5-variant tower (the one an mmproj holds): 2 blocks of 4 heads of 8.
 ModelConfig k25_vision_config() {
-  ModelConfig c = ModelConfig::load((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  ModelConfig c = model_config_of((test::source_dir() / "configs/kimi-k3-tiny.json").string());
   c.vision.enabled = true, c.vision.tower = VisionTower::MoonVit, c.vision.patch_size = 2, c.vision.channels = 3;
   MoonVitConfig& m = c.vision.moonvit;
   m.hidden_size = 32, m.num_heads = 4, m.head_dim = 8, m.num_layers = 2, m.intermediate_size = 48;
@@ -64,7 +64,7 @@ struct Files {
     model.initialize(3);
     test::randomize_params(model.params(), 29);
     model.save(dir / "model", DType::F32);
-    save_kimi_gguf(dir / "text.gguf", config, ModelWeights(dir / "model"), {});
+    save_gguf(dir / "text.gguf", config, ModelWeights(dir / "model"), {});
     save_moonvit_mmproj(dir / "mmproj.gguf", config, ModelWeights(dir / "model"));
   }
 };
@@ -140,7 +140,7 @@ TEST(MoonVitGguf, WhatAnMmprojCannotHoldIsRefusedByName) {
   refused([](MoonVitConfig& m) { m.projector = VisionProjector::PatchMergerV2; }, "projector patchmergerv2");
   refused([](MoonVitConfig& m) { m.projector_gelu = Gelu::Tanh; }, "projector_gelu tanh");
   refused([](MoonVitConfig& m) { m.head_dim = 12; }, "kimik25's attention is as wide as the tower");
-  ModelConfig text = ModelConfig::load((test::source_dir() / "configs/kimi-k3-tiny.json").string());
+  ModelConfig text = model_config_of((test::source_dir() / "configs/kimi-k3-tiny.json").string());
   Model model(text);
   model.initialize(1);
   model.save(dir / "text", DType::F32);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "hyla/io/json_fields.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 #include "test_util.h"
@@ -11,7 +12,7 @@ namespace {
 using json = nlohmann::json;
 
 ModelConfig load(const std::string& name) {
-  return ModelConfig::load((test::source_dir() / "configs" / name).string());
+  return model_config_of((test::source_dir() / "configs" / name).string());
 }
 
 // The counts from the config alone equal the sizes of the tensors the model registers, per component.

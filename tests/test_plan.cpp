@@ -5,6 +5,7 @@
 #include <tuple>
 #include <cmath>
 
+#include "hyla/model/model_files.h"
 #include "hyla/model/model.h"
 #include "hyla/core/error.h"
 #include "hyla/plan/plan.h"
@@ -17,7 +18,7 @@ namespace {
 using json = nlohmann::json;
 
 ModelConfig load(const std::string& relative_path) {
-  return ModelConfig::load((test::source_dir() / relative_path).string());
+  return model_config_of((test::source_dir() / relative_path).string());
 }
 
 double relative_error(double value, double reference) { return std::fabs(value / reference - 1); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hyla/infer/sequence_state.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/state_spec.h"
 #include "hyla/plan/sequence_memory.h"
 #include "test_util.h"
@@ -15,7 +16,7 @@
 namespace hyla {
 namespace {
 
-ModelConfig config_file(const char* name) { return ModelConfig::load((test::source_dir() / "configs" / name).string()); }
+ModelConfig config_file(const char* name) { return model_config_of((test::source_dir() / "configs" / name).string()); }
 
 struct NamedConfig {
   std::string name;

@@ -3,7 +3,7 @@
 #include "hyla/core/error.h"
 #include "hyla/data/gguf_vocab.h"
 #include "hyla/data/tiktoken.h"
-#include "hyla/model/kimi_gguf.h"
+#include "hyla/model/gguf_model.h"
 #include "hyla/model/model_files.h"
 
 namespace fs = std::filesystem;

@@ -70,7 +70,7 @@ struct MappedBytes {
 
 // The weights of a model: a model directory's model.safetensors, or the shards that
 // model.safetensors.index.json names (each tensor in exactly one shard); or tensors another format
-// provides (a GGUF file, model/kimi_gguf.h), each read, and converted where needed, on demand.
+// provides (a GGUF file, model/gguf_model.h), each read, and converted where needed, on demand.
 class ModelWeights {
  public:
   explicit ModelWeights(const std::filesystem::path& dir);

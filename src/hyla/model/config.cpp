@@ -8,7 +8,6 @@
 
 #include "hyla/core/error.h"
 #include "hyla/io/json_fields.h"
-#include "hyla/model/hf_config.h"
 
 namespace hyla {
 using json = nlohmann::json;
@@ -84,6 +83,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   if (model_type != "hyla")
     f.fail_rule(f.has("model_type") ? fmt::format("model_type must be \"hyla\", got \"{}\"", model_type)
                                     : "model_type is required and must be \"hyla\"");
+  f.read("architecture", c.architecture);
   f.read("vocab_size", c.vocab_size);
   f.read("hidden_size", c.hidden_size);
   f.read("num_hidden_layers", c.num_hidden_layers);
@@ -202,18 +202,6 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   return c;
 }
 
-ModelConfig ModelConfig::load(const std::string& path) {
-  const json j = parse_json_file(path);
-  if (!is_hf_config(j)) return from_json(j, path);
-  ModelConfig c = config_from_hf(j, path);
-  // The processor's limits and normalisation live beside config.json in a checkpoint.
-  const std::filesystem::path processor = std::filesystem::path(path).parent_path() / "preprocessor_config.json";
-  std::error_code ec;
-  if (c.vision.tower == VisionTower::MoonVit && std::filesystem::is_regular_file(processor, ec))
-    read_hf_preprocessor_config(parse_json_file(processor.string()), processor.string(), c);
-  return c;
-}
-
 void ModelConfig::validate(const std::string& source) const {
   auto rule = [&](bool ok, const std::string& message) { HYLA_CHECK(ok, "{}: {}", source, message); };
   auto positive = [&](int64_t v, const char* key) { rule(v > 0, fmt::format("{} ({}) must be > 0", key, v)); };
@@ -316,6 +304,7 @@ json ModelConfig::to_json() const {
   for (LayerType t : layer_types) types.push_back(to_string(t));
   return {
       {"model_type", "hyla"},
+      {"architecture", architecture},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
       {"num_hidden_layers", num_hidden_layers},

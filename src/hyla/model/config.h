@@ -105,6 +105,10 @@ struct VisionConfig {
 };
 
 struct ModelConfig {
+  // The architecture the options belong to (model/arch/architecture.h): "hyla" (every SPEC option),
+  // "kimi_k3", "kimi_linear". It names the model's file formats and the rules its options keep; the
+  // model's computation reads only the options.
+  std::string architecture = "hyla";
   int64_t vocab_size = 8192;
   int64_t hidden_size = 512;
   int64_t num_hidden_layers = 8;
@@ -119,9 +123,9 @@ struct ModelConfig {
   AttnResConfig attn_res;
   VisionConfig vision;
 
-  // Parses and validates; `source` names the file in error messages.
+  // Parses and validates hyla's own config.json; `source` names the file in error messages. Any
+  // config.json, a Hugging Face checkpoint's too, is read by model_config_of (model/model_files.h).
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source = "config.json");
-  static ModelConfig load(const std::string& path);
   nlohmann::json to_json() const;  // every key, so a saved config.json is complete
   nlohmann::json vision_json() const;  // the "vision" object (moonvit's keys with that tower only)
   void validate(const std::string& source = "config.json") const;

@@ -1,7 +1,7 @@
 #pragma once
 // A freshly initialised model (SPEC §9: `hyla init`'s values for the same seed) as ModelWeights
 // whose tensors are computed when they are read, so that a writer that streams them
-// (save_kimi_gguf, save_safetensors) holds a few tensors at a time whatever the model's size: a
+// (save_gguf, save_safetensors) holds a few tensors at a time whatever the model's size: a
 // real-size checkpoint with random weights, written without holding it in memory.
 #include <cstdint>
 #include <memory>

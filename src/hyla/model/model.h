@@ -113,7 +113,7 @@ class Model {
   void save(const std::filesystem::path& dir, DType dtype = DType::F32, const std::filesystem::path& tokenizer = {}) const;
   // Loads config.json and the weights of a model directory: F32, BF16 or F16, or a directory
   // written by `hyla quantize` (int8 weights, docs/quantization.md), which serves inference but
-  // not training; or a llama.cpp kimi-k3 / kimi-linear GGUF file (model/kimi_gguf.h).
+  // not training; or a llama.cpp GGUF file (model/gguf_model.h).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir, const ModelLoadOptions& options = {});
   // The routed experts' cache when loaded with offload_experts, else null.
   ExpertOffload* expert_offload() const { return offload_.get(); }

@@ -4,9 +4,9 @@
 #include <charconv>
 
 #include "hyla/io/json_fields.h"
-#include "hyla/model/hf_config.h"
-#include "hyla/model/kimi_gguf.h"
-#include "hyla/model/kimi_hf.h"
+#include "hyla/model/arch/architecture.h"
+#include "hyla/model/gguf_model.h"
+#include "hyla/model/hf_checkpoint.h"
 #include "hyla/model/moonvit_gguf.h"
 
 namespace hyla {
@@ -79,6 +79,16 @@ void add_mmproj(const std::filesystem::path& mmproj, const std::string& model, M
   add_mmproj_weights(gguf, config.vision, weights);
 }
 
+// A config.json file: hyla's own, or a Hugging Face checkpoint's (its architecture by model_type).
+ModelConfig read_config_json(const std::string& path, bool& hf) {
+  const nlohmann::json j = parse_json_file(path);
+  hf = is_hf_config(j);
+  if (hf) return config_from_hf(j, path);
+  ModelConfig c = ModelConfig::from_json(j, path);
+  check_architecture(c, path);
+  return c;
+}
+
 }  // namespace
 
 ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesOptions& options) {
@@ -92,11 +102,11 @@ ModelFiles open_model_files(const std::filesystem::path& path, const ModelFilesO
     return {std::move(config), std::make_shared<const ModelWeights>(std::move(weights)), ModelFiles::Format::Gguf};
   }
   const std::string config_path = (path / "config.json").string();
-  ModelConfig config = ModelConfig::load(config_path);
+  bool hf = false;
+  ModelConfig config = read_config_json(config_path, hf);
   auto weights = std::make_shared<ModelWeights>(path);
   check_layers_held(config, *weights, config_path);
-  const nlohmann::json j = parse_json_file(config_path);
-  if (!is_hf_config(j)) {
+  if (!hf) {
     check_experts_held(config, *weights, config_path);
     if (!options.mmproj.empty()) add_mmproj(options.mmproj, source, config, *weights);
     return {std::move(config), std::move(weights), ModelFiles::Format::Hyla};
@@ -111,8 +121,8 @@ ModelConfig model_config_of(const std::filesystem::path& path) {
   if (is_gguf_file(path)) return config_from_gguf(GgufFile(path));
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) check_model_path(path);  // a regular file is a config.json
-  if (std::filesystem::is_directory(path)) return ModelConfig::load((path / "config.json").string());
-  return ModelConfig::load(path.string());
+  bool hf = false;
+  return read_config_json(std::filesystem::is_directory(path) ? (path / "config.json").string() : path.string(), hf);
 }
 
 }  // namespace hyla

@@ -25,6 +25,7 @@
 #include "hyla/io/file.h"
 #include "hyla/io/json_fields.h"
 #include "hyla/kernels/matmul.h"
+#include "hyla/model/model_files.h"
 #include "hyla/model/model.h"
 #include "hyla/model/param_count.h"
 #include "hyla/plan/flops.h"
@@ -242,7 +243,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
       run_dir_(o.run_dir),
       data_dir_(o.data_dir),
       tokenizer_file_(data_dir_ / "tokenizer.json"),
-      config_(ModelConfig::load(o.model_config)),
+      config_(model_config_of(o.model_config)),
       tc_(training_config(o, config_, ranks_)),
       tokenizer_(data_tokenizer(o, data_dir_, config_)),
       counts_(count_parameters(config_)),

@@ -1,15 +1,9 @@
 #pragma once
-// hyla's SPEC model and llama.cpp's `kimi-k3` and `kimi-linear` GGUF files, both ways: the
-// metadata keys, the tensor names, and the transforms llama.cpp's converter applies
-// (docs/kimi-llamacpp.md §3–4):
-//   A_log                  ↔ ssm_a = −exp(A_log)
-//   kv_b_proj              ↔ attn_k_b (per head, transposed) and attn_v_b
-//   experts.{i}.*_proj     ↔ ffn_{gate,up,down}_exps, stacked along the slowest dimension
-//   *_res_query, *_res_norm ↔ *_res_score = query ⊙ norm weight (read back as the score with a
-//                            norm of ones: the same function)
-//   lat_norm               ↔ ffn_routed_norm (optional in llama.cpp: absent, no norm, moe.latent_norm false)
-// What a GGUF cannot express (a config llama.cpp's graphs do not run) is an error naming the
-// option; so is a GGUF that SPEC cannot express.
+// hyla's SPEC model and llama.cpp's GGUF files, both ways, for every architecture that has one
+// (model/arch/architecture.h): its metadata keys and tensor table come from its architecture file;
+// this file runs them, with the transforms llama.cpp's converters apply (GgufLink), the quantised
+// types kept or decoded, and split sets. What a GGUF cannot express (a config llama.cpp's graphs do
+// not run) is an error naming the option; so is a GGUF that SPEC cannot express.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -24,8 +18,11 @@ namespace hyla {
 // Whether `path` is a file that starts with the GGUF magic.
 bool is_gguf_file(const std::filesystem::path& path);
 
-// "kimi-k3" or "kimi-linear": the llama.cpp graph that runs `config` (an error when none does).
-std::string kimi_gguf_arch(const ModelConfig& config);
+struct Architecture;
+
+// `config`'s architecture, checked to have a llama.cpp GGUF format and its rules kept (an error
+// naming `source` otherwise).
+const Architecture& gguf_architecture(const ModelConfig& config, const std::string& source);
 
 ModelConfig config_from_gguf(const GgufFile& gguf);
 
@@ -59,9 +56,9 @@ struct GgufExport {
   std::vector<std::filesystem::path> files;  // the file, or the shards in order
 };
 
-// Writes `config` and `weights` (a hyla model's tensors, any float dtype) as a llama.cpp GGUF (or a
-// split set of them), atomically and one tensor at a time.
-GgufExport save_kimi_gguf(const std::filesystem::path& path, const ModelConfig& config, const ModelWeights& weights,
-                           const GgufExportOptions& options);
+// Writes `config` and `weights` (a hyla model's tensors, any float dtype) as a llama.cpp GGUF of
+// `config.architecture` (or a split set of them), atomically and one tensor at a time.
+GgufExport save_gguf(const std::filesystem::path& path, const ModelConfig& config, const ModelWeights& weights,
+                     const GgufExportOptions& options);
 
 }  // namespace hyla
