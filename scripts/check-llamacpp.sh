@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# hyla's Kimi K3 and Kimi Linear against llama.cpp's kimi-k3 and kimi-linear graphs, logit for
-# logit (issue 48): tiny models with random weights written by hyla as GGUF (`hyla convert`), run
+# hyla's Kimi K3, Kimi Linear and Ling 3.0 against llama.cpp's kimi-k3, kimi-linear and bailingmoe3
+# graphs, logit for logit (issues 48, 66): tiny models with random weights written by hyla as GGUF (`hyla convert`), run
 # by hyla (on its model directory and on the GGUF) and by llama.cpp (on the same GGUF); the same
 # with llama-quantize's MXFP4 experts and with hyla's bf16 and Q8_0 files; a deliberate error that
 # must fail; a model `hyla train` produced, exported and run by llama.cpp; the files people
@@ -43,7 +43,7 @@ work=${3:-$(mktemp -d)}
 source "$(dirname "$0")/llamacpp-common.sh" "$1" "$2" "$work"
 
 rm -f "$work/failed"
-for arch in kimi-k3 kimi-linear; do
+for arch in kimi-k3 kimi-linear ling3; do
   m="$work/$arch"
   make_model "$repo/configs/$arch-tiny.json" "$m" 1
   "$hyla" convert -m "$m" --out "$m-f32.gguf" --type f32 >/dev/null
@@ -121,7 +121,7 @@ if "$python" -c "import torch, tqdm" 2>/dev/null; then
   # activations in `hyla logits`); llama.cpp's converter repacks them into ggml MXFP4, which hyla
   # reads as they are and llama.cpp runs after llama-quantize dequantises them to F32 (its own MXFP4
   # path rounds activations to 8 bits): every comparison is then f32 on the same weights.
-  for variant in kimi-k3 kimi-linear kimi-k3:mxfp4; do
+  for variant in kimi-k3 kimi-linear ling3 kimi-k3:mxfp4; do
     arch=${variant%%:*} mxfp4=
     [[ $variant == *:mxfp4 ]] && mxfp4=1
     m="$work/$arch" h="$work/$arch-hf${mxfp4:+-mxfp4}"

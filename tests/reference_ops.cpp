@@ -110,7 +110,10 @@ void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows
     for (int64_t j = 0; j < width; ++j) {
       const double a = gu[r * 2 * width + j], b = gu[r * 2 * width + width + j];
       const double beta = act.situ_beta, lambda = act.situ_linear_beta;
-      const double gated = act.kind == GatedActivation::Kind::Swiglu
+      const double limit = act.swiglu_limit;
+      const double gated = act.kind == GatedActivation::Kind::Swiglu && limit > 0
+                               ? std::min(a * sigmoid(a), limit) * std::clamp(b, -limit, limit)
+                           : act.kind == GatedActivation::Kind::Swiglu
                                ? a * sigmoid(a) * b
                                : beta * std::tanh(a / beta) * sigmoid(a) * (lambda > 0 ? lambda * std::tanh(b / lambda) : b);
       h[r * width + j] = float(gated);
@@ -130,18 +133,24 @@ void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t w
     }
 }
 
-void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y) {
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                          float* y) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < width; ++j) y[r * width + j] = float(double(x[r * width + j]) * s[r * ld_s + j]);
+    for (int64_t j = 0; j < width; ++j) y[r * width + j] = float(double(x[r * width + j]) * s[r * ld_s + j / group]);
 }
 
-void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
-                           float* d_logit, int64_t ld_logit) {
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                           float* dy, float* d_logit, int64_t ld_logit) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < width; ++j) {
-      const double g = s[r * ld_s + j], d = dy[r * width + j];
-      d_logit[r * ld_logit + j] = float(d * x[r * width + j] * g * (1.0 - g));
-      dy[r * width + j] = float(d * g);
+    for (int64_t g0 = 0; g0 < width / group; ++g0) {
+      const double g = s[r * ld_s + g0];
+      double sum = 0;
+      for (int64_t j = g0 * group; j < (g0 + 1) * group; ++j) {
+        const double d = dy[r * width + j];
+        sum += d * x[r * width + j];
+        dy[r * width + j] = float(d * g);
+      }
+      d_logit[r * ld_logit + g0] = float(sum * g * (1.0 - g));
     }
 }
 

@@ -84,8 +84,10 @@ void gated_activation_forward(GatedActivation act, const float* gu, int64_t rows
 void gelu_forward(Gelu kind, const float* x, int64_t n, float* y);
 void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
 void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d);
-void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y);
-void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                          float* y);
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                           float* dy,
                            float* d_logit, int64_t ld_logit);
 
 // Angles pos·θ^(−2i/dim) in double, as the SPEC writes them.

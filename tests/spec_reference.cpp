@@ -55,7 +55,7 @@ std::vector<double> reference_mla(const ModelConfig& cfg, LayerType type, const 
       for (int64_t h = 0; h < H; ++h) rotate(&q[size_t(r)][size_t(h * qk + Dn)], pos);
     }
     if (m.output_gate) {
-      gate[size_t(r)] = matvec(w.at("g_proj.weight"), H * Dv, d, ur);
+      gate[size_t(r)] = matvec(w.at("g_proj.weight"), m.output_gate_per_head ? H : H * Dv, d, ur);
       for (double& g : gate[size_t(r)]) g = 1.0 / (1.0 + std::exp(-g));
     }
   }
@@ -83,7 +83,8 @@ std::vector<double> reference_mla(const ModelConfig& cfg, LayerType type, const 
             o[size_t(h * Dv + e)] += score[size_t(s)] / sum * kv[size_t(start + s)][size_t(h * (Dn + Dv) + Dn + e)];
       }
       if (m.output_gate)
-        for (int64_t j = 0; j < H * Dv; ++j) o[size_t(j)] *= gate[size_t(start + t)][size_t(j)];
+        for (int64_t j = 0; j < H * Dv; ++j)
+          o[size_t(j)] *= gate[size_t(start + t)][size_t(m.output_gate_per_head ? j / Dv : j)];
       const auto yr = matvec(w.at("o_proj.weight"), d, H * Dv, o.data());
       std::copy(yr.begin(), yr.end(), y.begin() + (start + t) * d);
     }
@@ -94,7 +95,9 @@ std::vector<double> reference_mla(const ModelConfig& cfg, LayerType type, const 
 
 double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-double gate_ref(const MoeConfig& m, Activation act, double a, double b) {
+// act(a, b) of SPEC §5; `limit` > 0 clamps SwiGLU.
+double gate_ref(const MoeConfig& m, Activation act, double limit, double a, double b) {
+  if (act == Activation::Swiglu && limit > 0) return std::min(a * sigmoid_ref(a), limit) * std::clamp(b, -limit, limit);
   if (act == Activation::Swiglu) return a * sigmoid_ref(a) * b;
   const double beta = m.situ_beta, lambda = m.situ_linear_beta;
   return beta * std::tanh(a / beta) * sigmoid_ref(a) * (lambda > 0 ? lambda * std::tanh(b / lambda) : b);
@@ -109,12 +112,12 @@ double row_dot(const std::vector<double>& w, int64_t r, int64_t cols, const doub
 
 // out += scale · W_down[:, lo:hi] act(W_gate[lo:hi] x, W_up[lo:hi] x) for an MLP `hidden` wide.
 void add_mlp(const SpecWeights& P, const std::string& prefix, int64_t in, int64_t hidden, int64_t lo, int64_t hi,
-             const MoeConfig& m, Activation act, const double* x, double scale, double* out) {
+             const MoeConfig& m, Activation act, double limit, const double* x, double scale, double* out) {
   const auto& gate = P.at(prefix + "gate_proj.weight");
   const auto& up = P.at(prefix + "up_proj.weight");
   const auto& down = P.at(prefix + "down_proj.weight");
   for (int64_t j = lo; j < hi; ++j) {
-    const double h = gate_ref(m, act, row_dot(gate, j, in, x), row_dot(up, j, in, x));
+    const double h = gate_ref(m, act, limit, row_dot(gate, j, in, x), row_dot(up, j, in, x));
     for (int64_t i = 0; i < in; ++i) out[i] += scale * down[size_t(i * hidden + j)] * h;
   }
 }
@@ -154,16 +157,17 @@ MoeReference reference_moe(const ModelConfig& c, const SpecWeights& P, const std
     for (int64_t i = 0; i < k; ++i) {
       const int e = order[i];
       ref.selected.push_back(e);
-      add_mlp(P, "mlp.experts." + std::to_string(e) + ".", width, w, 0, w, m, m.activation, x.data(),
+      add_mlp(P, "mlp.experts." + std::to_string(e) + ".", width, w, 0, w, m, m.activation, m.swiglu_limit, x.data(),
               s[e] / z * m.routed_scaling_factor, mt.data());
     }
-    // SharedExpert_sh: its slice of the stored matrices, on x_e into m, or (shared_full_width with a
-    // latent) on u into y after lat_up.
+    // SharedExpert_sh: its slice of the stored matrices (or the one MLP of shared_intermediate_size),
+    // on x_e into m, or (shared_full_width with a latent) on u into y after lat_up.
     const bool after_up = m.shared_full_width && ell > 0;
     auto add_shared = [&](const double* input, int64_t in, double* out) {
-      for (int64_t sh = 0; sh < m.num_shared_experts; ++sh)
-        add_mlp(P, "mlp.shared_experts.", in, m.num_shared_experts * w, sh * w, (sh + 1) * w, m, m.shared_activation,
-                input, 1.0, out);
+      const int64_t slice = m.shared_intermediate_size > 0 ? m.shared_intermediate_size : w;
+      for (int64_t lo = 0; m.num_shared_experts > 0 && lo < m.shared_width(); lo += slice)
+        add_mlp(P, "mlp.shared_experts.", in, m.shared_width(), lo, lo + slice, m, m.shared_activation,
+                m.shared_swiglu_limit, input, 1.0, out);
     };
     if (!after_up) add_shared(x.data(), width, mt.data());
     double* yt = ref.y.data() + t * d;
@@ -198,7 +202,7 @@ std::vector<double> reference_dense(const ModelConfig& c, const SpecWeights& P, 
   const int64_t d = c.hidden_size;
   std::vector<double> y(static_cast<size_t>(n * d), 0.0);
   for (int64_t t = 0; t < n; ++t)
-    add_mlp(P, "mlp.", d, c.moe.intermediate_size, 0, c.moe.intermediate_size, c.moe, c.moe.dense_activation,
+    add_mlp(P, "mlp.", d, c.moe.intermediate_size, 0, c.moe.intermediate_size, c.moe, c.moe.dense_activation, 0.0,
             u.data() + t * d, 1.0, y.data() + t * d);
   return y;
 }

@@ -25,9 +25,9 @@ double sigmoid_ref(double x);
 // Row r of a row-major [rows, cols] matrix times x.
 double row_dot(const std::vector<double>& w, int64_t r, int64_t cols, const double* x);
 // out += scale · W_down[:, lo:hi] act(W_gate[lo:hi] x, W_up[lo:hi] x) for an MLP `hidden` wide
-// whose weights are prefix + "gate_proj.weight" etc. (SiTU's β and λ from m).
+// whose weights are prefix + "gate_proj.weight" etc. (SiTU's β and λ from m; limit > 0 clamps SwiGLU).
 void add_mlp(const SpecWeights& P, const std::string& prefix, int64_t in, int64_t hidden, int64_t lo, int64_t hi,
-             const MoeConfig& m, Activation act, const double* x, double scale, double* out);
+             const MoeConfig& m, Activation act, double limit, const double* x, double scale, double* out);
 std::vector<double> rmsnorm(std::vector<double> x, const std::vector<double>& w, double eps);
 std::vector<double> matvec(const std::vector<double>& W, int64_t out, int64_t in, const double* x);
 

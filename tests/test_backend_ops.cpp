@@ -319,14 +319,16 @@ std::vector<Case> gated_activation_cases() {
   uint32_t seed = 500;
   using Kind = GatedActivation::Kind;
   // SiTU at SPEC's default β = 4, λ = 25, at a smaller β, and with the up branch unbounded (λ = 0).
+  // SwiGLU clamped at 3 (Ling 3.0's experts): σ 4 puts both bounds inside the range.
   for (const GatedActivation act : {GatedActivation{Kind::Swiglu}, GatedActivation{Kind::Situ},
-                                    GatedActivation{Kind::Situ, 2.0f, 0.0f}, GatedActivation{Kind::Situ, 3.0f, 6.0f}})
+                                    GatedActivation{Kind::Situ, 2.0f, 0.0f}, GatedActivation{Kind::Situ, 3.0f, 6.0f},
+                                    GatedActivation{Kind::Swiglu, 4.0f, 25.0f, 3.0f}})
     for (const auto& [rows, width] : kRowShapes) {
       // σ 4: the logits reach the curved and saturated parts of tanh(a/β) and σ(a).
       const std::vector<float> gu = normal(rows * 2 * width, ++seed, 4.0f);
       cases.push_back({fmt::format("{} rows={} width={}",
                                    act.kind == Kind::Swiglu
-                                       ? std::string("swiglu")
+                                       ? fmt::format("swiglu(limit={})", act.swiglu_limit)
                                        : fmt::format("situ(beta={}, linear_beta={})", act.situ_beta, act.situ_linear_beta),
                                    rows, width),
                        "f32", kF32Elementwise, [=](Backend backend) {
@@ -380,20 +382,23 @@ std::vector<Case> sigmoid_rows_backward_cases() {
 std::vector<Case> sigmoid_gate_cases() {
   std::vector<Case> cases;
   uint32_t seed = 570;
-  for (const auto& [rows, width] : kRowShapes) {
-    const int64_t ld_s = 2 * width + 1, ld_logit = width + 3;
-    const std::vector<float> x = normal(rows * width, ++seed), s = sigmoid_values(rows * ld_s, seed + 100),
-                             dy_in = normal(rows * width, seed + 200);
-    cases.push_back({fmt::format("rows={} width={} ld_s={} ld_logit={}", rows, width, ld_s, ld_logit), "f32",
-                     kF32Elementwise, [=](Backend backend) {
-                       std::vector<float> y(x.size(), kUnwritten), dy = dy_in;
-                       std::vector<float> d_logit(size_t(rows * ld_logit), kUnwritten);
-                       CALL_OP(backend, sigmoid_gate_forward, x.data(), s.data(), ld_s, rows, width, y.data());
-                       CALL_OP(backend, sigmoid_gate_backward, x.data(), s.data(), ld_s, rows, width, dy.data(),
-                               d_logit.data(), ld_logit);
-                       return Outputs{{"y", values(y)}, {"dx", values(dy)}, {"d logit", values(d_logit)}};
-                     }});
-  }
+  // One gate per channel, and one per head of 8 (MLA's per-head gate: widths that are whole heads).
+  for (const int64_t group : {1, 8})
+    for (const auto& [rows, width_in] : kRowShapes) {
+      const int64_t width = group == 1 ? width_in : std::max<int64_t>(1, width_in / group) * group;
+      const int64_t gates = width / group, ld_s = 2 * gates + 1, ld_logit = gates + 3;
+      const std::vector<float> x = normal(rows * width, ++seed), s = sigmoid_values(rows * ld_s, seed + 100),
+                               dy_in = normal(rows * width, seed + 200);
+      cases.push_back({fmt::format("rows={} width={} group={} ld_s={} ld_logit={}", rows, width, group, ld_s, ld_logit),
+                       "f32", kF32Elementwise, [=](Backend backend) {
+                         std::vector<float> y(x.size(), kUnwritten), dy = dy_in;
+                         std::vector<float> d_logit(size_t(rows * ld_logit), kUnwritten);
+                         CALL_OP(backend, sigmoid_gate_forward, x.data(), s.data(), ld_s, rows, width, group, y.data());
+                         CALL_OP(backend, sigmoid_gate_backward, x.data(), s.data(), ld_s, rows, width, group,
+                                 dy.data(), d_logit.data(), ld_logit);
+                         return Outputs{{"y", values(y)}, {"dx", values(dy)}, {"d logit", values(d_logit)}};
+                       }});
+    }
   return cases;
 }
 

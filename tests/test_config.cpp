@@ -100,6 +100,31 @@ TEST(Config, KimiOptionsRoundTripAndAreValidated) {
   expect_error(j, "mla.rope");
 }
 
+// Ling 3.0's options (SPEC §4, §5): read, written back, and validated by name.
+TEST(Config, LingOptionsRoundTripAndAreValidated) {
+  const ModelConfig ling = model_config_of((test::source_dir() / "configs/ling3-tiny.json").string());
+  EXPECT_TRUE(ling.mla.output_gate_per_head);
+  EXPECT_EQ(ling.moe.shared_width(), 48);
+  EXPECT_EQ(ling.moe.swiglu_limit, 7.0);
+  EXPECT_EQ(ModelConfig::from_json(ling.to_json()).to_json(), ling.to_json());
+  EXPECT_EQ(model_config_of((test::source_dir() / "configs/small.json").string()).moe.shared_width(), 128);
+
+  json j = small_json();
+  j["moe"]["swiglu_limit"] = -1.0;
+  expect_error(j, "moe.swiglu_limit and shared_swiglu_limit must be >= 0");
+  j = small_json();
+  j["moe"]["activation"] = "situ";
+  j["moe"]["swiglu_limit"] = 7.0;
+  expect_error(j, "moe.swiglu_limit clamps SwiGLU; moe.activation is not swiglu");
+  j = small_json();
+  j["moe"]["shared_intermediate_size"] = -3;
+  expect_error(j, "moe.shared_intermediate_size (-3) must be >= 0");
+  j = small_json();
+  j["mla"]["output_gate"] = false;
+  j["mla"]["output_gate_per_head"] = true;
+  expect_error(j, "mla.output_gate_per_head needs mla.output_gate");
+}
+
 // A released config.json (Kimi K3's, its text model under text_config) reads as configs/kimi-k3.json.
 TEST(Config, HfKimiK3ConfigIsTheReleasedShape) {
   const ModelConfig hf = model_config_of((test::source_dir() / "tests/data/kimi-k3-hf-config.json").string());

@@ -32,11 +32,13 @@ struct Options {
   int64_t window;  // for Swa
   int64_t heads = 2;
   bool rotate = true;  // mla.rope: false keeps q_pe and k_pe unrotated (Kimi K3's NoPE with Dr > 0)
+  bool per_head = false;  // mla.output_gate_per_head (Ling 3.0)
 };
 
 std::string describe(const Options& o) {
-  return fmt::format("q_lora {}, rope {}{}, gate {}, {}{}, heads {}", o.q_lora, o.rope, o.rotate ? "" : " unrotated",
-                     o.gate, to_string(o.type), o.type == LayerType::Swa ? fmt::format(" {}", o.window) : "", o.heads);
+  return fmt::format("q_lora {}, rope {}{}, gate {}{}, {}{}, heads {}", o.q_lora, o.rope, o.rotate ? "" : " unrotated",
+                     o.gate, o.per_head ? " per head" : "", to_string(o.type),
+                     o.type == LayerType::Swa ? fmt::format(" {}", o.window) : "", o.heads);
 }
 
 // configs/nano.json (d 64, kv_lora 32, Dn 16, Dv 16) with the options applied. A larger init
@@ -49,6 +51,7 @@ ModelConfig make_config(const Options& o) {
   m["q_lora_rank"] = o.q_lora;
   m["qk_rope_head_dim"] = o.rope;
   m["output_gate"] = o.gate;
+  m["output_gate_per_head"] = o.per_head;
   m["rope"] = o.rotate;
   m["sliding_window"] = o.type == LayerType::Swa ? o.window : 8;
   return ModelConfig::from_json(j, "configs/nano.json (test)");
@@ -103,13 +106,14 @@ double relative_error(const std::vector<float>& a, const std::vector<double>& b)
   return worst / magnitude;
 }
 
-// Each option of SPEC §4 in both states: q_lora 0 / 16, RoPE off / 8, gate on / off, "mla" and
+// Each option of SPEC §4 in both states: q_lora 0 / 16, RoPE off / 8, gate on / off / per head, "mla" and
 // "swa" with windows 1, 3 and longer than every sequence, q_pe and k_pe rotated or not.
 const std::vector<Options> kOptions = {
     {0, 0, true, LayerType::Mla, 0},    {16, 8, true, LayerType::Mla, 0},   {0, 8, false, LayerType::Swa, 3},
     {16, 0, false, LayerType::Swa, 1},  {0, 8, true, LayerType::Swa, 100},  {16, 8, true, LayerType::Swa, 3},
     {0, 8, true, LayerType::Mla, 0, 3},  {0, 8, true, LayerType::Mla, 0, 2, false},
     {16, 8, true, LayerType::Swa, 3, 2, false},
+    {16, 8, true, LayerType::Mla, 0, 3, true, true},  {0, 0, true, LayerType::Mla, 0, 2, true, true},
 };
 
 // Packed sequences of different lengths; positions start at offsets (RoPE sees them, the causal

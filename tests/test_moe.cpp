@@ -258,6 +258,18 @@ TEST(Moe, SituWithAnUnboundedUpBranch) {
             24, 1.0f, "situ beta 1.5, linear_beta 0 (up unbounded)");
 }
 
+// Ling 3.0's FFN: SwiGLU clamped in the routed and the shared experts (each its own limit, small
+// enough that both bounds bind on some rows), two shared experts as one MLP of its own width.
+TEST(Moe, ClampedSwigluAndSharedExpertsOfTheirOwnWidth) {
+  check_moe(tiny_config([](json& j) {
+              j["moe"]["num_shared_experts"] = 2;
+              j["moe"]["shared_intermediate_size"] = 12;
+              j["moe"]["swiglu_limit"] = 0.3;
+              j["moe"]["shared_swiglu_limit"] = 0.2;
+            }),
+            24, 1.0f, "clamped swiglu/shared width 12");
+}
+
 TEST(Ffn, DenseSituMatchesReferenceAndDifferences) {
   Layered<DenseFfn> s(tiny_config([](json& j) {
     j["moe"]["dense_activation"] = "situ";
@@ -342,9 +354,9 @@ TEST(Moe, AllExpertsSelectedIsTheDenseMixture) {
     for (int64_t e = 0; e < E; ++e) s_t[e] = test::sigmoid_ref(test::row_dot(P.at("mlp.gate.weight"), e, d, ut.data()));
     const double total = std::accumulate(s_t.begin(), s_t.end(), 0.0);
     for (int64_t e = 0; e < E; ++e)
-      test::add_mlp({&P, ""}, "mlp.experts." + std::to_string(e) + ".", d, w, 0, w, config.moe, Activation::Swiglu, ut.data(),
-              s_t[e] / total * config.moe.routed_scaling_factor, want.data() + t * d);
-    test::add_mlp({&P, ""}, "mlp.shared_experts.", d, w, 0, w, config.moe, Activation::Swiglu, ut.data(), 1.0, want.data() + t * d);
+      test::add_mlp({&P, ""}, "mlp.experts." + std::to_string(e) + ".", d, w, 0, w, config.moe, Activation::Swiglu, 0.0,
+              ut.data(), s_t[e] / total * config.moe.routed_scaling_factor, want.data() + t * d);
+    test::add_mlp({&P, ""}, "mlp.shared_experts.", d, w, 0, w, config.moe, Activation::Swiglu, 0.0, ut.data(), 1.0, want.data() + t * d);
   }
   expect_close(y, want, 1e-5, "k = E");
 }

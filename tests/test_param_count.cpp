@@ -51,6 +51,7 @@ TEST(ParamCount, SmallByHand) {
 TEST(ParamCount, EqualsTensorsTheModelCreates) {
   expect_counts_match_model(load("small.json"));
   expect_counts_match_model(load("nano.json"));
+  expect_counts_match_model(load("ling3-tiny.json"));  // per-head MLA gate, shared experts of their own width
   json j = load("nano.json").to_json();
   j["mla"]["q_lora_rank"] = 24;
   j["mla"]["output_gate"] = false;

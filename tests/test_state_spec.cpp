@@ -31,7 +31,7 @@ std::vector<NamedConfig> configs_of_every_kind() {
     single.layer_types.assign(size_t(single.num_hidden_layers), type);
     configs.push_back({std::string("nano.json, every layer ") + to_string(type), single});
   }
-  for (const char* hybrid : {"nano.json", "kimi-linear-tiny.json", "kimi-k3-tiny.json"})
+  for (const char* hybrid : {"nano.json", "kimi-linear-tiny.json", "kimi-k3-tiny.json", "ling3-tiny.json"})
     configs.push_back({hybrid, config_file(hybrid)});
   return configs;
 }

@@ -15,8 +15,9 @@ import conversion.base
 def no_vocab(self):
     self.gguf_writer.add_tokenizer_model("none")
 conversion.base.TextModel.set_vocab = no_vocab
-import conversion.kimi_linear, conversion.kimi_k3
+import conversion.kimi_linear, conversion.kimi_k3, conversion.bailingmoe3
 conversion.kimi_linear.KimiLinearModel.set_vocab = no_vocab
 conversion.kimi_k3.KimiK3Model.set_vocab = no_vocab
+conversion.bailingmoe3.BailingMoeV3Model.set_vocab = no_vocab
 sys.argv[0] = llama + "/convert_hf_to_gguf.py"
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -506,6 +506,19 @@ std::string GgufFile::string(const std::string& key) const {
   return v.value.get<std::string>();
 }
 
+std::vector<double> GgufFile::numbers(const std::string& key) const {
+  const GgufValue& v = value(key);
+  if (v.type != GgufValueType::Array) return {number(key)};
+  std::vector<double> out;
+  out.reserve(v.array.size());
+  for (uint64_t i = 0; i < v.array.size(); ++i) {
+    const nlohmann::json x = v.array.at(i);
+    HYLA_CHECK(x.is_number(), "{}: metadata '{}' element {} is not a number", path().string(), key, i);
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
 std::vector<int64_t> GgufFile::integers(const std::string& key) const {
   const GgufValue& v = value(key);
   if (v.type != GgufValueType::Array) return {integer(key)};

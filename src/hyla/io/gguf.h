@@ -115,6 +115,7 @@ class GgufFile {
   bool boolean(const std::string& key) const;
   std::string string(const std::string& key) const;
   std::vector<int64_t> integers(const std::string& key) const;  // an array, or a scalar as one value
+  std::vector<double> numbers(const std::string& key) const;    // an array of numbers, or a scalar as one value
 
  private:
   struct Shard {

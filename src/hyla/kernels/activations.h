@@ -13,6 +13,7 @@ struct GatedActivation {
   Kind kind = Kind::Swiglu;
   float situ_beta = 4.0f;          // β
   float situ_linear_beta = 25.0f;  // λ
+  float swiglu_limit = 0.0f;       // L > 0 (swiglu): min(silu(a), L) ⊙ clamp(b, −L, L); the gradient is 0 where clamped
 };
 
 // gu: [rows, 2·width] holding [a | b] per row (the fused gate+up projection); h: [rows, width].
@@ -39,10 +40,13 @@ void sigmoid_rows(float* x, int64_t rows, int64_t width, int64_t ld);
 // and d `ld_d` apart.
 void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t width, float* d, int64_t ld_d);
 
-// An output gate y = x ⊙ σ(z) over rows of `width` (x and y packed), given s = σ(z) `ld_s` apart.
-void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y);
-// Its backward: dz = dy ⊙ x ⊙ s(1 − s) into d_logit (`ld_logit` apart), and dy becomes dx = dy ⊙ s.
-void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
-                           float* d_logit, int64_t ld_logit);
+// An output gate y = x ⊙ σ(z) over rows of `width` (x and y packed), given s = σ(z) `ld_s` apart;
+// each gate value scales `group` consecutive values of x (1: one per channel; a head's width: one
+// per head, width / group gate values a row).
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                          float* y);
+// Its backward: dz = Σ_group dy ⊙ x ⊙ s(1 − s) into d_logit (`ld_logit` apart), and dy becomes dx = dy ⊙ s.
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                           float* dy, float* d_logit, int64_t ld_logit);
 
 }  // namespace hyla

@@ -124,6 +124,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   mla.read("v_head_dim", c.mla.v_head_dim);
   mla.read("rope_theta", c.mla.rope_theta);
   mla.read("output_gate", c.mla.output_gate);
+  mla.read("output_gate_per_head", c.mla.output_gate_per_head);
   mla.read("sliding_window", c.mla.sliding_window);
   mla.read("rope", c.mla.rope);
   c.mla.norm_eps = c.rms_norm_eps;
@@ -135,6 +136,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   moe.read("num_experts_per_tok", c.moe.num_experts_per_tok);
   moe.read("num_shared_experts", c.moe.num_shared_experts);
   moe.read("moe_intermediate_size", c.moe.moe_intermediate_size);
+  moe.read("shared_intermediate_size", c.moe.shared_intermediate_size);
   moe.read("first_k_dense_replace", c.moe.first_k_dense_replace);
   moe.read("intermediate_size", c.moe.intermediate_size);
   moe.read("router_latent_dim", c.moe.router_latent_dim);
@@ -150,6 +152,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   read_activation("shared_activation", c.moe.shared_activation);
   moe.read("situ_beta", c.moe.situ_beta);
   moe.read("situ_linear_beta", c.moe.situ_linear_beta);
+  moe.read("swiglu_limit", c.moe.swiglu_limit);
+  moe.read("shared_swiglu_limit", c.moe.shared_swiglu_limit);
   moe.read("shared_full_width", c.moe.shared_full_width);
   moe.read("latent_norm", c.moe.latent_norm);
   std::string balancing = to_string(c.moe.balancing);
@@ -219,7 +223,8 @@ void ModelConfig::validate(const std::string& source) const {
         {mla.norm_eps, "mla.norm_eps"},
         {moe.routed_scaling_factor, "moe.routed_scaling_factor"}, {moe.situ_beta, "moe.situ_beta"},
         {moe.situ_linear_beta, "moe.situ_linear_beta"}, {moe.bias_update_speed, "moe.bias_update_speed"},
-        {moe.aux_loss_coef, "moe.aux_loss_coef"}})
+        {moe.aux_loss_coef, "moe.aux_loss_coef"}, {moe.swiglu_limit, "moe.swiglu_limit"},
+        {moe.shared_swiglu_limit, "moe.shared_swiglu_limit"}})
     rule(std::isfinite(value) && std::abs(value) <= std::numeric_limits<float>::max(),
          fmt::format("{} ({}) must be finite{}", key, value, std::isfinite(value) ? " as the f32 it is computed in" : ""));
   rule(rms_norm_eps > 0 && rms_norm_eps < 1, fmt::format("rms_norm_eps ({}) must lie in (0, 1)", rms_norm_eps));
@@ -263,6 +268,7 @@ void ModelConfig::validate(const std::string& source) const {
                      moe.num_experts_per_tok, moe.num_experts));
   non_negative(moe.num_shared_experts, "moe.num_shared_experts");
   positive(moe.moe_intermediate_size, "moe.moe_intermediate_size");
+  non_negative(moe.shared_intermediate_size, "moe.shared_intermediate_size");
   rule(moe.first_k_dense_replace >= 0 && moe.first_k_dense_replace <= num_hidden_layers,
        fmt::format("moe.first_k_dense_replace ({}) must lie in [0, num_hidden_layers = {}]", moe.first_k_dense_replace,
                    num_hidden_layers));
@@ -275,6 +281,12 @@ void ModelConfig::validate(const std::string& source) const {
   rule(moe.bias_update_speed >= 0, fmt::format("moe.bias_update_speed ({}) must be >= 0", moe.bias_update_speed));
   rule(moe.situ_beta > 0, fmt::format("moe.situ_beta ({}) must be > 0", moe.situ_beta));
   rule(moe.aux_loss_coef >= 0, fmt::format("moe.aux_loss_coef ({}) must be >= 0", moe.aux_loss_coef));
+  rule(moe.swiglu_limit >= 0 && moe.shared_swiglu_limit >= 0, "moe.swiglu_limit and shared_swiglu_limit must be >= 0");
+  rule(moe.swiglu_limit == 0 || moe.activation == Activation::Swiglu,
+       "moe.swiglu_limit clamps SwiGLU; moe.activation is not swiglu");
+  rule(moe.shared_swiglu_limit == 0 || moe.shared_activation == Activation::Swiglu,
+       "moe.shared_swiglu_limit clamps SwiGLU; moe.shared_activation is not swiglu");
+  rule(!mla.output_gate_per_head || mla.output_gate, "mla.output_gate_per_head needs mla.output_gate");
 
   positive(attn_res.block_size, "attn_res.block_size");
   positive(vision.patch_size, "vision.patch_size");
@@ -321,15 +333,18 @@ json ModelConfig::to_json() const {
        {{"num_heads", mla.num_heads}, {"q_lora_rank", mla.q_lora_rank}, {"kv_lora_rank", mla.kv_lora_rank},
         {"qk_nope_head_dim", mla.qk_nope_head_dim}, {"qk_rope_head_dim", mla.qk_rope_head_dim},
         {"v_head_dim", mla.v_head_dim}, {"rope_theta", mla.rope_theta}, {"output_gate", mla.output_gate},
+        {"output_gate_per_head", mla.output_gate_per_head},
         {"sliding_window", mla.sliding_window}, {"rope", mla.rope}, {"norm_eps", mla.norm_eps}}},
       {"moe",
        {{"num_experts", moe.num_experts}, {"num_experts_per_tok", moe.num_experts_per_tok},
         {"num_shared_experts", moe.num_shared_experts}, {"moe_intermediate_size", moe.moe_intermediate_size},
+        {"shared_intermediate_size", moe.shared_intermediate_size},
         {"first_k_dense_replace", moe.first_k_dense_replace}, {"intermediate_size", moe.intermediate_size},
         {"router_latent_dim", moe.router_latent_dim}, {"latent_dim", moe.latent_dim},
         {"routed_scaling_factor", moe.routed_scaling_factor}, {"activation", to_string(moe.activation)},
         {"dense_activation", to_string(moe.dense_activation)}, {"shared_activation", to_string(moe.shared_activation)},
         {"situ_beta", moe.situ_beta}, {"situ_linear_beta", moe.situ_linear_beta},
+        {"swiglu_limit", moe.swiglu_limit}, {"shared_swiglu_limit", moe.shared_swiglu_limit},
         {"shared_full_width", moe.shared_full_width}, {"latent_norm", moe.latent_norm},
         {"balancing", to_string(moe.balancing)}, {"bias_update_speed", moe.bias_update_speed},
         {"aux_loss_coef", moe.aux_loss_coef}}},

@@ -36,6 +36,7 @@ struct MlaConfig {
   int64_t v_head_dim = 64;
   double rope_theta = 10000.0;
   bool output_gate = true;
+  bool output_gate_per_head = false;  // one σ per head, W_g [H, d] (Ling 3.0); false: one per channel, [H·Dv, d]
   int64_t sliding_window = 0;
   bool rope = true;  // false: q_pe and k_pe (qk_rope_head_dim > 0) enter the scores unrotated
   double norm_eps = 1e-5;  // the q_a and kv_a latent norms' eps (SPEC §4.3); absent from a config: rms_norm_eps
@@ -46,6 +47,7 @@ struct MoeConfig {
   int64_t num_experts_per_tok = 4;
   int64_t num_shared_experts = 1;
   int64_t moe_intermediate_size = 128;
+  int64_t shared_intermediate_size = 0;  // the shared experts' hidden width; 0: num_shared_experts · moe_intermediate_size
   int64_t first_k_dense_replace = 1;
   int64_t intermediate_size = 1408;
   int64_t router_latent_dim = 0;
@@ -56,11 +58,17 @@ struct MoeConfig {
   Activation shared_activation = Activation::Swiglu;  // the shared experts
   double situ_beta = 4.0;                             // situ: β·tanh(a/β)·σ(a)
   double situ_linear_beta = 25.0;                     // situ: ⊙ λ·tanh(b/λ) (λ ≤ 0: ⊙ b)
+  double swiglu_limit = 0.0;         // > 0: the routed experts' SwiGLU clamped, min(silu(a), L) ⊙ clamp(b, −L, L)
+  double shared_swiglu_limit = 0.0;  // > 0: the shared experts' SwiGLU clamped alike
   bool shared_full_width = false;  // shared experts on u at width d, added after lat_up (not on x_e)
   bool latent_norm = true;         // RMSNorm m (lat_norm) before lat_up; false: lat_up reads m as it is
   Balancing balancing = Balancing::Quantile;
   double bias_update_speed = 0.001;
   double aux_loss_coef = 0.0;
+
+  int64_t shared_width() const {
+    return shared_intermediate_size > 0 ? shared_intermediate_size : num_shared_experts * moe_intermediate_size;
+  }
 };
 
 struct AttnResConfig {

@@ -27,8 +27,8 @@ MoeFfn::MoeFfn(ParamStore& store, const std::string& prefix, const ModelConfig& 
   experts_ = RoutedExperts(store, prefix, config, width);
   if (m.num_shared_experts > 0) {
     shared_ = GatedMlp(store, prefix + "shared_experts.", shared_after_up() ? d : width,
-                       m.num_shared_experts * m.moe_intermediate_size, Component::SharedExperts);
-    shared_mlp_ = DenseGatedMlp(shared_, gated_activation(m.shared_activation, config.moe));
+                       m.shared_width(), Component::SharedExperts);
+    shared_mlp_ = DenseGatedMlp(shared_, gated_activation(m.shared_activation, config.moe, m.shared_swiglu_limit));
   }
 }
 

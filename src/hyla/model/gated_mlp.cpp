@@ -11,9 +11,9 @@ GatedMlp::GatedMlp(ParamStore& store, const std::string& prefix, int64_t in, int
   if (component == Component::RoutedExperts) store.get(up_proj.param().name).stored_like_next = true;
 }
 
-GatedActivation gated_activation(Activation kind, const MoeConfig& moe) {
+GatedActivation gated_activation(Activation kind, const MoeConfig& moe, double swiglu_limit) {
   return {kind == Activation::Situ ? GatedActivation::Kind::Situ : GatedActivation::Kind::Swiglu, float(moe.situ_beta),
-          float(moe.situ_linear_beta)};
+          float(moe.situ_linear_beta), float(swiglu_limit)};
 }
 
 DenseGatedMlp::DenseGatedMlp(const GatedMlp& mlp, GatedActivation activation)

@@ -19,7 +19,7 @@ struct GatedMlp {
 };
 
 // The gate the config names, with its SiTU constants (moe.situ_beta, moe.situ_linear_beta).
-GatedActivation gated_activation(Activation kind, const MoeConfig& moe);
+GatedActivation gated_activation(Activation kind, const MoeConfig& moe, double swiglu_limit = 0.0);
 
 // A GatedMlp applied to every row (the dense FFN, the shared experts): [gate; up] x as one GEMM,
 // the activation, then down.

@@ -229,15 +229,17 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
         w.add(entry(m.hyla[0], dtype, shape, t->bytes), source, [gguf, t, shape] { return slice(*gguf, *t, 0, shape); });
         break;
       }
-      case GgufLink::NegExp: {
+      case GgufLink::NegExp:
+      case GgufLink::Exp: {
         const Shape shape{config.kda.num_heads};
-        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes), source, [gguf, t, shape, source, name = m.gguf] {
+        const double sign = m.link == GgufLink::NegExp ? -1.0 : 1.0;
+        w.add(entry(m.hyla[0], DType::F32, shape, t->bytes), source, [gguf, t, shape, source, sign, name = m.gguf] {
           Tensor a = gguf->to_f32(*t), out = Tensor::empty(DType::F32, shape);
           for (int64_t h = 0; h < shape[0]; ++h) {
-            const float x = a.data<float>()[h];
-            HYLA_CHECK(x < 0 && std::isfinite(x), "{}: tensor '{}' holds {} at head {}; −exp(A_log) is negative", source,
-                       name, x, h);
-            out.data<float>()[h] = float(std::log(-double(x)));
+            const double x = sign * a.data<float>()[h];
+            HYLA_CHECK(x > 0 && std::isfinite(x), "{}: tensor '{}' holds {} at head {}; {}exp(A_log) is {}", source, name,
+                       a.data<float>()[h], h, sign < 0 ? "−" : "", sign < 0 ? "negative" : "positive");
+            out.data<float>()[h] = float(std::log(x));
           }
           return out;
         });
@@ -285,7 +287,7 @@ ModelWeights weights_from_gguf(std::shared_ptr<const GgufFile> gguf, const Model
     }
   }
   for (const GgufTensor& t : g.tensors())
-    HYLA_CHECK(used.count(t.name), "{}: tensor '{}' is not part of this {} model (its config reads as {} layers, {} experts)",
+    HYLA_CHECK(used.count(t.name) || (architecture.gguf_skips && architecture.gguf_skips(config, t.name)), "{}: tensor '{}' is not part of this {} model (its config reads as {} layers, {} experts)",
                source, t.name, arch, config.num_hidden_layers, config.moe.num_experts);
   return w;
 }
@@ -349,10 +351,12 @@ GgufExport save_gguf(const fs::path& path, const ModelConfig& c, const ModelWeig
         write_f32(t, x.data<float>(), x.numel());
         break;
       }
-      case GgufLink::NegExp: {
+      case GgufLink::NegExp:
+      case GgufLink::Exp: {
         const Tensor a = read_f32(mp.hyla[0]);
+        const double sign = mp.link == GgufLink::NegExp ? -1.0 : 1.0;
         std::vector<float> v(size_t(a.numel()));
-        for (size_t h = 0; h < v.size(); ++h) v[h] = float(-std::exp(double(a.data<float>()[h])));
+        for (size_t h = 0; h < v.size(); ++h) v[h] = float(sign * std::exp(double(a.data<float>()[h])));
         write_f32(t, v.data(), int64_t(v.size()));
         break;
       }

@@ -13,7 +13,7 @@ bool is_hf_config(const nlohmann::json& j) {
 
 ModelConfig config_from_hf(const nlohmann::json& file, const std::string& config_path) {
   const std::string model_type = file.value("model_type", "");
-  const Architecture* arch = architecture_of_hf(model_type);
+  const Architecture* arch = architecture_of_hf(file);
   if (!arch) {
     std::string known;
     for (const Architecture* a : architectures())

@@ -25,7 +25,8 @@ MlaMixer::MlaMixer(ParamStore& store, const std::string& prefix, const ModelConf
   if (m.q_lora_rank == 0) q_proj_ = Linear(store, prefix + "q_proj", d, H * qk, c);
   else q_a_proj_ = Linear(store, prefix + "q_a_proj", d, m.q_lora_rank, c);
   kv_a_proj_ = Linear(store, prefix + "kv_a_proj_with_mqa", d, m.kv_lora_rank + m.qk_rope_head_dim, c);
-  if (m.output_gate) g_proj_ = Linear(store, prefix + "g_proj", d, H * m.v_head_dim, c);
+  gate_width_ = m.output_gate ? (m.output_gate_per_head ? H : H * m.v_head_dim) : 0;
+  if (m.output_gate) g_proj_ = Linear(store, prefix + "g_proj", d, gate_width_, c);
   if (m.q_lora_rank > 0) {
     q_a_norm_ = RmsNorm(store, prefix + "q_a_layernorm", m.q_lora_rank, c, float(m.norm_eps));
     q_b_proj_ = Linear(store, prefix + "q_b_proj", m.q_lora_rank, H * qk, c);
@@ -60,7 +61,7 @@ float* MlaMixer::project_input(const float* u, int64_t rows, Precision p, const 
                                LayerActivations& a) {
   float* proj = proj_ = a.take<float>(rows * proj_width_);
   input_proj_.forward(u, rows, proj, p);
-  if (g_proj_.defined()) sigmoid_rows(proj + gate_offset_, rows, heads_ * v_dim_, proj_width_);
+  if (g_proj_.defined()) sigmoid_rows(proj + gate_offset_, rows, gate_width_, proj_width_);
   if (rotate_) rope_table(positions, rows, rope_dim_, config_.mla.rope_theta, rope_ = a.take<float>(rows * rope_dim_));
   return proj;
 }
@@ -123,7 +124,7 @@ void MlaMixer::output(const float* proj, const float* o, int64_t rows, Precision
   if (g_proj_.defined()) {
     const int64_t width = heads_ * v_dim_;
     float* gated = gated_ = a.take<float>(rows * width);
-    sigmoid_gate_forward(o, proj + gate_offset_, proj_width_, rows, width, gated);
+    sigmoid_gate_forward(o, proj + gate_offset_, proj_width_, rows, width, width / gate_width_, gated);
     attended = gated;
   }
   o_proj_.forward(attended, rows, y, p);
@@ -183,7 +184,8 @@ void MlaMixer::backward(const float* dy, float* du) {
   o_proj_.backward_weight(g_proj_.defined() ? gated_ : o, dy, N, p);
   float* dproj = scratch.take<float>(N * proj_width_);
   if (g_proj_.defined())
-    sigmoid_gate_backward(o, proj + gate_offset_, proj_width_, N, ldo, d_o, dproj + gate_offset_, proj_width_);
+    sigmoid_gate_backward(o, proj + gate_offset_, proj_width_, N, ldo, ldo / gate_width_, d_o, dproj + gate_offset_,
+                          proj_width_);
 
   // Attention
   float* dq = scratch.take<float>(N * ldq);

@@ -86,6 +86,7 @@ class MlaMixer {
   bool rotate_;         // rope_dim_ > 0 and mla.rope: q_pe and k_pe are rotated by position
   int64_t proj_width_;  // columns of input_proj_: [q or q_a | c | k_pe | g]
   int64_t kv_offset_, gate_offset_;
+  int64_t gate_width_ = 0;  // σ values a row: H·Dv (per channel), H (per head), 0 (no gate)
   int64_t window_;
   float scale_;  // (Dn + Dr)^-1/2
 

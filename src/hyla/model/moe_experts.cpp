@@ -35,7 +35,7 @@ int64_t int8_workspace_floats(int64_t rows, int64_t cols) {
 }  // namespace
 
 RoutedExperts::RoutedExperts(ParamStore& store, const std::string& prefix, const ModelConfig& config, int64_t in)
-    : activation_(gated_activation(config.moe.activation, config.moe)),
+    : activation_(gated_activation(config.moe.activation, config.moe, config.moe.swiglu_limit)),
       in_(in),
       width_(config.moe.moe_intermediate_size) {
   experts_.reserve(size_t(config.moe.num_experts));

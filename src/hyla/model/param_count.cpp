@@ -59,7 +59,7 @@ ParamCounts count_parameters(const ModelConfig& c) {
       const int64_t q = m.q_lora_rank == 0 ? H * qk * d : m.q_lora_rank * d + m.q_lora_rank + H * qk * m.q_lora_rank;
       add_all(Component::Mla, q + (m.kv_lora_rank + m.qk_rope_head_dim) * d + m.kv_lora_rank +
                                   H * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank +
-                                  (m.output_gate ? H * m.v_head_dim * d : 0) + d * H * m.v_head_dim);
+                                  (m.output_gate ? (m.output_gate_per_head ? H : H * m.v_head_dim) * d : 0) + d * H * m.v_head_dim);
     }
     if (!c.is_moe_layer(l)) {
       add_all(Component::DenseFfn, 3 * d * c.moe.intermediate_size);
@@ -72,7 +72,7 @@ ParamCounts count_parameters(const ModelConfig& c) {
     const int64_t expert = 3 * width * m.moe_intermediate_size;
     add(Component::RoutedExperts, E * expert, m.num_experts_per_tok * expert);
     add_all(Component::SharedExperts,
-            m.num_shared_experts * 3 * (m.shared_full_width ? d : width) * m.moe_intermediate_size);
+            3 * (m.shared_full_width ? d : width) * m.shared_width());
     if (m.latent_dim > 0) add_all(Component::MoeLatent, 2 * d * m.latent_dim + (m.latent_norm ? m.latent_dim : 0));
   }
   return n;

@@ -1,5 +1,6 @@
 #include "hyla/kernels/activations.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "hyla/core/team.h"
@@ -51,6 +52,14 @@ struct SituConstants {
 void forward_row(GatedActivation act, const float* a, const float* b, int64_t width, float* h) {
   const SituConstants c(act);
   const bool swiglu = act.kind == GatedActivation::Kind::Swiglu;
+  if (swiglu && act.swiglu_limit > 0.0f) {
+    const Vec limit = vec::broadcast(act.swiglu_limit), low = vec::broadcast(-act.swiglu_limit);
+    for_each_vector(width, [&](int64_t j, vec::Mask m) {
+      const Vec va = vec::load(a + j, m), vb = vec::load(b + j, m);
+      vec::store(h + j, vec::min(va * sigmoid(va), limit) * vec::max(vec::min(vb, limit), low), m);
+    });
+    return;
+  }
   for_each_vector(width, [&](int64_t j, vec::Mask m) {
     const Vec va = vec::load(a + j, m), vb = vec::load(b + j, m);
     const Vec s = sigmoid(va);
@@ -60,12 +69,25 @@ void forward_row(GatedActivation act, const float* a, const float* b, int64_t wi
   });
 }
 
+// The clamped SwiGLU's backward (scalar: only some experts' rows reach it).
+void clamped_swiglu_backward_row(float limit, const float* a, const float* b, const float* dh, int64_t width, float* da,
+                                 float* db) {
+  for (int64_t j = 0; j < width; ++j) {
+    const float s = 1.0f / (1.0f + std::exp(-a[j])), silu = a[j] * s;
+    const bool gate_open = silu < limit, up_open = b[j] > -limit && b[j] < limit;
+    const float gate = gate_open ? silu : limit, up = up_open ? b[j] : std::clamp(b[j], -limit, limit);
+    da[j] = gate_open ? dh[j] * up * s * (1.0f + a[j] * (1.0f - s)) : 0.0f;
+    db[j] = up_open ? dh[j] * gate : 0.0f;
+  }
+}
+
 // One row: (da, db) from dh.
 void backward_row(GatedActivation act, const float* a, const float* b, const float* dh, int64_t width, float* da,
                   float* db) {
   const Vec one = vec::broadcast(1.0f);
   const SituConstants c(act);
   const bool swiglu = act.kind == GatedActivation::Kind::Swiglu;
+  if (swiglu && act.swiglu_limit > 0.0f) return clamped_swiglu_backward_row(act.swiglu_limit, a, b, dh, width, da, db);
   for_each_vector(width, [&](int64_t j, vec::Mask m) {
     const Vec va = vec::load(a + j, m), vb = vec::load(b + j, m), g = vec::load(dh + j, m);
     const Vec s = sigmoid(va);
@@ -113,28 +135,52 @@ void sigmoid_rows_backward(const float* s, int64_t ld_s, int64_t rows, int64_t w
   });
 }
 
-void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* y) {
+void sigmoid_gate_forward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                          float* y) {
   parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* gate = s + r * ld_s;
+      if (group == 1) {
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j) y[r * width + j] = x[r * width + j] * gate[j];
+        for (int64_t j = 0; j < width; ++j) y[r * width + j] = x[r * width + j] * gate[j];
+        continue;
+      }
+      for (int64_t g = 0; g < width / group; ++g) {
+        const float sg = gate[g];
+        const float* xg = x + r * width + g * group;
+        float* yg = y + r * width + g * group;
+#pragma omp simd
+        for (int64_t j = 0; j < group; ++j) yg[j] = xg[j] * sg;
+      }
     }
   });
 }
 
-void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, float* dy,
-                           float* d_logit, int64_t ld_logit) {
+void sigmoid_gate_backward(const float* x, const float* s, int64_t ld_s, int64_t rows, int64_t width, int64_t group,
+                           float* dy, float* d_logit, int64_t ld_logit) {
   parallel_rows(rows, width, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* gate = s + r * ld_s;
       const float* xr = x + r * width;
       float* dyr = dy + r * width;
       float* dz = d_logit + r * ld_logit;
+      if (group == 1) {
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j) {
-        dz[j] = dyr[j] * xr[j] * gate[j] * (1.0f - gate[j]);
-        dyr[j] *= gate[j];
+        for (int64_t j = 0; j < width; ++j) {
+          dz[j] = dyr[j] * xr[j] * gate[j] * (1.0f - gate[j]);
+          dyr[j] *= gate[j];
+        }
+        continue;
+      }
+      for (int64_t g = 0; g < width / group; ++g) {
+        const float sg = gate[g];
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < group; ++j) {
+          dot += dyr[g * group + j] * xr[g * group + j];
+          dyr[g * group + j] *= sg;
+        }
+        dz[g] = dot * sg * (1.0f - sg);
       }
     }
   });

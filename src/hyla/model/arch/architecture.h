@@ -43,6 +43,7 @@ struct HfTensor {
 enum class GgufLink {
   Same,     // one parameter, same values and layout (GGUF `ne` is hyla's shape reversed)
   NegExp,   // ssm_a = −exp(A_log)
+  Exp,      // ssm_a = exp(A_log)
   Experts,  // ffn_*_exps: the E experts' matrices stacked, expert slowest
   KeyB,     // attn_k_b [H, c, Dn] = kv_b_proj's key rows per head, transposed
   ValueB,   // attn_v_b [H, Dv, c] = kv_b_proj's value rows per head (read with its KeyB)
@@ -70,6 +71,7 @@ class GgufKeys {
   double number(std::string_view name) const { return file_.number(key(name)); }
   bool boolean(std::string_view name) const { return file_.boolean(key(name)); }
   std::vector<int64_t> integers(std::string_view name) const { return file_.integers(key(name)); }
+  std::vector<double> numbers(std::string_view name) const { return file_.numbers(key(name)); }
   int64_t uniform(std::string_view name) const;  // a per-layer array whose values all agree (or a scalar)
 
  private:
@@ -85,6 +87,7 @@ class GgufKeyWriter {
   void f32(std::string_view name, double value);
   void boolean(std::string_view name, bool value);
   void u32_array(std::string_view name, const std::vector<int64_t>& values);
+  void f32_array(std::string_view name, const std::vector<double>& values);
 
  private:
   GgufMetadata& metadata_;
@@ -97,10 +100,12 @@ struct Architecture {
   // The options a model of this architecture takes; every rule broken is named.
   void (*check)(const ModelConfig& config, const Requirement& require) = nullptr;
 
-  // A Hugging Face checkpoint: its config.json's model_type ("" for none), the ModelConfig of that
+  // A Hugging Face checkpoint: its config.json's model_type ("" for none) or the model class its
+  // `architectures` names first (as llama.cpp's converter picks one; "" for none), the ModelConfig of that
   // config.json (files beside it, e.g. preprocessor_config.json, are read from its directory), and
   // each tensor's hyla name (nullopt: a tensor hyla skips; an error for one it does not know).
   std::string_view hf_model_type;
+  std::string_view hf_class;
   ModelConfig (*config_from_hf)(const nlohmann::json& config_json, const std::string& config_path) = nullptr;
   std::optional<HfTensor> (*hf_tensor)(const std::string& name, const ModelConfig& config,
                                        const std::string& source) = nullptr;
@@ -110,14 +115,17 @@ struct Architecture {
   ModelConfig (*read_gguf)(const GgufKeys& keys) = nullptr;
   void (*write_gguf)(const ModelConfig& config, GgufKeyWriter& keys) = nullptr;
   std::vector<GgufTensorMap> (*gguf_tensors)(const ModelConfig& config) = nullptr;
+  // Tensors of a file the model does not read (e.g. multi-token-prediction layers); nullptr: none.
+  bool (*gguf_skips)(const ModelConfig& config, std::string_view tensor) = nullptr;
 };
 
 // Every architecture hyla implements, in a fixed order (hyla's own first).
 std::span<const Architecture* const> architectures();
 // By config.json's "architecture" name; an error listing the known ones.
 const Architecture& architecture(std::string_view name);
-// By a checkpoint's model_type or a GGUF's general.architecture; nullptr when none has it.
-const Architecture* architecture_of_hf(std::string_view model_type);
+// By a checkpoint config.json's model_type or its first `architectures` class, or a GGUF's
+// general.architecture; nullptr when none has it.
+const Architecture* architecture_of_hf(const nlohmann::json& config_json);
 const Architecture* architecture_of_gguf(std::string_view gguf_arch);
 
 // `config`'s options against its architecture's rules: an error naming the architecture, the rule

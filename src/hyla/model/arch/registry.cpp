@@ -6,12 +6,12 @@
 namespace hyla {
 
 // Defined in their architecture files.
-extern const Architecture kHylaArchitecture, kKimiK3Architecture, kKimiLinearArchitecture;
+extern const Architecture kHylaArchitecture, kKimiK3Architecture, kKimiLinearArchitecture, kLing3Architecture;
 
 namespace {
 
-const std::array<const Architecture*, 3> kArchitectures{&kHylaArchitecture, &kKimiK3Architecture,
-                                                        &kKimiLinearArchitecture};
+const std::array<const Architecture*, 4> kArchitectures{&kHylaArchitecture, &kKimiK3Architecture,
+                                                        &kKimiLinearArchitecture, &kLing3Architecture};
 
 std::string names() {
   std::string out;
@@ -36,6 +36,9 @@ void GgufKeyWriter::f32(std::string_view name, double value) {
 void GgufKeyWriter::boolean(std::string_view name, bool value) {
   metadata_[arch_ + "." + std::string(name)] = GgufValue::boolean(value);
 }
+void GgufKeyWriter::f32_array(std::string_view name, const std::vector<double>& values) {
+  metadata_[arch_ + "." + std::string(name)] = GgufValue::of_array(GgufValueType::F32, nlohmann::json(values));
+}
 void GgufKeyWriter::u32_array(std::string_view name, const std::vector<int64_t>& values) {
   metadata_[arch_ + "." + std::string(name)] =
       GgufValue::of_array(GgufValueType::U32, nlohmann::json(values));
@@ -49,9 +52,15 @@ const Architecture& architecture(std::string_view name) {
   fail("architecture \"{}\" is not one hyla implements ({})", name, names());
 }
 
-const Architecture* architecture_of_hf(std::string_view model_type) {
+const Architecture* architecture_of_hf(const nlohmann::json& config_json) {
+  const std::string model_type = config_json.value("model_type", "");
+  std::string model_class;
+  if (config_json.contains("architectures") && config_json["architectures"].is_array() &&
+      !config_json["architectures"].empty() && config_json["architectures"][0].is_string())
+    model_class = config_json["architectures"][0];
   for (const Architecture* a : kArchitectures)
-    if (!a->hf_model_type.empty() && a->hf_model_type == model_type) return a;
+    if ((!a->hf_model_type.empty() && a->hf_model_type == model_type) || (!a->hf_class.empty() && a->hf_class == model_class))
+      return a;
   return nullptr;
 }
 
