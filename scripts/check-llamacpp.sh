@@ -147,22 +147,27 @@ else
   echo "skipped: llama.cpp's own converter (needs apt-get install python3-torch python3-tqdm)"
 fi
 
-# The reverse direction: a K3-shaped model that `hyla train` produced (200 steps on the KJV), exported.
-t="$work/trained"
-if [[ ! -f "$t/model/config.json" ]]; then
-  (cd "$repo" && bash scripts/prepare-kjv.sh "$build" >/dev/null)
-  "$python" -c "import json; c=json.load(open('$repo/configs/kimi-k3-tiny.json')); c['vocab_size']=4096; c['rms_norm_eps']=1e-6; json.dump(c,open('$work/trained-config.json','w'))"
-  "$python" -c "import json; json.dump({'seed': 1, 'optimizer': {'lr': 0.003}, 'schedule': {'warmup_steps': 20},
-    'curriculum': [{'seq_len': 256, 'tokens': 200 * 4096, 'batch_tokens': 4096}], 'eval': {'every': 100, 'batches': 2},
-    'checkpoint': {'every': 100, 'keep': 1}}, open('$work/trained-train.json', 'w'))"
-  "$hyla" train --config "$work/trained-config.json" --train "$work/trained-train.json" --data "$repo/data/kjv" \
-    --out "$t" >"$work/trained.log" 2>&1
-fi
-"$hyla" convert -m "$t/model" --out "$t.gguf" --type f32 >/dev/null
+# The reverse direction: a K3-shaped and a Ling-3.0-shaped model that `hyla train` produced (200
+# steps on the KJV each), exported.
+(cd "$repo" && bash scripts/prepare-kjv.sh "$build" >/dev/null)
+"$python" -c "import json; json.dump({'seed': 1, 'optimizer': {'lr': 0.003}, 'schedule': {'warmup_steps': 20},
+  'curriculum': [{'seq_len': 256, 'tokens': 200 * 4096, 'batch_tokens': 4096}], 'eval': {'every': 100, 'batches': 2},
+  'checkpoint': {'every': 100, 'keep': 1}}, open('$work/trained-train.json', 'w'))"
 tokens=$("$python" -c "import random; random.seed(49); print(','.join(str(random.randrange(4096)) for _ in range(128)))")
-hyla_logits "$t/model" "$t-hyla.st"
-llama_logits "$t.gguf" "$t-llama.st"
-compare "kimi-k3 f32 hyla-trained->llama.cpp" "$t-hyla.st" "$t-llama.st" f32
+for arch in kimi-k3 ling3; do
+  t="$work/trained"
+  [[ $arch == ling3 ]] && t="$work/trained-ling3"
+  if [[ ! -f "$t/model/config.json" ]]; then
+    "$python" -c "import json; c=json.load(open('$repo/configs/$arch-tiny.json')); c['vocab_size']=4096; c['rms_norm_eps']=1e-6; json.dump(c,open('$t-config.json','w'))"
+    "$hyla" train --config "$t-config.json" --train "$work/trained-train.json" --data "$repo/data/kjv" \
+      --out "$t" >"$t.log" 2>&1
+  fi
+  "$hyla" convert -m "$t/model" --out "$t.gguf" --type f32 >/dev/null
+  hyla_logits "$t/model" "$t-hyla.st"
+  llama_logits "$t.gguf" "$t-llama.st"
+  compare "$arch f32 hyla-trained->llama.cpp" "$t-hyla.st" "$t-llama.st" f32
+done
+t="$work/trained"  # the K3 model's
 
 # The trained model's vocabulary travels in the GGUF (tokenizer.ggml.*, pre "qwen2"): llama.cpp's
 # tokenizer must give hyla's ids.
