@@ -3,8 +3,10 @@
 # decode (tg128), one and all threads, in interleaved rounds so that every ratio compares runs
 # minutes apart. The model is configs/kimi-k3-small.json (Kimi K3's structure at configs/small.json's
 # size: KDA with the low-rank decay gate, NoPE MLA with Dr = 64 and its output gate, latent MoE with
-# SiTU and full-width shared experts, attention residuals), random weights (speed does not depend on
-# them), written by `hyla convert` as:
+# SiTU and full-width shared experts, attention residuals), or with MODEL=ling3 configs/ling3-small.json
+# (Ling 3.0's at the same size, llama.cpp's `bailingmoe3` graph: full-rank KDA gates, MLA with RoPE
+# and per-head gates, 128 experts with clamped SwiGLU and a shared expert 256 wide), random weights
+# (speed does not depend on them), written by `hyla convert` as:
 #   bf16    every matrix bf16 (norms, convs, router F32)
 #   q8_0    every matrix Q8_0 (hyla runs them as its int8 with block 32)
 #   mxfp4   llama-quantize MXFP4_MOE of the bf16 file: routed experts MXFP4, other matrices Q8_0
@@ -17,7 +19,8 @@
 #   (hyla multiplies every K and IQ type straight from the file's blocks, kernels/ggml_gemm.h,
 #   rounding activations to 8 bits per block as llama.cpp does)
 #
-#   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]     (DTYPES="mxfp4 ud" for some files only)
+#   bash scripts/bench-llamacpp.sh BUILD LLAMA_CPP [rounds=3]     (DTYPES="mxfp4 ud" for some files only;
+#                                                                  MODEL=ling3 for Ling 3.0's structure)
 #
 # BUILD holds hyla; LLAMA_CPP is a llama.cpp source tree with build/bin/llama-bench and
 # build/bin/llama-quantize built for the CPU (scripts/check-llamacpp.sh says how).
@@ -27,24 +30,29 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 cores=$(nproc)
+model=${MODEL:-kimi-k3}
+files="$work/${model#kimi-}"  # the files' prefix: k3 (as before) or ling3
+graph=$([[ $model == ling3 ]] && echo bailingmoe3 || echo "$model")
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; work in $work" >&2
 
-[[ -f "$work/k3/model.safetensors" ]] ||
-  "$build/hyla" init --config "$repo/configs/kimi-k3-small.json" --out "$work/k3" --force >/dev/null
-[[ -f "$work/k3/tokenizer.json" ]] || cp "$repo/data/kjv-tokenizer.json" "$work/k3/tokenizer.json"
-[[ -f "$work/k3-bf16.gguf" ]] || "$build/hyla" convert -m "$work/k3" --out "$work/k3-bf16.gguf" --type bf16 >/dev/null
-[[ -f "$work/k3-q8_0.gguf" ]] || "$build/hyla" convert -m "$work/k3" --out "$work/k3-q8_0.gguf" --type q8_0 >/dev/null
-[[ -f "$work/k3-mxfp4.gguf" ]] ||
-  "$llama/build/bin/llama-quantize" "$work/k3-bf16.gguf" "$work/k3-mxfp4.gguf" MXFP4_MOE >/dev/null 2>&1
-if [[ ! -f "$work/k3-imatrix.gguf" ]]; then
+[[ -f "$files/model.safetensors" ]] ||
+  "$build/hyla" init --config "$repo/configs/$model-small.json" --out "$files" --force >/dev/null
+[[ -f "$files/tokenizer.json" ]] || cp "$repo/data/kjv-tokenizer.json" "$files/tokenizer.json"
+[[ -f "$files-bf16.gguf" ]] || "$build/hyla" convert -m "$files" --out "$files-bf16.gguf" --type bf16 >/dev/null
+[[ -f "$files-q8_0.gguf" ]] || "$build/hyla" convert -m "$files" --out "$files-q8_0.gguf" --type q8_0 >/dev/null
+[[ -f "$files-mxfp4.gguf" ]] ||
+  "$llama/build/bin/llama-quantize" "$files-bf16.gguf" "$files-mxfp4.gguf" MXFP4_MOE >/dev/null 2>&1
+if [[ ! -f "$files-imatrix.gguf" ]]; then
   head -c 100000 "$repo/data/kjv.txt" >"$work/imatrix-text.txt"
-  "$llama/build/bin/llama-imatrix" -m "$work/k3-bf16.gguf" -f "$work/imatrix-text.txt" -o "$work/k3-imatrix.gguf" \
+  "$llama/build/bin/llama-imatrix" -m "$files-bf16.gguf" -f "$work/imatrix-text.txt" -o "$files-imatrix.gguf" \
     -c 256 --chunks 20 -t "$cores" >"$work/imatrix.log" 2>&1
 fi
+dtypes=${DTYPES:-bf16 q8_0 mxfp4 q2_k q4_k_m iq2_xxs iq1_s ud}
 quantise() {  # name preset [llama-quantize options]
-  [[ -f "$work/k3-$1.gguf" ]] ||
-    "$llama/build/bin/llama-quantize" --imatrix "$work/k3-imatrix.gguf" "${@:3}" "$work/k3-bf16.gguf" \
-      "$work/k3-$1.gguf" "$2" >"$work/k3-$1.log" 2>&1
+  [[ " $dtypes " == *" $1 "* ]] || return 0
+  [[ -f "$files-$1.gguf" ]] ||
+    "$llama/build/bin/llama-quantize" --imatrix "$files-imatrix.gguf" "${@:3}" "$files-bf16.gguf" \
+      "$files-$1.gguf" "$2" >"$files-$1.log" 2>&1
 }
 quantise q2_k Q2_K
 quantise q4_k_m Q4_K_M
@@ -71,14 +79,14 @@ llama_rows() {  # round dtype gguf
 out="$work/rows.jsonl"
 : >"$out"
 for ((r = 1; r <= rounds; ++r)); do
-  for dtype in ${DTYPES:-bf16 q8_0 mxfp4 q2_k q4_k_m iq2_xxs iq1_s ud}; do
+  for dtype in $dtypes; do
     echo "round $r/$rounds: $dtype" >&2
-    hyla_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"
-    llama_rows "$r" "$dtype" "$work/k3-$dtype.gguf" >>"$out"
+    hyla_rows "$r" "$dtype" "$files-$dtype.gguf" >>"$out"
+    llama_rows "$r" "$dtype" "$files-$dtype.gguf" >>"$out"
   done
 done
 
-echo "## hyla ÷ llama.cpp, kimi-k3 graph, configs/kimi-k3-small.json, the same GGUF ($rounds interleaved rounds; medians)"
+echo "## hyla ÷ llama.cpp, $graph graph, configs/$model-small.json, the same GGUF ($rounds interleaved rounds; medians)"
 echo "| test | file | threads | hyla t/s | hyla % of its decode bound | llama.cpp t/s | hyla ÷ llama.cpp (median of rounds) |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 jq -rs '

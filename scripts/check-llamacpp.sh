@@ -108,6 +108,40 @@ EOF
 llama_logits "$m-wrong.gguf" "$m-wrong-llama.st"
 compare "kimi-k3 f32 hyla->llama.cpp, MLA scale 1/sqrt(Dn)" "$m-dir.st" "$m-wrong-llama.st" error
 
+# Ling 3.0's deliberate error: q_pe and k_pe rotated as halves where llama.cpp (and SPEC §4) rotate
+# adjacent pairs, written into the GGUF as the rope rows of q (q_b) and of k_pe (kv_a) permuted
+# pairs -> halves. The f32 comparison must fail.
+m="$work/ling3"
+rm -rf "$m-wrong" && cp -r "$m" "$m-wrong"
+"$python" - "$m-wrong/model.safetensors" "$m-wrong/config.json" <<'EOF'
+import json, struct, sys
+import numpy as np
+path, config = sys.argv[1], json.load(open(sys.argv[2]))
+m = config['mla']
+Dn, Dr, H, R = m['qk_nope_head_dim'], m['qk_rope_head_dim'], m['num_heads'], m['kv_lora_rank']
+halves = np.array(list(range(0, Dr, 2)) + list(range(1, Dr, 2)))
+b = open(path, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+header = json.loads(b[8:8 + n])
+data = bytearray(b[8 + n:])
+for name, e in header.items():
+    if name == '__metadata__' or not name.endswith(('q_b_proj.weight', 'kv_a_proj_with_mqa.weight')):
+        continue
+    s, t = e['data_offsets']
+    w = np.frombuffer(data[s:t], dtype=np.float32).reshape(e['shape']).copy()
+    if name.endswith('q_b_proj.weight'):
+        for h in range(H):
+            first = h * (Dn + Dr) + Dn
+            w[first:first + Dr] = w[first + halves]
+    else:
+        w[R:R + Dr] = w[R + halves]
+    data[s:t] = w.tobytes()
+open(path, 'wb').write(b[:8 + n] + bytes(data))
+EOF
+"$hyla" convert -m "$m-wrong" --out "$m-wrong.gguf" --type f32 >/dev/null
+llama_logits "$m-wrong.gguf" "$m-wrong-llama.st"
+compare "ling3 f32 hyla->llama.cpp, q_pe and k_pe rotated as halves" "$m-dir.st" "$m-wrong-llama.st" error
+
 # llama.cpp's own converter: a tiny checkpoint in the release's Hugging Face layout (config.json
 # from tests/data shrunk to the tiny shape, tensors renamed and reshaped as the release stores them,
 # f32; scripts/hf-checkpoint.py), converted by convert_hf_to_gguf.py (its tensor mapping and
