@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "hyla/core/error.h"
+#include "hyla/model/arch/gguf_blocks.h"
 
 namespace hyla {
 namespace {
@@ -270,31 +271,8 @@ ModelConfig read_kimi_gguf(const GgufKeys& keys) {
   mla.norm_eps = keys.has(kLatentNormEps) ? keys.number(kLatentNormEps) : c.rms_norm_eps;
   mla.sliding_window = 0;
 
+  read_gguf_moe(keys, c);
   MoeConfig& moe = c.moe;
-  moe.num_experts = keys.integer_or("expert_count", 0);
-  HYLA_CHECK(moe.num_experts > 0, "{}: {} is missing or 0; hyla's models are MoE", source, keys.key("expert_count"));
-  moe.num_experts_per_tok = keys.uniform("expert_used_count");
-  moe.num_shared_experts = keys.integer("expert_shared_count");
-  moe.moe_intermediate_size = keys.uniform("expert_feed_forward_length");
-  moe.first_k_dense_replace = keys.integer_or("leading_dense_block_count", 0);
-  // Checked against the tensors before the layout names an expert: the first MoE layer's router
-  // has a row per expert.
-  if (moe.first_k_dense_replace >= 0 && moe.first_k_dense_replace < c.num_hidden_layers) {
-    const std::string router = fmt::format("blk.{}.ffn_gate_inp.weight", moe.first_k_dense_replace);
-    const GgufTensor* r = g.find(router);
-    HYLA_CHECK(r && r->ne.size() == 2 && r->ne[1] == moe.num_experts, "{}: {} is {} but {} {}", source,
-               keys.key("expert_count"), moe.num_experts, router,
-               !r ? std::string("is missing") : fmt::format("has shape {}", Shape(r->ne.begin(), r->ne.end()).str()));
-  }
-  moe.intermediate_size = keys.has("feed_forward_length") ? keys.uniform("feed_forward_length") : 0;
-  if (moe.first_k_dense_replace == 0 && moe.intermediate_size == 0) moe.intermediate_size = moe.moe_intermediate_size;
-  const double scale = keys.has("expert_weights_scale") ? keys.number("expert_weights_scale") : 0;
-  moe.routed_scaling_factor = scale == 0 ? 1.0 : scale;
-  HYLA_CHECK(keys.integer("expert_gating_func") == 2, "{}: {} = {}; SPEC's router is the sigmoid one (2)", source,
-             keys.key("expert_gating_func"), keys.integer("expert_gating_func"));
-  HYLA_CHECK(keys.integer_or("expert_group_count", 1) <= 1, "{}: grouped routing ({}) is not in SPEC", source,
-             keys.key("expert_group_count"));
-  moe.router_latent_dim = 0;
   moe.latent_dim = 0;
   moe.activation = moe.dense_activation = moe.shared_activation = Activation::Swiglu;
   moe.shared_full_width = false;
@@ -306,134 +284,63 @@ ModelConfig read_kimi_gguf(const GgufKeys& keys) {
 }
 
 void write_kimi_gguf(const ModelConfig& c, GgufKeyWriter& keys) {
-  keys.u32("context_length", c.max_position_embeddings);
-  keys.u32("embedding_length", c.hidden_size);
-  keys.u32("block_count", c.num_hidden_layers);
-  keys.u32("vocab_size", c.vocab_size);
-  keys.u32("feed_forward_length", c.moe.intermediate_size);
-  const bool any_kda = std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::Kda) > 0;
-  keys.u32("attention.head_count", any_kda ? c.kda.num_heads : c.mla.num_heads);
-  std::vector<int64_t> kv;
-  for (LayerType t : c.layer_types) kv.push_back(t == LayerType::Kda ? 0 : 1);
-  keys.u32_array("attention.head_count_kv", kv);
-  keys.f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  write_gguf_trunk(c, keys);
   if (c.mla.norm_eps != c.rms_norm_eps) keys.f32(kLatentNormEps, c.mla.norm_eps);
-  const MlaConfig& m = c.mla;
-  keys.u32("attention.key_length", m.kv_lora_rank + m.qk_rope_head_dim);
-  keys.u32("attention.key_length_mla", m.qk_nope_head_dim + m.qk_rope_head_dim);
-  keys.u32("attention.value_length_mla", m.v_head_dim);
-  keys.u32("attention.kv_lora_rank", m.kv_lora_rank);
-  keys.u32("rope.dimension_count", m.qk_rope_head_dim);
-  keys.f32("rope.freq_base", m.rope_theta);
-  keys.u32("ssm.conv_kernel", c.kda.conv_kernel);
-  keys.u32("kda.head_dim", c.kda.head_dim);
-  const MoeConfig& moe = c.moe;
-  keys.u32("expert_count", moe.num_experts);
-  keys.u32("expert_used_count", moe.num_experts_per_tok);
-  keys.u32("expert_feed_forward_length", moe.moe_intermediate_size);
-  keys.u32("expert_shared_count", moe.num_shared_experts);
-  keys.u32("leading_dense_block_count", moe.first_k_dense_replace);
-  keys.f32("expert_weights_scale", moe.routed_scaling_factor);
-  keys.u32("expert_gating_func", 2);
+  write_gguf_moe(c, keys);
 }
 
 std::vector<GgufTensorMap> kimi_gguf_tensors(const ModelConfig& cfg, const std::vector<int64_t>& a_log_ne) {
   const int64_t d = cfg.hidden_size, V = cfg.vocab_size;
   const KdaConfig& k = cfg.kda;
-  const MlaConfig& m = cfg.mla;
   const MoeConfig& moe = cfg.moe;
-  const int64_t HK = k.num_heads * k.head_dim, Hm = m.num_heads;
+  const int64_t HK = k.num_heads * k.head_dim;
   const int64_t expert_in = moe.latent_dim > 0 ? moe.latent_dim : d;
   const int64_t shared_in = moe.latent_dim > 0 && !moe.shared_full_width ? moe.latent_dim : d;
-  const int64_t shared_width = moe.num_shared_experts * moe.moe_intermediate_size;
-  std::vector<GgufTensorMap> out;
-  auto add = [&](std::string gguf, std::vector<int64_t> ne, GgufLink link, std::vector<std::string> hyla, bool matrix) {
-    out.push_back({std::move(gguf), std::move(ne), link, std::move(hyla), matrix});
-  };
-  add("token_embd.weight", {d, V}, GgufLink::Same, {"model.embed_tokens.weight"}, true);
-  add("output_norm.weight", {d}, GgufLink::Same, {"model.norm.weight"}, false);
-  add("output.weight", {d, V}, GgufLink::Same, {cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"},
-      true);
+  GgufTable t;
+  t.add("token_embd.weight", {d, V}, GgufLink::Same, {"model.embed_tokens.weight"}, true);
+  t.add("output_norm.weight", {d}, GgufLink::Same, {"model.norm.weight"}, false);
+  t.add("output.weight", {d, V}, GgufLink::Same, {cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"},
+        true);
   if (cfg.attn_res.enabled)
-    add("output_res_score.weight", {d}, GgufLink::Score, {"model.out_res_query", "model.out_res_norm.weight"}, false);
+    t.add("output_res_score.weight", {d}, GgufLink::Score, {"model.out_res_query", "model.out_res_norm.weight"}, false);
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l), p = fmt::format("model.layers.{}.", l);
     const std::string a = p + "self_attn.", f = p + "mlp.";
-    add(b + "attn_norm.weight", {d}, GgufLink::Same, {p + "input_layernorm.weight"}, false);
-    add(b + "ffn_norm.weight", {d}, GgufLink::Same, {p + "post_attention_layernorm.weight"}, false);
+    t.add(b + "attn_norm.weight", {d}, GgufLink::Same, {p + "input_layernorm.weight"}, false);
+    t.add(b + "ffn_norm.weight", {d}, GgufLink::Same, {p + "post_attention_layernorm.weight"}, false);
     if (cfg.attn_res.enabled) {
-      add(b + "attn_res_score.weight", {d}, GgufLink::Score, {p + "attn_res_query", p + "attn_res_norm.weight"}, false);
-      add(b + "ffn_res_score.weight", {d}, GgufLink::Score, {p + "mlp_res_query", p + "mlp_res_norm.weight"}, false);
+      t.add(b + "attn_res_score.weight", {d}, GgufLink::Score, {p + "attn_res_query", p + "attn_res_norm.weight"}, false);
+      t.add(b + "ffn_res_score.weight", {d}, GgufLink::Score, {p + "mlp_res_query", p + "mlp_res_norm.weight"}, false);
     }
     if (!cfg.is_attention_layer(l)) {
-      for (const char* x : {"q", "k", "v"}) {
-        add(b + fmt::format("attn_{}.weight", x), {d, HK}, GgufLink::Same, {a + fmt::format("{}_proj.weight", x)}, true);
-        add(b + fmt::format("ssm_conv1d_{}.weight", x), {k.conv_kernel, 1, HK, 1}, GgufLink::Same,
-            {a + fmt::format("{}_conv1d.weight", x)}, false);
-      }
-      add(b + "ssm_f_a.weight", {d, k.gate_rank}, GgufLink::Same, {a + "f_a_proj.weight"}, true);
-      add(b + "ssm_f_b.weight", {k.gate_rank, HK}, GgufLink::Same, {a + "f_b_proj.weight"}, true);
-      add(b + "ssm_beta.weight", {d, k.num_heads}, GgufLink::Same, {a + "b_proj.weight"}, true);
-      add(b + "ssm_a", a_log_ne, GgufLink::NegExp, {a + "A_log"}, false);
-      add(b + "ssm_dt.bias", {HK}, GgufLink::Same, {a + "dt_bias"}, false);
+      add_gguf_kda_qkv(t, cfg, b, a);
+      t.add(b + "ssm_f_a.weight", {d, k.gate_rank}, GgufLink::Same, {a + "f_a_proj.weight"}, true);
+      t.add(b + "ssm_f_b.weight", {k.gate_rank, HK}, GgufLink::Same, {a + "f_b_proj.weight"}, true);
+      t.add(b + "ssm_beta.weight", {d, k.num_heads}, GgufLink::Same, {a + "b_proj.weight"}, true);
+      t.add(b + "ssm_a", a_log_ne, GgufLink::NegExp, {a + "A_log"}, false);
+      t.add(b + "ssm_dt.bias", {HK}, GgufLink::Same, {a + "dt_bias"}, false);
       if (k.output_gate_rank == 0) {
-        add(b + "ssm_g.weight", {d, HK}, GgufLink::Same, {a + "g_proj.weight"}, true);
+        t.add(b + "ssm_g.weight", {d, HK}, GgufLink::Same, {a + "g_proj.weight"}, true);
       } else {
-        add(b + "ssm_g_a.weight", {d, k.output_gate_rank}, GgufLink::Same, {a + "g_a_proj.weight"}, true);
-        add(b + "ssm_g_b.weight", {k.output_gate_rank, HK}, GgufLink::Same, {a + "g_b_proj.weight"}, true);
+        t.add(b + "ssm_g_a.weight", {d, k.output_gate_rank}, GgufLink::Same, {a + "g_a_proj.weight"}, true);
+        t.add(b + "ssm_g_b.weight", {k.output_gate_rank, HK}, GgufLink::Same, {a + "g_b_proj.weight"}, true);
       }
-      add(b + "ssm_norm.weight", {k.head_dim}, GgufLink::Same, {a + "o_norm.weight"}, false);
-      add(b + "attn_output.weight", {HK, d}, GgufLink::Same, {a + "o_proj.weight"}, true);
+      t.add(b + "ssm_norm.weight", {k.head_dim}, GgufLink::Same, {a + "o_norm.weight"}, false);
+      t.add(b + "attn_output.weight", {HK, d}, GgufLink::Same, {a + "o_proj.weight"}, true);
     } else {
-      const int64_t dq = Hm * (m.qk_nope_head_dim + m.qk_rope_head_dim);
-      if (m.q_lora_rank == 0) {
-        add(b + "attn_q.weight", {d, dq}, GgufLink::Same, {a + "q_proj.weight"}, true);
-      } else {
-        add(b + "attn_q_a.weight", {d, m.q_lora_rank}, GgufLink::Same, {a + "q_a_proj.weight"}, true);
-        add(b + "attn_q_a_norm.weight", {m.q_lora_rank}, GgufLink::Same, {a + "q_a_layernorm.weight"}, false);
-        add(b + "attn_q_b.weight", {m.q_lora_rank, dq}, GgufLink::Same, {a + "q_b_proj.weight"}, true);
-      }
-      add(b + "attn_kv_a_mqa.weight", {d, m.kv_lora_rank + m.qk_rope_head_dim}, GgufLink::Same,
-          {a + "kv_a_proj_with_mqa.weight"}, true);
-      add(b + "attn_kv_a_norm.weight", {m.kv_lora_rank}, GgufLink::Same, {a + "kv_a_layernorm.weight"}, false);
-      add(b + "attn_k_b.weight", {m.qk_nope_head_dim, m.kv_lora_rank, Hm}, GgufLink::KeyB, {a + "kv_b_proj.weight"}, true);
-      add(b + "attn_v_b.weight", {m.kv_lora_rank, m.v_head_dim, Hm}, GgufLink::ValueB, {a + "kv_b_proj.weight"}, true);
-      if (m.output_gate) add(b + "attn_gate.weight", {d, Hm * m.v_head_dim}, GgufLink::Same, {a + "g_proj.weight"}, true);
-      add(b + "attn_output.weight", {Hm * m.v_head_dim, d}, GgufLink::Same, {a + "o_proj.weight"}, true);
+      add_gguf_mla(t, cfg, b, a);
     }
-    if (!cfg.is_moe_layer(l)) {
-      for (const char* x : {"gate", "up"})
-        add(b + fmt::format("ffn_{}.weight", x), {d, moe.intermediate_size}, GgufLink::Same,
-            {f + fmt::format("{}_proj.weight", x)}, true);
-      add(b + "ffn_down.weight", {moe.intermediate_size, d}, GgufLink::Same, {f + "down_proj.weight"}, true);
-      continue;
-    }
-    add(b + "ffn_gate_inp.weight", {d, moe.num_experts}, GgufLink::Same, {f + "gate.weight"}, false);
-    add(b + "exp_probs_b.bias", {moe.num_experts}, GgufLink::Same, {f + "gate.e_score_correction_bias"}, false);
-    for (const char* x : {"gate", "up", "down"}) {
-      std::vector<std::string> experts;
-      for (int64_t e = 0; e < moe.num_experts; ++e) experts.push_back(f + fmt::format("experts.{}.{}_proj.weight", e, x));
-      const bool down = std::string(x) == "down";
-      add(b + fmt::format("ffn_{}_exps.weight", x),
-          down ? std::vector<int64_t>{moe.moe_intermediate_size, expert_in, moe.num_experts}
-               : std::vector<int64_t>{expert_in, moe.moe_intermediate_size, moe.num_experts},
-          GgufLink::Experts, experts, true);
-    }
+    add_gguf_ffn(t, cfg, l, b, f, expert_in);
+    if (!cfg.is_moe_layer(l)) continue;
     if (moe.latent_dim > 0) {
-      add(b + "ffn_routed_down.weight", {d, moe.latent_dim}, GgufLink::Same, {f + "lat_down.weight"}, true);
+      t.add(b + "ffn_routed_down.weight", {d, moe.latent_dim}, GgufLink::Same, {f + "lat_down.weight"}, true);
       if (moe.latent_norm)
-        add(b + "ffn_routed_norm.weight", {moe.latent_dim}, GgufLink::Same, {f + "lat_norm.weight"}, false);
-      add(b + "ffn_routed_up.weight", {moe.latent_dim, d}, GgufLink::Same, {f + "lat_up.weight"}, true);
+        t.add(b + "ffn_routed_norm.weight", {moe.latent_dim}, GgufLink::Same, {f + "lat_norm.weight"}, false);
+      t.add(b + "ffn_routed_up.weight", {moe.latent_dim, d}, GgufLink::Same, {f + "lat_up.weight"}, true);
     }
-    if (moe.num_shared_experts > 0) {
-      for (const char* x : {"gate", "up"})
-        add(b + fmt::format("ffn_{}_shexp.weight", x), {shared_in, shared_width}, GgufLink::Same,
-            {f + fmt::format("shared_experts.{}_proj.weight", x)}, true);
-      add(b + "ffn_down_shexp.weight", {shared_width, shared_in}, GgufLink::Same, {f + "shared_experts.down_proj.weight"},
-          true);
-    }
+    if (moe.num_shared_experts > 0) add_gguf_shared_experts(t, cfg, b, f, shared_in);
   }
-  return out;
+  return t.maps;
 }
 
 }  // namespace hyla
